@@ -1,0 +1,1 @@
+"""Runs inside the training process: NVTX ranges for steps, phases and modules."""

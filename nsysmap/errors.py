@@ -1,0 +1,68 @@
+"""Errors nsysmap reports to its users, each with a documented exit code.
+
+Every failure a user can cause (a wrong path, a file that is not an export, a
+training script that crashes) is raised as a subclass of `NsysmapError`. The
+CLI prints `nsysmap: error: <message>` on one line and exits with the class's
+code; the table lives in docs/cli.md.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    INTERNAL = 1  # a bug in nsysmap: the message says how to get the traceback
+    USAGE = 2  # bad command-line options (click's own code)
+    INPUT_NOT_FOUND = 3  # path missing or unreadable
+    NOT_AN_EXPORT = 4  # not SQLite, truncated, corrupt, or not an nsys export
+    NO_GPU_DATA = 5  # an export without the tables attribution needs
+    TOOL_MISSING = 6  # nsys (or another required tool) not on PATH
+    PROFILER_FAILED = 7  # the profiler ran but produced no usable capture
+    SCRIPT_FAILED = 8  # used when a failed script's own status is unknown
+    INTERRUPTED = 130  # Ctrl-C
+
+
+class NsysmapError(Exception):
+    """Base class: a one-line message and an exit code."""
+
+    exit_code: ExitCode = ExitCode.INTERNAL
+
+    def __init__(self, message: str, *, exit_code: ExitCode | None = None) -> None:
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class InputNotFound(NsysmapError):
+    exit_code = ExitCode.INPUT_NOT_FOUND
+
+
+class NotAnExport(NsysmapError):
+    exit_code = ExitCode.NOT_AN_EXPORT
+
+
+class NoGpuData(NsysmapError):
+    exit_code = ExitCode.NO_GPU_DATA
+
+
+class ToolMissing(NsysmapError):
+    exit_code = ExitCode.TOOL_MISSING
+
+
+class ProfilerFailed(NsysmapError):
+    exit_code = ExitCode.PROFILER_FAILED
+
+
+class ScriptFailed(NsysmapError):
+    """The profiled script exited non-zero; outputs for what was captured exist."""
+
+    exit_code = ExitCode.SCRIPT_FAILED
+
+    def __init__(self, message: str, *, status: int) -> None:
+        code = ExitCode.INTERRUPTED if status in (130, -2) else ExitCode.SCRIPT_FAILED
+        super().__init__(message, exit_code=code)
+        self.status = status
+        # A script's own non-zero status is passed through unchanged when it fits.
+        self.process_exit = status if 0 < status < 256 else int(code)

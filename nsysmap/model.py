@@ -1,0 +1,51 @@
+"""The frozen result objects that flow between nsysmap's stages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from nsysmap import schemas
+
+
+@dataclass(frozen=True)
+class Report:
+    """A profile in normalised form, whatever produced it.
+
+    Built by `nsysmap.reader` (nsys SQLite) or `nsysmap.torch_trace`
+    (torch.profiler); every frame conforms to its schema in `nsysmap.schemas`.
+    `meta` holds key/value facts: `backend` ("nsys" or "torch.profiler"),
+    `nsys_version`, `export_schema_version`, `source_path`, ... when known.
+    """
+
+    gpu_ops: pl.DataFrame
+    api_calls: pl.DataFrame
+    ranges: pl.DataFrame
+    threads: pl.DataFrame = field(default_factory=lambda: schemas.empty(schemas.THREADS))
+    devices: pl.DataFrame = field(default_factory=lambda: schemas.empty(schemas.DEVICES))
+    meta: pl.DataFrame = field(default_factory=lambda: schemas.empty(schemas.META))
+
+    def meta_value(self, key: str) -> str | None:
+        """The metadata value for `key`, or None."""
+        hit = self.meta.filter(pl.col("key") == key)
+        return None if hit.is_empty() else hit["value"][0]
+
+    def checked(self) -> Report:
+        """This report with every frame conformed to its declared schema."""
+        return Report(
+            gpu_ops=schemas.conform(self.gpu_ops, schemas.GPU_OPS, "gpu_ops"),
+            api_calls=schemas.conform(self.api_calls, schemas.API_CALLS, "api_calls"),
+            ranges=schemas.conform(self.ranges, schemas.RANGES, "ranges"),
+            threads=schemas.conform(self.threads, schemas.THREADS, "threads"),
+            devices=schemas.conform(self.devices, schemas.DEVICES, "devices"),
+            meta=schemas.conform(self.meta, schemas.META, "meta"),
+        )
+
+
+def meta_frame(items: dict[str, str | None]) -> pl.DataFrame:
+    """A META frame from a dict, leaving out keys whose value is None."""
+    kept = {k: v for k, v in items.items() if v is not None}
+    return pl.DataFrame(
+        {"key": list(kept), "value": [str(v) for v in kept.values()]}, schema=schemas.META
+    )
