@@ -54,7 +54,7 @@ def _invoke(argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         click.echo("nsysmap: interrupted", err=True)
         return ExitCode.INTERRUPTED
-    except Exception as exc:  # noqa: BLE001 - the one place that reports bugs
+    except Exception as exc:  # the one place that reports bugs
         if os.environ.get("NSYSMAP_DEBUG") == "1":
             raise
         click.echo(
