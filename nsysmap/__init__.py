@@ -2,12 +2,30 @@
 
 The public verbs form one flow::
 
-    report = nsysmap.load_report("run.sqlite")   # read + normalise
-    result = nsysmap.attribute(report)           # every GPU op -> step, phase, module
-    tables = nsysmap.summarize(result)           # by phase, module, kernel, ...
-    nsysmap.write(result, tables, "out/")        # Parquet + manifest.json
+    import nsysmap
+    report = nsysmap.load_report("run.sqlite")     # read + normalise
+    ops = nsysmap.attribute(report)                # every GPU op -> step, phase, module
+    tables = nsysmap.summarize(ops)                # by phase, module, kernel, ...
+    nsysmap.analyse(report, "out/")                # all of it, written as Parquet
+
+Everything else is private to the package.
 """
 
 from nsysmap._version import __version__
+from nsysmap.attribute import attribute
+from nsysmap.model import Report
+from nsysmap.pipeline import Analysis, analyse, analyse_file, analyse_report, load_report
+from nsysmap.summarize import Summaries, summarize
 
-__all__ = ["__version__"]
+__all__ = [
+    "Analysis",
+    "Report",
+    "Summaries",
+    "__version__",
+    "analyse",
+    "analyse_file",
+    "analyse_report",
+    "attribute",
+    "load_report",
+    "summarize",
+]

@@ -1,0 +1,79 @@
+"""Kernel and operator categories, as data.
+
+`RULES` is an ordered table: the first pattern that matches an operation's
+name (demangled and short name, case-insensitive) gives its category; memcpy
+and memset operations are categorised by kind. Anything unmatched is
+`other`, so unknown kernels stay visible. docs/outputs.md lists the table.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+CATEGORIES = (
+    "gemm",
+    "attention",
+    "softmax",
+    "normalization",
+    "elementwise",
+    "reduction",
+    "optimizer",
+    "memcpy",
+    "memset",
+    "communication",
+    "other",
+)
+
+# (category, regular expression). Checked top to bottom.
+RULES: tuple[tuple[str, str], ...] = (
+    ("communication", r"nccl|c10d::|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|sendrecv"),
+    (
+        "optimizer",
+        r"multi_tensor_apply|adamw?_|_adamw?\b|fused_adam|lamb_|sgd_|_foreach_|optimizer",
+    ),
+    ("attention", r"flash|fmha|attention|attn|scaled_dot_product|sdpa|xformers"),
+    ("softmax", r"softmax|logsumexp|\bexp_|_exp\b|aten::exp\b|\bexp\b|exp_kernel"),
+    (
+        "normalization",
+        r"layer_?norm|rms_?norm|batch_?norm|group_?norm|instance_?norm|welford|\bbn_",
+    ),
+    (
+        "gemm",
+        r"gemm|cutlass|cublas|nvjet|wgmma|xmma|matmul|aten::(?:mm|addmm|bmm|baddbmm|linear)\b"
+        r"|\b(?:ampere|volta|turing|hopper|sm\d+)_|conv|scudnn|implicit_convolve",
+    ),
+    ("reduction", r"reduce|reduction|aten::(?:sum|mean|max|min|argmax|norm|amax)\b|cub::"),
+    (
+        "elementwise",
+        r"elementwise|vectorized|unrolled|pointwise|triton_poi|aten::(?:add|mul|sub|div|gelu|relu"
+        r"|silu|tanh|pow|copy|fill|zero|dropout|neg|rsqrt|sqrt|where|clamp|cat|index|masked)",
+    ),
+)
+
+
+def category_expr(kind: pl.Expr, name: pl.Expr, short_name: pl.Expr) -> pl.Expr:
+    """Expression giving the category of each operation."""
+    text = pl.concat_str([name.fill_null(""), short_name.fill_null("")], separator=" ")
+    expr: pl.Expr = pl.lit("other")
+    for category, pattern in reversed(RULES):
+        expr = pl.when(text.str.contains(f"(?i){pattern}")).then(pl.lit(category)).otherwise(expr)
+    return (
+        pl.when(kind == "memcpy")
+        .then(pl.lit("memcpy"))
+        .when(kind == "memset")
+        .then(pl.lit("memset"))
+        .otherwise(expr)
+    )
+
+
+def categorize(ops: pl.DataFrame) -> pl.DataFrame:
+    """`ops` (with kind, name, short_name) plus a `category` column.
+
+    Patterns run once per distinct (kind, name, short_name), then join back.
+    """
+    keys = ["kind", "name", "short_name"]
+    distinct = ops.select(keys).unique()
+    distinct = distinct.with_columns(
+        category_expr(pl.col("kind"), pl.col("name"), pl.col("short_name")).alias("category")
+    )
+    return ops.join(distinct, on=keys, how="left", nulls_equal=True)

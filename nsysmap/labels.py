@@ -1,0 +1,158 @@
+"""What each range says about step, phase, module and operator, from its name.
+
+Two families of names are understood:
+
+* nsysmap's own ranges (the grammar in `nsysmap.naming`), emitted by
+  `instrument/`: steps, phases, module forward/backward calls.
+* Foreign styles seen in real reports: PyTorch's per-operator ranges
+  (`emit_nvtx`, `nsys --pytorch`: `aten::addmm, seq = 12, sizes = [[..]]`,
+  `stashed seq` on backward), FSDP hook ranges (`FSDP::pre_forward (blocks.3)`),
+  torch.profiler's own annotations (`ProfilerStep#3`, `Optimizer.step#AdamW.step`)
+  and common plain user names (`forward`, `backward`, `optimizer.step`, ...).
+
+`range_labels` adds `lbl_*` columns to a ranges frame; all are null when the
+name says nothing. Matching is by regular expression only.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from nsysmap.naming import naming_columns
+
+LABELS = pl.Schema(
+    {
+        "lbl_step": pl.Int64,
+        "lbl_phase": pl.String,
+        "lbl_module": pl.String,
+        "lbl_module_class": pl.String,
+        "lbl_direction": pl.String,
+        "lbl_aten_op": pl.String,
+        "lbl_seq": pl.Int64,
+        "lbl_stashed": pl.Boolean,
+        "lbl_shapes": pl.String,
+    }
+)
+
+# Plain range names that mean a training phase (matched case-insensitively on
+# the whole name). Order matters: the first match wins.
+FOREIGN_PHASES: tuple[tuple[str, str], ...] = (
+    ("zero_grad", r"(optimizer[._ ])?zero[_ ]?grad|Optimizer\.zero_grad#.*"),
+    ("optimizer", r"optimizer|optim|opt[_ ]step|optimizer[._ ]step|Optimizer\.step#.*"),
+    ("backward", r"backward|bwd|backward[_ ]pass|loss\.backward"),
+    ("forward", r"forward|fwd|forward[_ ]pass|model[._ ]forward"),
+    ("loss", r"loss|compute[_ ]loss|criterion"),
+    ("data", r"data|data[_ ]?load(ing|er)?|get[_ ]batch|next[_ ]batch|enumerate\(DataLoader\)#.*"),
+)
+FOREIGN_STEP = r"(?i)^(?:ProfilerStep#|(?:train[_ ]?)?(?:step|iter|iteration)[ _#:=-]?)(\d+)$"
+ATEN_OP = r"^([A-Za-z_][\w]*::[\w.]+)(?:,|$)"
+SEQ = r"(?:^|, )(?:stashed )?seq = (\d+)"
+SIZES = r"sizes = (\[.*\])"
+FSDP_HOOK = r"^FSDP::(pre|post)_(forward|backward) \(([^)]*)\)"
+FSDP_SPAN = r"^FSDP (forward|backward) \((.*)\)$"
+
+
+def range_labels(ranges: pl.DataFrame) -> pl.DataFrame:
+    """`ranges` with the LABELS columns added (computed on distinct names only)."""
+    names = ranges.select(pl.col("name").unique()).filter(pl.col("name").is_not_null())
+    labelled = names.with_columns(_name_label_exprs(pl.col("name"))).select("name", *LABELS.names())
+    return ranges.join(labelled, on="name", how="left")
+
+
+def _name_label_exprs(name: pl.Expr) -> list[pl.Expr]:
+    own = naming_columns(name)
+    own_cols = {expr.meta.output_name(): expr for expr in own}
+    foreign_phase = _foreign_phase(name)
+    is_module = own_cols["nsm_kind"] == "module"
+    return [
+        pl.coalesce(own_cols["nsm_step"], name.str.extract(FOREIGN_STEP, 1).cast(pl.Int64)).alias(
+            "lbl_step"
+        ),
+        pl.coalesce(own_cols["nsm_phase"], foreign_phase).alias("lbl_phase"),
+        pl.when(is_module)
+        .then(own_cols["nsm_module_path"])
+        .otherwise(name.str.extract(FSDP_SPAN, 2))
+        .alias("lbl_module"),
+        pl.when(is_module).then(own_cols["nsm_module_class"]).alias("lbl_module_class"),
+        pl.coalesce(
+            own_cols["nsm_direction"], name.str.extract(FSDP_SPAN, 1), _aten_direction(name)
+        ).alias("lbl_direction"),
+        name.str.extract(ATEN_OP, 1).alias("lbl_aten_op"),
+        name.str.extract(SEQ, 1).cast(pl.Int64).alias("lbl_seq"),
+        pl.when(name.str.contains("stashed seq = ", literal=True))
+        .then(pl.lit(True))
+        .when(name.str.contains(SEQ))
+        .then(pl.lit(False))
+        .alias("lbl_stashed"),
+        name.str.extract(SIZES, 1).alias("lbl_shapes"),
+    ]
+
+
+def _foreign_phase(name: pl.Expr) -> pl.Expr:
+    expr = pl.lit(None, dtype=pl.String)
+    for phase, pattern in reversed(FOREIGN_PHASES):
+        expr = (
+            pl.when(name.str.contains(f"(?i)^(?:{pattern})$")).then(pl.lit(phase)).otherwise(expr)
+        )
+    return expr
+
+
+def _aten_direction(name: pl.Expr) -> pl.Expr:
+    """Backward for PyTorch's backward-op ranges (`stashed seq`, `...Backward0`)."""
+    backward = name.str.contains("stashed seq = ", literal=True) | name.str.contains(
+        r"^(?:autograd::engine::evaluate_function: )?\w+Backward\d*\b"
+    )
+    return pl.when(backward).then(pl.lit("backward"))
+
+
+def fsdp_spans(ranges: pl.DataFrame, first_id: int) -> pl.DataFrame:
+    """Synthetic module ranges spanning FSDP's pre_ and post_ hook ranges.
+
+    FSDP marks a block's forward with two short ranges, not a span:
+
+        FSDP::pre_forward (blocks.3)  |-|    ...block runs...    |-|  FSDP::post_forward (blocks.3)
+        synthetic span                |--------------------------|
+
+    Each pre hook is paired with the next post hook for the same block and
+    direction on the same thread. Returned rows follow the RANGES columns,
+    kind "synthetic", named "FSDP forward (blocks.3)", ids from `first_id`.
+    """
+    hooks = (
+        ranges.select(
+            "pid",
+            "tid",
+            "start_ns",
+            "end_ns",
+            pl.col("name").str.extract_groups(FSDP_HOOK).alias("m"),
+        )
+        .unnest("m")
+        .rename({"1": "when", "2": "direction", "3": "block"})
+    )
+    hooks = hooks.filter(pl.col("when").is_not_null())
+    if hooks.is_empty():
+        return ranges.clear()
+    keys = ["pid", "tid", "direction", "block"]
+    pre = hooks.filter(pl.col("when") == "pre").select([*keys, "start_ns"]).sort("start_ns")
+    post = hooks.filter(pl.col("when") == "post").select([*keys, "start_ns", "end_ns"])
+    post = post.rename({"start_ns": "post_start_ns"}).sort("post_start_ns")
+    spans = pre.join_asof(
+        post,
+        left_on="start_ns",
+        right_on="post_start_ns",
+        by=keys,
+        strategy="forward",
+        check_sortedness=False,
+    ).filter(pl.col("end_ns").is_not_null())
+    spans = spans.sort(["pid", "tid", "start_ns"]).with_row_index("i")
+    return spans.select(
+        (pl.col("i").cast(pl.Int64) + first_id).alias("range_id"),
+        "pid",
+        "tid",
+        pl.lit(None, pl.String).alias("domain"),
+        pl.format("FSDP {} ({})", "direction", "block").alias("name"),
+        "start_ns",
+        "end_ns",
+        pl.lit("synthetic").alias("kind"),
+        pl.lit(None, pl.Int32).alias("depth"),
+        pl.lit(None, pl.Int64).alias("parent_id"),
+    ).cast(dict(ranges.schema))

@@ -1,0 +1,204 @@
+"""Nesting of intervals per thread: depth, parent, and "innermost at time t".
+
+Ranges on one thread form a forest. Everything here is a sort plus cumulative
+sums and as-of joins; no Python loop runs over intervals.
+
+    thread 7:  |------------- A -------------|
+                   |---- B ----|   |- C -|
+    events:    A+  B+          B-  C+    C-  A-
+    depth:     1   2           1   2     1   0
+    innermost: A   B           A   C     A   -
+
+Intervals are half-open, [start, end): a query at exactly `start` is inside, a
+query at exactly `end` is outside, and a zero-length interval contains nothing.
+Ties in start time put the longer interval outside; equal intervals nest in
+id order (lower id outside).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+
+MAX_REPAIR_ROUNDS = 8
+
+
+def nest_intervals(
+    df: pl.DataFrame,
+    *,
+    by: Sequence[str],
+    id_col: str,
+    start_col: str = "start_ns",
+    end_col: str = "end_ns",
+) -> pl.DataFrame:
+    """Return `df` with `depth` (Int32, 1 = outermost) and `parent_id` (Int64 or null).
+
+    The input must be properly nested within each `by` group (true of NVTX
+    push/pop ranges and of operators on one thread); see `nest_repaired` for
+    data that may cross.
+    """
+    by = list(by)
+    if df.is_empty():
+        return df.with_columns(pl.lit(None, pl.Int32).alias("depth"), _null_parent())
+    events = _ordered_events(df, by, id_col, start_col, end_col)
+    starts = (
+        events.with_columns(pl.col("delta").cum_sum().over(by).cast(pl.Int32).alias("depth"))
+        .filter(pl.col("delta") == 1)
+        .select([*by, "seq", "iv_id", "depth"])
+    )
+    parents = starts.select(
+        [*by, "seq", pl.col("iv_id").alias("parent_id"), (pl.col("depth") + 1).alias("depth")]
+    )
+    linked = starts.join_asof(
+        parents,
+        on="seq",
+        by=[*by, "depth"],
+        strategy="backward",
+        allow_exact_matches=False,
+        check_sortedness=False,
+    )
+    found = linked.select(
+        pl.col("iv_id").alias(id_col), "depth", pl.col("parent_id").cast(pl.Int64)
+    )
+    return df.drop("depth", "parent_id", strict=False).join(found, on=id_col, how="left")
+
+
+def _null_parent() -> pl.Expr:
+    return pl.lit(None, pl.Int64).alias("parent_id")
+
+
+def _ordered_events(
+    df: pl.DataFrame, by: list[str], id_col: str, start_col: str, end_col: str
+) -> pl.DataFrame:
+    """Start and end events of every interval in nesting order, numbered by `seq`.
+
+    At one instant: ends of intervals that began earlier, then starts (longest
+    first), then ends of zero-length intervals (innermost first).
+    """
+    base = df.select(
+        [
+            *by,
+            pl.col(id_col).alias("iv_id"),
+            pl.col(start_col).alias("s"),
+            pl.col(end_col).alias("e"),
+        ]
+    )
+    zero = pl.col("e") == pl.col("s")
+    start_ev = base.select(
+        [
+            *by,
+            "iv_id",
+            pl.col("s").alias("t"),
+            pl.lit(1, pl.Int8).alias("cls"),
+            (-pl.col("e")).alias("k1"),
+            pl.col("iv_id").alias("k2"),
+            pl.lit(1, pl.Int32).alias("delta"),
+        ]
+    )
+    end_ev = base.select(
+        [
+            *by,
+            "iv_id",
+            pl.col("e").alias("t"),
+            pl.when(zero).then(pl.lit(2, pl.Int8)).otherwise(pl.lit(0, pl.Int8)).alias("cls"),
+            (-pl.col("s")).alias("k1"),
+            (-pl.col("iv_id")).alias("k2"),
+            pl.lit(-1, pl.Int32).alias("delta"),
+        ]
+    )
+    return pl.concat([start_ev, end_ev]).sort([*by, "t", "cls", "k1", "k2"]).with_row_index("seq")
+
+
+def nest_repaired(df: pl.DataFrame, *, by: Sequence[str], id_col: str) -> tuple[pl.DataFrame, int]:
+    """Nest intervals that may cross, clipping each crossing one to its parent's end.
+
+    A start/end range can outlive the range it started in:
+
+        A |--------|          A |--------|
+        B      |-------|  ->  B      |---|      (B clipped to A's end)
+
+    Returns the nested frame (with `end_ns` clipped) and how many intervals
+    were clipped. Push/pop ranges never cross, so they are never changed.
+    """
+    clipped_ids: set[int] = set()
+    out = nest_intervals(df, by=by, id_col=id_col)
+    for _ in range(MAX_REPAIR_ROUNDS):
+        parent_end = out.select(pl.col(id_col).alias("parent_id"), pl.col("end_ns").alias("p_end"))
+        checked = out.join(parent_end, on="parent_id", how="left")
+        bad = checked.filter(pl.col("p_end").is_not_null() & (pl.col("end_ns") > pl.col("p_end")))
+        if bad.is_empty():
+            break
+        clipped_ids.update(bad[id_col].to_list())
+        fixed = checked.with_columns(
+            pl.when(pl.col("p_end").is_not_null() & (pl.col("end_ns") > pl.col("p_end")))
+            .then(pl.max_horizontal(pl.col("p_end"), pl.col("start_ns")))
+            .otherwise(pl.col("end_ns"))
+            .alias("end_ns")
+        ).drop("p_end")
+        out = nest_intervals(fixed, by=by, id_col=id_col)
+    return out, len(clipped_ids)
+
+
+def nest_ranges(ranges: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """Fill `depth` and `parent_id` of a RANGES frame, per (pid, tid).
+
+    Returns the frame (columns in their original order) and the number of
+    ranges clipped to their parent's end because they crossed it.
+    """
+    nested, n_clipped = nest_repaired(ranges, by=("pid", "tid"), id_col="range_id")
+    return nested.select(ranges.columns).sort("range_id"), n_clipped
+
+
+def innermost_timeline(nested: pl.DataFrame, *, by: Sequence[str], id_col: str) -> pl.DataFrame:
+    """For nested intervals, the innermost interval from each event time onwards.
+
+    Returns columns `*by, t, inner_id` sorted by (`*by`, `t`), one row per
+    distinct instant; `inner_id` is null where no interval is open. Pair it
+    with `innermost_at` to look up many query times at once.
+    """
+    by = list(by)
+    starts = nested.select(
+        [
+            *by,
+            pl.col("start_ns").alias("t"),
+            pl.col(id_col).alias("inner_id"),
+            pl.lit(1, pl.Int8).alias("cls"),
+            (-pl.col("end_ns")).alias("k1"),
+            pl.col(id_col).alias("k2"),
+        ]
+    )
+    is_zero = pl.col("end_ns") == pl.col("start_ns")
+    ends = nested.select(
+        [
+            *by,
+            pl.col("end_ns").alias("t"),
+            pl.col("parent_id").alias("inner_id"),
+            pl.when(is_zero).then(pl.lit(2, pl.Int8)).otherwise(pl.lit(0, pl.Int8)).alias("cls"),
+            (-pl.col("start_ns")).alias("k1"),
+            (-pl.col(id_col)).alias("k2"),
+        ]
+    )
+    events = pl.concat([starts, ends]).sort([*by, "t", "cls", "k1", "k2"])
+    return events.group_by([*by, "t"], maintain_order=True).agg(pl.col("inner_id").last())
+
+
+def innermost_at(
+    queries: pl.DataFrame, timeline: pl.DataFrame, *, by: Sequence[str], time_col: str
+) -> pl.Series:
+    """The innermost interval open at each query's `time_col` (null when none).
+
+    `queries` may be in any order; the result is aligned with its rows.
+    """
+    by = list(by)
+    q = queries.select([*by, time_col]).with_row_index("q_row")
+    known = q.drop_nulls().sort([*by, time_col])
+    hit = known.join_asof(
+        timeline.rename({"t": time_col}),
+        on=time_col,
+        by=by,
+        strategy="backward",
+        check_sortedness=False,
+    )
+    aligned = q.select("q_row").join(hit.select("q_row", "inner_id"), on="q_row", how="left")
+    return aligned.sort("q_row")["inner_id"].cast(pl.Int64)
