@@ -1,0 +1,309 @@
+"""Read an Nsight Systems SQLite export into a normalised `Report`.
+
+Together with `nsysmap.reader_sql` (file checks, SQL, fetching), the one
+place that knows how nsys exports differ across versions: it probes which
+tables and columns exist (never the version number), reads each needed table
+once, column by column, and does every lookup and join here, in Polars. What
+is read from where and what is ignored is documented in docs/reading.md.
+
+Ranges come back with `depth` and `parent_id` empty: nesting is a later step.
+"""
+
+from __future__ import annotations
+
+import os
+
+import polars as pl
+
+from nsysmap import reader_sql as sql
+from nsysmap.errors import NoGpuData
+from nsysmap.model import Report, meta_frame
+
+GPU_SPECS = (sql.KERNEL, sql.MEMCPY, sql.MEMSET)
+CORE_TABLES = tuple(s.table for s in (*GPU_SPECS, sql.RUNTIME, sql.NVTX))
+TWIN_EVENT_CLASS = 67  # the backtrace twin nsys writes next to a CUDA API row
+DOMAIN_CREATE = 75
+RANGE_KINDS = {59: "push_pop", 60: "start_end"}
+LAUNCH_API = r"^cu(da)?(Graph)?Launch"  # cudaLaunchKernel_v7000, cuLaunchKernelEx, ...
+# Copy kinds for exports without ENUM_CUDA_MEMCPY_OPER (that enum's ids).
+COPY_KINDS = ("Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH")
+COPY_KINDS += ("PtoP", "Unified HtoD", "Unified DtoH", "Unified DtoD")
+_ID_MASK = 0xFFFFFF
+Raw = dict[str, pl.DataFrame | None]
+
+
+def read_sqlite(path: str | os.PathLike, *, require_gpu: bool = True) -> Report:
+    """The export at `path` as a Report of normalised frames.
+
+    Raises InputNotFound, NotAnExport, or (with require_gpu, when the export
+    holds no kernel, memcpy or memset) NoGpuData, each with a one-line message.
+    """
+    with sql.open_export(path) as export:
+        raw: Raw = {s.table: export.read(s) for s in (*GPU_SPECS, sql.RUNTIME, sql.STRINGS)}
+        if require_gpu:
+            _require_gpu_ops(export, raw)
+        for spec in (sql.NVTX, sql.THREAD_NAMES, sql.GPU_INFO, sql.CUDA_GPU_INFO):
+            raw[spec.table] = export.read(spec)
+        raw["memcpy_kinds"] = export.read(sql.MEMCPY_KINDS)
+        metas = [export.read(spec) for spec in sql.META_TABLES]
+        raw["meta"] = next((m for m in metas if m is not None), None)
+    return _normalise(raw, str(export.file))
+
+
+def _require_gpu_ops(export: sql.Export, raw: Raw) -> None:
+    """Raise NoGpuData when no kernel, memcpy or memset was recorded."""
+    if sum(0 if raw[s.table] is None else raw[s.table].height for s in GPU_SPECS):
+        return
+    absent = [
+        s.table.removeprefix("CUPTI_ACTIVITY_KIND_") for s in GPU_SPECS if raw[s.table] is None
+    ]
+    what = "no kernel, memcpy or memset rows; " + (
+        f"CUPTI_ACTIVITY_KIND_{'/'.join(absent)} absent" if absent else "their tables are empty"
+    )
+    runtime = raw[sql.RUNTIME.table]
+    if runtime is None or runtime.is_empty():
+        raise NoGpuData(
+            f"{export.file}: no GPU activity ({what}) and no CUDA API calls: CUDA was not "
+            "traced; profile with `nsys profile --trace=cuda,nvtx`"
+        )
+    calls = _api_calls(runtime, _strings(raw["StringIds"]))[0]
+    launches = calls.filter(pl.col("api_name").str.contains(LAUNCH_API)).height
+    raise NoGpuData(
+        f"{export.file}: no GPU activity ({what}) although it records {launches} CUDA "
+        "kernel launches: GPU activity was not collected (as under WSL2); profile on a "
+        "host where `nsys profile --trace=cuda` records kernels"
+    )
+
+
+def _normalise(raw: Raw, source: str) -> Report:
+    strings = _strings(raw["StringIds"])
+    gpu_ops = _gpu_ops(raw, strings)
+    api_calls, twins, duplicates = _api_calls(raw[sql.RUNTIME.table], strings)
+    nvtx = _or_empty(raw[sql.NVTX.table], sql.NVTX)
+    start, end = _extent(gpu_ops, api_calls, nvtx.filter(pl.col("eventType").is_in(RANGE_KINDS)))
+    ranges = _ranges(nvtx, strings, end)
+    meta = _meta(raw["meta"])
+    facts = {
+        "backend": "nsys",
+        "source_path": source,
+        "nsys_version": meta.get("EXPORT_PRODUCT_VERSION"),
+        "export_schema_version": meta.get("EXPORT_SCHEMA_VERSION"),
+        "capture_start_ns": start,
+        "capture_end_ns": end,
+        "tables_missing": ",".join(t for t in CORE_TABLES if raw[t] is None),
+        "cuda_launch_calls": api_calls["api_name"].str.contains(LAUNCH_API).sum(),
+        "backtrace_twin_rows": twins,
+        "duplicate_launch_rows": duplicates,
+        "ranges_open_at_end": (~ranges["_closed"]).sum(),
+    }
+    return Report(
+        gpu_ops=gpu_ops,
+        api_calls=api_calls,
+        ranges=ranges.drop("_closed"),
+        threads=_threads(raw[sql.THREAD_NAMES.table], strings),
+        devices=_devices(raw[sql.GPU_INFO.table], raw[sql.CUDA_GPU_INFO.table]),
+        meta=meta_frame(facts),
+    ).checked()
+
+
+# ------------------------------------------------------------------ helpers
+def _or_empty(frame: pl.DataFrame | None, spec: sql.TableSpec) -> pl.DataFrame:
+    """`frame`, or an empty frame with the columns `spec` reads."""
+    if frame is not None:
+        return frame
+    return pl.DataFrame(schema={a: pl.String if t else pl.Int64 for a, t, _ in spec.columns()})
+
+
+def _strings(frame: pl.DataFrame | None) -> pl.DataFrame:
+    return _or_empty(frame, sql.STRINGS).unique("id", keep="first", maintain_order=True)
+
+
+def _lookup(frame: pl.DataFrame, column: str, strings: pl.DataFrame, alias: str) -> pl.DataFrame:
+    """`frame` plus `alias`: the StringIds value its `column` points to."""
+    right = strings.rename({"id": column, "value": alias})
+    return frame.join(right, on=column, how="left", maintain_order="left")
+
+
+def _pid(column: str) -> pl.Expr:
+    """The process of a globalTid / globalPid: (id >> 24) & 0xFFFFFF."""
+    return (pl.col(column) // (1 << 24)) & _ID_MASK
+
+
+def _tid(column: str) -> pl.Expr:
+    return pl.col(column) & _ID_MASK
+
+
+def _set(column: str) -> pl.Expr:
+    """A text read as '' when unset, with '' made null again."""
+    return pl.when(pl.col(column) != "").then(pl.col(column))
+
+
+# ------------------------------------------------------------------- frames
+def _gpu_ops(raw: Raw, strings: pl.DataFrame) -> pl.DataFrame:
+    """Kernels, then memcpys, then memsets, each in file order; op_id counts them."""
+    frames = [
+        _kernels(_or_empty(raw[sql.KERNEL.table], sql.KERNEL), strings),
+        _memcpys(_or_empty(raw[sql.MEMCPY.table], sql.MEMCPY), raw["memcpy_kinds"]),
+        _memsets(_or_empty(raw[sql.MEMSET.table], sql.MEMSET)),
+    ]
+    ops = pl.concat(frames, how="diagonal_relaxed")
+    return ops.with_columns(op_id=pl.int_range(pl.len(), dtype=pl.Int64), input_shapes=None)
+
+
+def _op_columns(kind: str) -> dict[str, pl.Expr]:
+    return {
+        "kind": pl.lit(kind),
+        "device_id": pl.col("deviceId"),
+        "stream_id": pl.col("streamId"),
+        "pid": _pid("globalPid"),
+        "correlation_id": pl.col("correlationId"),
+        "start_ns": pl.col("start"),
+        "end_ns": pl.col("end"),
+        "dur_ns": pl.col("end") - pl.col("start"),
+    }
+
+
+def _kernels(kernels: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
+    """Name: the demangled name, else the short one, else the mangled one."""
+    for column in ("demangledName", "shortName", "mangledName"):
+        kernels = _lookup(kernels, column, strings, f"_{column}")
+    names = pl.coalesce(_set("_demangledName"), _set("_shortName"), _set("_mangledName"))
+    grid = {f"grid_{a}": pl.col(f"grid{a.upper()}") for a in "xyz"}
+    block = {f"block_{a}": pl.col(f"block{a.upper()}") for a in "xyz"}
+    return kernels.select(
+        **_op_columns("kernel"),
+        name=names.fill_null("[unknown kernel]"),
+        short_name=_set("_shortName"),
+        **grid,
+        **block,
+    )
+
+
+def _memcpys(copies: pl.DataFrame, enum: pl.DataFrame | None) -> pl.DataFrame:
+    """Named like "[CUDA memcpy HtoD]" after the copy kind."""
+    kinds = pl.DataFrame({"copyKind": range(len(COPY_KINDS)), "_kind": COPY_KINDS})
+    if enum is not None:
+        kinds = pl.concat([enum.select(copyKind="id", _kind=_copy_label("name")), kinds])
+    kinds = kinds.filter(pl.col("_kind").is_not_null()).unique("copyKind", keep="first")
+    copies = copies.join(kinds, on="copyKind", how="left", maintain_order="left")
+    label = pl.coalesce("_kind", pl.format("kind {}", "copyKind"), pl.lit("kind ?"))
+    name = pl.format("[CUDA memcpy {}]", label)
+    return copies.select(**_op_columns("memcpy"), name=name, short_name=name, bytes="bytes")
+
+
+def _copy_label(column: str) -> pl.Expr:
+    """ENUM_CUDA_MEMCPY_OPER names to labels: CUDA_MEMCPY_KIND_UVM_HTOD -> Unified HtoD."""
+    kind = pl.col(column).str.strip_prefix("CUDA_MEMCPY_KIND_")
+    core = kind.str.strip_prefix("UVM_")
+    pair = core.str.contains(r"^[A-Z]TO[A-Z]$")
+    label = pl.when(pair).then(core.str.replace(r"^(.)TO(.)$", "${1}to${2}"))
+    label = label.otherwise(core.str.to_titlecase())
+    return pl.when(kind.str.starts_with("UVM_")).then("Unified " + label).otherwise(label)
+
+
+def _memsets(sets: pl.DataFrame) -> pl.DataFrame:
+    name = pl.lit("[CUDA memset]")
+    return sets.select(**_op_columns("memset"), name=name, short_name=name, bytes="bytes")
+
+
+def _api_calls(
+    runtime: pl.DataFrame | None, strings: pl.DataFrame
+) -> tuple[pl.DataFrame, int, int]:
+    """API calls without backtrace twins; also (twins dropped, duplicates dropped).
+
+    A twin (eventClass 67) is dropped when a real row has its (pid,
+    correlation id); of real rows sharing one, the first in the file is kept.
+    Rows without a correlation id are all kept.
+    """
+    calls = _or_empty(runtime, sql.RUNTIME).with_columns(
+        pid=_pid("globalTid"), tid=_tid("globalTid")
+    )
+    twin = pl.col("eventClass").eq(TWIN_EVENT_CLASS).fill_null(False)
+    ordered = pl.concat([calls.filter(~twin), calls.filter(twin)])  # real rows win
+    first = pl.struct("pid", "correlationId").is_first_distinct()
+    kept = ordered.filter(first | pl.col("correlationId").is_null())
+    kept_twins = kept.filter(twin).height
+    twins = calls.filter(twin).height - kept_twins
+    duplicates = (calls.height - calls.filter(twin).height) - (kept.height - kept_twins)
+    kept = _lookup(kept, "nameId", strings, "api_name")
+    frame = kept.select(
+        "pid",
+        "tid",
+        correlation_id="correlationId",
+        api_name="api_name",
+        start_ns="start",
+        end_ns="end",
+    )
+    return frame, twins, duplicates
+
+
+def _extent(*frames: pl.DataFrame) -> tuple[int | None, int | None]:
+    """The first start and last end (or start, for open ranges) over all frames."""
+    starts, ends = [], []
+    for frame in frames:
+        names = ("start_ns", "end_ns") if "start_ns" in frame.columns else ("start", "end")
+        starts.append(frame[names[0]].min())
+        ends += [frame[names[1]].max(), frame[names[0]].max()]
+    starts, ends = [s for s in starts if s is not None], [e for e in ends if e is not None]
+    return (min(starts) if starts else None, max(ends) if ends else None)
+
+
+def _ranges(nvtx: pl.DataFrame, strings: pl.DataFrame, capture_end: int | None) -> pl.DataFrame:
+    """Push/pop and start/end ranges with names and domains.
+
+    An open range (no end) is closed at `capture_end`::
+
+        capture   |--------------------------------|
+        range             |- - - - - - - - - - - - ->|   end := capture end
+    """
+    nvtx = _lookup(nvtx.with_columns(pid=_pid("globalTid")), "textId", strings, "_registered")
+    named = nvtx.with_columns(_name=pl.coalesce(_set("text"), "_registered"))
+    domains = named.filter(pl.col("eventType") == DOMAIN_CREATE).select(
+        "pid", "domainId", domain="_name"
+    )
+    domains = domains.unique(["pid", "domainId"], keep="first", maintain_order=True)
+    ranges = named.filter(pl.col("eventType").is_in(RANGE_KINDS))
+    ranges = ranges.join(domains, on=["pid", "domainId"], how="left", maintain_order="left")
+    kind = pl.col("eventType").replace_strict(RANGE_KINDS, return_dtype=pl.String)
+    return ranges.select(
+        range_id=pl.int_range(pl.len(), dtype=pl.Int64),
+        pid="pid",
+        tid=_tid("globalTid"),
+        domain=pl.when(pl.col("domainId") != 0).then("domain"),
+        name="_name",
+        start_ns="start",
+        end_ns=pl.coalesce("end", pl.max_horizontal("start", pl.lit(capture_end))),
+        kind=kind,
+        depth=pl.lit(None, pl.Int32),
+        parent_id=pl.lit(None, pl.Int64),
+        _closed=pl.col("end").is_not_null(),
+    )
+
+
+def _threads(names: pl.DataFrame | None, strings: pl.DataFrame) -> pl.DataFrame:
+    """Thread names; a thread named twice keeps its last name."""
+    names = _lookup(_or_empty(names, sql.THREAD_NAMES), "nameId", strings, "thread_name")
+    threads = names.select(pid=_pid("globalTid"), tid=_tid("globalTid"), thread_name="thread_name")
+    return threads.unique(["pid", "tid"], keep="last", maintain_order=True)
+
+
+def _devices(gpu: pl.DataFrame | None, cuda_gpu: pl.DataFrame | None) -> pl.DataFrame:
+    """GPUs as the export lists them (not necessarily the ones used)."""
+    info = _or_empty(gpu if gpu is not None else cuda_gpu, sql.GPU_INFO)
+    known = pl.col("major").fill_null(0) > 0  # other adapters are listed with zeros
+    devices = info.select(
+        "device_id",
+        name=_set("name"),
+        sm_count="sm_count",
+        memory_bytes="memory",
+        compute_capability=pl.when(known).then(pl.format("{}.{}", "major", "minor")),
+    )
+    return devices.unique("device_id", keep="first", maintain_order=True)
+
+
+def _meta(frame: pl.DataFrame | None) -> dict[str, str]:
+    """The export's own metadata (the few keys the reader reads)."""
+    if frame is None:
+        return {}
+    rows = frame.unique("name", keep="first", maintain_order=True).rows()
+    return dict(rows)

@@ -1,0 +1,277 @@
+"""The I/O side of the nsys reader: file checks, which columns it reads, and how.
+
+`open_export(path)` checks the file (header, size), opens it read-only and
+probes its tables and columns; `Export.read(spec)` then reads one table.
+Every failure of the storage stack on bad input becomes NotAnExport.
+
+Each table the reader needs is described by a `TableSpec`: the logical
+columns it wants, each with the physical column names that have held it over
+nsys versions. The SELECT text is assembled only from these constants and the
+columns the file turned out to have (a missing column reads as NULL), so no
+SQL is ever built from data.
+
+Rows arrive through the ADBC SQLite driver as Arrow, column by column. The
+driver infers each column's type from its first batch, so every integer is
+read as `CAST(col AS INTEGER)` (an all-NULL batch then still reads as int64)
+and every text as `CAST(coalesce(col, x'') AS BLOB)`: always binary, never
+NULL (an empty text means unset). Binary becomes String in Arrow's C++ cast,
+which validates UTF-8; a column that fails takes a slow path that decodes its
+distinct values with U+FFFD replacement.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+import adbc_driver_manager
+import adbc_driver_sqlite.dbapi as adbc
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from nsysmap.errors import InputNotFound, NotAnExport
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+# Rows per Arrow batch. Larger batches cut per-batch overhead (measured in
+# docs/reading.md); type inference no longer depends on it (see above).
+BATCH_ROWS = 1 << 16
+
+# Errors the storage stack raises for bad input; the reader turns them into
+# NotAnExport. (The driver reports some type problems as OSError.)
+BACKEND_ERRORS: tuple[type[BaseException], ...] = (
+    adbc_driver_manager.Error,
+    OSError,
+    pa.ArrowException,
+    pl.exceptions.PolarsError,
+)
+
+PROBE_SQL = (
+    "SELECT CAST(m.name AS BLOB) AS tbl, CAST(p.name AS BLOB) AS col"
+    " FROM sqlite_master AS m JOIN pragma_table_info(m.name) AS p"
+    " WHERE m.type = 'table'"
+)
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """The columns read from one table.
+
+    `ints` and `texts` hold `alias=candidate|candidate` items: the first
+    candidate the table has is read under the alias.
+    """
+
+    table: str
+    ints: str
+    texts: str = ""
+    where: str = ""
+
+    def columns(self) -> list[tuple[str, bool, tuple[str, ...]]]:
+        """(alias, is_text, candidates) for every logical column."""
+        out = []
+        for items, is_text in ((self.ints, False), (self.texts, True)):
+            for item in items.split():
+                alias, _, names = item.partition("=")
+                out.append((alias, is_text, tuple((names or alias).split("|"))))
+        return out
+
+
+KERNEL = TableSpec(
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "start end deviceId streamId correlationId globalPid demangledName shortName mangledName"
+    " gridX gridY gridZ blockX blockY blockZ",
+)
+MEMCPY = TableSpec(
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "start end deviceId streamId correlationId globalPid bytes copyKind",
+)
+MEMSET = TableSpec(
+    "CUPTI_ACTIVITY_KIND_MEMSET", "start end deviceId streamId correlationId globalPid bytes"
+)
+RUNTIME = TableSpec(
+    "CUPTI_ACTIVITY_KIND_RUNTIME", "start end eventClass globalTid correlationId nameId"
+)
+# Only ranges (59 push/pop, 60 start/end) and domain creations (75).
+NVTX = TableSpec(
+    "NVTX_EVENTS",
+    "start end eventType globalTid textId domainId",
+    "text",
+    " WHERE eventType IN (59, 60, 75)",
+)
+STRINGS = TableSpec("StringIds", "id", "value")
+THREAD_NAMES = TableSpec("ThreadNames", "nameId globalTid")
+GPU_INFO = TableSpec(
+    "TARGET_INFO_GPU",
+    "device_id=id|deviceId sm_count=smCount memory=totalMemory"
+    " major=computeMajor minor=computeMinor",
+    "name",
+)
+# The oldest exports describe GPUs here instead (column names from NVIDIA's
+# published schema notes of that era; no such file is in the test corpus).
+CUDA_GPU_INFO = TableSpec(
+    "TARGET_INFO_CUDA_GPU",
+    "device_id=deviceId|id sm_count=numMultiprocessors|smCount"
+    " memory=totalGlobalMem|globalMemorySize|totalMemory"
+    " major=computeCapabilityMajor|computeMajor minor=computeCapabilityMinor|computeMinor",
+    "name",
+)
+MEMCPY_KINDS = TableSpec("ENUM_CUDA_MEMCPY_OPER", "id", "name")
+_META_KEYS = " WHERE name IN ('EXPORT_PRODUCT_VERSION', 'EXPORT_SCHEMA_VERSION')"
+META_TABLES = [
+    TableSpec("META_DATA_EXPORT", "", "name value", _META_KEYS),
+    TableSpec("EXPORT_META_DATA", "", "name value", _META_KEYS),
+]
+
+
+class Export:
+    """An open export: its tables with their columns, and a reader per table."""
+
+    def __init__(self, file: Path, conn: adbc.Connection, tables: dict[str, set[str]]):
+        self.file = file
+        self.tables = tables
+        self._conn = conn
+
+    def read(self, spec: TableSpec) -> pl.DataFrame | None:
+        """The table of `spec` as a frame, or None when the export lacks it."""
+        present = self.tables.get(spec.table)
+        if present is None:
+            return None
+        try:
+            return fetch(self._conn, spec, present)
+        except BACKEND_ERRORS as exc:
+            raise _unreadable(self.file, exc) from None
+
+
+@contextmanager
+def open_export(path: str | os.PathLike) -> Iterator[Export]:
+    """Check and open the export at `path` read-only; close it afterwards."""
+    file = check_file(path)
+    try:
+        conn = adbc.connect(f"file:{quote(str(file.resolve()))}?mode=ro&immutable=1")
+    except BACKEND_ERRORS as exc:
+        raise _unreadable(file, exc) from None
+    try:
+        try:
+            tables = probe(conn)
+        except BACKEND_ERRORS as exc:
+            raise _unreadable(file, exc) from None
+        if "StringIds" not in tables and not any(t.startswith(_NSYS_PREFIXES) for t in tables):
+            raise NotAnExport(
+                f"{file}: an SQLite database but not an Nsight Systems export "
+                "(no StringIds, CUPTI_* or NVTX_* tables)"
+            )
+        yield Export(file, conn, tables)
+    finally:
+        conn.close()
+
+
+_NSYS_PREFIXES = ("CUPTI_", "NVTX_")
+
+
+def _unreadable(file: Path, exc: BaseException) -> NotAnExport:
+    detail = " ".join(str(exc).split())[:200]
+    return NotAnExport(f"{file}: unreadable SQLite database ({detail})")
+
+
+def check_file(path: str | os.PathLike) -> Path:
+    """`path` as a Path, once its first bytes look like a complete SQLite file."""
+    file = Path(path)
+    if not file.exists():
+        raise InputNotFound(f"{file}: no such file")
+    if file.is_dir():
+        raise InputNotFound(f"{file}: is a directory, not an nsys .sqlite export")
+    try:
+        with file.open("rb") as stream:
+            header = stream.read(100)
+        size = file.stat().st_size
+    except OSError as exc:
+        raise InputNotFound(f"{file}: cannot read it ({exc.strerror})") from None
+    if size == 0:
+        raise NotAnExport(f"{file}: empty file, not an SQLite export")
+    if not header.startswith(SQLITE_MAGIC):
+        raise NotAnExport(
+            f"{file}: not an SQLite file (export an nsys report first: "
+            "nsys export --type sqlite REPORT.nsys-rep)"
+        )
+    expected = _expected_size(header)
+    if expected is None or size < expected:
+        got = f"{size} of {expected} bytes" if expected else "incomplete header"
+        raise NotAnExport(f"{file}: truncated SQLite file ({got})")
+    return file
+
+
+def _expected_size(header: bytes) -> int | None:
+    """Page size x page count from the header (0: count not valid; None: short header)."""
+    if len(header) < 100:
+        return None
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    count_valid = header[24:28] == header[92:96]
+    return page_size * pages if count_valid else 0
+
+
+def probe(conn: adbc.Connection) -> dict[str, set[str]]:
+    """Every table of the database with its column names."""
+    frame = _arrow(conn, PROBE_SQL)
+    tables: dict[str, set[str]] = {}
+    names = zip(_decode(frame["tbl"]).to_pylist(), _decode(frame["col"]).to_pylist(), strict=True)
+    for table, column in names:
+        tables.setdefault(table, set()).add(column)
+    return tables
+
+
+def select_sql(spec: TableSpec, present: set[str]) -> str:
+    """The SELECT for `spec` given the columns the table has."""
+    parts = []
+    for alias, is_text, candidates in spec.columns():
+        column = next((c for c in candidates if c in present), None)
+        if column is None:
+            value = "x''" if is_text else "NULL"
+        elif is_text:
+            value = f"CAST(coalesce(\"{column}\", x'') AS BLOB)"
+        else:
+            value = f'CAST("{column}" AS INTEGER)'
+        parts.append(f'{value} AS "{alias}"')
+    return f'SELECT {", ".join(parts)} FROM "{spec.table}"{spec.where}'
+
+
+def fetch(conn: adbc.Connection, spec: TableSpec, present: set[str]) -> pl.DataFrame:
+    """The table's columns as a frame: Int64 for integers, String for texts."""
+    table = _arrow(conn, select_sql(spec, present))
+    columns = {}
+    for alias, is_text, _ in spec.columns():
+        if is_text:
+            columns[alias] = pl.from_arrow(_decode(table[alias]))
+        else:
+            columns[alias] = pl.from_arrow(table[alias]).cast(pl.Int64)
+    return pl.DataFrame(columns)
+
+
+def _arrow(conn: adbc.Connection, sql: str) -> pa.Table:
+    with conn.cursor() as cur:
+        cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
+        cur.execute(sql)
+        return cur.fetch_arrow_table()
+
+
+def _decode(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """UTF-8 bytes to strings; invalid sequences become U+FFFD."""
+    if len(column) == 0 or not pa.types.is_binary(column.type):
+        return pa.chunked_array([pa.array([None] * len(column), pa.string())])
+    try:
+        return pc.cast(column, pa.string())
+    except pa.ArrowInvalid:
+        return _decode_tolerant(column)
+
+
+def _decode_tolerant(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """The slow path: decode each distinct value once, in Python."""
+    encoded = pc.dictionary_encode(column).combine_chunks()
+    values = [v.decode("utf-8", "replace") for v in encoded.dictionary.to_pylist()]
+    return pa.chunked_array([pc.take(pa.array(values, pa.string()), encoded.indices)])
