@@ -1,0 +1,80 @@
+"""Helpers for tests over the real Nsight Systems exports in ../shared/corpus/nsys.
+
+The corpus lives next to the repository, not in it; tests that need it are
+marked `corpus` and skip, with the reason shown, when it is absent.
+`independent_gpu_totals` recomputes per-device totals with plain SQL so that
+tests can check nsysmap against something that does not share its code.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+CORPUS = (Path(__file__).parents[1] / ".." / "shared" / "corpus" / "nsys").resolve()
+CATALOGUE = CORPUS / "catalogue.json"
+_ABSENT = f"the nsys export corpus is not at {CORPUS}"
+
+# Marker for corpus tests: `@needs_corpus` skips them when the corpus is absent.
+needs_corpus = pytest.mark.skipif(not CATALOGUE.is_file(), reason=_ABSENT)
+# The exports without GPU activity (NVTX only, or launches captured under WSL2).
+NO_GPU_FILES = (
+    "centerformer_baseline_pytorch_nvtx_only.sqlite",
+    "centerformer_poolformer_trt_nvtx_only.sqlite",
+    "qcu_mpi_python_wsl2_no_kernel_table.sqlite",
+)
+_GPU_TABLES = (
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "CUPTI_ACTIVITY_KIND_MEMSET",
+)
+
+
+def catalogue() -> list[dict]:
+    """The catalogue's per-file entries ([] when the corpus is absent)."""
+    if not CATALOGUE.is_file():
+        return []
+    return json.loads(CATALOGUE.read_text())["files"]
+
+
+def corpus_files() -> list[str]:
+    """The file names the catalogue lists (a placeholder when it is absent)."""
+    return [entry["file"] for entry in catalogue()] or ["<corpus absent>"]
+
+
+def corpus_path(name: str) -> Path:
+    """The path of a corpus file; skips the test when the corpus is absent."""
+    path = CORPUS / name
+    if not path.is_file():
+        pytest.skip(_ABSENT if not CORPUS.is_dir() else f"{name} is not in the corpus")
+    return path
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """A plain read-only sqlite3 connection that tolerates non-UTF-8 text."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    conn.text_factory = bytes
+    return conn
+
+
+def independent_gpu_totals(path: Path) -> dict[int, tuple[int, int]]:
+    """device id -> (op count, sum of end - start in ns) over kernels, memcpys, memsets.
+
+    Plain SQL over the raw tables, independent of nsysmap's reader.
+    """
+    totals: dict[int, tuple[int, int]] = {}
+    with connect(path) as conn:
+        tables = {row[0].decode() for row in conn.execute("SELECT name FROM sqlite_master")}
+        for table in _GPU_TABLES:
+            if table not in tables:
+                continue
+            rows = conn.execute(
+                f'SELECT deviceId, COUNT(*), SUM("end" - start) FROM {table} GROUP BY deviceId'
+            )
+            for device, count, total in rows:
+                before = totals.get(device, (0, 0))
+                totals[device] = (before[0] + count, before[1] + total)
+    return totals
