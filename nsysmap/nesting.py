@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
-MAX_REPAIR_ROUNDS = 8
+MAX_REPAIR_ROUNDS = 32
 
 
 def nest_intervals(
@@ -118,26 +118,55 @@ def nest_repaired(df: pl.DataFrame, *, by: Sequence[str], id_col: str) -> tuple[
         A |--------|          A |--------|
         B      |-------|  ->  B      |---|      (B clipped to A's end)
 
-    Returns the nested frame (with `end_ns` clipped) and how many intervals
-    were clipped. Push/pop ranges never cross, so they are never changed.
+    The parent is the innermost interval still open at the start, with
+    earlier crossings already clipped. Returns the nested frame (`end_ns`
+    clipped) and how many intervals were clipped. Push/pop ranges never
+    cross, so data without crossings costs one nesting pass.
     """
-    clipped_ids: set[int] = set()
-    out = nest_intervals(df, by=by, id_col=id_col)
-    for _ in range(MAX_REPAIR_ROUNDS):
-        parent_end = out.select(pl.col(id_col).alias("parent_id"), pl.col("end_ns").alias("p_end"))
-        checked = out.join(parent_end, on="parent_id", how="left")
-        bad = checked.filter(pl.col("p_end").is_not_null() & (pl.col("end_ns") > pl.col("p_end")))
-        if bad.is_empty():
+    by = list(by)
+    out = _with_crossing(nest_intervals(df, by=by, id_col=id_col), id_col)
+    if not out["crossing"].any():
+        return out.drop("crossing", "p_end"), 0
+    # Only groups with a crossing are nested again, as often as needed.
+    bad_groups = out.filter("crossing").select(by).unique()
+    todo = out.join(bad_groups, on=by, how="semi")
+    done = out.join(bad_groups, on=by, how="anti")
+    todo, n_clipped = _clip_rounds(todo, by, id_col)
+    return pl.concat([done.drop("p_end"), todo]).drop("crossing"), n_clipped
+
+
+def _with_crossing(nested: pl.DataFrame, id_col: str) -> pl.DataFrame:
+    """Add `crossing`: starts inside its parent but ends after it."""
+    parent_end = nested.select(pl.col(id_col).alias("parent_id"), pl.col("end_ns").alias("p_end"))
+    checked = nested.join(parent_end, on="parent_id", how="left")
+    crossing = (pl.col("end_ns") > pl.col("p_end")) & (pl.col("start_ns") < pl.col("p_end"))
+    return checked.with_columns(crossing.fill_null(False).alias("crossing"))
+
+
+def _clip_rounds(nested: pl.DataFrame, by: list[str], id_col: str) -> tuple[pl.DataFrame, int]:
+    """Clip the earliest crossing of each group, re-nest, repeat.
+
+    Only the earliest crossing (in nesting order) is certain to sit under its
+    true parent: a later one may look crossing only because of it. After
+    MAX_REPAIR_ROUNDS rounds every remaining crossing is clipped at once.
+    """
+    clipped: set[int] = set()
+    for round_no in range(MAX_REPAIR_ROUNDS + 1):
+        if not nested["crossing"].any():
             break
-        clipped_ids.update(bad[id_col].to_list())
-        fixed = checked.with_columns(
-            pl.when(pl.col("p_end").is_not_null() & (pl.col("end_ns") > pl.col("p_end")))
-            .then(pl.max_horizontal(pl.col("p_end"), pl.col("start_ns")))
+        nested = nested.sort([*by, "start_ns", -pl.col("end_ns"), id_col])
+        first = pl.col("crossing").cast(pl.Int32).cum_sum().over(by) == 1
+        pick = pl.col("crossing") if round_no == MAX_REPAIR_ROUNDS else pl.col("crossing") & first
+        chosen = nested.filter(pick)[id_col]
+        clipped.update(chosen.to_list())
+        fixed = nested.with_columns(
+            pl.when(pl.col(id_col).is_in(chosen.implode()))
+            .then(pl.col("p_end"))
             .otherwise(pl.col("end_ns"))
             .alias("end_ns")
-        ).drop("p_end")
-        out = nest_intervals(fixed, by=by, id_col=id_col)
-    return out, len(clipped_ids)
+        ).drop("p_end", "crossing")
+        nested = _with_crossing(nest_intervals(fixed, by=by, id_col=id_col), id_col)
+    return nested.drop("p_end"), len(clipped)
 
 
 def nest_ranges(ranges: pl.DataFrame) -> tuple[pl.DataFrame, int]:

@@ -1,0 +1,164 @@
+"""A deliberately simple, loop-based reference of nesting and attribution.
+
+The engine (nsysmap.nesting, nsysmap.attribute) uses sorts, cumulative sums
+and as-of joins; this module uses a stack and parent walks, one interval at a
+time. Tests compare the two on random and real inputs. It follows the
+documented rules only: half-open intervals, longer-first and lower-id-first
+ties, crossing intervals clipped to their parent's end.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+
+import polars as pl
+
+from nsysmap.naming import parse_range_name
+
+
+@dataclass
+class Iv:
+    id: int
+    group: tuple
+    start: int
+    end: int
+    parent: int | None = None
+    depth: int = 0
+
+
+def _key(iv: Iv) -> tuple[int, int, int]:
+    return (iv.start, -iv.end, iv.id)
+
+
+def contains(p: Iv, x: Iv) -> bool:
+    """Does `p` enclose `x` under the engine's ordering rules?"""
+    if _key(p) >= _key(x) or p.start > x.start or x.end > p.end:
+        return False
+    zero_at_end = x.start == x.end == p.end and p.start < p.end
+    return not zero_at_end
+
+
+def nest(ivs: list[Iv]) -> dict[int, Iv]:
+    """Parent and depth of properly nested intervals, by a stack per group."""
+    out: dict[int, Iv] = {}
+    groups: dict[tuple, list[Iv]] = {}
+    for iv in ivs:
+        groups.setdefault(iv.group, []).append(Iv(iv.id, iv.group, iv.start, iv.end))
+    for members in groups.values():
+        stack: list[Iv] = []
+        for iv in sorted(members, key=_key):
+            while stack and not contains(stack[-1], iv):
+                stack.pop()
+            iv.parent = stack[-1].id if stack else None
+            iv.depth = len(stack) + 1
+            stack.append(iv)
+            out[iv.id] = iv
+    return out
+
+
+def _open_at_start_of(top: Iv, x: Iv) -> bool:
+    """Is `top` still open when `x` starts (x comes after top in key order)?"""
+    return top.end > x.start or top.start == top.end == x.start
+
+
+def nest_repaired(ivs: list[Iv]) -> dict[int, Iv]:
+    """Nest intervals that may cross: one pass with a stack of open intervals.
+
+    The innermost interval still open at an interval's start is its parent;
+    if it outlives that parent it is clipped to the parent's end.
+    """
+    out: dict[int, Iv] = {}
+    groups: dict[tuple, list[Iv]] = {}
+    for iv in ivs:
+        groups.setdefault(iv.group, []).append(Iv(iv.id, iv.group, iv.start, iv.end))
+    for members in groups.values():
+        stack: list[Iv] = []
+        for iv in sorted(members, key=_key):
+            while stack and not _open_at_start_of(stack[-1], iv):
+                stack.pop()
+            if stack and iv.end > stack[-1].end:
+                iv.end = stack[-1].end
+            stack.append(iv)
+            out[iv.id] = iv
+    # Re-nest the clipped intervals: clipping can turn a longer interval into
+    # an equal one, whose order then follows the tie rule.
+    return nest(list(out.values()))
+
+
+class Innermost:
+    """Innermost interval at time t per group, by bisect and a parent walk."""
+
+    def __init__(self, nested: dict[int, Iv]) -> None:
+        self.nested = nested
+        self.by_group: dict[tuple, tuple[list[tuple], list[Iv]]] = {}
+        for iv in sorted(nested.values(), key=_key):
+            keys, ivs = self.by_group.setdefault(iv.group, ([], []))
+            keys.append(_key(iv))
+            ivs.append(iv)
+
+    def at(self, group: tuple, t: int) -> int | None:
+        if group not in self.by_group:
+            return None
+        keys, ivs = self.by_group[group]
+        i = bisect.bisect_right(keys, (t, float("inf"), float("inf"))) - 1
+        node = ivs[i] if i >= 0 else None
+        while node is not None and not (node.start <= t < node.end):
+            node = self.nested[node.parent] if node.parent is not None else None
+        return node.id if node else None
+
+
+_FOREIGN_STEP = re.compile(r"(?i)^(?:ProfilerStep#|(?:train[_ ]?)?(?:step|iter|iteration)[ _#:=-]?)(\d+)$")
+
+
+def _own_labels(name: str) -> dict:
+    parsed = parse_range_name(name)
+    if parsed is None:
+        m = _FOREIGN_STEP.match(name)
+        return {"step": int(m.group(1))} if m else {}
+    if parsed.kind == "step":
+        return {"step": parsed.step}
+    if parsed.kind == "phase":
+        return {"phase": parsed.phase}
+    return {"module": parsed.module_path, "direction": parsed.direction}
+
+
+def reference_attribution(gpu_ops: pl.DataFrame, api_calls: pl.DataFrame,
+                          ranges: pl.DataFrame) -> dict[int, dict]:
+    """op_id -> {attribution, range_id, step, phase, module} for nsysmap-style ranges."""
+    launches: dict[tuple, dict] = {}
+    for row in api_calls.sort("start_ns", "tid").iter_rows(named=True):
+        launches.setdefault((row["pid"], row["correlation_id"]), row)
+    rows = list(ranges.iter_rows(named=True))
+    names = {r["range_id"]: r["name"] for r in rows}
+    labels = {rid: _own_labels(n) for rid, n in names.items()}
+
+    def finder(keep: callable, by_thread: bool) -> Innermost:
+        ivs = [Iv(r["range_id"], (r["pid"], r["tid"]) if by_thread else (r["pid"],),
+                  r["start_ns"], r["end_ns"]) for r in rows if keep(r["range_id"])]
+        return Innermost(nest_repaired(ivs))
+
+    any_range = finder(lambda rid: True, True)
+    fam = {k: finder(lambda rid, k=k: k in labels[rid], True) for k in ("step", "phase", "module")}
+    win = {k: finder(lambda rid, k=k: k in labels[rid], False) for k in ("step", "phase")}
+    out = {}
+    for op in gpu_ops.iter_rows(named=True):
+        launch = launches.get((op["pid"], op["correlation_id"]))
+        res = {"attribution": "no_launch", "range_id": None, "step": None, "phase": None,
+               "module": None}
+        if launch is not None:
+            thread, t = (launch["pid"], launch["tid"]), launch["start_ns"]
+            res["range_id"] = any_range.at(thread, t)
+            projected = False
+            for k in ("step", "phase", "module"):
+                rid = fam[k].at(thread, t)
+                if rid is None and k in win:
+                    rid = win[k].at((launch["pid"],), t)
+                    projected = projected or rid is not None
+                res[k] = labels[rid][k] if rid is not None else None
+            res["attribution"] = (
+                "range" if res["range_id"] is not None else "window" if projected else "no_range"
+            )
+        out[op["op_id"]] = res
+    return out

@@ -1,0 +1,190 @@
+"""Attribution on hand-built reports (ms timings) and against the reference."""
+
+from __future__ import annotations
+
+import polars as pl
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nsysmap.attribute import attribute
+from tests.frames import MS, Frames
+from tests.reference import reference_attribution
+from tests.strategies import forest
+
+MAIN, AUTOGRAD = 1, 2
+
+
+def _row(ops: pl.DataFrame, op_id: int) -> dict:
+    return ops.filter(pl.col("op_id") == op_id).row(0, named=True)
+
+
+def _training_step() -> tuple[Frames, dict[str, int]]:
+    """One GPT-2-like step: phases on the main thread, backward on the autograd thread."""
+    f = Frames()
+    f.range(MAIN, "nsysmap:step:0", 0, 100)
+    f.range(MAIN, "nsysmap:phase:data", 0, 5)
+    f.range(MAIN, "nsysmap:phase:zero_grad", 5, 8)
+    f.range(MAIN, "nsysmap:phase:forward", 10, 40)
+    f.range(MAIN, "nsysmap:fwd:GPT2LMHeadModel:", 10, 40)
+    f.range(MAIN, "nsysmap:fwd:GPT2Block:transformer.h.0", 11, 30)
+    f.range(MAIN, "nsysmap:fwd:Conv1D:transformer.h.0.attn.c_attn", 12, 15)
+    f.range(MAIN, "nsysmap:phase:loss", 40, 45)
+    f.range(MAIN, "nsysmap:phase:backward", 50, 90)
+    f.range(AUTOGRAD, "nsysmap:bwd:GPT2Block:transformer.h.0", 55, 80)
+    f.range(AUTOGRAD, "nsysmap:bwd:Conv1D:transformer.h.0.attn.c_attn", 60, 65)
+    f.range(MAIN, "nsysmap:phase:optimizer", 90, 99)
+    ids = {
+        "fwd_gemm": f.kernel(MAIN, 13, "ampere_sgemm_128x64_tn"),
+        "fwd_block": f.kernel(MAIN, 20, "vectorized_elementwise_kernel"),
+        "loss": f.kernel(MAIN, 42, "cunn_SoftMaxForward"),
+        "bwd_gemm": f.kernel(AUTOGRAD, 62, "ampere_sgemm_64x64_nn"),
+        "bwd_outside_module": f.kernel(AUTOGRAD, 85, "reduce_kernel"),
+        "optimizer": f.kernel(MAIN, 95, "multi_tensor_apply_kernel"),
+        "after_step": f.kernel(MAIN, 120, "vectorized_elementwise_kernel"),
+        "no_launch": f.kernel(None, 0, "ncclDevKernel_AllReduce", run_at=130),
+        "memcpy": f.kernel(MAIN, 3, "[CUDA memcpy HtoD]", kind="memcpy"),
+    }
+    return f, ids
+
+
+def test_training_step_by_hand():
+    f, ids = _training_step()
+    ops = attribute(f.report())
+    fwd = _row(ops, ids["fwd_gemm"])
+    assert (fwd["step"], fwd["phase"], fwd["module"], fwd["module_class"]) == (
+        0, "forward", "transformer.h.0.attn.c_attn", "Conv1D",
+    )
+    assert fwd["direction"] == "forward" and fwd["attribution"] == "range"
+    assert fwd["category"] == "gemm" and fwd["range_depth"] == 5
+    assert fwd["range_path"] == (
+        "nsysmap:step:0 > nsysmap:phase:forward > nsysmap:fwd:GPT2LMHeadModel: > "
+        "nsysmap:fwd:GPT2Block:transformer.h.0 > nsysmap:fwd:Conv1D:transformer.h.0.attn.c_attn"
+    )
+    assert _row(ops, ids["fwd_block"])["module"] == "transformer.h.0"
+    assert _row(ops, ids["loss"])["phase"] == "loss"
+    assert _row(ops, ids["loss"])["category"] == "softmax"
+    bwd = _row(ops, ids["bwd_gemm"])
+    assert (bwd["tid"], bwd["step"], bwd["phase"], bwd["module"], bwd["direction"]) == (
+        AUTOGRAD, 0, "backward", "transformer.h.0.attn.c_attn", "backward",
+    )
+    assert bwd["attribution"] == "range"  # own thread has a range; phase came from the window
+    outside = _row(ops, ids["bwd_outside_module"])
+    assert (outside["attribution"], outside["phase"], outside["module"]) == (
+        "window", "backward", None,
+    )
+    opt = _row(ops, ids["optimizer"])
+    assert (opt["phase"], opt["module"], opt["category"]) == ("optimizer", None, "optimizer")
+    assert _row(ops, ids["after_step"])["attribution"] == "no_range"
+    lost = _row(ops, ids["no_launch"])
+    assert (lost["attribution"], lost["tid"], lost["category"]) == (
+        "no_launch", None, "communication",
+    )
+    copy = _row(ops, ids["memcpy"])
+    assert (copy["category"], copy["phase"]) == ("memcpy", "data")
+
+
+def test_every_op_once_and_time_conserved_per_device():
+    f, _ = _training_step()
+    f.kernel(MAIN, 13, "on_device_1", device=1, dur=3)
+    report = f.report()
+    ops = attribute(report)
+    assert sorted(ops["op_id"]) == sorted(report.gpu_ops["op_id"])
+    by_dev = lambda df: dict(df.group_by("device_id").agg(pl.col("dur_ns").sum()).iter_rows())
+    assert by_dev(ops) == by_dev(report.gpu_ops) == {0: 9 * MS, 1: 3 * MS}
+
+
+def test_launch_rows_are_matched_within_their_process():
+    f = Frames()
+    f.range(MAIN, "nsysmap:phase:forward", 0, 10, pid=1)
+    f.range(MAIN, "nsysmap:phase:backward", 0, 10, pid=2)
+    a = f.kernel(MAIN, 5, pid=1)
+    b = f.kernel(MAIN, 5, pid=2)
+    f.ops[b]["correlation_id"] = f.ops[a]["correlation_id"]
+    f.calls[b]["correlation_id"] = f.calls[a]["correlation_id"]
+    f.calls.append(dict(f.calls[a], start_ns=9 * MS))  # a duplicate launch row
+    ops = attribute(f.report())
+    assert ops.height == 2
+    assert _row(ops, a)["phase"] == "forward" and _row(ops, b)["phase"] == "backward"
+    assert _row(ops, a)["launch_start_ns"] == 5 * MS
+
+
+def test_loss_inside_forward_is_the_loss_phase():
+    f = Frames()
+    f.range(MAIN, "nsysmap:phase:forward", 0, 50)
+    f.range(MAIN, "nsysmap:fwd:GPT2LMHeadModel:", 0, 50)
+    f.range(MAIN, "nsysmap:phase:loss", 40, 49)
+    k = f.kernel(MAIN, 45, "cross_entropy_kernel")
+    row = _row(attribute(f.report()), k)
+    assert (row["phase"], row["module"]) == ("loss", "")
+
+
+def test_emit_nvtx_backward_op_takes_the_module_of_its_forward_seq():
+    f = Frames()
+    f.range(MAIN, "nsysmap:fwd:Linear:mlp.fc", 0, 10)
+    f.range(MAIN, "aten::addmm, seq = 7, op_id = 3, sizes = [[8, 16], [16, 32]]", 1, 9)
+    f.range(AUTOGRAD, "autograd::engine::evaluate_function: AddmmBackward0", 20, 30)
+    f.range(AUTOGRAD, "aten::mm, stashed seq = 7, op_id = 40", 21, 29)
+    fwd = f.kernel(MAIN, 2, "sm90_xmma_gemm")
+    bwd = f.kernel(AUTOGRAD, 22, "sm90_xmma_gemm")
+    ops = attribute(f.report())
+    assert _row(ops, fwd)["aten_op"] == "aten::addmm"
+    assert _row(ops, fwd)["input_shapes"] == "[[8, 16], [16, 32]]"
+    row = _row(ops, bwd)
+    assert (row["module"], row["module_class"], row["direction"], row["aten_op"]) == (
+        "mlp.fc", "Linear", "backward", "aten::mm",
+    )
+
+
+def test_fsdp_hook_ranges_become_block_spans():
+    f = Frames()
+    f.range(MAIN, "FSDP::pre_forward (blocks.3._checkpoint_wrapped_module), op_id = 1", 0, 2)
+    f.range(MAIN, "FSDP::post_forward (blocks.3._checkpoint_wrapped_module), op_id = 9", 30, 32)
+    inside = f.kernel(MAIN, 10, "flash_fwd_kernel")
+    outside = f.kernel(MAIN, 40, "flash_fwd_kernel")
+    ops = attribute(f.report())
+    assert _row(ops, inside)["module"] == "blocks.3._checkpoint_wrapped_module"
+    assert _row(ops, inside)["direction"] == "forward"
+    assert _row(ops, inside)["category"] == "attention"
+    assert _row(ops, outside)["module"] is None
+
+
+def test_foreign_phase_and_step_names():
+    f = Frames()
+    f.range(MAIN, "ProfilerStep#4", 0, 100)
+    f.range(MAIN, "Optimizer.step#AdamW.step", 80, 90)
+    f.range(MAIN, "forward", 0, 30)
+    a = f.kernel(MAIN, 85)
+    b = f.kernel(MAIN, 10)
+    ops = attribute(f.report())
+    assert (_row(ops, a)["step"], _row(ops, a)["phase"]) == (4, "optimizer")
+    assert _row(ops, b)["phase"] == "forward"
+
+
+NAMES = (
+    "nsysmap:step:{i}", "nsysmap:phase:forward", "nsysmap:phase:backward",
+    "nsysmap:fwd:Conv1D:h.{i}.c_fc", "nsysmap:bwd:Conv1D:h.{i}.c_fc", "aten::mm", "user range",
+)
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    st.data(),
+    st.lists(st.tuples(st.sampled_from([None, 1, 2]), st.integers(-2, 62), st.integers(0, 1)),
+             max_size=30),
+)
+def test_matches_reference_on_random_reports(data, kernels):
+    f = Frames()
+    for tid in (1, 2):
+        for start, end in data.draw(forest()):
+            name = data.draw(st.sampled_from(NAMES)).format(i=data.draw(st.integers(0, 3)))
+            f.range(tid, name, start, end)
+    for tid, launch_at, device in kernels:
+        f.kernel(tid, launch_at, device=device)
+    report = f.report()
+    ops = attribute(report)
+    expected = reference_attribution(report.gpu_ops, report.api_calls, report.ranges)
+    assert ops.height == report.gpu_ops.height
+    for row in ops.iter_rows(named=True):
+        want = expected[row["op_id"]]
+        got = {k: row[k] for k in want}
+        assert got == want, row

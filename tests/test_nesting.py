@@ -1,0 +1,101 @@
+"""Nesting and innermost lookup against the loop-based reference."""
+
+from __future__ import annotations
+
+import polars as pl
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nsysmap.nesting import innermost_at, innermost_timeline, nest_intervals, nest_repaired
+from tests import reference as ref
+from tests.strategies import crossing_intervals, threads_of_ranges
+
+
+def _frame(rows: list[tuple[int, int, int, int]]) -> pl.DataFrame:
+    return pl.DataFrame(
+        rows, schema={"range_id": pl.Int64, "tid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64},
+        orient="row",
+    ).with_columns(pl.lit(1, pl.Int64).alias("pid"))
+
+
+def test_small_timeline_by_hand():
+    # tid 7: A[0,10) > B[2,5), A > C[6,9); tid 8: D[0,3)
+    df = _frame([(1, 7, 0, 10), (2, 7, 2, 5), (3, 7, 6, 9), (4, 8, 0, 3)])
+    nested = nest_intervals(df, by=["pid", "tid"], id_col="range_id").sort("range_id")
+    assert nested["depth"].to_list() == [1, 2, 2, 1]
+    assert nested["parent_id"].to_list() == [None, 1, 1, None]
+    q = pl.DataFrame({"pid": [1] * 8, "tid": [7, 7, 7, 7, 7, 7, 8, 8], "t": [0, 2, 4, 5, 6, 10, 2, 3]})
+    timeline = innermost_timeline(nested, by=["pid", "tid"], id_col="range_id")
+    got = innermost_at(q, timeline, by=["pid", "tid"], time_col="t").to_list()
+    assert got == [1, 2, 2, 1, 3, None, 4, None]
+
+
+def test_ties_longer_outside_equal_by_id_and_zero_length_contains_nothing():
+    df = _frame([(5, 1, 0, 10), (3, 1, 0, 10), (4, 1, 0, 4), (6, 1, 4, 4)])
+    nested = nest_intervals(df, by=["pid", "tid"], id_col="range_id").sort("range_id")
+    assert dict(zip(nested["range_id"], nested["parent_id"], strict=True)) == {
+        3: None, 4: 5, 5: 3, 6: 5,
+    }
+    timeline = innermost_timeline(nested, by=["pid", "tid"], id_col="range_id")
+    q = pl.DataFrame({"pid": [1, 1, 1], "tid": [1, 1, 1], "t": [0, 4, 9]})
+    assert innermost_at(q, timeline, by=["pid", "tid"], time_col="t").to_list() == [4, 5, 5]
+
+
+def test_null_query_times_give_null():
+    df = _frame([(1, 1, 0, 10)])
+    timeline = innermost_timeline(
+        nest_intervals(df, by=["pid", "tid"], id_col="range_id"), by=["pid", "tid"], id_col="range_id"
+    )
+    q = pl.DataFrame({"pid": [1, 1, None], "tid": [1, None, 1], "t": [None, 5, 5]},
+                     schema={"pid": pl.Int64, "tid": pl.Int64, "t": pl.Int64})
+    assert innermost_at(q, timeline, by=["pid", "tid"], time_col="t").to_list() == [None] * 3
+
+
+@settings(max_examples=150, deadline=None)
+@given(threads_of_ranges(), st.lists(st.tuples(st.integers(1, 2), st.integers(-1, 62)), max_size=25))
+def test_nesting_and_innermost_match_reference(rows, queries):
+    df = _frame(rows)
+    nested = nest_intervals(df, by=["pid", "tid"], id_col="range_id")
+    expected = ref.nest([ref.Iv(i, (1, tid), s, e) for i, tid, s, e in rows])
+    for r in nested.iter_rows(named=True):
+        assert r["parent_id"] == expected[r["range_id"]].parent
+        assert r["depth"] == expected[r["range_id"]].depth
+    q = pl.DataFrame(
+        [(1, tid, t) for tid, t in queries], schema={"pid": pl.Int64, "tid": pl.Int64, "t": pl.Int64},
+        orient="row",
+    )
+    timeline = innermost_timeline(nested, by=["pid", "tid"], id_col="range_id")
+    got = innermost_at(q, timeline, by=["pid", "tid"], time_col="t").to_list()
+    finder = ref.Innermost(expected)
+    assert got == [finder.at((1, tid), t) for tid, t in queries]
+
+
+@settings(max_examples=150, deadline=None)
+@given(crossing_intervals())
+def test_repair_clips_crossings_into_a_proper_forest(rows):
+    df = _frame([(i, 1, s, e) for i, s, e in rows])
+    repaired, n_clipped = nest_repaired(df, by=["pid", "tid"], id_col="range_id")
+    expected = ref.nest_repaired([ref.Iv(i, (1, 1), s, e) for i, s, e in rows])
+    ends = dict(zip(repaired["range_id"], repaired["end_ns"], strict=True))
+    for r in repaired.iter_rows(named=True):
+        assert r["parent_id"] == expected[r["range_id"]].parent
+        assert r["end_ns"] == expected[r["range_id"]].end
+        if r["parent_id"] is not None:
+            assert r["end_ns"] <= ends[r["parent_id"]]
+    original = {i: e for i, _, e in rows}
+    assert n_clipped == sum(1 for i, e in ends.items() if e != original[i])
+
+
+def test_repair_fallback_still_gives_a_proper_forest(monkeypatch):
+    import nsysmap.nesting as nesting
+
+    monkeypatch.setattr(nesting, "MAX_REPAIR_ROUNDS", 0)
+    rows = [(0, 0, 10), (1, 5, 15), (2, 12, 20), (3, 14, 30)]
+    repaired, n_clipped = nest_repaired(
+        _frame([(i, 1, s, e) for i, s, e in rows]), by=["pid", "tid"], id_col="range_id"
+    )
+    ends = dict(zip(repaired["range_id"], repaired["end_ns"], strict=True))
+    assert n_clipped >= 1
+    for r in repaired.iter_rows(named=True):
+        if r["parent_id"] is not None:
+            assert r["end_ns"] <= ends[r["parent_id"]]
