@@ -1,0 +1,262 @@
+"""Installing and removing the instrumentation: `annotate`, `install`, `uninstall`.
+
+One session is active at a time. `install` while one is active only adds the
+model/optimizer it was given and counts a reference (so nesting `annotate`
+never doubles a range); the last `uninstall` closes every range still open
+(on this thread, and on autograd engine threads), removes every hook and
+undoes every patch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import warnings
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.nn.modules import module as nn_module
+from torch.optim import optimizer as optim_module
+from torch.utils.data import dataloader
+
+from instrument._modules import ModuleHooks
+from instrument._names import Names
+from instrument._patch import Patches
+from instrument._phases import Phases
+from instrument._state import Stacks
+from instrument.emitters import Emitter, make_emitter
+
+LOSS_FUNCTIONS = (
+    "binary_cross_entropy",
+    "binary_cross_entropy_with_logits",
+    "cosine_embedding_loss",
+    "cross_entropy",
+    "ctc_loss",
+    "gaussian_nll_loss",
+    "hinge_embedding_loss",
+    "huber_loss",
+    "kl_div",
+    "l1_loss",
+    "margin_ranking_loss",
+    "mse_loss",
+    "multi_margin_loss",
+    "multilabel_margin_loss",
+    "multilabel_soft_margin_loss",
+    "nll_loss",
+    "poisson_nll_loss",
+    "smooth_l1_loss",
+    "soft_margin_loss",
+    "triplet_margin_loss",
+    "triplet_margin_with_distance_loss",
+)
+# Warnings torch gives for modules whose backward ranges instrument/ handles itself.
+_QUIET = (
+    "For backward hooks to be called, module output should be a Tensor",
+    "Full backward hook is firing when gradients are computed with respect to module outputs",
+)
+
+
+class Session:
+    """Everything one installation put in place, and the state its hooks share."""
+
+    def __init__(self, emit: str | Emitter) -> None:
+        self.stacks = Stacks(make_emitter(emit))
+        self.names = Names(self.stacks)
+        self.phases = Phases(self.stacks)
+        self.modules = ModuleHooks(self.stacks, self.names, self.phases)
+        self._forward = self.modules.forward_hooks()
+        self._handles: list[Any] = []
+        self._module_handles: list[Any] = []
+        self._mode: tuple[str | None, Any] = (None, None)
+        self._patches = Patches()
+        self._filters: list[Any] = []
+
+    @property
+    def emitting(self) -> bool:
+        """False when nothing can listen (emit="off", or no NVTX tool for "nvtx")."""
+        return self.stacks.emitter is not None
+
+    @property
+    def steps_completed(self) -> int:
+        """Steps ended by the step rule so far."""
+        return self.phases.steps_completed
+
+    def add_step_listener(
+        self,
+        on_start: Callable[[int], None] | None = None,
+        on_end: Callable[[int], None] | None = None,
+    ) -> None:
+        """Call `on_start(k)` before step k's range opens and `on_end(k)` after it closes."""
+        if on_start is not None:
+            self.phases.on_step_start.append(on_start)
+        if on_end is not None:
+            self.phases.on_step_end.append(on_end)
+
+    def adopt(self, model: torch.nn.Module | None, optimizer: Any | None) -> None:
+        """Name `model` as the primary root and make `optimizer` the step optimizer."""
+        if model is not None and id(model) not in self.names.by_id:
+            self.names.name_tree(model, "", primary=self.names.primary is None)
+        if optimizer is not None and self.phases.step_optimizer is None:
+            self.phases.step_optimizer = weakref.ref(optimizer)
+        if self._mode[0] is not None:
+            self.refresh_module_hooks()
+
+    def install(self) -> None:
+        """Register the optimizer hooks, apply the scoped patches, attach module hooks."""
+        self._handles += [
+            optim_module.register_optimizer_step_pre_hook(self.phases.optimizer_pre),
+            optim_module.register_optimizer_step_post_hook(self.phases.optimizer_post),
+        ]
+        if self.emitting:
+            for message in _QUIET:
+                warnings.filterwarnings("ignore", message=message, category=UserWarning)
+                self._filters.append(warnings.filters[0])
+        self._patch()
+        self.phases.after_step_listeners = self.refresh_module_hooks
+        self.refresh_module_hooks()
+
+    def refresh_module_hooks(self) -> None:
+        """Per-module hooks while someone listens; otherwise only the primary root's.
+
+        Runs at install and at every step start (after the step listeners, so
+        a profiler started by a listener is seen). While nothing listens only
+        the root forward is hooked (it drives the forward phase and
+        forward-only steps), so other modules run at full speed.
+        """
+        emitter = self.stacks.emitter
+        listening = getattr(emitter, "listening", None)
+        want = emitter is not None and (listening is None or listening())
+        root = self.names.primary() if self.names.primary is not None else None
+        mode = ("all", None) if want else ("root", root) if root is not None else ("find", None)
+        if mode[0] == self._mode[0] and mode[1] is self._mode[1]:
+            return
+        self._remove(self._module_handles)
+        self._module_handles = self._module_hook_handles(mode[0], root)
+        self._mode = mode
+
+    def _module_hook_handles(self, mode: str, root: torch.nn.Module | None) -> list[Any]:
+        pre, post = self._forward
+        if mode == "root" and root is not None:
+            return [
+                root.register_forward_pre_hook(pre),
+                root.register_forward_hook(post, always_call=True),
+            ]
+        if mode == "find":
+            return [nn_module.register_module_forward_pre_hook(self._find_root)]
+        bpre, bpost = self.modules.backward_hooks()
+        return [
+            nn_module.register_module_forward_pre_hook(pre),
+            nn_module.register_module_forward_hook(post, always_call=True),
+            nn_module.register_module_full_backward_pre_hook(bpre),
+            nn_module.register_module_full_backward_hook(bpost),
+        ]
+
+    def _find_root(self, module: torch.nn.Module, args: Any) -> None:
+        """Global pre-hook while nothing listens and no root is known yet."""
+        if self.stacks.get().fwd_depth or id(module) in self.names.by_id:
+            return
+        self._forward[0](module, args)  # names it the primary root, opens its range
+        self.refresh_module_hooks()  # its own forward hook (read after forward) closes it
+
+    @staticmethod
+    def _remove(handles: list[Any]) -> None:
+        for handle in handles:
+            handle.remove()
+        handles.clear()
+
+    def _patch(self) -> None:
+        phases, patch = self.phases, self._patches.replace
+        patch(torch.autograd, "backward", lambda fn: phases.backward_call(fn, phase=True))
+        patch(torch.autograd, "grad", lambda fn: phases.backward_call(fn, phase=False))
+        patch(torch.optim.Optimizer, "zero_grad", lambda fn: phases.scoped("zero_grad", fn))
+        patch(torch.nn.Module, "zero_grad", lambda fn: phases.scoped("zero_grad", fn))
+        patch(dataloader._BaseDataLoaderIter, "__next__", phases.data_next)
+        for name in LOSS_FUNCTIONS:
+            if hasattr(F, name):
+                patch(F, name, phases.loss_fn)
+
+    def uninstall(self) -> None:
+        """Close every open range, then remove all hooks and undo all patches."""
+        try:
+            self.phases.close_all()
+            self.stacks.close_foreign(0)
+        finally:
+            self.phases.after_step_listeners = None
+            self._remove(self._handles)
+            self._remove(self._module_handles)
+            self._mode = (None, None)
+            self.modules.remove_accumulate_hooks()
+            self._patches.undo()
+            for entry in self._filters:
+                with contextlib.suppress(ValueError):
+                    warnings.filters.remove(entry)
+            self._filters.clear()
+            self.names.clear()
+            self.stacks.forget_threads()
+
+
+_lock = threading.Lock()
+_active: Session | None = None
+_depth = 0
+
+
+def install(
+    model: torch.nn.Module | None = None,
+    optimizer: Any | None = None,
+    *,
+    emit: str | Emitter = "auto",
+) -> Session:
+    """Install the instrumentation (or add a reference to the active one) and return it."""
+    global _active, _depth
+    with _lock:
+        if _active is None:
+            session = Session(emit)
+            session.install()
+            _active = session
+        _depth += 1
+        _active.adopt(model, optimizer)
+        return _active
+
+
+def uninstall() -> None:
+    """Drop one reference; the last one removes everything `install` put in place."""
+    global _active, _depth
+    with _lock:
+        if _active is None:
+            return
+        _depth -= 1
+        if _depth > 0:
+            return
+        session, _active, _depth = _active, None, 0
+    session.uninstall()
+
+
+def active() -> Session | None:
+    """The installed session, if any."""
+    return _active
+
+
+class annotate(contextlib.ContextDecorator):
+    """Instrument everything inside: `with annotate(model, opt):` or `@annotate()`.
+
+    `emit` is "auto", "nvtx", "torch", "off" or an Emitter object; it only
+    matters for the outermost installation.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module | None = None,
+        optimizer: Any | None = None,
+        *,
+        emit: str | Emitter = "auto",
+    ) -> None:
+        self.model, self.optimizer, self.emit = model, optimizer, emit
+
+    def __enter__(self) -> Session:
+        return install(self.model, self.optimizer, emit=self.emit)
+
+    def __exit__(self, *exc: object) -> None:
+        uninstall()
