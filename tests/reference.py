@@ -109,7 +109,9 @@ class Innermost:
         return node.id if node else None
 
 
-_FOREIGN_STEP = re.compile(r"(?i)^(?:ProfilerStep#|(?:train[_ ]?)?(?:step|iter|iteration)[ _#:=-]?)(\d+)$")
+_FOREIGN_STEP = re.compile(
+    r"(?i)^(?:ProfilerStep#|(?:train[_ ]?)?(?:step|iter|iteration)[ _#:=-]?)(\d+)$"
+)
 
 
 def _own_labels(name: str) -> dict:
@@ -124,8 +126,9 @@ def _own_labels(name: str) -> dict:
     return {"module": parsed.module_path, "direction": parsed.direction}
 
 
-def reference_attribution(gpu_ops: pl.DataFrame, api_calls: pl.DataFrame,
-                          ranges: pl.DataFrame) -> dict[int, dict]:
+def reference_attribution(
+    gpu_ops: pl.DataFrame, api_calls: pl.DataFrame, ranges: pl.DataFrame
+) -> dict[int, dict]:
     """op_id -> {attribution, range_id, step, phase, module} for nsysmap-style ranges."""
     launches: dict[tuple, dict] = {}
     for row in api_calls.sort("start_ns", "tid").iter_rows(named=True):
@@ -135,8 +138,16 @@ def reference_attribution(gpu_ops: pl.DataFrame, api_calls: pl.DataFrame,
     labels = {rid: _own_labels(n) for rid, n in names.items()}
 
     def finder(keep: callable, by_thread: bool) -> Innermost:
-        ivs = [Iv(r["range_id"], (r["pid"], r["tid"]) if by_thread else (r["pid"],),
-                  r["start_ns"], r["end_ns"]) for r in rows if keep(r["range_id"])]
+        ivs = [
+            Iv(
+                r["range_id"],
+                (r["pid"], r["tid"]) if by_thread else (r["pid"],),
+                r["start_ns"],
+                r["end_ns"],
+            )
+            for r in rows
+            if keep(r["range_id"])
+        ]
         return Innermost(nest_repaired(ivs))
 
     any_range = finder(lambda rid: True, True)
@@ -145,8 +156,13 @@ def reference_attribution(gpu_ops: pl.DataFrame, api_calls: pl.DataFrame,
     out = {}
     for op in gpu_ops.iter_rows(named=True):
         launch = launches.get((op["pid"], op["correlation_id"]))
-        res = {"attribution": "no_launch", "range_id": None, "step": None, "phase": None,
-               "module": None}
+        res = {
+            "attribution": "no_launch",
+            "range_id": None,
+            "step": None,
+            "phase": None,
+            "module": None,
+        }
         if launch is not None:
             thread, t = (launch["pid"], launch["tid"]), launch["start_ns"]
             res["range_id"] = any_range.at(thread, t)

@@ -52,7 +52,10 @@ def test_training_step_by_hand():
     ops = attribute(f.report())
     fwd = _row(ops, ids["fwd_gemm"])
     assert (fwd["step"], fwd["phase"], fwd["module"], fwd["module_class"]) == (
-        0, "forward", "transformer.h.0.attn.c_attn", "Conv1D",
+        0,
+        "forward",
+        "transformer.h.0.attn.c_attn",
+        "Conv1D",
     )
     assert fwd["direction"] == "forward" and fwd["attribution"] == "range"
     assert fwd["category"] == "gemm" and fwd["range_depth"] == 5
@@ -65,19 +68,27 @@ def test_training_step_by_hand():
     assert _row(ops, ids["loss"])["category"] == "softmax"
     bwd = _row(ops, ids["bwd_gemm"])
     assert (bwd["tid"], bwd["step"], bwd["phase"], bwd["module"], bwd["direction"]) == (
-        AUTOGRAD, 0, "backward", "transformer.h.0.attn.c_attn", "backward",
+        AUTOGRAD,
+        0,
+        "backward",
+        "transformer.h.0.attn.c_attn",
+        "backward",
     )
     assert bwd["attribution"] == "range"  # own thread has a range; phase came from the window
     outside = _row(ops, ids["bwd_outside_module"])
     assert (outside["attribution"], outside["phase"], outside["module"]) == (
-        "window", "backward", None,
+        "window",
+        "backward",
+        None,
     )
     opt = _row(ops, ids["optimizer"])
     assert (opt["phase"], opt["module"], opt["category"]) == ("optimizer", None, "optimizer")
     assert _row(ops, ids["after_step"])["attribution"] == "no_range"
     lost = _row(ops, ids["no_launch"])
     assert (lost["attribution"], lost["tid"], lost["category"]) == (
-        "no_launch", None, "communication",
+        "no_launch",
+        None,
+        "communication",
     )
     copy = _row(ops, ids["memcpy"])
     assert (copy["category"], copy["phase"]) == ("memcpy", "data")
@@ -89,7 +100,10 @@ def test_every_op_once_and_time_conserved_per_device():
     report = f.report()
     ops = attribute(report)
     assert sorted(ops["op_id"]) == sorted(report.gpu_ops["op_id"])
-    by_dev = lambda df: dict(df.group_by("device_id").agg(pl.col("dur_ns").sum()).iter_rows())
+
+    def by_dev(df: pl.DataFrame) -> dict:
+        return dict(df.group_by("device_id").agg(pl.col("dur_ns").sum()).iter_rows())
+
     assert by_dev(ops) == by_dev(report.gpu_ops) == {0: 9 * MS, 1: 3 * MS}
 
 
@@ -131,7 +145,10 @@ def test_emit_nvtx_backward_op_takes_the_module_of_its_forward_seq():
     assert _row(ops, fwd)["input_shapes"] == "[[8, 16], [16, 32]]"
     row = _row(ops, bwd)
     assert (row["module"], row["module_class"], row["direction"], row["aten_op"]) == (
-        "mlp.fc", "Linear", "backward", "aten::mm",
+        "mlp.fc",
+        "Linear",
+        "backward",
+        "aten::mm",
     )
 
 
@@ -161,16 +178,23 @@ def test_foreign_phase_and_step_names():
 
 
 NAMES = (
-    "nsysmap:step:{i}", "nsysmap:phase:forward", "nsysmap:phase:backward",
-    "nsysmap:fwd:Conv1D:h.{i}.c_fc", "nsysmap:bwd:Conv1D:h.{i}.c_fc", "aten::mm", "user range",
+    "nsysmap:step:{i}",
+    "nsysmap:phase:forward",
+    "nsysmap:phase:backward",
+    "nsysmap:fwd:Conv1D:h.{i}.c_fc",
+    "nsysmap:bwd:Conv1D:h.{i}.c_fc",
+    "aten::mm",
+    "user range",
 )
 
 
 @settings(max_examples=120, deadline=None)
 @given(
     st.data(),
-    st.lists(st.tuples(st.sampled_from([None, 1, 2]), st.integers(-2, 62), st.integers(0, 1)),
-             max_size=30),
+    st.lists(
+        st.tuples(st.sampled_from([None, 1, 2]), st.integers(-2, 62), st.integers(0, 1)),
+        max_size=30,
+    ),
 )
 def test_matches_reference_on_random_reports(data, kernels):
     f = Frames()

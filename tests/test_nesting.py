@@ -13,7 +13,8 @@ from tests.strategies import crossing_intervals, threads_of_ranges
 
 def _frame(rows: list[tuple[int, int, int, int]]) -> pl.DataFrame:
     return pl.DataFrame(
-        rows, schema={"range_id": pl.Int64, "tid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64},
+        rows,
+        schema={"range_id": pl.Int64, "tid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64},
         orient="row",
     ).with_columns(pl.lit(1, pl.Int64).alias("pid"))
 
@@ -24,7 +25,9 @@ def test_small_timeline_by_hand():
     nested = nest_intervals(df, by=["pid", "tid"], id_col="range_id").sort("range_id")
     assert nested["depth"].to_list() == [1, 2, 2, 1]
     assert nested["parent_id"].to_list() == [None, 1, 1, None]
-    q = pl.DataFrame({"pid": [1] * 8, "tid": [7, 7, 7, 7, 7, 7, 8, 8], "t": [0, 2, 4, 5, 6, 10, 2, 3]})
+    q = pl.DataFrame(
+        {"pid": [1] * 8, "tid": [7, 7, 7, 7, 7, 7, 8, 8], "t": [0, 2, 4, 5, 6, 10, 2, 3]}
+    )
     timeline = innermost_timeline(nested, by=["pid", "tid"], id_col="range_id")
     got = innermost_at(q, timeline, by=["pid", "tid"], time_col="t").to_list()
     assert got == [1, 2, 2, 1, 3, None, 4, None]
@@ -34,7 +37,10 @@ def test_ties_longer_outside_equal_by_id_and_zero_length_contains_nothing():
     df = _frame([(5, 1, 0, 10), (3, 1, 0, 10), (4, 1, 0, 4), (6, 1, 4, 4)])
     nested = nest_intervals(df, by=["pid", "tid"], id_col="range_id").sort("range_id")
     assert dict(zip(nested["range_id"], nested["parent_id"], strict=True)) == {
-        3: None, 4: 5, 5: 3, 6: 5,
+        3: None,
+        4: 5,
+        5: 3,
+        6: 5,
     }
     timeline = innermost_timeline(nested, by=["pid", "tid"], id_col="range_id")
     q = pl.DataFrame({"pid": [1, 1, 1], "tid": [1, 1, 1], "t": [0, 4, 9]})
@@ -44,15 +50,21 @@ def test_ties_longer_outside_equal_by_id_and_zero_length_contains_nothing():
 def test_null_query_times_give_null():
     df = _frame([(1, 1, 0, 10)])
     timeline = innermost_timeline(
-        nest_intervals(df, by=["pid", "tid"], id_col="range_id"), by=["pid", "tid"], id_col="range_id"
+        nest_intervals(df, by=["pid", "tid"], id_col="range_id"),
+        by=["pid", "tid"],
+        id_col="range_id",
     )
-    q = pl.DataFrame({"pid": [1, 1, None], "tid": [1, None, 1], "t": [None, 5, 5]},
-                     schema={"pid": pl.Int64, "tid": pl.Int64, "t": pl.Int64})
+    q = pl.DataFrame(
+        {"pid": [1, 1, None], "tid": [1, None, 1], "t": [None, 5, 5]},
+        schema={"pid": pl.Int64, "tid": pl.Int64, "t": pl.Int64},
+    )
     assert innermost_at(q, timeline, by=["pid", "tid"], time_col="t").to_list() == [None] * 3
 
 
 @settings(max_examples=150, deadline=None)
-@given(threads_of_ranges(), st.lists(st.tuples(st.integers(1, 2), st.integers(-1, 62)), max_size=25))
+@given(
+    threads_of_ranges(), st.lists(st.tuples(st.integers(1, 2), st.integers(-1, 62)), max_size=25)
+)
 def test_nesting_and_innermost_match_reference(rows, queries):
     df = _frame(rows)
     nested = nest_intervals(df, by=["pid", "tid"], id_col="range_id")
@@ -61,7 +73,8 @@ def test_nesting_and_innermost_match_reference(rows, queries):
         assert r["parent_id"] == expected[r["range_id"]].parent
         assert r["depth"] == expected[r["range_id"]].depth
     q = pl.DataFrame(
-        [(1, tid, t) for tid, t in queries], schema={"pid": pl.Int64, "tid": pl.Int64, "t": pl.Int64},
+        [(1, tid, t) for tid, t in queries],
+        schema={"pid": pl.Int64, "tid": pl.Int64, "t": pl.Int64},
         orient="row",
     )
     timeline = innermost_timeline(nested, by=["pid", "tid"], id_col="range_id")
