@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import sys
 import time
 from typing import Any
 
@@ -32,18 +33,23 @@ LOGITS = ("all", "last")
 def materialise(model: torch.nn.Module | Factory) -> torch.nn.Module:
     """A model whose tensors are all fake; call inside FakeTensorMode.
 
-    A factory is called here (so it allocates nothing); a module must be on the
-    meta device and is copied, never changed.
+    A factory is called here, so it allocates nothing. A module must be on the
+    meta device: give `meta_copy(module)`, made before entering the mode.
     """
     if isinstance(model, torch.nn.Module):
-        tensors = [*model.parameters(), *model.buffers()]
-        if any(t.device.type != "meta" for t in tensors):
-            raise SpecError("pass a factory, or a module built on the meta device")
-        return copy.deepcopy(model).to_empty(device="cpu")
+        return model.to_empty(device="cpu")
     built = model()
     if not isinstance(built, torch.nn.Module):
         raise SpecError(f"the factory returned {type(built).__name__}, not an nn.Module")
     return built
+
+
+def meta_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of a meta-device module (cheap: no data), so the caller's is never changed."""
+    tensors = [*model.parameters(), *model.buffers()]
+    if any(t.device.type != "meta" for t in tensors):
+        raise SpecError("pass a factory, or a module built on the meta device")
+    return copy.deepcopy(model)
 
 
 def count(
@@ -57,7 +63,9 @@ def count(
     """Count one step's operators; returns the JSON document (see docs/flops.md)."""
     if logits not in LOGITS:
         raise SpecError(f"logits must be one of {LOGITS}, got {logits!r}")
-    started = time.perf_counter()
+    started, rss_before = time.perf_counter(), peak_rss_bytes()
+    if isinstance(model, torch.nn.Module):
+        model = meta_copy(model)
     with FakeTensorMode(allow_non_fake_inputs=True):
         module = materialise(model)
         kwargs = _logits_kwargs(module, logits)
@@ -77,6 +85,7 @@ def count(
     doc["rows"] = row_dicts(recorder.rows, order)
     doc["flop_counter"] = _counter_rows(forward_counts, total_counts)
     doc["count_seconds"] = round(time.perf_counter() - started, 3)
+    doc["peak_rss_bytes"] = {"before": rss_before, "after": peak_rss_bytes()}
     return doc
 
 
@@ -103,6 +112,16 @@ def _document(
         "logits": logits,
         "modules": [{"module": p, "module_class": type(m).__name__} for p, m in named],
     }
+
+
+def peak_rss_bytes() -> int | None:
+    """This process's peak resident memory so far (None where unknown)."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
 
 
 def _logits_kwargs(module: torch.nn.Module, logits: str) -> dict[str, Any]:
