@@ -27,7 +27,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python -m bench
 
 samples: $(BIN)/.installed
-	$(BIN)/python -m sample_reports.build
+	$(BIN)/python -m sample_reports.build --golden
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .ruff_cache .hypothesis

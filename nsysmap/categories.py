@@ -45,7 +45,8 @@ RULES: tuple[tuple[str, str], ...] = (
     ("reduction", r"reduce|reduction|aten::(?:sum|mean|max|min|argmax|norm|amax)\b|cub::"),
     (
         "elementwise",
-        r"elementwise|vectorized|unrolled|pointwise|triton_poi|aten::(?:add|mul|sub|div|gelu|relu"
+        r"elementwise|vectorized|unrolled|pointwise|triton_poi|index_?select|gather|scatter|embedding"
+        r"|aten::(?:add|mul|sub|div|gelu|relu"
         r"|silu|tanh|pow|copy|fill|zero|dropout|neg|rsqrt|sqrt|where|clamp|cat|index|masked)",
     ),
 )

@@ -150,6 +150,7 @@ BY_MODULE = pl.Schema(
         **_SUMMARY_TAIL,
         "forward_ns": pl.Int64,
         "backward_ns": pl.Int64,
+        "inclusive_ns": pl.Int64,  # this module and every module below it
     }
 )
 BY_MODULE_PHASE = pl.Schema(

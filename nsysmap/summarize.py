@@ -64,6 +64,7 @@ def summarize(ops: pl.DataFrame) -> Summaries:
         "by_module": [
             pl.col("dur_ns").filter(forward).sum().alias("forward_ns"),
             pl.col("dur_ns").filter(backward).sum().alias("backward_ns"),
+            pl.lit(0, pl.Int64).alias("inclusive_ns"),
         ],
         "by_kernel": [
             pl.col("dur_ns").mean().alias("mean_ns"),
@@ -85,6 +86,7 @@ def summarize(ops: pl.DataFrame) -> Summaries:
         for name in SUMMARY_SCHEMAS
     }
     frames["by_step"] = frames["by_step"].sort("device_id", "step", nulls_last=True)
+    frames["by_module"] = _with_inclusive(frames["by_module"])
     return Summaries(**frames)
 
 
@@ -109,3 +111,29 @@ def _grouped(
         )
     )
     return schemas.conform(grouped.select(schema.names()), schema, table)
+
+
+def _with_inclusive(by_module: pl.DataFrame) -> pl.DataFrame:
+    """Fill `inclusive_ns`: a module's own time plus that of every module under it.
+
+    "transformer.h.0" includes "transformer.h.0.attn.c_attn"; the root module
+    ("") includes every module. Computed over the distinct module paths.
+    """
+    own = by_module.filter(pl.col("module").is_not_null()).select("device_id", "module", "time_ns")
+    pairs = own.rename({"module": "inner", "time_ns": "inner_ns"}).join(
+        own.select("device_id", pl.col("module").alias("outer")).unique(), on="device_id"
+    )
+    covers = (
+        (pl.col("outer") == "")
+        | (pl.col("inner") == pl.col("outer"))
+        | pl.col("inner").str.starts_with(pl.col("outer") + ".")
+    )
+    inclusive = (
+        pairs.filter(covers)
+        .group_by("device_id", "outer")
+        .agg(pl.col("inner_ns").sum().alias("incl"))
+        .rename({"outer": "module"})
+    )
+    out = by_module.join(inclusive, on=["device_id", "module"], how="left", nulls_equal=False)
+    out = out.with_columns(pl.coalesce("incl", "time_ns").alias("inclusive_ns")).drop("incl")
+    return out.select(by_module.columns)

@@ -1,0 +1,1 @@
+"""Synthetic sample exports made by nsysmap's own builder, with golden outputs."""
