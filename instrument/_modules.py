@@ -21,6 +21,7 @@ so it covers the embedding backward and the weight-gradient accumulation:
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -73,7 +74,7 @@ class ModuleHooks:
                     if emitter is not None:
                         emitter.pop(top[2])
                     return
-            slow_post(module, ts)
+            slow_post(module, ts, output)
 
         return forward_pre, forward_post
 
@@ -86,14 +87,16 @@ class ModuleHooks:
         phase_frame = self.phases.root_forward_begin(ts) if info.root else None
         self.stacks.push(ts, FWD, module, info.fwd, phase_frame)
 
-    def _forward_post_slow(self, module: Any, ts: ThreadState) -> None:
+    def _forward_post_slow(self, module: Any, ts: ThreadState, output: Any) -> None:
         index = self.stacks.find(ts, (FWD,), module)
         if index < 0:
             return
         phase_frame = ts.stack[index][EXTRA]
         self.stacks.pop_to(ts, index)
         if phase_frame is not None:
-            self.phases.root_forward_end(ts, phase_frame)
+            # Forward hooks with always_call run inside torch's `except` when forward raised.
+            failed = output is None and sys.exc_info()[0] is not None
+            self.phases.root_forward_end(ts, phase_frame, failed)
 
     def _caller_path(self, ts: ThreadState) -> str:
         for frame in reversed(ts.stack):

@@ -44,7 +44,7 @@ class Phases:
         self.step_optimizer: weakref.ref | None = None
         self.on_step_start: list[StepListener] = []
         self.on_step_end: list[StepListener] = []
-        self.after_step_listeners: Callable[[], None] | None = None
+        self.on_phase_begin: Callable[[], None] | None = None  # after any step listeners
         self._optimizer_frames: dict[int, list[tuple[ThreadState, Frame]]] = {}
 
     # -- phases -------------------------------------------------------------
@@ -54,6 +54,8 @@ class Phases:
         self._close_tails(ts)
         if self.step_ts is None:
             self._open_step(ts)
+        if self.on_phase_begin is not None:
+            self.on_phase_begin()
         self.stacks.push(ts, PHASE, phase, self.stacks.payload(phase_range(phase)))
         return ts, ts.stack[-1]
 
@@ -90,8 +92,6 @@ class Phases:
         index = self.next_step
         for listener in self.on_step_start:
             listener(index)
-        if self.after_step_listeners is not None:
-            self.after_step_listeners()
         self.stacks.push(ts, STEP, index, self.stacks.payload(step_range(index)))
         self.step_ts = ts
         self.step_trains = False
@@ -126,9 +126,11 @@ class Phases:
             return None
         return self.begin("forward")[1]
 
-    def root_forward_end(self, ts: ThreadState, frame: Frame) -> None:
+    def root_forward_end(self, ts: ThreadState, frame: Frame, failed: bool) -> None:
         """Close the forward phase, then open the loss tail or end a forward-only step."""
         self.end(ts, frame)
+        if failed:
+            return
         if torch.is_grad_enabled():
             self.step_trains = True
             self.to_tail(*self.begin("loss"))

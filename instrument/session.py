@@ -115,14 +115,14 @@ class Session:
                 warnings.filterwarnings("ignore", message=message, category=UserWarning)
                 self._filters.append(warnings.filters[0])
         self._patch()
-        self.phases.after_step_listeners = self.refresh_module_hooks
+        self.phases.on_phase_begin = self.refresh_module_hooks
         self.refresh_module_hooks()
 
     def refresh_module_hooks(self) -> None:
         """Per-module hooks while someone listens; otherwise only the primary root's.
 
-        Runs at install and at every step start (after the step listeners, so
-        a profiler started by a listener is seen). While nothing listens only
+        Runs at install and whenever a phase begins (after the step listeners,
+        so a profiler started by a listener is seen). While nothing listens only
         the root forward is hooked (it drives the forward phase and
         forward-only steps), so other modules run at full speed.
         """
@@ -184,7 +184,7 @@ class Session:
             self.phases.close_all()
             self.stacks.close_foreign(0)
         finally:
-            self.phases.after_step_listeners = None
+            self.phases.on_phase_begin = None
             self._remove(self._handles)
             self._remove(self._module_handles)
             self._mode = (None, None)

@@ -1,0 +1,95 @@
+"""The profiling window of the launcher: steps N .. N+M-1, by backend.
+
+    steps:     0     1     2     3     4     5
+    window:         [start ....... stop]          --warmup-steps 1 --steps 3
+
+The profiler starts in the step-start listener of step N, before that step's
+range opens, and stops in the step-end listener of step N+M-1, after the
+range closed (M=0: at the end of the script). `finish` stops whatever is
+still running when the script ends early.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+TRACE_NAME = "trace.json"
+
+
+class ProfileWindow:
+    """Starts and stops the backend's profiler at step boundaries."""
+
+    def __init__(self, backend: str, out: Path, first: int, count: int, shapes: bool) -> None:
+        self.backend = backend
+        self.out = out
+        self.first = first
+        self.count = count
+        self.record_shapes = shapes
+        self.profiled: list[int] | None = None  # [first, last] steps that began while on
+        self.trace: str | None = None
+        self.notes: list[str] = []
+        self._running = False
+        self._torch_profiler: Any = None
+
+    @property
+    def last(self) -> int | None:
+        """Index of the last step to profile; None means until the script ends."""
+        return self.first + self.count - 1 if self.count > 0 else None
+
+    def step_started(self, index: int) -> None:
+        """Step listener: start profiling at the first step of the window."""
+        if index == self.first and self.profiled is None:
+            self._start()
+            self.profiled = [index, index]
+        elif self._running and self.profiled is not None:
+            self.profiled[1] = index
+
+    def step_ended(self, index: int) -> None:
+        """Step listener: stop profiling after the last step of the window."""
+        if self._running and index == self.last:
+            self._stop()
+
+    def finish(self, steps_seen: int) -> None:
+        """At script end: stop a running profiler and note a short window."""
+        if self.profiled is None:
+            self.notes.append(
+                f"the script completed {steps_seen} step(s); profiling was to start at step "
+                f"{self.first}, so nothing was profiled"
+            )
+        elif self.last is not None and steps_seen <= self.last:
+            self.notes.append(
+                f"the script completed {steps_seen} step(s), fewer than the window "
+                f"{self.first}..{self.last}; profiled what there was"
+            )
+        if self._running:
+            self._stop()
+
+    def _start(self) -> None:
+        if self.backend == "torch":
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if torch.cuda.is_available():
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            self._torch_profiler = torch.profiler.profile(
+                activities=activities, record_shapes=self.record_shapes
+            )
+            self._torch_profiler.start()
+        elif self.backend == "nsys":
+            if torch.cuda.is_available():
+                torch.cuda.profiler.start()
+            else:
+                self.notes.append("CUDA is not available: cudaProfilerStart was not called")
+        self._running = True
+
+    def _stop(self) -> None:
+        self._running = False
+        if self.backend == "torch" and self._torch_profiler is not None:
+            profiler, self._torch_profiler = self._torch_profiler, None
+            profiler.stop()
+            profiler.export_chrome_trace(str(self.out / TRACE_NAME))
+            self.trace = TRACE_NAME
+        elif self.backend == "nsys" and torch.cuda.is_available():
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
