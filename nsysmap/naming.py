@@ -16,7 +16,7 @@ PREFIX = "nsysmap:"
 PHASES = ("data", "zero_grad", "forward", "loss", "backward", "optimizer")
 _STEP = r"^nsysmap:step:(\d+)$"
 _PHASE = r"^nsysmap:phase:([a-z_]+)$"
-_MODULE = r"^nsysmap:(fwd|bwd):([^:]+):(.*)$"
+_MODULE = r"(?s)^nsysmap:(fwd|bwd):([^:]+):(.*)$"
 _DIRECTION = {"fwd": "forward", "bwd": "backward"}
 
 
