@@ -81,25 +81,28 @@ def _header(doc: dict[str, Any]) -> str:
     )
 
 
-def _gflop(value: int) -> str:
-    return f"{value / 1e9:12.3f}"
+_UNITS = ((1e12, "TFLOP"), (1e9, "GFLOP"), (1e6, "MFLOP"), (1e3, "kFLOP"), (1.0, "FLOP"))
+_FLOP_COLUMNS = [
+    "forward_matmul_flop",
+    "backward_matmul_flop",
+    "forward_other_flop_estimate",
+    "backward_other_flop_estimate",
+]
 
 
 def _module_lines(per_module: pl.DataFrame, exclusive: bool) -> str:
+    largest = per_module.select(pl.max_horizontal(pl.col(_FLOP_COLUMNS).max())).item() or 0
+    scale, unit = next((s, u) for s, u in _UNITS if largest >= 10 * s or s == 1.0)
     scope = "own operators only" if exclusive else "submodules included"
     lines = [
-        f"GFLOP per module ({scope}; matmul exact, other ≈ estimate)",
+        f"{unit} per module ({scope}; matmul exact, other ≈ estimate)",
         f"{'module':<44} {'class':<18} {'fwd matmul':>12} {'bwd matmul':>12} "
         f"{'fwd other≈':>12} {'bwd other≈':>12}",
     ]
     for row in per_module.iter_rows(named=True):
         name = ("  " * row["depth"] + (row["module"] or "(root)"))[:44]
-        lines.append(
-            f"{name:<44} {row['module_class'][:18]:<18}"
-            f" {_gflop(row['forward_matmul_flop'])} {_gflop(row['backward_matmul_flop'])}"
-            f" {_gflop(row['forward_other_flop_estimate'])}"
-            f" {_gflop(row['backward_other_flop_estimate'])}"
-        )
+        values = " ".join(f"{row[c] / scale:12.3f}" for c in _FLOP_COLUMNS)
+        lines.append(f"{name:<44} {row['module_class'][:18]:<18} {values}")
     return "\n".join(lines) + "\n"
 
 
