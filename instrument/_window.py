@@ -28,7 +28,8 @@ class ProfileWindow:
         self.first = first
         self.count = count
         self.record_shapes = shapes
-        self.profiled: list[int] | None = None  # [first, last] steps that began while on
+        self._first: int | None = None  # step at which profiling started
+        self._last: int | None = None  # last step completed while profiling
         self.trace: str | None = None
         self.notes: list[str] = []
         self._running = False
@@ -39,22 +40,30 @@ class ProfileWindow:
         """Index of the last step to profile; None means until the script ends."""
         return self.first + self.count - 1 if self.count > 0 else None
 
+    @property
+    def profiled(self) -> list[int] | None:
+        """[first, last] of the steps completed while profiling, None when none was."""
+        if self._first is None or self._last is None:
+            return None
+        return [self._first, self._last]
+
     def step_started(self, index: int) -> None:
         """Step listener: start profiling at the first step of the window."""
-        if index == self.first and self.profiled is None:
+        if index == self.first and self._first is None:
             self._start()
-            self.profiled = [index, index]
-        elif self._running and self.profiled is not None:
-            self.profiled[1] = index
+            self._first = index
 
     def step_ended(self, index: int) -> None:
         """Step listener: stop profiling after the last step of the window."""
-        if self._running and index == self.last:
+        if not self._running:
+            return
+        self._last = index
+        if index == self.last:
             self._stop()
 
     def finish(self, steps_seen: int) -> None:
         """At script end: stop a running profiler and note a short window."""
-        if self.profiled is None:
+        if self._first is None:
             self.notes.append(
                 f"the script completed {steps_seen} step(s); profiling was to start at step "
                 f"{self.first}, so nothing was profiled"

@@ -440,3 +440,85 @@ def _global_hook_counts() -> tuple[int, ...]:
         len(o._global_optimizer_pre_hooks),
         len(o._global_optimizer_post_hooks),
     )
+
+
+class FakeDomain:
+    """Stands in for an nvtx Domain with a tool attached (none is on this machine)."""
+
+    def __init__(self, name):
+        self.name, self.calls = name, []
+
+    def get_event_attributes(self, message):
+        return ("attrs", message)
+
+    def push_range(self, attributes):
+        self.calls.append(("push", attributes, threading.get_ident()))
+
+    def pop_range(self):
+        self.calls.append(("pop", None, threading.get_ident()))
+
+
+def test_nvtx_emission_goes_to_the_nsysmap_domain_when_a_tool_listens(monkeypatch):
+    import nvtx
+
+    from instrument.emitters import BothEmitter, NvtxEmitter, make_emitter
+
+    domains = {}
+    monkeypatch.setattr(nvtx, "get_domain", lambda name: domains.setdefault(name, FakeDomain(name)))
+    assert isinstance(make_emitter("nvtx"), NvtxEmitter)
+    assert isinstance(make_emitter("auto"), BothEmitter)
+    model = Net()
+    with annotate(model, emit="nvtx"), torch.no_grad():
+        model(torch.randint(0, VOCAB, (2, 5)))
+    (domain,) = domains.values()
+    assert domain.name == naming.DOMAIN
+    pushes = [c[1][1] for c in domain.calls if c[0] == "push"]
+    assert pushes[:3] == [naming.step_range(0), naming.phase_range("forward"), fwd("", "Net")]
+    assert fwd("blocks.0.lin1", "Linear") in pushes
+    depth = 0
+    for kind, _, _ in domain.calls:  # every push popped, never below zero
+        depth += 1 if kind == "push" else -1
+        assert depth >= 0
+    assert depth == 0
+
+
+def test_auto_emits_nvtx_always_and_torch_annotations_while_profiling(monkeypatch):
+    import nvtx
+
+    domains = {}
+    monkeypatch.setattr(nvtx, "get_domain", lambda name: domains.setdefault(name, FakeDomain(name)))
+    model = Net()
+    ids = torch.randint(0, VOCAB, (2, 5))
+    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+    with annotate(model, emit="auto"), torch.no_grad():
+        model(ids)
+        with prof:
+            model(ids)
+    nvtx_steps = [c[1][1] for c in domains[naming.DOMAIN].calls if c[1] and "step:" in c[1][1]]
+    assert nvtx_steps == [naming.step_range(0), naming.step_range(1)]
+    torch_steps = [e.name for e in prof.events() if e.name.startswith("nsysmap:step:")]
+    assert torch_steps == [naming.step_range(1)]
+
+
+def test_stacks_close_only_recent_backward_frames_and_reach_engine_threads():
+    from instrument import _state
+
+    rec = Recorder()
+    stacks = _state.Stacks(rec)
+    ts = stacks.get()
+    stacks.push(ts, _state.STEP, 0, "step")
+    stacks.push(ts, _state.BWD, "old", "bwd-old", extra=1)
+    stacks.push(ts, _state.BWD, "new", "bwd-new", extra=2)
+    stacks.push(ts, _state.FWD, "recompute", "fwd-recompute")
+    stacks.close_backward_frames(ts, since_epoch=2)
+    assert rec.open_ranges() == ["step", "bwd-old"] and ts.fwd_depth == 0
+    # A thread with no accelerator device cannot be reached: its frames are forgotten.
+    other = _state.ThreadState(ident=-1)
+    other.stack.append((_state.BWD, "x", None, 5))
+    stacks.threads[-1] = other
+    stacks.close_foreign(since_epoch=3)
+    assert other.stack == [] and rec.open_ranges() == ["step", "bwd-old"]
+    # The engine-thread trampoline calls its function from inside a backward pass.
+    seen = []
+    _state._run_on_engine_thread(torch.device("cpu"), lambda: seen.append(torch.is_grad_enabled()))
+    assert seen == [False]  # autograd runs backward functions with grad mode off
