@@ -39,6 +39,7 @@ class ModuleHooks:
         self.names = names
         self.phases = phases
         self._acc_handles: dict[int, Any] = {}
+        self.on_named: Any = None  # called after a module was named on first call
 
     # -- forward ----------------------------------------------------------
     def forward_hooks(self) -> tuple[Any, Any]:
@@ -84,6 +85,8 @@ class ModuleHooks:
                 info = self.names.name_root(module)
             else:
                 info = self.names.name_nested(module, self._caller_path(ts))
+            if self.on_named is not None:
+                self.on_named()
         phase_frame = self.phases.root_forward_begin(ts) if info.root else None
         self.stacks.push(ts, FWD, module, info.fwd, phase_frame)
 

@@ -45,6 +45,7 @@ class Names:
         self._stacks = stacks
         self.by_id: dict[int, ModInfo] = {}
         self.primary: weakref.ref | None = None
+        self.inplace = False  # some named module modifies its input in place
         self._root_classes: Counter[str] = Counter()
 
     def name_tree(self, root: torch.nn.Module, prefix: str, primary: bool) -> ModInfo:
@@ -81,6 +82,7 @@ class Names:
         """Forget every name."""
         self.by_id.clear()
         self.primary = None
+        self.inplace = False
         self._root_classes.clear()
 
     def _add(self, module: torch.nn.Module, path: str, root: bool) -> None:
@@ -94,6 +96,7 @@ class Names:
 
         cls = type(module).__name__
         payload = self._stacks.payload
+        self.inplace = self.inplace or is_inplace(module)
         self.by_id[key] = ModInfo(
             fwd=payload(module_range("forward", path, cls)),
             bwd=payload(module_range("backward", path, cls)),
@@ -101,6 +104,11 @@ class Names:
             ref=weakref.ref(module, forget),
             root=root,
         )
+
+
+def is_inplace(module: torch.nn.Module) -> bool:
+    """True for modules built with `inplace=True` (nn.ReLU(inplace=True), ...)."""
+    return getattr(module, "inplace", False) is True
 
 
 def is_descendant(path: str, ancestor: str) -> bool:

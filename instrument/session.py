@@ -71,6 +71,8 @@ class Session:
         self._handles: list[Any] = []
         self._module_handles: list[Any] = []
         self._mode: tuple[str | None, Any] = (None, None)
+        self.modules.on_named = self.refresh_module_hooks
+        self._warned_inplace = False
         self._patches = Patches()
         self._filters: list[Any] = []
 
@@ -124,18 +126,22 @@ class Session:
         Runs at install and whenever a phase begins (after the step listeners,
         so a profiler started by a listener is seen). While nothing listens only
         the root forward is hooked (it drives the forward phase and
-        forward-only steps), so other modules run at full speed.
+        forward-only steps), so other modules run at full speed. While grad is
+        disabled the backward hooks are left off too: torch would otherwise
+        build backward-hook state for every module call.
         """
         emitter = self.stacks.emitter
         listening = getattr(emitter, "listening", None)
-        want = emitter is not None and (listening is None or listening())
         root = self.names.primary() if self.names.primary is not None else None
-        mode = ("all", None) if want else ("root", root) if root is not None else ("find", None)
-        if mode[0] == self._mode[0] and mode[1] is self._mode[1]:
-            return
-        self._remove(self._module_handles)
-        self._module_handles = self._module_hook_handles(mode[0], root)
-        self._mode = mode
+        if emitter is not None and (listening is None or listening()):
+            grad = torch.is_grad_enabled()
+            mode = ("all", self.names.inplace) if grad else ("forward", None)
+        else:
+            mode = ("root", root) if root is not None else ("find", None)
+        if mode[0] != self._mode[0] or mode[1] is not self._mode[1]:
+            self._remove(self._module_handles)
+            self._module_handles = self._module_hook_handles(mode[0], root)
+            self._mode = mode
 
     def _module_hook_handles(self, mode: str, root: torch.nn.Module | None) -> list[Any]:
         pre, post = self._forward
@@ -146,13 +152,19 @@ class Session:
             ]
         if mode == "find":
             return [nn_module.register_module_forward_pre_hook(self._find_root)]
-        bpre, bpost = self.modules.backward_hooks()
-        return [
+        handles = [
             nn_module.register_module_forward_pre_hook(pre),
             nn_module.register_module_forward_hook(post, always_call=True),
-            nn_module.register_module_full_backward_pre_hook(bpre),
-            nn_module.register_module_full_backward_hook(bpost),
         ]
+        if mode == "all" and self.names.inplace:
+            if not self._warned_inplace:
+                self._warned_inplace = True
+                _warn_inplace()
+        elif mode == "all":
+            bpre, bpost = self.modules.backward_hooks()
+            handles.append(nn_module.register_module_full_backward_pre_hook(bpre))
+            handles.append(nn_module.register_module_full_backward_hook(bpost))
+        return handles
 
     def _find_root(self, module: torch.nn.Module, args: Any) -> None:
         """Global pre-hook while nothing listens and no root is known yet."""
@@ -196,6 +208,16 @@ class Session:
             self._filters.clear()
             self.names.clear()
             self.stacks.forget_threads()
+
+
+def _warn_inplace() -> None:
+    warnings.warn(
+        "nsysmap: the model has a module built with inplace=True; torch's full backward "
+        "hooks cannot wrap in-place ops, so no module backward ranges are emitted "
+        "(forward, step and phase ranges are). Build it with inplace=False to get them.",
+        RuntimeWarning,
+        stacklevel=2,
+    )
 
 
 _lock = threading.Lock()

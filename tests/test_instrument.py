@@ -522,3 +522,18 @@ def test_stacks_close_only_recent_backward_frames_and_reach_engine_threads():
     seen = []
     _state._run_on_engine_thread(torch.device("cpu"), lambda: seen.append(torch.is_grad_enabled()))
     assert seen == [False]  # autograd runs backward functions with grad mode off
+
+
+def test_inplace_modules_turn_module_backward_ranges_off_instead_of_breaking_training():
+    model = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU(inplace=True), nn.Linear(WIDTH, 1))
+    rec = Recorder()
+    x = torch.randn(2, WIDTH)
+    expected = model(x).sum()
+    with pytest.warns(RuntimeWarning, match="inplace=True"), annotate(model, emit=rec):
+        loss = model(x).sum()
+        loss.backward()
+    assert torch.equal(loss, expected)
+    names = rec.names()
+    assert fwd("1", "ReLU") in names and naming.phase_range("backward") in names
+    assert not [n for n in names if n.startswith("nsysmap:bwd:")]
+    assert rec.violations == [] and rec.open_ranges() == []
