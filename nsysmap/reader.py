@@ -12,6 +12,7 @@ Ranges come back with `depth` and `parent_id` empty: nesting is a later step.
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import polars as pl
 
@@ -29,6 +30,8 @@ LAUNCH_API = r"^cu(da)?(Graph)?Launch"  # cudaLaunchKernel_v7000, cuLaunchKernel
 COPY_KINDS = ("Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH")
 COPY_KINDS += ("PtoP", "Unified HtoD", "Unified DtoH", "Unified DtoD")
 _ID_MASK = 0xFFFFFF
+# Tables are read in this many threads (the SQLite driver releases the GIL).
+READ_THREADS = min(3, os.cpu_count() or 1)
 Raw = dict[str, pl.DataFrame | None]
 
 
@@ -38,28 +41,35 @@ def read_sqlite(path: str | os.PathLike, *, require_gpu: bool = True) -> Report:
     Raises InputNotFound, NotAnExport, or (with require_gpu, when the export
     holds no kernel, memcpy or memset) NoGpuData, each with a one-line message.
     """
-    with sql.open_export(path) as export:
-        raw: Raw = {s.table: export.read(s) for s in (*GPU_SPECS, sql.RUNTIME, sql.STRINGS)}
-        if require_gpu:
-            _require_gpu_ops(export, raw)
-        for spec in (sql.NVTX, sql.THREAD_NAMES, sql.GPU_INFO, sql.CUDA_GPU_INFO):
-            raw[spec.table] = export.read(spec)
-        raw["memcpy_kinds"] = export.read(sql.MEMCPY_KINDS)
-        metas = [export.read(spec) for spec in sql.META_TABLES]
-        raw["meta"] = next((m for m in metas if m is not None), None)
+    export = sql.open_export(path)
+    if require_gpu and not any(export.has(s.table) for s in GPU_SPECS):
+        runtime, strings = export.read(sql.RUNTIME), export.read(sql.STRINGS)
+        _require_gpu_ops(export, {sql.RUNTIME.table: runtime, "StringIds": strings})
+    raw = _read_all(export)
+    if require_gpu:
+        _require_gpu_ops(export, raw)
     return _normalise(raw, str(export.file))
+
+
+def _read_all(export: sql.Export) -> Raw:
+    """Every table the report uses, read in parallel threads, biggest first."""
+    specs = [sql.NVTX, *GPU_SPECS, sql.RUNTIME, sql.STRINGS, sql.THREAD_NAMES]
+    specs += [sql.GPU_INFO, sql.CUDA_GPU_INFO, *sql.META_TABLES]
+    with ThreadPoolExecutor(READ_THREADS) as pool:
+        futures = {spec.table: pool.submit(export.read, spec) for spec in specs}
+        futures["memcpy_kinds"] = pool.submit(export.read, sql.MEMCPY_KINDS)
+        raw = {name: future.result() for name, future in futures.items()}
+    metas = [raw.pop(spec.table) for spec in sql.META_TABLES]
+    raw["meta"] = next((m for m in metas if m is not None), None)
+    return raw
 
 
 def _require_gpu_ops(export: sql.Export, raw: Raw) -> None:
     """Raise NoGpuData when no kernel, memcpy or memset was recorded."""
-    if sum(0 if raw[s.table] is None else raw[s.table].height for s in GPU_SPECS):
+    if sum(0 if raw.get(s.table) is None else raw[s.table].height for s in GPU_SPECS):
         return
-    absent = [
-        s.table.removeprefix("CUPTI_ACTIVITY_KIND_") for s in GPU_SPECS if raw[s.table] is None
-    ]
-    what = "no kernel, memcpy or memset rows; " + (
-        f"CUPTI_ACTIVITY_KIND_{'/'.join(absent)} absent" if absent else "their tables are empty"
-    )
+    missing = "/".join(s.table.split("_KIND_")[1] for s in GPU_SPECS if not export.has(s.table))
+    what = f"CUPTI_ACTIVITY_KIND_{missing} absent" if missing else "GPU activity tables empty"
     runtime = raw[sql.RUNTIME.table]
     if runtime is None or runtime.is_empty():
         raise NoGpuData(
@@ -80,7 +90,8 @@ def _normalise(raw: Raw, source: str) -> Report:
     gpu_ops = _gpu_ops(raw, strings)
     api_calls, twins, duplicates = _api_calls(raw[sql.RUNTIME.table], strings)
     nvtx = _or_empty(raw[sql.NVTX.table], sql.NVTX)
-    start, end = _extent(gpu_ops, api_calls, nvtx.filter(pl.col("eventType").is_in(RANGE_KINDS)))
+    in_ranges = nvtx.filter(pl.col("eventType").is_in(RANGE_KINDS))
+    start, end = _extent(gpu_ops, api_calls, in_ranges.select(start_ns="start", end_ns="end"))
     ranges = _ranges(nvtx, strings, end)
     meta = _meta(raw["meta"])
     facts = {
@@ -238,14 +249,11 @@ def _api_calls(
 
 
 def _extent(*frames: pl.DataFrame) -> tuple[int | None, int | None]:
-    """The first start and last end (or start, for open ranges) over all frames."""
-    starts, ends = [], []
-    for frame in frames:
-        names = ("start_ns", "end_ns") if "start_ns" in frame.columns else ("start", "end")
-        starts.append(frame[names[0]].min())
-        ends += [frame[names[1]].max(), frame[names[0]].max()]
-    starts, ends = [s for s in starts if s is not None], [e for e in ends if e is not None]
-    return (min(starts) if starts else None, max(ends) if ends else None)
+    """The first start, and the last end or start (an open range has only a start)."""
+    firsts = [f["start_ns"].min() for f in frames]
+    lasts = [v for f in frames for v in (f["end_ns"].max(), f["start_ns"].max())]
+    firsts, lasts = [v for v in firsts if v is not None], [v for v in lasts if v is not None]
+    return (min(firsts) if firsts else None, max(lasts) if lasts else None)
 
 
 def _ranges(nvtx: pl.DataFrame, strings: pl.DataFrame, capture_end: int | None) -> pl.DataFrame:
@@ -263,7 +271,10 @@ def _ranges(nvtx: pl.DataFrame, strings: pl.DataFrame, capture_end: int | None) 
     )
     domains = domains.unique(["pid", "domainId"], keep="first", maintain_order=True)
     ranges = named.filter(pl.col("eventType").is_in(RANGE_KINDS))
-    ranges = ranges.join(domains, on=["pid", "domainId"], how="left", maintain_order="left")
+    if domains.is_empty():  # the common case: skip the join
+        ranges = ranges.with_columns(domain=pl.lit(None, pl.String))
+    else:
+        ranges = ranges.join(domains, on=["pid", "domainId"], how="left", maintain_order="left")
     kind = pl.col("eventType").replace_strict(RANGE_KINDS, return_dtype=pl.String)
     return ranges.select(
         range_id=pl.int_range(pl.len(), dtype=pl.Int64),

@@ -22,8 +22,6 @@ distinct values with U+FFFD replacement.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -129,12 +127,18 @@ META_TABLES = [
 
 
 class Export:
-    """An open export: its tables with their columns, and a reader per table."""
+    """A checked export: its tables with their columns, and a reader per table.
 
-    def __init__(self, file: Path, conn: adbc.Connection, tables: dict[str, set[str]]):
+    Each read opens its own read-only connection, so reads may run in threads.
+    """
+
+    def __init__(self, file: Path, uri: str, tables: dict[str, set[str]]):
         self.file = file
         self.tables = tables
-        self._conn = conn
+        self._uri = uri
+
+    def has(self, table: str) -> bool:
+        return table in self.tables
 
     def read(self, spec: TableSpec) -> pl.DataFrame | None:
         """The table of `spec` as a frame, or None when the export lacks it."""
@@ -142,32 +146,27 @@ class Export:
         if present is None:
             return None
         try:
-            return fetch(self._conn, spec, present)
+            with adbc.connect(self._uri) as conn:
+                return fetch(conn, spec, present)
         except BACKEND_ERRORS as exc:
             raise _unreadable(self.file, exc) from None
 
 
-@contextmanager
-def open_export(path: str | os.PathLike) -> Iterator[Export]:
-    """Check and open the export at `path` read-only; close it afterwards."""
+def open_export(path: str | os.PathLike) -> Export:
+    """Check the export at `path` and probe its tables (opened read-only)."""
     file = check_file(path)
+    uri = f"file:{quote(str(file.resolve()))}?mode=ro&immutable=1"
     try:
-        conn = adbc.connect(f"file:{quote(str(file.resolve()))}?mode=ro&immutable=1")
+        with adbc.connect(uri) as conn:
+            tables = probe(conn)
     except BACKEND_ERRORS as exc:
         raise _unreadable(file, exc) from None
-    try:
-        try:
-            tables = probe(conn)
-        except BACKEND_ERRORS as exc:
-            raise _unreadable(file, exc) from None
-        if "StringIds" not in tables and not any(t.startswith(_NSYS_PREFIXES) for t in tables):
-            raise NotAnExport(
-                f"{file}: an SQLite database but not an Nsight Systems export "
-                "(no StringIds, CUPTI_* or NVTX_* tables)"
-            )
-        yield Export(file, conn, tables)
-    finally:
-        conn.close()
+    if "StringIds" not in tables and not any(t.startswith(_NSYS_PREFIXES) for t in tables):
+        raise NotAnExport(
+            f"{file}: an SQLite database but not an Nsight Systems export "
+            "(no StringIds, CUPTI_* or NVTX_* tables)"
+        )
+    return Export(file, uri, tables)
 
 
 _NSYS_PREFIXES = ("CUPTI_", "NVTX_")
