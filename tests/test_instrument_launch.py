@@ -35,6 +35,9 @@ for i, (x, y) in enumerate(DataLoader(data, batch_size=2)):
             raise KeyboardInterrupt
         if how == "exit":
             sys.exit(3)
+        if how == "term":
+            import os, signal
+            os.kill(os.getpid(), signal.SIGTERM)
         raise ValueError("planned failure\\nafter two steps")
     opt.zero_grad()
     torch.nn.functional.mse_loss(model(x), y).backward()
@@ -123,6 +126,16 @@ def test_keyboard_interrupt_exits_130(tmp_path, script, capsys):
     assert record["exception"] == "KeyboardInterrupt"
     assert record["steps_seen"] == 2
     assert "KeyboardInterrupt" in capsys.readouterr().err
+
+
+def test_sigterm_is_reported_as_an_interruption(tmp_path, script):
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    record = run_inprocess(tmp_path / "out", script, "5", "1", "term", backend="off")
+    assert (record["exit_status"], record["interrupted"]) == (143, True)
+    assert record["exception"] == "Terminated: SIGTERM"
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 def test_system_exit_code_passes_through(tmp_path, script):
