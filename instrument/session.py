@@ -98,9 +98,9 @@ class Session:
             self.phases.on_step_end.append(on_end)
 
     def adopt(self, model: torch.nn.Module | None, optimizer: Any | None) -> None:
-        """Name `model` as the primary root and make `optimizer` the step optimizer."""
+        """Name `model` as a root (the primary one if first) and `optimizer` the step optimizer."""
         if model is not None and id(model) not in self.names.by_id:
-            self.names.name_tree(model, "", primary=self.names.primary is None)
+            self.names.name_root(model)
         if optimizer is not None and self.phases.step_optimizer is None:
             self.phases.step_optimizer = weakref.ref(optimizer)
         if self._mode[0] is not None:
