@@ -55,6 +55,11 @@ XENT = (
     "at::native::LogSoftMaxForwardEpilogue>(float *, const float *, int)",
     "cunn_SoftMaxForward",
 )
+XENT_BWD = (
+    "void at::native::cunn_SoftMaxBackward<4, float, float, float, "
+    "at::native::LogSoftMaxBackwardEpilogue>(float *, const float *, const float *, int)",
+    "cunn_SoftMaxBackward",
+)
 ADAM = (
     "void at::native::multi_tensor_apply_kernel<at::native::TensorListMetadata<4>, "
     "at::native::FusedAdamMathFunctor<float, 4>>(...)",
@@ -181,19 +186,17 @@ def _run(tl: Timeline, node: Node, prefix: str, tid: int, direction: str) -> Non
             for _ in range(2 if backward and kernel is GEMM else 1):
                 tl.launch(tid, kernel, ms)
 
-    if backward and node.cls == "Embedding":
-        # Its backward hook fires before the weight gradient is computed
-        # (token ids need no grad): an empty range, then the kernel.
-        tl.module(tid, direction, path, node.cls, lambda: None)
-        body()
-    elif backward and node.cls in ("GPT2LMHeadModel", "GPT2Model"):
-        body()  # modules returning a ModelOutput get no backward hooks
+    if backward and node.cls in ("GPT2LMHeadModel", "GPT2Model"):
+        body()  # modules returning a ModelOutput get no backward ranges
     else:
+        # An Embedding's backward range stays open until its weight gradient
+        # has been accumulated, so the weight-grad kernel lands inside it.
         tl.module(tid, direction, path, node.cls, body)
 
 
 def _backward(tl: Timeline) -> None:
     tl.cpu[AUTOGRAD] = tl.cpu[MAIN]
+    tl.launch(AUTOGRAD, XENT_BWD, 2)  # the loss's backward: outside every module range
     _run(tl, MODEL, "", AUTOGRAD, "backward")
     tl.sync(MAIN, AUTOGRAD)
 
