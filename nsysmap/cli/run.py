@@ -1,13 +1,82 @@
-"""`nsysmap run` (being written)."""
+"""`nsysmap run SCRIPT [-- ARGS...]`: profile a training script and attribute it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
-from nsysmap.errors import NsysmapError
+from nsysmap.run import BACKEND_NAMES, BACKENDS, RunRequest, run
 
 
-@click.command("run")
-def run_command() -> None:
-    """Not available yet."""
-    raise NsysmapError("nsysmap run is not available in this build")
+@click.command(
+    "run",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.argument("script", type=click.Path(path_type=Path))
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option(
+    "-o",
+    "--output",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Output directory (default: out/<script name>).",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(BACKENDS),
+    default="auto",
+    show_default=True,
+    help="Profiler: nsys (Nsight Systems), torch (torch.profiler), or nsys when found.",
+)
+@click.option(
+    "--warmup-steps",
+    type=click.IntRange(min=0),
+    help="Steps to run before profiling starts (launcher default: 1).",
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(min=0),
+    help="Steps to profile, 0 for all until the script ends (launcher default: 3).",
+)
+@click.option("--no-record-shapes", is_flag=True, help="Do not record operator input shapes.")
+@click.option("--quiet", is_flag=True, help="Do not print the summary.")
+def run_command(
+    script: Path,
+    script_args: tuple[str, ...],
+    out_dir: Path | None,
+    backend: str,
+    warmup_steps: int | None,
+    steps: int | None,
+    no_record_shapes: bool,
+    quiet: bool,
+) -> None:
+    """Run SCRIPT under a profiler and attribute its GPU work (or CPU operators).
+
+    Everything after SCRIPT (after an optional `--`) goes to the script
+    unchanged. Outputs for what was captured are written even when the
+    script fails; nsysmap then exits with the script's own status.
+    """
+    if script_args[:1] == ("--",):
+        script_args = script_args[1:]
+    request = RunRequest(
+        script=script,
+        script_args=script_args,
+        out_dir=out_dir,
+        backend=backend,
+        warmup_steps=warmup_steps,
+        steps=steps,
+        record_shapes=not no_record_shapes,
+    )
+    result = run(request, notify=lambda line: click.echo(line, err=True))
+    if not quiet:
+        click.echo(result.analysis.summary_text, nl=False)
+    tables = len(result.analysis.manifest["tables"])
+    click.echo(
+        f"Profiled with {BACKEND_NAMES[result.backend]} ({result.backend_reason}); "
+        f"wrote {tables} tables, manifest.json and run.json to {result.out_dir}"
+    )
+    failure = result.failure()
+    if failure is not None:
+        raise failure
