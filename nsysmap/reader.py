@@ -129,10 +129,11 @@ def _strings(frame: pl.DataFrame | None) -> pl.DataFrame:
     return _or_empty(frame, sql.STRINGS).unique("id", keep="first", maintain_order=True)
 
 
-def _lookup(frame: pl.DataFrame, column: str, strings: pl.DataFrame, alias: str) -> pl.DataFrame:
-    """`frame` plus `alias`: the StringIds value its `column` points to."""
-    right = strings.rename({"id": column, "value": alias})
-    return frame.join(right, on=column, how="left", maintain_order="left")
+def _string(column: str, strings: pl.DataFrame) -> pl.Expr:
+    """The StringIds value the id in `column` points to (null when none)."""
+    return pl.col(column).replace_strict(
+        strings["id"], strings["value"], default=None, return_dtype=pl.String
+    )
 
 
 def _pid(column: str) -> pl.Expr:
@@ -144,9 +145,10 @@ def _tid(column: str) -> pl.Expr:
     return pl.col(column) & _ID_MASK
 
 
-def _set(column: str) -> pl.Expr:
-    """A text read as '' when unset, with '' made null again."""
-    return pl.when(pl.col(column) != "").then(pl.col(column))
+def _set(text: str | pl.Expr) -> pl.Expr:
+    """A text with '' (how the reader reads an unset text) made null."""
+    text = pl.col(text) if isinstance(text, str) else text
+    return pl.when(text != "").then(text)
 
 
 # ------------------------------------------------------------------- frames
@@ -176,15 +178,15 @@ def _op_columns(kind: str) -> dict[str, pl.Expr]:
 
 def _kernels(kernels: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
     """Name: the demangled name, else the short one, else the mangled one."""
-    for column in ("demangledName", "shortName", "mangledName"):
-        kernels = _lookup(kernels, column, strings, f"_{column}")
-    names = pl.coalesce(_set("_demangledName"), _set("_shortName"), _set("_mangledName"))
+    demangled, short, mangled = (
+        _set(_string(c, strings)) for c in ("demangledName", "shortName", "mangledName")
+    )
     grid = {f"grid_{a}": pl.col(f"grid{a.upper()}") for a in "xyz"}
     block = {f"block_{a}": pl.col(f"block{a.upper()}") for a in "xyz"}
     return kernels.select(
         **_op_columns("kernel"),
-        name=names.fill_null("[unknown kernel]"),
-        short_name=_set("_shortName"),
+        name=pl.coalesce(demangled, short, mangled, pl.lit("[unknown kernel]")),
+        short_name=short,
         **grid,
         **block,
     )
@@ -226,26 +228,25 @@ def _api_calls(
     correlation id); of real rows sharing one, the first in the file is kept.
     Rows without a correlation id are all kept.
     """
-    calls = _or_empty(runtime, sql.RUNTIME).with_columns(
-        pid=_pid("globalTid"), tid=_tid("globalTid")
-    )
+    calls = _or_empty(runtime, sql.RUNTIME).with_columns(pid=_pid("globalTid"))
     twin = pl.col("eventClass").eq(TWIN_EVENT_CLASS).fill_null(False)
-    ordered = pl.concat([calls.filter(~twin), calls.filter(twin)])  # real rows win
-    first = pl.struct("pid", "correlationId").is_first_distinct()
-    kept = ordered.filter(first | pl.col("correlationId").is_null())
-    kept_twins = kept.filter(twin).height
-    twins = calls.filter(twin).height - kept_twins
-    duplicates = (calls.height - calls.filter(twin).height) - (kept.height - kept_twins)
-    kept = _lookup(kept, "nameId", strings, "api_name")
+    real, twins = calls.filter(~twin), calls.filter(twin)
+    key = ["pid", "correlationId"]
+    first = pl.struct(*key).is_first_distinct() | pl.col("correlationId").is_null()
+    kept = real.filter(first)
+    duplicates = real.height - kept.height
+    if not twins.is_empty():  # keep a twin only when its real row is missing
+        kept = pl.concat([kept, twins.join(real, on=key, how="anti").filter(first)])
+    twins_dropped = calls.height - kept.height - duplicates
     frame = kept.select(
         "pid",
-        "tid",
+        tid=_tid("globalTid"),
         correlation_id="correlationId",
-        api_name="api_name",
+        api_name=_string("nameId", strings),
         start_ns="start",
         end_ns="end",
     )
-    return frame, twins, duplicates
+    return frame, twins_dropped, duplicates
 
 
 def _extent(*frames: pl.DataFrame) -> tuple[int | None, int | None]:
@@ -264,37 +265,41 @@ def _ranges(nvtx: pl.DataFrame, strings: pl.DataFrame, capture_end: int | None) 
         capture   |--------------------------------|
         range             |- - - - - - - - - - - - ->|   end := capture end
     """
-    nvtx = _lookup(nvtx.with_columns(pid=_pid("globalTid")), "textId", strings, "_registered")
-    named = nvtx.with_columns(_name=pl.coalesce(_set("text"), "_registered"))
-    domains = named.filter(pl.col("eventType") == DOMAIN_CREATE).select(
-        "pid", "domainId", domain="_name"
+    name = pl.coalesce(_set("text"), _string("textId", strings))
+    domains = nvtx.filter(pl.col("eventType") == DOMAIN_CREATE).select(
+        pid=_pid("globalTid"), domainId="domainId", domain=name
     )
     domains = domains.unique(["pid", "domainId"], keep="first", maintain_order=True)
-    ranges = named.filter(pl.col("eventType").is_in(RANGE_KINDS))
-    if domains.is_empty():  # the common case: skip the join
-        ranges = ranges.with_columns(domain=pl.lit(None, pl.String))
-    else:
-        ranges = ranges.join(domains, on=["pid", "domainId"], how="left", maintain_order="left")
-    kind = pl.col("eventType").replace_strict(RANGE_KINDS, return_dtype=pl.String)
-    return ranges.select(
+    ranges = nvtx.filter(pl.col("eventType").is_in(RANGE_KINDS)).select(
         range_id=pl.int_range(pl.len(), dtype=pl.Int64),
-        pid="pid",
+        pid=_pid("globalTid"),
         tid=_tid("globalTid"),
-        domain=pl.when(pl.col("domainId") != 0).then("domain"),
-        name="_name",
+        domainId="domainId",
+        name=name,
         start_ns="start",
         end_ns=pl.coalesce("end", pl.max_horizontal("start", pl.lit(capture_end))),
-        kind=kind,
+        kind=pl.col("eventType").replace_strict(RANGE_KINDS, return_dtype=pl.String),
         depth=pl.lit(None, pl.Int32),
         parent_id=pl.lit(None, pl.Int64),
         _closed=pl.col("end").is_not_null(),
     )
+    return ranges.with_columns(domain=_domains(ranges, domains)).drop("domainId")
+
+
+def _domains(ranges: pl.DataFrame, domains: pl.DataFrame) -> pl.Series:
+    """Each range's domain name: from its process's domain-create event, else null."""
+    if domains.is_empty():  # the common case: no join
+        return pl.repeat(None, ranges.height, dtype=pl.String, eager=True)
+    keys = ranges.select("pid", "domainId")
+    named = keys.join(domains, on=["pid", "domainId"], how="left", maintain_order="left")
+    return named.select(pl.when(pl.col("domainId") != 0).then("domain"))["domain"]
 
 
 def _threads(names: pl.DataFrame | None, strings: pl.DataFrame) -> pl.DataFrame:
     """Thread names; a thread named twice keeps its last name."""
-    names = _lookup(_or_empty(names, sql.THREAD_NAMES), "nameId", strings, "thread_name")
-    threads = names.select(pid=_pid("globalTid"), tid=_tid("globalTid"), thread_name="thread_name")
+    threads = _or_empty(names, sql.THREAD_NAMES).select(
+        pid=_pid("globalTid"), tid=_tid("globalTid"), thread_name=_string("nameId", strings)
+    )
     return threads.unique(["pid", "tid"], keep="last", maintain_order=True)
 
 
