@@ -108,32 +108,41 @@ def _project_process_windows(ops: pl.DataFrame, ranges: pl.DataFrame) -> pl.Data
 
 
 def _module_via_seq(ops: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
-    """Give backward aten ops (`stashed seq = N`) the module of forward op `seq = N`."""
-    forward_aten = ranges.filter(pl.col("lbl_seq").is_not_null() & ~pl.col("lbl_stashed"))
+    """Give backward ops (`stashed seq = N`) the module of forward op `seq = N`.
+
+    The innermost range carrying a sequence number on the launching thread is
+    the op's autograd node; for a backward node with no module range around
+    it, the module is the one around the forward op with the same number in
+    the same process.
+    """
+    seq_ranges = ranges.filter(pl.col("lbl_seq").is_not_null())
+    forward = seq_ranges.filter(~pl.col("lbl_stashed"))
     modules = ranges.filter(pl.col("lbl_module").is_not_null())
-    if forward_aten.is_empty() or modules.is_empty():
+    if forward.is_empty() or modules.is_empty():
         return ops.with_columns(pl.lit(None, pl.Int64).alias("seq_module_rid"))
-    probe = forward_aten.select("pid", "tid", pl.col("start_ns").alias("launch_start_ns"))
+    probe = forward.select("pid", "tid", pl.col("start_ns").alias("launch_start_ns"))
     seq_map = (
-        forward_aten.select("pid", "lbl_seq", "start_ns")
+        forward.select("pid", "lbl_seq", "start_ns")
         .with_columns(_innermost_in(probe, modules, ("pid", "tid")).alias("seq_module_rid"))
         .filter(pl.col("seq_module_rid").is_not_null())
         .sort("start_ns")
         .unique(subset=["pid", "lbl_seq"], keep="first")
-        .select("pid", pl.col("lbl_seq").alias("aten_seq"), "seq_module_rid")
+        .select("pid", pl.col("lbl_seq").alias("node_seq"), "seq_module_rid")
     )
-    aten = ranges.select(
-        pl.col("range_id").alias("aten_rid"),
-        pl.col("lbl_seq").alias("aten_seq"),
-        pl.col("lbl_stashed").alias("aten_stashed"),
+    nodes = seq_ranges.select(
+        pl.col("range_id").alias("seq_rid"),
+        pl.col("lbl_seq").alias("node_seq"),
+        pl.col("lbl_stashed").alias("node_stashed"),
     )
-    linked = ops.join(aten, on="aten_rid", how="left").join(
-        seq_map, on=["pid", "aten_seq"], how="left"
+    linked = (
+        ops.with_columns(_innermost_in(ops, seq_ranges, ("pid", "tid")).alias("seq_rid"))
+        .join(nodes, on="seq_rid", how="left")
+        .join(seq_map, on=["pid", "node_seq"], how="left")
     )
-    use = pl.col("module_rid").is_null() & pl.col("aten_stashed").fill_null(False)
+    use = pl.col("module_rid").is_null() & pl.col("node_stashed").fill_null(False)
     return linked.with_columns(
         pl.when(use).then(pl.col("seq_module_rid")).alias("seq_module_rid")
-    ).drop("aten_seq", "aten_stashed")
+    ).drop("seq_rid", "node_seq", "node_stashed")
 
 
 def _resolve_labels(ops: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:

@@ -65,9 +65,11 @@ def read_trace(path: str | Path) -> Report:
     if buckets["gpu"]:
         api = _launch_frame(buckets["api"])
         gpu_ops, unit = _device_ops(buckets["gpu"], api, cpu), "gpu_op"
-        annotations = pl.concat([annotations, cpu.select(annotations.columns)])
+        annotations = pl.concat([annotations, _seq_ranges(cpu).select(annotations.columns)])
     elif cpu.height:
         (gpu_ops, api), unit = _cpu_units(cpu), "cpu_op"
+        linked = _seq_ranges(cpu.filter(pl.col("seq").is_not_null()))
+        annotations = pl.concat([annotations, linked.select(annotations.columns)])
     else:
         raise NoGpuData(f"{path}: the trace holds no operator or GPU events")
     return Report(
@@ -88,7 +90,30 @@ def _cpu_frame(evs: list[dict[str, Any]]) -> pl.DataFrame:
     return event_frame(evs).with_columns(
         arg_column(args, "External id", pl.Int64).alias("external_id"),
         pl.Series("input_shapes", dims, dtype=pl.String),
+        arg_column(args, "Sequence number", pl.Int64).alias("seq"),
+        arg_column(args, "Fwd thread id", pl.Int64).alias("fwd_tid"),
     )
+
+
+def _seq_ranges(cpu: pl.DataFrame) -> pl.DataFrame:
+    """Operators as ranges named in PyTorch's emit_nvtx style, for autograd linking.
+
+    A forward operator that created an autograd node becomes `aten::addmm,
+    seq = 4`; the backward node that runs for it (it records the forward
+    thread in "Fwd thread id") becomes `..., stashed seq = 4`, so attribution
+    can give backward work the module of its forward operator. Operators
+    without a sequence number keep their plain name.
+    """
+    backward = pl.col("fwd_tid").fill_null(0) > 0
+    seq = pl.col("seq").cast(pl.String)
+    name = (
+        pl.when(pl.col("seq").is_null())
+        .then(pl.col("name"))
+        .when(backward)
+        .then(pl.format("{}, stashed seq = {}", "name", seq))
+        .otherwise(pl.format("{}, seq = {}", "name", seq))
+    )
+    return cpu.with_columns(name.alias("name"))
 
 
 def _launch_frame(evs: list[dict[str, Any]]) -> pl.DataFrame:

@@ -145,10 +145,18 @@ def test_cpu_trace_shapes_launches_and_meta(cpu_trace):
     assert report.meta_value("source_path") == str(cpu_trace)
 
 
-def test_cpu_trace_ranges_are_all_user_annotations(cpu_trace):
+def test_cpu_trace_ranges_are_user_annotations_and_autograd_nodes(cpu_trace):
     annotations = _raw(cpu_trace, "user_annotation")
+    nodes = [e for e in _raw(cpu_trace, "cpu_op") if e["args"].get("Sequence number") is not None]
     ranges = read_trace(cpu_trace).ranges
-    assert Counter(ranges["name"]) == Counter(e["name"] for e in annotations)
+
+    def node_name(e: dict) -> str:
+        stashed = "stashed " if e["args"].get("Fwd thread id") else ""
+        return f"{e['name']}, {stashed}seq = {e['args']['Sequence number']}"
+
+    expected = Counter(e["name"] for e in annotations) + Counter(node_name(e) for e in nodes)
+    assert Counter(ranges["name"]) == expected
+    assert any(", stashed seq = " in n for n in expected)
     names = set(ranges["name"])
     assert {"nsysmap:step:2", "nsysmap:phase:backward", "nsysmap:bwd:Linear:0"} <= names
     assert any(n.startswith("ProfilerStep#") for n in names)
