@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import polars as pl
 
 from nsysmap import reader_sql as sql
+from nsysmap import schemas
 from nsysmap.errors import NoGpuData
 from nsysmap.model import Report, meta_frame
 
@@ -29,7 +30,6 @@ LAUNCH_API = r"^cu(da)?(Graph)?Launch"  # cudaLaunchKernel_v7000, cuLaunchKernel
 # Copy kinds for exports without ENUM_CUDA_MEMCPY_OPER (that enum's ids).
 COPY_KINDS = ("Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH")
 COPY_KINDS += ("PtoP", "Unified HtoD", "Unified DtoH", "Unified DtoD")
-_ID_MASK = 0xFFFFFF
 # Tables are read in this many threads (the SQLite driver releases the GIL).
 READ_THREADS = min(3, os.cpu_count() or 1)
 Raw = dict[str, pl.DataFrame | None]
@@ -89,7 +89,7 @@ def _normalise(raw: Raw, source: str) -> Report:
     strings = _strings(raw["StringIds"])
     gpu_ops = _gpu_ops(raw, strings)
     api_calls, twins, duplicates = _api_calls(raw[sql.RUNTIME.table], strings)
-    nvtx = _or_empty(raw[sql.NVTX.table], sql.NVTX)
+    nvtx = sql.NVTX.empty_if_none(raw[sql.NVTX.table])
     in_ranges = nvtx.filter(pl.col("eventType").is_in(RANGE_KINDS))
     start, end = _extent(gpu_ops, api_calls, in_ranges.select(start_ns="start", end_ns="end"))
     ranges = _ranges(nvtx, strings, end)
@@ -118,15 +118,8 @@ def _normalise(raw: Raw, source: str) -> Report:
 
 
 # ------------------------------------------------------------------ helpers
-def _or_empty(frame: pl.DataFrame | None, spec: sql.TableSpec) -> pl.DataFrame:
-    """`frame`, or an empty frame with the columns `spec` reads."""
-    if frame is not None:
-        return frame
-    return pl.DataFrame(schema={a: pl.String if t else pl.Int64 for a, t, _ in spec.columns()})
-
-
 def _strings(frame: pl.DataFrame | None) -> pl.DataFrame:
-    return _or_empty(frame, sql.STRINGS).unique("id", keep="first", maintain_order=True)
+    return sql.STRINGS.empty_if_none(frame).unique("id", keep="first", maintain_order=True)
 
 
 def _string(column: str, strings: pl.DataFrame) -> pl.Expr:
@@ -136,28 +129,13 @@ def _string(column: str, strings: pl.DataFrame) -> pl.Expr:
     )
 
 
-def _pid(column: str) -> pl.Expr:
-    """The process of a globalTid / globalPid: (id >> 24) & 0xFFFFFF."""
-    return (pl.col(column) // (1 << 24)) & _ID_MASK
-
-
-def _tid(column: str) -> pl.Expr:
-    return pl.col(column) & _ID_MASK
-
-
-def _set(text: str | pl.Expr) -> pl.Expr:
-    """A text with '' (how the reader reads an unset text) made null."""
-    text = pl.col(text) if isinstance(text, str) else text
-    return pl.when(text != "").then(text)
-
-
 # ------------------------------------------------------------------- frames
 def _gpu_ops(raw: Raw, strings: pl.DataFrame) -> pl.DataFrame:
     """Kernels, then memcpys, then memsets, each in file order; op_id counts them."""
     frames = [
-        _kernels(_or_empty(raw[sql.KERNEL.table], sql.KERNEL), strings),
-        _memcpys(_or_empty(raw[sql.MEMCPY.table], sql.MEMCPY), raw["memcpy_kinds"]),
-        _memsets(_or_empty(raw[sql.MEMSET.table], sql.MEMSET)),
+        _kernels(sql.KERNEL.empty_if_none(raw[sql.KERNEL.table]), strings),
+        _memcpys(sql.MEMCPY.empty_if_none(raw[sql.MEMCPY.table]), raw["memcpy_kinds"]),
+        _memsets(sql.MEMSET.empty_if_none(raw[sql.MEMSET.table])),
     ]
     ops = pl.concat(frames, how="diagonal_relaxed")
     return ops.with_columns(op_id=pl.int_range(pl.len(), dtype=pl.Int64), input_shapes=None)
@@ -165,10 +143,10 @@ def _gpu_ops(raw: Raw, strings: pl.DataFrame) -> pl.DataFrame:
 
 def _op_columns(kind: str) -> dict[str, pl.Expr]:
     return {
-        "kind": pl.lit(kind),
+        "kind": pl.lit(kind, schemas.OpKind),
         "device_id": pl.col("deviceId"),
         "stream_id": pl.col("streamId"),
-        "pid": _pid("globalPid"),
+        "pid": sql.process_id("globalPid"),
         "correlation_id": pl.col("correlationId"),
         "start_ns": pl.col("start"),
         "end_ns": pl.col("end"),
@@ -179,7 +157,7 @@ def _op_columns(kind: str) -> dict[str, pl.Expr]:
 def _kernels(kernels: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
     """Name: the demangled name, else the short one, else the mangled one."""
     demangled, short, mangled = (
-        _set(_string(c, strings)) for c in ("demangledName", "shortName", "mangledName")
+        sql.text_or_null(_string(c, strings)) for c in ("demangledName", "shortName", "mangledName")
     )
     grid = {f"grid_{a}": pl.col(f"grid{a.upper()}") for a in "xyz"}
     block = {f"block_{a}": pl.col(f"block{a.upper()}") for a in "xyz"}
@@ -228,25 +206,46 @@ def _api_calls(
     correlation id); of real rows sharing one, the first in the file is kept.
     Rows without a correlation id are all kept.
     """
-    calls = _or_empty(runtime, sql.RUNTIME).with_columns(pid=_pid("globalTid"))
-    twin = pl.col("eventClass").eq(TWIN_EVENT_CLASS).fill_null(False)
-    real, twins = calls.filter(~twin), calls.filter(twin)
+    calls = sql.RUNTIME.empty_if_none(runtime).with_columns(pid=sql.process_id("globalTid"))
+    twin = calls["eventClass"].eq(TWIN_EVENT_CLASS).fill_null(False)
+    twins, real = _split(calls, twin)
     key = ["pid", "correlationId"]
-    first = pl.struct(*key).is_first_distinct() | pl.col("correlationId").is_null()
-    kept = real.filter(first)
+    first = _call_key(calls).is_first_distinct() | pl.col("correlationId").is_null()
+    kept, _ = _split(real, real.select(first).to_series())
     duplicates = real.height - kept.height
     if not twins.is_empty():  # keep a twin only when its real row is missing
         kept = pl.concat([kept, twins.join(real, on=key, how="anti").filter(first)])
     twins_dropped = calls.height - kept.height - duplicates
     frame = kept.select(
         "pid",
-        tid=_tid("globalTid"),
+        tid=sql.thread_id("globalTid"),
         correlation_id="correlationId",
         api_name=_string("nameId", strings),
         start_ns="start",
         end_ns="end",
     )
     return frame, twins_dropped, duplicates
+
+
+def _call_key(calls: pl.DataFrame) -> pl.Expr:
+    """(pid, correlation id) as one key: a packed Int64 when the ids fit.
+
+    pid < 2**24 and CUPTI's correlation ids are 32-bit, so pid * 2**39 + id is
+    exact; hashing it takes a fifth of the memory a struct key takes.
+    """
+    low, high = calls["correlationId"].min(), calls["correlationId"].max()
+    if low is None or (low >= 0 and high < 1 << 39):
+        return pl.col("pid") * (1 << 39) + pl.col("correlationId")
+    return pl.struct("pid", "correlationId")
+
+
+def _split(frame: pl.DataFrame, mask: pl.Series) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(rows where mask holds, the others), without copying when one side is empty."""
+    if mask.all():
+        return frame, frame.clear()
+    if not mask.any():
+        return frame.clear(), frame
+    return frame.filter(mask), frame.filter(~mask)
 
 
 def _extent(*frames: pl.DataFrame) -> tuple[int | None, int | None]:
@@ -265,20 +264,21 @@ def _ranges(nvtx: pl.DataFrame, strings: pl.DataFrame, capture_end: int | None) 
         capture   |--------------------------------|
         range             |- - - - - - - - - - - - ->|   end := capture end
     """
-    name = pl.coalesce(_set("text"), _string("textId", strings))
+    name = pl.coalesce(sql.text_or_null("text"), _string("textId", strings))
     domains = nvtx.filter(pl.col("eventType") == DOMAIN_CREATE).select(
-        pid=_pid("globalTid"), domainId="domainId", domain=name
+        pid=sql.process_id("globalTid"), domainId="domainId", domain=name
     )
     domains = domains.unique(["pid", "domainId"], keep="first", maintain_order=True)
-    ranges = nvtx.filter(pl.col("eventType").is_in(RANGE_KINDS)).select(
+    ranges, _ = _split(nvtx, nvtx["eventType"].is_in(RANGE_KINDS))
+    ranges = ranges.select(
         range_id=pl.int_range(pl.len(), dtype=pl.Int64),
-        pid=_pid("globalTid"),
-        tid=_tid("globalTid"),
+        pid=sql.process_id("globalTid"),
+        tid=sql.thread_id("globalTid"),
         domainId="domainId",
         name=name,
         start_ns="start",
         end_ns=pl.coalesce("end", pl.max_horizontal("start", pl.lit(capture_end))),
-        kind=pl.col("eventType").replace_strict(RANGE_KINDS, return_dtype=pl.String),
+        kind=pl.col("eventType").replace_strict(RANGE_KINDS, return_dtype=schemas.RangeKind),
         depth=pl.lit(None, pl.Int32),
         parent_id=pl.lit(None, pl.Int64),
         _closed=pl.col("end").is_not_null(),
@@ -297,19 +297,21 @@ def _domains(ranges: pl.DataFrame, domains: pl.DataFrame) -> pl.Series:
 
 def _threads(names: pl.DataFrame | None, strings: pl.DataFrame) -> pl.DataFrame:
     """Thread names; a thread named twice keeps its last name."""
-    threads = _or_empty(names, sql.THREAD_NAMES).select(
-        pid=_pid("globalTid"), tid=_tid("globalTid"), thread_name=_string("nameId", strings)
+    threads = sql.THREAD_NAMES.empty_if_none(names).select(
+        pid=sql.process_id("globalTid"),
+        tid=sql.thread_id("globalTid"),
+        thread_name=_string("nameId", strings),
     )
     return threads.unique(["pid", "tid"], keep="last", maintain_order=True)
 
 
 def _devices(gpu: pl.DataFrame | None, cuda_gpu: pl.DataFrame | None) -> pl.DataFrame:
     """GPUs as the export lists them (not necessarily the ones used)."""
-    info = _or_empty(gpu if gpu is not None else cuda_gpu, sql.GPU_INFO)
+    info = sql.GPU_INFO.empty_if_none(gpu if gpu is not None else cuda_gpu)
     known = pl.col("major").fill_null(0) > 0  # other adapters are listed with zeros
     devices = info.select(
         "device_id",
-        name=_set("name"),
+        name=sql.text_or_null("name"),
         sm_count="sm_count",
         memory_bytes="memory",
         compute_capability=pl.when(known).then(pl.format("{}.{}", "major", "minor")),

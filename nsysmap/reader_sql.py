@@ -1,4 +1,4 @@
-"""The I/O side of the nsys reader: file checks, which columns it reads, and how.
+"""The format side of the nsys reader: file checks, what it reads, and how.
 
 `open_export(path)` checks the file (header, size), opens it read-only and
 probes its tables and columns; `Export.read(spec)` then reads one table.
@@ -16,7 +16,8 @@ read as `CAST(col AS INTEGER)` (an all-NULL batch then still reads as int64)
 and every text as `CAST(coalesce(col, x'') AS BLOB)`: always binary, never
 NULL (an empty text means unset). Binary becomes String in Arrow's C++ cast,
 which validates UTF-8; a column that fails takes a slow path that decodes its
-distinct values with U+FFFD replacement.
+distinct values with U+FFFD replacement. `process_id`, `thread_id` and
+`text_or_null` decode nsys's serialized ids and the '' that stands for unset.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import pyarrow.compute as pc
 from nsysmap.errors import InputNotFound, NotAnExport
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+_ID_MASK = 0xFFFFFF
 
 # Rows per Arrow batch. Larger batches cut per-batch overhead (measured in
 # docs/reading.md); type inference no longer depends on it (see above).
@@ -68,6 +70,12 @@ class TableSpec:
     ints: str
     texts: str = ""
     where: str = ""
+
+    def empty_if_none(self, frame: pl.DataFrame | None) -> pl.DataFrame:
+        """`frame`, or (for an absent table) an empty frame of the columns read."""
+        if frame is not None:
+            return frame
+        return pl.DataFrame(schema={a: pl.String if t else pl.Int64 for a, t, _ in self.columns()})
 
     def columns(self) -> list[tuple[str, bool, tuple[str, ...]]]:
         """(alias, is_text, candidates) for every logical column."""
@@ -274,3 +282,19 @@ def _decode_tolerant(column: pa.ChunkedArray) -> pa.ChunkedArray:
     encoded = pc.dictionary_encode(column).combine_chunks()
     values = [v.decode("utf-8", "replace") for v in encoded.dictionary.to_pylist()]
     return pa.chunked_array([pc.take(pa.array(values, pa.string()), encoded.indices)])
+
+
+def process_id(column: str) -> pl.Expr:
+    """The process of a serialized globalTid / globalPid: (id >> 24) & 0xFFFFFF."""
+    return (pl.col(column) // (1 << 24)) & _ID_MASK
+
+
+def thread_id(column: str) -> pl.Expr:
+    """The thread of a serialized globalTid: id & 0xFFFFFF."""
+    return pl.col(column) & _ID_MASK
+
+
+def text_or_null(text: str | pl.Expr) -> pl.Expr:
+    """A text as read (unset reads as '') with '' made null again."""
+    text = pl.col(text) if isinstance(text, str) else text
+    return pl.when(text != "").then(text)

@@ -196,6 +196,21 @@ def test_duplicate_real_calls_keep_the_first_and_are_counted(tmp_path):
     assert meta(report)["duplicate_launch_rows"] == "1"
 
 
+@pytest.mark.parametrize("corr", [7, 2**40, -3])
+def test_duplicates_found_whatever_the_correlation_id_range(tmp_path, corr):
+    """Ids that do not fit the packed (pid, id) key take the general path."""
+    b = SynthExport()
+    b.launch(1, 1, 0, 1, corr=corr)
+    b.launch(1, 1, 2, 3, corr=corr)
+    b.launch(2, 1, 0, 1, corr=corr)
+    b.launch(1, 1, 4, 5, corr=5)
+    b.kernel(1, 0, 7, 1, 2, corr=corr)
+    report = read_sqlite(b.write(tmp_path / "x.sqlite"))
+    got = report.api_calls.sort("pid", "start_ns").select("pid", "correlation_id", "start_ns")
+    assert got.rows() == [(1, corr, 0), (1, 5, 4 * MS), (2, corr, 0)]
+    assert meta(report)["duplicate_launch_rows"] == "1"
+
+
 def test_launch_calls_are_counted_by_api_name(tmp_path):
     b = SynthExport()
     apis = [
