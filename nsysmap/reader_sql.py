@@ -140,7 +140,7 @@ class Export:
     Each read opens its own read-only connection, so reads may run in threads.
     """
 
-    def __init__(self, file: Path, uri: str, tables: dict[str, set[str]]):
+    def __init__(self, file: Path, uri: str, tables: dict[str, set[str]]) -> None:
         self.file = file
         self.tables = tables
         self._uri = uri

@@ -30,6 +30,7 @@ import polars as pl
 
 from nsysmap.synth_bulk import (
     NS_PER_MS,
+    Frame,
     bulk_tables,
     global_pid,
     global_tid,
@@ -39,6 +40,7 @@ from nsysmap.synth_bulk import (
 
 __all__ = [
     "NS_PER_MS",
+    "Frame",
     "SynthExport",
     "bulk_tables",
     "global_pid",
@@ -96,12 +98,14 @@ class SynthExport:
     ThreadNames, the metadata and enum tables, which are always written.
     """
 
-    def __init__(self, *, nsys_version: str = "2026.2.1.210", schema_version: str = "3.25.0"):
+    def __init__(
+        self, *, nsys_version: str = "2026.2.1.210", schema_version: str = "3.25.0"
+    ) -> None:
         self._rows: dict[str, list[tuple]] = {t: [] for t in _BUILT}
         self._strings: dict[Text, int] = {}
         self._domains: dict[tuple[int, str], int] = {}
         self._extra: list[tuple[str, str, object]] = []
-        self._tables: dict[str, object] = {}
+        self._tables: dict[str, Frame] = {}
         self._range_id = 0
         for key, value in [
             ("EXPORT_PRODUCT_NAME", "NVIDIA Nsight Systems"),
@@ -275,13 +279,13 @@ class SynthExport:
         """Add a foreign column holding `value` to `table`, as other tools do."""
         self._extra.append((table, name, value))
 
-    def table(self, name: str, frame: object) -> None:
+    def table(self, name: str, frame: Frame) -> None:
         """Add a table as given (a foreign table, or an empty one with None)."""
         self._tables[name] = frame
 
-    def tables(self) -> dict[str, pl.DataFrame]:
+    def tables(self) -> dict[str, Frame]:
         """The export as frames, ready for `write_export`."""
-        out: dict[str, object] = {}
+        out: dict[str, Frame] = {}
         for table, rows in self._rows.items():
             if rows or table in _ALWAYS:
                 out[table] = _frame(table, rows)

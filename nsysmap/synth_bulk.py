@@ -72,6 +72,8 @@ _COLUMNS = {
     "ANALYSIS_DETAILS": "globalVid:i! duration:i! startTime:i! stopTime:i!",
 }
 _SQL_TYPES = {"i": "INTEGER", "t": "TEXT", "r": "REAL"}
+# A table's content: a frame, or None for a table with no rows.
+Frame = pl.DataFrame | pa.Table | None
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _INGEST_BATCH_ROWS = 1 << 20
 
@@ -99,7 +101,7 @@ def known_columns(table: str) -> list[Column]:
 
 def write_export(
     path: str | os.PathLike,
-    tables: Mapping[str, object],
+    tables: Mapping[str, Frame],
     *,
     exact_columns: Collection[str] = (),
 ) -> Path:
@@ -131,7 +133,7 @@ def write_export(
     return path
 
 
-def _arrow(frame: object) -> pa.Table | None:
+def _arrow(frame: Frame) -> pa.Table | None:
     """An Arrow table with the plain (non-view) types the ADBC ingest binds."""
     if frame is None:
         return None
@@ -212,7 +214,9 @@ _PERIOD_NS = 2_000
 _KERNEL_NAMES = 64
 
 
-def bulk_tables(n_kernels: int, *, ranges_per_kernel: int = 3, pid: int = 100) -> dict:
+def bulk_tables(
+    n_kernels: int, *, ranges_per_kernel: int = 3, pid: int = 100
+) -> dict[str, pl.DataFrame]:
     """Frames of a large training-like export: one thread, one GPU, one stream.
 
     Launch i (a cudaLaunchKernel row) starts kernel i (correlation id i + 1);
