@@ -20,8 +20,7 @@ Sources (figures only):
   RTX 3060: derived from the same per-SM rates (28 SMs, 1.777 GHz boost).
 * RTX 4090: NVIDIA Ada GPU Architecture whitepaper.
 * RTX 2070 (Founders Edition clocks) and Quadro RTX 6000: NVIDIA Turing GPU Architecture
-  whitepaper; RTX 2070
-  SUPER derived from the same per-SM rates (40 SMs, 1.77 GHz boost).
+  whitepaper; RTX 2070 SUPER derived from the same per-SM rates (40 SMs, 1.77 GHz boost).
 * GTX 1060 (6 GB, 1280 cores): GeForce GTX 1060 specifications (no tensor cores).
 
 A device name matches the first pattern (case-insensitive regular
