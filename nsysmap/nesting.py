@@ -21,6 +21,8 @@ from collections.abc import Sequence
 
 import polars as pl
 
+from nsysmap.naming import PREFIX as NSYSMAP_PREFIX
+
 MAX_REPAIR_ROUNDS = 32
 
 
@@ -110,45 +112,60 @@ def _ordered_events(
     return pl.concat([start_ev, end_ev]).sort([*by, "t", "cls", "k1", "k2"]).with_row_index("seq")
 
 
-def nest_repaired(df: pl.DataFrame, *, by: Sequence[str], id_col: str) -> tuple[pl.DataFrame, int]:
-    """Nest intervals that may cross, clipping each crossing one to its parent's end.
+def nest_repaired(
+    df: pl.DataFrame, *, by: Sequence[str], id_col: str, priority: str | None = None
+) -> tuple[pl.DataFrame, int]:
+    """Nest intervals that may cross, clipping one of each crossing pair.
 
-    A start/end range can outlive the range it started in:
+    A start/end range can outlive the range it started in, and ranges of
+    different NVTX domains or profilers keep separate stacks:
 
         A |--------|          A |--------|
         B      |-------|  ->  B      |---|      (B clipped to A's end)
 
     The parent is the innermost interval still open at the start, with
-    earlier crossings already clipped. Returns the nested frame (`end_ns`
-    clipped) and how many intervals were clipped. Push/pop ranges never
-    cross, so data without crossings costs one nesting pass.
+    earlier crossings already resolved. Normally the child is clipped to its
+    parent's end; when the optional `priority` column ranks the child above
+    its parent, the parent is clipped to end where the child starts instead
+    (nsysmap's module ranges opened by a hook inside an operator keep their
+    extent). Returns the nested frame (`end_ns` clipped) and how many
+    intervals were clipped. Data without crossings costs one nesting pass.
     """
     by = list(by)
-    out = _with_crossing(nest_intervals(df, by=by, id_col=id_col), id_col)
+    work = df if priority else df.with_columns(pl.lit(0, pl.Int8).alias("_prio"))
+    prio = priority or "_prio"
+    out = _with_crossing(nest_intervals(work, by=by, id_col=id_col), id_col, prio)
     if not out["crossing"].any():
-        return out.drop("crossing", "p_end"), 0
+        return out.drop("crossing", "p_end", "p_prio", "_prio", strict=False), 0
     # Only groups with a crossing are nested again, as often as needed.
     bad_groups = out.filter("crossing").select(by).unique()
     todo = out.join(bad_groups, on=by, how="semi")
-    done = out.join(bad_groups, on=by, how="anti")
-    todo, n_clipped = _clip_rounds(todo, by, id_col)
-    return pl.concat([done.drop("p_end"), todo]).drop("crossing"), n_clipped
+    done = out.join(bad_groups, on=by, how="anti").drop("p_end", "p_prio", "crossing")
+    todo, n_clipped = _clip_rounds(todo, by, id_col, prio)
+    merged = pl.concat([done, todo.select(done.columns)])
+    return merged.drop("_prio", strict=False), n_clipped
 
 
-def _with_crossing(nested: pl.DataFrame, id_col: str) -> pl.DataFrame:
-    """Add `crossing`: starts inside its parent but ends after it."""
-    parent_end = nested.select(pl.col(id_col).alias("parent_id"), pl.col("end_ns").alias("p_end"))
-    checked = nested.join(parent_end, on="parent_id", how="left")
+def _with_crossing(nested: pl.DataFrame, id_col: str, prio: str) -> pl.DataFrame:
+    """Add `crossing` (starts inside its parent but ends after it), `p_end`, `p_prio`."""
+    parent = nested.select(
+        pl.col(id_col).alias("parent_id"),
+        pl.col("end_ns").alias("p_end"),
+        pl.col(prio).alias("p_prio"),
+    )
+    checked = nested.join(parent, on="parent_id", how="left")
     crossing = (pl.col("end_ns") > pl.col("p_end")) & (pl.col("start_ns") < pl.col("p_end"))
     return checked.with_columns(crossing.fill_null(False).alias("crossing"))
 
 
-def _clip_rounds(nested: pl.DataFrame, by: list[str], id_col: str) -> tuple[pl.DataFrame, int]:
-    """Clip the earliest crossing of each group, re-nest, repeat.
+def _clip_rounds(
+    nested: pl.DataFrame, by: list[str], id_col: str, prio: str
+) -> tuple[pl.DataFrame, int]:
+    """Resolve the earliest crossing of each group, re-nest, repeat.
 
     Only the earliest crossing (in nesting order) is certain to sit under its
     true parent: a later one may look crossing only because of it. After
-    MAX_REPAIR_ROUNDS rounds every remaining crossing is clipped at once.
+    MAX_REPAIR_ROUNDS rounds every remaining crossing is resolved at once.
     """
     clipped: set[int] = set()
     for round_no in range(MAX_REPAIR_ROUNDS + 1):
@@ -157,25 +174,40 @@ def _clip_rounds(nested: pl.DataFrame, by: list[str], id_col: str) -> tuple[pl.D
         nested = nested.sort([*by, "start_ns", -pl.col("end_ns"), id_col])
         first = pl.col("crossing").cast(pl.Int32).cum_sum().over(by) == 1
         pick = pl.col("crossing") if round_no == MAX_REPAIR_ROUNDS else pl.col("crossing") & first
-        chosen = nested.filter(pick)[id_col]
-        clipped.update(chosen.to_list())
-        fixed = nested.with_columns(
-            pl.when(pl.col(id_col).is_in(chosen.implode()))
-            .then(pl.col("p_end"))
-            .otherwise(pl.col("end_ns"))
-            .alias("end_ns")
-        ).drop("p_end", "crossing")
-        nested = _with_crossing(nest_intervals(fixed, by=by, id_col=id_col), id_col)
-    return nested.drop("p_end"), len(clipped)
+        chosen = nested.filter(pick)
+        outranks = chosen[prio] > chosen["p_prio"]
+        cut_self = chosen.filter(~outranks).select(id_col, pl.col("p_end").alias("new_end"))
+        cut_parent = (
+            chosen.filter(outranks)
+            .group_by("parent_id")
+            .agg(pl.col("start_ns").min().alias("new_end"))
+            .rename({"parent_id": id_col})
+        )
+        cuts = pl.concat([cut_self, cut_parent]).group_by(id_col).agg(pl.col("new_end").min())
+        clipped.update(cuts[id_col].to_list())
+        fixed = (
+            nested.drop("p_end", "p_prio", "crossing")
+            .join(cuts, on=id_col, how="left")
+            .with_columns(pl.coalesce("new_end", "end_ns").alias("end_ns"))
+            .drop("new_end")
+        )
+        nested = _with_crossing(nest_intervals(fixed, by=by, id_col=id_col), id_col, prio)
+    return nested.drop("p_end", "p_prio", "crossing"), len(clipped)
 
 
 def nest_ranges(ranges: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     """Fill `depth` and `parent_id` of a RANGES frame, per (pid, tid).
 
+    nsysmap's own ranges outrank others where two cross (see `nest_repaired`).
     Returns the frame (columns in their original order) and the number of
-    ranges clipped to their parent's end because they crossed it.
+    ranges clipped because they crossed.
     """
-    nested, n_clipped = nest_repaired(ranges, by=("pid", "tid"), id_col="range_id")
+    ranked = ranges.with_columns(
+        pl.col("name").str.starts_with(NSYSMAP_PREFIX).fill_null(False).cast(pl.Int8).alias("_rank")
+    )
+    nested, n_clipped = nest_repaired(
+        ranked, by=("pid", "tid"), id_col="range_id", priority="_rank"
+    )
     return nested.select(ranges.columns).sort("range_id"), n_clipped
 
 

@@ -63,12 +63,14 @@ def _open_at_start_of(top: Iv, x: Iv) -> bool:
     return top.end > x.start or top.start == top.end == x.start
 
 
-def nest_repaired(ivs: list[Iv]) -> dict[int, Iv]:
+def nest_repaired(ivs: list[Iv], prio: dict[int, int] | None = None) -> dict[int, Iv]:
     """Nest intervals that may cross: one pass with a stack of open intervals.
 
     The innermost interval still open at an interval's start is its parent;
-    if it outlives that parent it is clipped to the parent's end.
+    if it outlives that parent it is clipped to the parent's end, unless it
+    has the higher priority: then the parent is cut to end where it starts.
     """
+    rank = prio or {}
     out: dict[int, Iv] = {}
     groups: dict[tuple, list[Iv]] = {}
     for iv in ivs:
@@ -76,10 +78,15 @@ def nest_repaired(ivs: list[Iv]) -> dict[int, Iv]:
     for members in groups.values():
         stack: list[Iv] = []
         for iv in sorted(members, key=_key):
-            while stack and not _open_at_start_of(stack[-1], iv):
-                stack.pop()
-            if stack and iv.end > stack[-1].end:
-                iv.end = stack[-1].end
+            while True:
+                while stack and not _open_at_start_of(stack[-1], iv):
+                    stack.pop()
+                if stack and iv.end > stack[-1].end:
+                    if rank.get(iv.id, 0) > rank.get(stack[-1].id, 0):
+                        stack.pop().end = iv.start
+                        continue
+                    iv.end = stack[-1].end
+                break
             stack.append(iv)
             out[iv.id] = iv
     # Re-nest the clipped intervals: clipping can turn a longer interval into

@@ -43,3 +43,12 @@ def crossing_intervals(draw: st.DrawFn) -> list[tuple[int, int, int]]:
         start = draw(st.integers(0, 50))
         rows.append((i, start, draw(st.integers(start, 60))))
     return rows
+
+
+@st.composite
+def distinct_crossing_intervals(draw: st.DrawFn) -> list[tuple[int, int, int]]:
+    """(id, start, end) free to cross, with every endpoint distinct (no ties)."""
+    points = draw(st.lists(st.integers(0, 200), min_size=0, max_size=24, unique=True))
+    points = points[: len(points) // 2 * 2]
+    pairs = [sorted(points[i : i + 2]) for i in range(0, len(points), 2)]
+    return [(i, a, b) for i, (a, b) in enumerate(pairs)]

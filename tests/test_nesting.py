@@ -6,9 +6,15 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsysmap.nesting import innermost_at, innermost_timeline, nest_intervals, nest_repaired
+from nsysmap.nesting import (
+    innermost_at,
+    innermost_timeline,
+    nest_intervals,
+    nest_ranges,
+    nest_repaired,
+)
 from tests import reference as ref
-from tests.strategies import crossing_intervals, threads_of_ranges
+from tests.strategies import crossing_intervals, distinct_crossing_intervals, threads_of_ranges
 
 
 def _frame(rows: list[tuple[int, int, int, int]]) -> pl.DataFrame:
@@ -112,3 +118,48 @@ def test_repair_fallback_still_gives_a_proper_forest(monkeypatch):
     for r in repaired.iter_rows(named=True):
         if r["parent_id"] is not None:
             assert r["end_ns"] <= ends[r["parent_id"]]
+
+
+@settings(max_examples=150, deadline=None)
+@given(distinct_crossing_intervals(), st.data())
+def test_repair_with_priority_cuts_the_lower_ranked_interval(rows, data):
+    # Without ties: with equal intervals the order of clipping decides which
+    # of two identical spans ends up outside, and no order is more right.
+    ranks = {i: data.draw(st.integers(0, 1)) for i, _, _ in rows}
+    df = _frame([(i, 1, s, e) for i, s, e in rows]).with_columns(
+        pl.col("range_id").replace_strict(ranks, return_dtype=pl.Int8).alias("rank")
+    )
+    repaired, _ = nest_repaired(df, by=["pid", "tid"], id_col="range_id", priority="rank")
+    expected = ref.nest_repaired([ref.Iv(i, (1, 1), s, e) for i, s, e in rows], ranks)
+    for r in repaired.iter_rows(named=True):
+        assert (r["end_ns"], r["parent_id"]) == (
+            expected[r["range_id"]].end,
+            expected[r["range_id"]].parent,
+        ), r["range_id"]
+
+
+def test_nsysmap_range_opened_inside_an_operator_keeps_its_extent():
+    # An autograd node (op) starts, the module's backward hook opens the
+    # module range inside it, the node ends, the module's work follows.
+    rows = [(0, 1, 0, 10), (1, 1, 5, 50), (2, 1, 20, 30)]
+    df = _frame(rows).with_columns(
+        pl.Series("name", ["NativeLayerNormBackward0", "nsysmap:bwd:LayerNorm:ln_1", "aten::mm"]),
+    )
+    nested, n_clipped = nest_ranges(
+        df.with_columns(
+            pl.lit(None, pl.String).alias("domain"),
+            pl.lit("push_pop").alias("kind"),
+            pl.lit(None, pl.Int32).alias("depth"),
+            pl.lit(None, pl.Int64).alias("parent_id"),
+        )
+    )
+    got = {
+        r["name"]: (r["start_ns"], r["end_ns"], r["parent_id"])
+        for r in nested.iter_rows(named=True)
+    }
+    assert got == {
+        "NativeLayerNormBackward0": (0, 5, None),
+        "nsysmap:bwd:LayerNorm:ln_1": (5, 50, None),
+        "aten::mm": (20, 30, 1),
+    }
+    assert n_clipped == 1
