@@ -43,13 +43,14 @@ def find_nsys(env: Mapping[str, str] | None = None) -> Path | None:
     return Path(found) if found else None
 
 
-def require_nsys(env: Mapping[str, str] | None = None) -> Path:
-    """Like `find_nsys`, but a missing nsys raises ToolMissing."""
+def require_nsys(
+    env: Mapping[str, str] | None = None, *, instead: str = "use --backend torch"
+) -> Path:
+    """Like `find_nsys`, but a missing nsys raises ToolMissing saying what to do instead."""
     nsys = find_nsys(env)
     if nsys is None:
         raise ToolMissing(
-            "nsys (Nsight Systems) is not on PATH; install it, set NSYS=/path/to/nsys, "
-            "or use --backend torch"
+            f"nsys (Nsight Systems) is not on PATH; install it, set NSYS=/path/to/nsys, or {instead}"
         )
     return nsys
 
@@ -107,7 +108,11 @@ def export_sqlite(report: str | Path, out: str | Path | None = None) -> Path:
     if not report.is_file():
         raise InputNotFound(f"{report}: no such file")
     out = report.with_suffix(".sqlite") if out is None else Path(out)
-    cmd = export_command(require_nsys(), report, out)
+    nsys = require_nsys(
+        instead="export the report to SQLite where nsys is installed "
+        "(nsys export --type sqlite REPORT.nsys-rep) and pass the .sqlite file"
+    )
+    cmd = export_command(nsys, report, out)
     done = subprocess.run(cmd, capture_output=True, text=True, errors="replace", check=False)
     if done.returncode != 0 or not out.is_file():
         why = last_line(done.stderr) or last_line(done.stdout) or f"status {done.returncode}"

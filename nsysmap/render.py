@@ -127,4 +127,5 @@ def _ms(ns: int) -> str:
 
 
 def _pct(part: int, total: int) -> str:
-    return f"{100 * part / total:.1f}%"
+    share = 100 * part / total
+    return "<0.1%" if 0 < share < 0.05 else f"{share:.1f}%"
