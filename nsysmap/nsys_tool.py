@@ -50,7 +50,8 @@ def require_nsys(
     nsys = find_nsys(env)
     if nsys is None:
         raise ToolMissing(
-            f"nsys (Nsight Systems) is not on PATH; install it, set NSYS=/path/to/nsys, or {instead}"
+            "nsys (Nsight Systems) is not on PATH; install it, set NSYS=/path/to/nsys, "
+            f"or {instead}"
         )
     return nsys
 
