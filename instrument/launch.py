@@ -1,13 +1,15 @@
 """Run a training script unmodified, instrumented, profiling a window of steps.
 
     python -m instrument.launch --backend {nsys,torch,off} --out DIR
-        [--warmup-steps N] [--steps M] [--no-record-shapes] SCRIPT [ARGS...]
+        [--warmup-steps N] [--steps M] [--no-record-shapes] [--no-flops] SCRIPT [ARGS...]
 
 SCRIPT runs as `__main__` (sys.argv = [SCRIPT, *ARGS], sys.path[0] = its
 directory) with the instrumentation installed: emitter "nvtx" for nsys,
 "torch" for torch, "off" for off. Steps N .. N+M-1 are profiled (M=0: until
 the script ends). DIR/launch.json is always written, also when the script
-raises or is interrupted; see docs/instrumentation.md for its fields.
+raises or is interrupted; see docs/instrumentation.md for its fields. Unless
+--no-flops (or backend off), the model's first forward call is recorded and
+its FLOPs counted on fake tensors after the run, into DIR/flops.json.
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ from typing import Any
 import torch
 
 import instrument
+from instrument._root_call import FLOPS_JSON, RootCall
 from instrument._window import ProfileWindow
 
 EMIT = {"nsys": "nvtx", "torch": "torch", "off": "off"}
 LAUNCH_JSON = "launch.json"
-_FLAGS = {"--no-record-shapes", "-h", "--help"}
+_FLAGS = {"--no-record-shapes", "--no-flops", "-h", "--help"}
 
 
 class Terminated(BaseException):
@@ -46,6 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup-steps", type=int, default=1, metavar="N")
     parser.add_argument("--steps", type=int, default=3, metavar="M")
     parser.add_argument("--no-record-shapes", action="store_true")
+    parser.add_argument("--no-flops", action="store_true", help="do not write DIR/flops.json")
     return parser
 
 
@@ -125,6 +129,8 @@ def run(opts: argparse.Namespace, script: str, args: list[str]) -> int:
     )
     session = instrument.install(emit=EMIT[opts.backend])
     session.add_step_listener(window.step_started, window.step_ended)
+    (opts.out / FLOPS_JSON).unlink(missing_ok=True)  # never leave a previous run's document
+    root_call = None if opts.backend == "off" or opts.no_flops else RootCall(session)
     start, error = time.perf_counter(), None
     try:
         with _as_main(script, args):
@@ -137,6 +143,10 @@ def run(opts: argparse.Namespace, script: str, args: list[str]) -> int:
             cleanup()
         except Exception as exc:  # launch.json must still be written
             window.notes.append(f"cleanup failed: {type(exc).__name__}: {exc}")
+    interrupted_run = isinstance(error, (KeyboardInterrupt, Terminated))
+    flops_note = root_call.write(opts.out, interrupted_run) if root_call is not None else None
+    if flops_note is not None:
+        window.notes.append(flops_note)
     status, line, interrupted = _outcome(error, script)
     record = {
         "backend": opts.backend,
@@ -148,6 +158,7 @@ def run(opts: argparse.Namespace, script: str, args: list[str]) -> int:
         "steps_seen": session.steps_completed,
         "profiled_steps": window.profiled if opts.backend != "off" else None,
         "trace": window.trace,
+        "flops": FLOPS_JSON if root_call is not None and flops_note is None else None,
         "torch_version": torch.__version__,
         "cuda_device": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         "wall_s": round(wall_s, 6),

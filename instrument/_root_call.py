@@ -1,0 +1,113 @@
+"""The launcher's record of the profiled model, turned into DIR/flops.json after the run.
+
+A global forward hook waits for the first completed forward call of the
+session's primary root module (the model), notes the shape and dtype of its
+first tensor input, whether grad was enabled and the compute dtype, keeps a
+reference to the model and removes itself. After profiling, `write` counts
+one forward (and backward, if grad was enabled) of a meta-device copy of the
+model on fake tensors (instrument/flops.py: no weights copied, no kernels
+run) and writes the FLOP document, with `compute_dtype` and `source` added,
+to DIR/flops.json. Counting never raises: a failure becomes a note.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn.modules import module as nn_module
+
+FLOPS_JSON = "flops.json"
+
+
+class RootCall:
+    """Watches for the primary root's first forward call (see the module docstring)."""
+
+    def __init__(self, session: Any) -> None:
+        self._session = session
+        self.model: torch.nn.Module | None = None
+        self.input_shape: list[int] | None = None
+        self.input_dtype: str | None = None
+        self.grad_enabled = True
+        self.compute_dtype: str | None = None
+        self._handle: Any = nn_module.register_module_forward_hook(self._hook, with_kwargs=True)
+
+    def _hook(self, module: Any, args: Any, kwargs: Any, output: Any) -> None:
+        info = self._session.names.by_id.get(id(module))
+        if info is None or not info.root:
+            return
+        self.detach()
+        tensor = next(
+            (a for a in itertools.chain(args, kwargs.values()) if isinstance(a, torch.Tensor)),
+            None,
+        )
+        if tensor is None:
+            return
+        self.model = module
+        self.input_shape = list(tensor.shape)
+        self.input_dtype = str(tensor.dtype).removeprefix("torch.")
+        self.grad_enabled = torch.is_grad_enabled()
+        self.compute_dtype = compute_dtype(module, tensor.device.type)
+
+    def detach(self) -> None:
+        """Remove the hook (idempotent)."""
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+    def write(self, out_dir: Path, interrupted: bool = False) -> str | None:
+        """Count the model and write DIR/flops.json; returns a note when it did not."""
+        self.detach()
+        if interrupted:
+            self.model = None
+            return "the run was interrupted: FLOPs not counted, no flops.json"
+        if self.model is None:
+            return "no forward call of the model with a tensor input was seen: no flops.json"
+        from instrument.flops import count_flops
+
+        try:
+            doc = count_flops(
+                meta_copy(self.model),
+                input_shape=tuple(self.input_shape or ()),
+                input_dtype=self.input_dtype or "int64",
+                backward=self.grad_enabled,
+            )
+        except (Exception, KeyboardInterrupt) as exc:  # the run's outcome must still be recorded
+            line = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            return f"FLOP counting failed, no flops.json: {line}"
+        finally:
+            self.model = None
+        doc.update(
+            model=doc["model_class"], compute_dtype=self.compute_dtype, source="instrument.launch"
+        )
+        (out_dir / FLOPS_JSON).write_text(json.dumps(doc) + "\n")
+        return None
+
+
+def compute_dtype(module: torch.nn.Module, device_type: str) -> str:
+    """The dtype matmuls ran in: autocast's, else the parameters' ("tf32" when enabled)."""
+    try:
+        if torch.is_autocast_enabled(device_type):
+            return str(torch.get_autocast_dtype(device_type)).removeprefix("torch.")
+    except (RuntimeError, TypeError):  # a device type autocast does not know
+        pass
+    param = next((p for p in module.parameters() if p.is_floating_point()), None)
+    dtype = torch.float32 if param is None else param.dtype
+    if dtype == torch.float32 and device_type == "cuda" and torch.backends.cuda.matmul.allow_tf32:
+        return "tf32"
+    return str(dtype).removeprefix("torch.")
+
+
+def meta_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of `model` whose parameters and buffers are on the meta device (no data copied)."""
+    memo: dict[int, Any] = {}
+    for tensor in itertools.chain(model.parameters(), model.buffers()):
+        empty = torch.empty_like(tensor, device="meta")
+        if isinstance(tensor, torch.nn.Parameter):
+            empty = torch.nn.Parameter(empty, requires_grad=tensor.requires_grad)
+        memo[id(tensor)] = empty
+    return copy.deepcopy(model, memo)
