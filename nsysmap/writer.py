@@ -58,6 +58,7 @@ def build_manifest(
         "input": source or {"path": meta.get("source_path")},
         "options": options,
         "report_meta": meta,
+        "devices": report.devices.sort("device_id").to_dicts(),
         "tables": {
             name: {"file": f"{name}.parquet", "rows": df.height} for name, df in tables.items()
         },
