@@ -25,7 +25,8 @@ GPU_SPECS = (sql.KERNEL, sql.MEMCPY, sql.MEMSET)
 CORE_TABLES = tuple(s.table for s in (*GPU_SPECS, sql.RUNTIME, sql.NVTX))
 TWIN_EVENT_CLASS = 67  # the backtrace twin nsys writes next to a CUDA API row
 DOMAIN_CREATE = 75
-RANGE_KINDS = {59: "push_pop", 60: "start_end"}
+PUSH_POP, START_END = 59, 60  # the NVTX event types of ranges
+RANGE_KINDS = (PUSH_POP, START_END)
 LAUNCH_API = r"^cu(da)?(Graph)?Launch"  # cudaLaunchKernel_v7000, cuLaunchKernelEx, ...
 # Copy kinds for exports without ENUM_CUDA_MEMCPY_OPER (that enum's ids).
 COPY_KINDS = ("Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH")
@@ -278,12 +279,19 @@ def _ranges(nvtx: pl.DataFrame, strings: pl.DataFrame, capture_end: int | None) 
         name=name,
         start_ns="start",
         end_ns=pl.coalesce("end", pl.max_horizontal("start", pl.lit(capture_end))),
-        kind=pl.col("eventType").replace_strict(RANGE_KINDS, return_dtype=schemas.RangeKind),
+        kind=pl.when(pl.col("eventType") == PUSH_POP)
+        .then(_kind("push_pop"))
+        .otherwise(_kind("start_end")),
         depth=pl.lit(None, pl.Int32),
         parent_id=pl.lit(None, pl.Int64),
         _closed=pl.col("end").is_not_null(),
     )
     return ranges.with_columns(domain=_domains(ranges, domains)).drop("domainId")
+
+
+def _kind(name: str) -> pl.Expr:
+    """A range kind as a RANGES enum literal."""
+    return pl.lit(name, schemas.RangeKind)
 
 
 def _domains(ranges: pl.DataFrame, domains: pl.DataFrame) -> pl.Series:
