@@ -1,0 +1,52 @@
+"""Number and table formatting for the Markdown of `nsysmap report`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+_UNITS = ((1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP"), (1e6, "MFLOP"), (1e3, "kFLOP"))
+
+
+def ms(ns: float | None) -> str:
+    """Nanoseconds as milliseconds."""
+    return "–" if ns is None else f"{ns / 1e6:,.3f} ms"
+
+
+def pct(x: float | None) -> str:
+    """A share as a percentage."""
+    return "–" if x is None else f"{100 * x:.1f} %"
+
+
+def flop(x: float | None) -> str:
+    """A FLOP count with a readable unit."""
+    if x is None:
+        return "–"
+    scale, unit = next(((s, u) for s, u in _UNITS if abs(x) >= s), (1.0, "FLOP"))
+    return f"{x / scale:,.3f} {unit}"
+
+
+def num(x: float | None, digits: int = 2) -> str:
+    """A plain number."""
+    return "–" if x is None else f"{x:,.{digits}f}"
+
+
+def kernel(text: Any, width: int = 70) -> str:
+    """A kernel name as code, cut to `width` characters."""
+    text = str(text or "?").replace("|", "\\|").replace("`", "'")
+    return f"`{text[: width - 1]}…`" if len(text) > width else f"`{text}`"
+
+
+def kernel_names(frame: pl.DataFrame) -> list[str]:
+    """Short names, or the full name where kernels of different names share a short name."""
+    short = pl.coalesce("short_name", "name")
+    shared = pl.col("name").n_unique().over(short) > 1
+    named = frame.select(pl.when(shared).then(pl.col("name")).otherwise(short))
+    return [kernel(text, 90) for text in named.to_series()]
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows] + [""]

@@ -1,0 +1,173 @@
+"""Time, FLOPs and kernels by scope: the pure tables behind `nsysmap report`.
+
+Scopes select operations of ops.parquet by phase:
+
+    step              every operation inside a step (all of them when no step is known)
+    forward           phase "forward"
+    forward_backward  phases "forward", "loss" and "backward"
+
+A *pass* of a scope is one (device, step) pair with operations in it, so
+"calls per forward pass" is the calls in phase forward divided by the number
+of distinct (device, step) pairs with forward operations: per step and per
+GPU. Matrix multiplication is the `gemm` category plus fused `attention`
+kernels. Devices are pooled: time and FLOPs add up over GPUs.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+SCOPES = ("forward", "forward_backward", "step")
+SCOPE_LABELS = {
+    "forward": "forward",
+    "forward_backward": "forward + loss + backward",
+    "step": "full step",
+}
+MATMUL_CATEGORIES = ("gemm", "attention")
+ATTENTION_CLASS = r"(?i)attention|attn"
+TOP_N = 5
+NON_MATMUL_MIN_SHARE = 0.01
+
+TOP_KERNELS = pl.Schema(
+    {
+        "run": pl.String,  # "main" or "compare"
+        "scope": pl.String,
+        "rank": pl.Int64,
+        "kind": pl.String,
+        "name": pl.String,
+        "short_name": pl.String,
+        "category": pl.String,
+        "calls": pl.Int64,
+        "time_ns": pl.Int64,
+        "time_share": pl.Float64,  # of the scope's time
+        "passes": pl.Int64,  # (device, step) pairs in the scope; null without steps
+        "calls_per_pass": pl.Float64,
+    }
+)
+NON_MATMUL = pl.Schema(
+    {
+        "kind": pl.String,
+        "name": pl.String,
+        "short_name": pl.String,
+        "category": pl.String,
+        "calls": pl.Int64,
+        "time_ns": pl.Int64,
+        "time_share": pl.Float64,  # of the full step's time
+    }
+)
+
+
+def has_steps(ops: pl.DataFrame) -> bool:
+    """True when some operation lies in a known step."""
+    return ops["step"].is_not_null().any()
+
+
+def scope_filter(ops: pl.DataFrame, scope: str) -> pl.DataFrame:
+    """The operations of one scope (see the module docstring)."""
+    if scope == "step":
+        return ops.filter(pl.col("step").is_not_null()) if has_steps(ops) else ops
+    phases = ["forward"] if scope == "forward" else ["forward", "loss", "backward"]
+    return ops.filter(pl.col("phase").is_in(phases))
+
+
+def passes(ops: pl.DataFrame) -> int | None:
+    """Distinct (device, step) pairs among `ops`; None when no operation has a step."""
+    stepped = ops.filter(pl.col("step").is_not_null())
+    if stepped.is_empty():
+        return None
+    return stepped.select("device_id", "step").unique().height
+
+
+def is_matmul() -> pl.Expr:
+    """Operations that are matrix multiplications: gemm and fused attention kernels."""
+    return pl.col("category").is_in(MATMUL_CATEGORIES)
+
+
+def in_attention_module() -> pl.Expr:
+    """Operations attributed to an attention module (class name says so)."""
+    return pl.col("module_class").str.contains(ATTENTION_CLASS).fill_null(False)
+
+
+def share(part: int | float | None, whole: int | float | None) -> float | None:
+    """part / whole, None when undefined."""
+    if part is None or not whole:
+        return None
+    return float(part) / float(whole)
+
+
+def matmul_shares(ops: pl.DataFrame) -> dict[str, tuple[int, int]]:
+    """scope -> (matmul time_ns, total time_ns)."""
+    out = {}
+    for scope in SCOPES:
+        rows = scope_filter(ops, scope)
+        matmul = rows.filter(is_matmul())["dur_ns"].sum()
+        out[scope] = (int(matmul), int(rows["dur_ns"].sum()))
+    return out
+
+
+def top_kernels(ops: pl.DataFrame, run: str = "main", n: int = TOP_N) -> pl.DataFrame:
+    """The `n` operations (by name) with the most cumulative time in each scope."""
+    frames = []
+    for scope in SCOPES:
+        rows = scope_filter(ops, scope)
+        count = passes(rows)
+        total = rows["dur_ns"].sum()
+        top = (
+            rows.group_by("kind", "name", "short_name", "category")
+            .agg(pl.len().alias("calls"), pl.col("dur_ns").sum().alias("time_ns"))
+            .sort(["time_ns", "name"], descending=[True, False])
+            .head(n)
+            .with_row_index("rank", offset=1)
+            .with_columns(
+                run=pl.lit(run),
+                scope=pl.lit(scope),
+                time_share=pl.col("time_ns") / total if total else pl.lit(None, pl.Float64),
+                passes=pl.lit(count, pl.Int64),
+                calls_per_pass=pl.col("calls") / count if count else pl.lit(None, pl.Float64),
+            )
+        )
+        frames.append(top.with_columns(pl.col("kind").cast(pl.String)).select(TOP_KERNELS.names()))
+    return pl.concat(frames).cast(dict(TOP_KERNELS))
+
+
+def non_matmul_kernels(ops: pl.DataFrame, min_share: float = NON_MATMUL_MIN_SHARE) -> pl.DataFrame:
+    """Non-matmul operations (by name) with at least `min_share` of the full step's time."""
+    rows = scope_filter(ops, "step")
+    total = rows["dur_ns"].sum()
+    if not total:
+        return pl.DataFrame(schema=NON_MATMUL)
+    grouped = (
+        rows.filter(~is_matmul())
+        .group_by("kind", "name", "short_name", "category")
+        .agg(pl.len().alias("calls"), pl.col("dur_ns").sum().alias("time_ns"))
+        .with_columns(time_share=pl.col("time_ns") / total, kind=pl.col("kind").cast(pl.String))
+        .filter(pl.col("time_share") >= min_share)
+        .sort(["time_ns", "name"], descending=[True, False])
+    )
+    return grouped.select(NON_MATMUL.names()).cast(dict(NON_MATMUL))
+
+
+def softmax_times(ops: pl.DataFrame) -> dict[str, int]:
+    """Full-step time of softmax and matmul work, overall and inside attention modules."""
+    rows = scope_filter(ops, "step")
+    softmax = pl.col("category") == "softmax"
+    fused = pl.col("category") == "attention"
+    sums = rows.select(
+        softmax=pl.col("dur_ns").filter(softmax).sum(),
+        matmul=pl.col("dur_ns").filter(is_matmul()).sum(),
+        attention_softmax=pl.col("dur_ns").filter(softmax & in_attention_module()).sum(),
+        attention_matmul=pl.col("dur_ns")
+        .filter(fused | (is_matmul() & in_attention_module()))
+        .sum(),
+        fused_attention=pl.col("dur_ns").filter(fused).sum(),
+    )
+    return {k: int(v or 0) for k, v in sums.row(0, named=True).items()}
+
+
+def layer_path() -> pl.Expr:
+    """Module path with numbered children as `*`: transformer.h.3.attn -> transformer.h.*.attn."""
+    numbered = pl.element().str.contains(r"^\d+$")
+    parts = pl.col("module").str.split(".")
+    return parts.list.eval(pl.when(numbered).then(pl.lit("*")).otherwise(pl.element())).list.join(
+        "."
+    )
