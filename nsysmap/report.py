@@ -183,8 +183,11 @@ def limitations(f: Findings) -> list[str]:
     notes = []
     if f.steps is None:
         notes.append("No step ranges: shares are over the whole capture; per-step counts unknown.")
-    if f.forward_passes is None:
-        notes.append("No forward phase with steps: calls per forward pass are unknown.")
+    no_forward = rt.scope_filter(f.run.ops, "forward").is_empty()
+    if no_forward:
+        notes.append("No forward phase: no forward-only share, top kernel or calls per pass.")
+    elif f.forward_passes is None:
+        notes.append("The forward phase has no step ranges: calls per forward pass are unknown.")
     if f.source is None:
         notes.append(
             f"No FLOPs, so no TFLOP/s or MFU ({f.source_note.removeprefix('no FLOPs: ')})."
@@ -194,8 +197,6 @@ def limitations(f: Findings) -> list[str]:
     elif f.source is not None and f.devices["peak_tflops"].is_null().all():
         reasons = sorted(set(f.devices["peak_note"].drop_nulls().to_list()))
         notes.append("No MFU: " + "; ".join(reasons) + ".")
-    if rt.scope_filter(f.run.ops, "forward").is_empty():
-        notes.append("No forward phase: forward-only shares and counts are unavailable.")
     if f.softmax_time["fused_attention"]:
         notes.append(
             "Fused attention kernels compute their softmax inside: softmax time there is "
@@ -214,8 +215,12 @@ def summary_rows(f: Findings, run: str) -> pl.DataFrame:
     rows.append((run, "forward_passes", "forward", _float(f.forward_passes)))
     st, sf = f.softmax_time, f.softmax_flop
     for metric, num, den in (
-        ("softmax_to_matmul_time_ratio", st["softmax"], st["matmul"]),
-        ("attention_softmax_to_matmul_time_ratio", st["attention_softmax"], st["attention_matmul"]),
+        ("softmax_to_matmul_time_ratio", rt.softmax_time(st, "softmax"), st["matmul"]),
+        (
+            "attention_softmax_to_matmul_time_ratio",
+            rt.softmax_time(st, "attention_softmax"),
+            st["attention_matmul"],
+        ),
         ("softmax_to_matmul_flop_ratio", sf["softmax"], sf["matmul"]),
         ("attention_softmax_to_matmul_flop_ratio", sf["attention_softmax"], sf["attention_matmul"]),
     ):

@@ -13,7 +13,7 @@ from nsysmap.report_sections import (
     phases_section,
     shapes_section,
 )
-from nsysmap.report_tables import SCOPE_LABELS, SCOPES, share
+from nsysmap.report_tables import SCOPES, scope_label, share, softmax_time
 
 if TYPE_CHECKING:
     from nsysmap.report import Findings, ReportOptions
@@ -83,13 +83,20 @@ def _matmul_share(f: Findings, c: Findings | None) -> list[str]:
             matmul, total = run.matmul[scope]
             if total:
                 rows.append(
-                    [label, SCOPE_LABELS[scope], ms(total), ms(matmul), pct(share(matmul, total))]
+                    [
+                        label,
+                        scope_label(run.run.ops, scope),
+                        ms(total),
+                        ms(matmul),
+                        pct(share(matmul, total)),
+                    ]
                 )
     lines = ["## Matrix multiplication's share of time", ""]
     lines.append("Matrix multiplication = `gemm` kernels plus fused `attention` kernels.")
     lines.append("")
     step, fwd = f.matmul["step"], f.matmul["forward"]
-    answer = f"In the full step {pct(share(*step))} of the time is matrix multiplication"
+    where = scope_label(f.run.ops, "step")
+    answer = f"In the {where} {pct(share(*step))} of the time is matrix multiplication"
     answer += f"; in the forward phase {pct(share(*fwd))}" if fwd[1] else ""
     if c is not None:
         answer += f"; in the forward-only run's steps {pct(share(*c.matmul['step']))}"
@@ -108,7 +115,7 @@ def _top_kernel(f: Findings, c: Findings | None) -> list[str]:
     rows = [
         [
             "this run" if r["run"] == "main" else "forward-only run",
-            SCOPE_LABELS[r["scope"]],
+            scope_label((f if r["run"] == "main" else c).run.ops, r["scope"]),
             label,
             r["category"] or "–",
             str(r["calls"]),
@@ -164,33 +171,23 @@ def _non_matmul(f: Findings) -> list[str]:
 def _softmax(f: Findings) -> list[str]:
     st, sf = f.softmax_time, f.softmax_flop
     per = "" if f.source != "model" else " (per step)"
-    rows = [
-        [
-            "time, attention modules",
-            ms(st["attention_softmax"]),
-            ms(st["attention_matmul"]),
-            num(share(st["attention_softmax"], st["attention_matmul"]), 3),
-        ],
-        [
-            "time, everywhere",
-            ms(st["softmax"]),
-            ms(st["matmul"]),
-            num(share(st["softmax"], st["matmul"]), 3),
-        ],
-        [
-            f"FLOPs, attention modules{per}",
-            flop(sf["attention_softmax"]),
-            flop(sf["attention_matmul"]),
-            num(share(sf["attention_softmax"], sf["attention_matmul"]), 4),
-        ],
-        [
-            f"FLOPs, everywhere{per}",
-            flop(sf["softmax"]),
-            flop(sf["matmul"]),
-            num(share(sf["softmax"], sf["matmul"]), 4),
-        ],
-    ]
+    rows = []
+    for label, key, den in (
+        ("attention modules", "attention_softmax", "attention_matmul"),
+        ("everywhere", "softmax", "matmul"),
+    ):
+        soft = softmax_time(st, key)
+        ratio = num(share(soft, st[den]), 3) if soft is not None else "– (inside fused kernels)"
+        rows.append([f"time, {label}", ms(soft), ms(st[den]), ratio])
+    for label, key, den in (
+        ("attention modules", "attention_softmax", "attention_matmul"),
+        ("everywhere", "softmax", "matmul"),
+    ):
+        rows.append(
+            [f"FLOPs, {label}{per}", flop(sf[key]), flop(sf[den]), num(share(sf[key], sf[den]), 4)]
+        )
     lines = ["## Softmax versus the attention matmuls", ""]
-    lines.append("Full step; attention modules are those whose class name says attention.")
+    where = scope_label(f.run.ops, "step").capitalize()
+    lines.append(f"{where}; attention modules are those whose class name says attention.")
     lines.append("Softmax FLOPs are estimates (5 per element forward, 4 backward).")
     return [*lines, "", *table(["", "softmax", "matmul", "softmax / matmul"], rows)]

@@ -51,7 +51,7 @@ def _utilisation(f: Findings) -> list[str]:
 
 def layers_section(f: Findings) -> list[str]:
     steps = f.steps or 1
-    unit = "per step and module" if f.steps else "per module (whole capture)"
+    each = "per module and step" if f.steps else "per module"
     rows = [
         [
             f"`{r['layer'] or '(root)'}`",
@@ -71,16 +71,17 @@ def layers_section(f: Findings) -> list[str]:
         "layer",
         "class",
         "modules",
-        "time/step",
+        "time per step" if f.steps else "time",
         "forward",
         "backward",
-        f"matmul FLOPs {unit}",
+        f"matmul FLOPs {each}",
         "other FLOPs ≈",
         "TFLOP/s",
         "MFU",
     ]
     lines = ["## Where the time goes: by layer", ""]
-    lines.append(f"Numbered modules collapsed to `*`; top {LAYER_ROWS} by time; own time only.")
+    lines.append(f"Numbered modules collapsed to `*`; top {LAYER_ROWS} by time; own time only")
+    lines.append("(a module's kernels, not its submodules'); a step is one step on one device.")
     return [*lines, "", *table(header, rows)]
 
 

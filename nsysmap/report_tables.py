@@ -164,6 +164,16 @@ def softmax_times(ops: pl.DataFrame) -> dict[str, int]:
     return {k: int(v or 0) for k, v in sums.row(0, named=True).items()}
 
 
+def softmax_time(times: dict[str, int], key: str) -> int | None:
+    """A softmax time of `softmax_times`, None when fused attention hides all softmax work."""
+    return None if times["fused_attention"] and not times[key] else times[key]
+
+
+def scope_label(ops: pl.DataFrame, scope: str) -> str:
+    """How a scope is named: the step scope is the whole capture when there are no steps."""
+    return "whole capture" if scope == "step" and not has_steps(ops) else SCOPE_LABELS[scope]
+
+
 def layer_path() -> pl.Expr:
     """Module path with numbered children as `*`: transformer.h.3.attn -> transformer.h.*.attn."""
     numbered = pl.element().str.contains(r"^\d+$")

@@ -310,3 +310,26 @@ def test_mfu_over_the_steps_wall_time(with_model_flops):
     busy = (304 + 4) * MS  # every operation of the capture
     assert summary(result, "mfu", "capture") == pytest.approx(model_flop / (busy * 1e-9) / 67e12)
     assert "Over the steps' wall time" in result.markdown
+
+
+def test_kineto_cuda_trace_shapes_flops_and_mfu_on_two_different_gpus(tmp_path):
+    """A hand-written CUDA trace (tests/test_torch_trace.py): fc1's addmm [8,16]x[16,32]
+    runs 3.25 µs on an A100, its backward mm [8,32]x[32,16] 2 µs on an H100."""
+    from tests.test_torch_trace import CUDA_TRACE
+
+    trace = tmp_path / "cuda.pt.trace.json"
+    trace.write_text(json.dumps(CUDA_TRACE))
+    analyse_file(trace, tmp_path / "out")
+    result = build_report(read_run(tmp_path / "out"), options=ReportOptions(dtype="fp32"))
+    assert result.findings.source == "shapes"
+    devices = result.tables["report_devices"]
+    assert devices["peak_tflops"].to_list() == [19.5, 67.0]  # A100 and H100, fp32
+    rows = result.tables["report_module_phase"].filter(pl.col("module") == "fc1").sort("device_id")
+    flop = 2 * 8 * 16 * 32
+    assert rows["matmul_flop"].to_list() == [flop, flop]
+    assert rows["other_flop_estimate"].to_list() == [8 * 32, 0]  # addmm's bias
+    assert rows["mfu"].to_list() == pytest.approx([flop / 3.25e-6 / 19.5e12, flop / 2e-6 / 67e12])
+    layer = result.tables["report_layers"].row(0, named=True)  # devices pooled: Σ time·peak
+    assert layer["layer"] == "fc1"
+    assert layer["mfu"] == pytest.approx(2 * flop / (3.25e-6 * 19.5e12 + 2e-6 * 67e12))
+    assert layer["tflops_per_s"] == pytest.approx(2 * flop / 5.25e-6 / 1e12)
