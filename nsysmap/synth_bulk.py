@@ -229,66 +229,68 @@ def bulk_tables(
         launch          |---|                          +300   .. +700
         kernel               |---------------|         +800   .. +1800
     """
+    api_id = 2 * _KERNEL_NAMES  # StringIds: demangled names, short names, then these
+    strings = [f"void kernel_{k}<float>(float *, int)" for k in range(_KERNEL_NAMES)]
+    strings += [f"kernel_{k}" for k in range(_KERNEL_NAMES)]
+    strings += ["cudaLaunchKernel_v7000", "python"]
+    strings += [f"nccl:op_{j}" for j in range(ranges_per_kernel)]
+    thread = global_tid(pid, pid)
+    return {
+        "StringIds": pl.DataFrame({"id": range(len(strings)), "value": strings}),
+        "CUPTI_ACTIVITY_KIND_KERNEL": _bulk_kernels(n_kernels, pid),
+        "CUPTI_ACTIVITY_KIND_RUNTIME": _bulk_launches(n_kernels, thread, api_id),
+        "NVTX_EVENTS": _bulk_ranges(n_kernels, ranges_per_kernel, thread, api_id + 2),
+        "ThreadNames": pl.DataFrame({"nameId": [api_id + 1], "globalTid": [thread]}),
+        "META_DATA_EXPORT": pl.DataFrame(
+            {"name": ["EXPORT_PRODUCT_VERSION", "EXPORT_SCHEMA_VERSION"]}
+        ).with_columns(value=pl.Series(["2026.2.1.210", "3.25.0"])),
+    }
+
+
+def _bulk_kernels(n_kernels: int, pid: int) -> pl.DataFrame:
     i = pl.int_range(0, n_kernels, dtype=pl.Int64)
-    base = i * _PERIOD_NS
-    kernels = pl.select(
-        start=base + 800,
-        end=base + 1800,
+    names = i % _KERNEL_NAMES
+    frame = pl.select(
+        start=i * _PERIOD_NS + 800,
+        end=i * _PERIOD_NS + 1800,
         deviceId=0,
         contextId=1,
         streamId=7,
         correlationId=i + 1,
         globalPid=global_pid(pid),
-        demangledName=i % _KERNEL_NAMES,
-        shortName=i % _KERNEL_NAMES + _KERNEL_NAMES,
+        demangledName=names,
+        shortName=names + _KERNEL_NAMES,
         gridX=i % 1024 + 1,
-        gridY=1,
-        gridZ=1,
+        **dict.fromkeys(("gridY", "gridZ", "blockY", "blockZ"), 1),
         blockX=256,
-        blockY=1,
-        blockZ=1,
     )
-    api_id = 2 * _KERNEL_NAMES
-    runtime = pl.select(
-        start=base + 300,
-        end=base + 700,
+    return frame.cast(pl.Int64)
+
+
+def _bulk_launches(n_kernels: int, thread: int, name_id: int) -> pl.DataFrame:
+    i = pl.int_range(0, n_kernels, dtype=pl.Int64)
+    frame = pl.select(
+        start=i * _PERIOD_NS + 300,
+        end=i * _PERIOD_NS + 700,
         eventClass=0,
-        globalTid=global_tid(pid, pid),
+        globalTid=thread,
         correlationId=i + 1,
-        nameId=api_id,
+        nameId=name_id,
     )
-    strings = [f"void kernel_{k}<float>(float *, int)" for k in range(_KERNEL_NAMES)]
-    strings += [f"kernel_{k}" for k in range(_KERNEL_NAMES)]
-    strings += ["cudaLaunchKernel_v7000", "python"]
-    strings += [f"nccl:op_{j}" for j in range(ranges_per_kernel)]
-    return {
-        "StringIds": pl.DataFrame({"id": range(len(strings)), "value": strings}),
-        "CUPTI_ACTIVITY_KIND_KERNEL": kernels.cast({c: pl.Int64 for c in kernels.columns}),
-        "CUPTI_ACTIVITY_KIND_RUNTIME": runtime.cast(pl.Int64),
-        "NVTX_EVENTS": _bulk_ranges(n_kernels, ranges_per_kernel, pid, api_id + 2),
-        "ThreadNames": pl.DataFrame(
-            {"nameId": [api_id + 1], "priority": [0], "globalTid": [global_tid(pid, pid)]}
-        ),
-        "META_DATA_EXPORT": pl.DataFrame(
-            {
-                "name": ["EXPORT_PRODUCT_VERSION", "EXPORT_SCHEMA_VERSION"],
-                "value": ["2026.2.1.210", "3.25.0"],
-            }
-        ),
-    }
+    return frame.cast(pl.Int64)
 
 
-def _bulk_ranges(n_kernels: int, per_kernel: int, pid: int, first_text_id: int) -> pl.DataFrame:
+def _bulk_ranges(n_kernels: int, per_kernel: int, thread: int, first_text_id: int) -> pl.DataFrame:
     i = pl.int_range(0, n_kernels * per_kernel, dtype=pl.Int64)
     kernel, depth = i // per_kernel, i % per_kernel
     inline = kernel % 2 == 0
     frame = pl.select(
         start=kernel * _PERIOD_NS + 10 * depth,
         end=kernel * _PERIOD_NS + _PERIOD_NS - 10 - 10 * depth,
-        eventType=pl.lit(59, pl.Int64),
+        eventType=59,
         text=pl.when(inline).then(pl.format("aten::op_{}, seq = {}", depth, kernel)),
-        globalTid=pl.lit(global_tid(pid, pid), pl.Int64),
+        globalTid=thread,
         textId=pl.when(~inline).then(depth + first_text_id),
-        domainId=pl.lit(0, pl.Int64),
+        domainId=0,
     )
-    return frame
+    return frame.cast({"eventType": pl.Int64, "globalTid": pl.Int64, "domainId": pl.Int64})

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from nsysmap import schemas
 from nsysmap.errors import ExitCode, InputNotFound, NoGpuData, NotAnExport
 from nsysmap.reader import read_sqlite
-from nsysmap.synth import NS_PER_MS, SynthExport, global_tid, write_export
+from nsysmap.synth import NS_PER_MS, SynthExport, bulk_tables, global_tid, write_export
 from tests.corpus import independent_gpu_totals
 
 MS = NS_PER_MS
@@ -568,3 +568,14 @@ def test_every_op_is_read_once_with_its_duration(tmp_path_factory, ops):
     assert got == independent_gpu_totals(path)
     assert report.api_calls.height == len(ops)
     assert report.gpu_ops["op_id"].n_unique() == len(ops)
+
+
+def test_a_bulk_export_reads_whole(tmp_path):
+    path = write_export(tmp_path / "bulk.sqlite", bulk_tables(100, ranges_per_kernel=3))
+    report = read_sqlite(path)
+    assert (report.gpu_ops.height, report.api_calls.height, report.ranges.height) == (100, 100, 300)
+    launched = report.gpu_ops.join(report.api_calls, on=["pid", "correlation_id"])
+    assert launched.height == 100
+    names = report.ranges["name"]
+    assert names.null_count() == 0
+    assert names.str.starts_with("aten::").sum() == names.str.starts_with("nccl:").sum() == 150
