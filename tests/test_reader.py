@@ -534,6 +534,7 @@ def test_read_only_corpus_like_directory(tmp_path):
     folder.chmod(0o555)
     try:
         assert read_sqlite(path).gpu_ops.height == 3
+        assert os.listdir(folder) == ["x.sqlite"]  # nothing written beside it
     finally:
         folder.chmod(0o755)
 
