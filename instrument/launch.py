@@ -121,6 +121,24 @@ def _print_script_traceback(exc: BaseException, script: str) -> None:
     sys.stderr.flush()
 
 
+def _root_call(opts: argparse.Namespace, session: Any) -> RootCall | None:
+    """The recorder of the model's first call, unless FLOPs are off; no stale flops.json."""
+    (opts.out / FLOPS_JSON).unlink(missing_ok=True)
+    return None if opts.backend == "off" or opts.no_flops else RootCall(session)
+
+
+def _count_flops(
+    root_call: RootCall | None, out: Path, error: BaseException | None, notes: list[str]
+) -> bool:
+    """Write DIR/flops.json (not after an interrupt); True when written, else a note."""
+    if root_call is None:
+        return False
+    note = root_call.write(out, interrupted=isinstance(error, (KeyboardInterrupt, Terminated)))
+    if note is not None:
+        notes.append(note)
+    return note is None
+
+
 def run(opts: argparse.Namespace, script: str, args: list[str]) -> int:
     """Run the script under instrumentation; write launch.json; return the exit status."""
     opts.out.mkdir(parents=True, exist_ok=True)
@@ -129,8 +147,7 @@ def run(opts: argparse.Namespace, script: str, args: list[str]) -> int:
     )
     session = instrument.install(emit=EMIT[opts.backend])
     session.add_step_listener(window.step_started, window.step_ended)
-    (opts.out / FLOPS_JSON).unlink(missing_ok=True)  # never leave a previous run's document
-    root_call = None if opts.backend == "off" or opts.no_flops else RootCall(session)
+    root_call = _root_call(opts, session)
     start, error = time.perf_counter(), None
     try:
         with _as_main(script, args):
@@ -143,10 +160,7 @@ def run(opts: argparse.Namespace, script: str, args: list[str]) -> int:
             cleanup()
         except Exception as exc:  # launch.json must still be written
             window.notes.append(f"cleanup failed: {type(exc).__name__}: {exc}")
-    interrupted_run = isinstance(error, (KeyboardInterrupt, Terminated))
-    flops_note = root_call.write(opts.out, interrupted_run) if root_call is not None else None
-    if flops_note is not None:
-        window.notes.append(flops_note)
+    flops_written = _count_flops(root_call, opts.out, error, window.notes)
     status, line, interrupted = _outcome(error, script)
     record = {
         "backend": opts.backend,
@@ -158,7 +172,7 @@ def run(opts: argparse.Namespace, script: str, args: list[str]) -> int:
         "steps_seen": session.steps_completed,
         "profiled_steps": window.profiled if opts.backend != "off" else None,
         "trace": window.trace,
-        "flops": FLOPS_JSON if root_call is not None and flops_note is None else None,
+        "flops": FLOPS_JSON if flops_written else None,
         "torch_version": torch.__version__,
         "cuda_device": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         "wall_s": round(wall_s, 6),

@@ -145,20 +145,20 @@ def shapes_section(f: Findings, full: bool) -> list[str]:
         "layers",
     ]
     lines += table(header, rows)
-    if full:
-        rows = [
-            [
-                f"`{r['module'] or '(root)'}`",
-                f"`{r['aten_op']}`",
-                r["direction"] or "–",
-                f"`{r['input_shapes']}`",
-                str(r["calls"]),
-            ]
-            for r in f.shapes.iter_rows(named=True)
+    return lines + (_every_module(f) if full else [])
+
+
+def _every_module(f: Findings) -> list[str]:
+    """`--shapes`: every module's operators and their shapes."""
+    rows = [
+        [
+            f"`{r['module'] or '(root)'}`",
+            f"`{r['aten_op']}`",
+            r["direction"] or "–",
+            f"`{r['input_shapes']}`",
+            str(r["calls"]),
         ]
-        lines += [
-            "### Every module",
-            "",
-            *table(["module", "operator", "direction", "input shapes", "calls"], rows),
-        ]
-    return lines
+        for r in f.shapes.iter_rows(named=True)
+    ]
+    header = ["module", "operator", "direction", "input shapes", "calls"]
+    return ["### Every module", "", *table(header, rows)]
