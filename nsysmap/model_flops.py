@@ -57,6 +57,8 @@ def attach_model_flops(capture_dir: Path, out_dir: Path) -> Path | None:
     if doc is None:
         why = "not a FLOP document of this version" if source.is_file() else "no flops.json"
         manifest["model_flops"] = {"error": f"{source}: {why}"}
+        manifest["tables"].pop(FLOPS_TABLE, None)
+        (out_dir / f"{FLOPS_TABLE}.parquet").unlink(missing_ok=True)  # a previous run's
         target = None
     else:
         target = out_dir / f"{FLOPS_TABLE}.parquet"
@@ -69,13 +71,21 @@ def attach_model_flops(capture_dir: Path, out_dir: Path) -> Path | None:
 
 
 def load_flops(run_dir: Path) -> pl.DataFrame | None:
-    """The FLOPS table of the profiled model: run_dir/flops.parquet, else the
-    capture's flops.json (outputs written before `attach_model_flops` ran); None
-    when there is neither."""
+    """The FLOPS table of the profiled model, None when there is none.
+
+    The table the manifest lists (`attach_model_flops` ran); else, when the
+    manifest says nothing about model FLOPs, the capture's flops.json.
+    """
     run_dir = Path(run_dir)
-    parquet = run_dir / f"{FLOPS_TABLE}.parquet"
-    if parquet.is_file():
-        return pl.read_parquet(parquet)
+    try:
+        manifest = json.loads((run_dir / MANIFEST).read_text())
+    except (OSError, ValueError):
+        manifest = {}
+    listed = (manifest.get("tables") or {}).get(FLOPS_TABLE)
+    if isinstance(listed, dict) and (run_dir / str(listed.get("file"))).is_file():
+        return pl.read_parquet(run_dir / str(listed["file"]))
+    if "model_flops" in manifest:  # attached, and there was none
+        return None
     doc = read_document(run_dir / CAPTURE_DIR / FLOPS_JSON)
     return None if doc is None else flops_table(doc)
 

@@ -123,11 +123,11 @@ def test_attach_converts_the_document_and_load_reads_it_back(tmp_path, script):
     assert manifest["model_flops"]["compute_dtype"] == "float32"
     assert "rows" not in manifest["model_flops"]
     assert load_flops(out)["matmul_flop"].sum() == 160 + 192
-    (capture / "flops.json").unlink()
+    (capture / "flops.json").unlink()  # a later run whose counting failed
     assert attach_model_flops(capture, tmp_path / "run") is None
-    assert (
-        "no flops.json" in json.loads((out / "manifest.json").read_text())["model_flops"]["error"]
-    )
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert "no flops.json" in manifest["model_flops"]["error"] and "flops" not in manifest["tables"]
+    assert not target.exists() and load_flops(out) is None
 
 
 def gpt2_small_forward_matmul(batch: int, seq: int, vocab: int = 50257) -> int:
