@@ -10,7 +10,7 @@ import polars as pl
 from nsysmap.errors import InputNotFound, NotAnExport
 from nsysmap.model_flops import load_flops, load_flops_description
 from nsysmap.report import ReportResult, RunData
-from nsysmap.schemas import OPS, conform
+from nsysmap.schemas import OPS, SchemaMismatch, conform
 from nsysmap.writer import MANIFEST
 
 REPORT_MD = "report.md"
@@ -32,6 +32,8 @@ def read_run(run_dir: str | Path) -> RunData:
         raise NotAnExport(f"{run_dir / MANIFEST}: not an nsysmap manifest") from exc
     try:
         ops = conform(pl.read_parquet(run_dir / ops_file), OPS, "ops")
+    except SchemaMismatch as exc:
+        raise NotAnExport(f"{run_dir / ops_file}: not an ops table of this nsysmap") from exc
     except (OSError, pl.exceptions.PolarsError) as exc:
         raise NotAnExport(f"{run_dir / ops_file}: unreadable ops table: {exc}") from exc
     return RunData(

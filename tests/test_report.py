@@ -333,3 +333,11 @@ def test_kineto_cuda_trace_shapes_flops_and_mfu_on_two_different_gpus(tmp_path):
     assert layer["layer"] == "fc1"
     assert layer["mfu"] == pytest.approx(2 * flop / (3.25e-6 * 19.5e12 + 2e-6 * 67e12))
     assert layer["tflops_per_s"] == pytest.approx(2 * flop / 5.25e-6 / 1e12)
+
+
+def test_an_ops_table_of_another_format_is_refused_in_one_line(tmp_path):
+    (tmp_path / "manifest.json").write_text(
+        json.dumps({"tables": {"ops": {"file": "ops.parquet"}}})
+    )
+    pl.DataFrame({"a": [1]}).write_parquet(tmp_path / "ops.parquet")
+    assert _invoke(["report", str(tmp_path)]) == 4
