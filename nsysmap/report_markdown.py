@@ -150,7 +150,7 @@ def _same_kernel(f: Findings, c: Findings | None) -> str:
 
 
 def _non_matmul(f: Findings) -> list[str]:
-    lines = ["## Non-matmul kernels above 1 % of the step time", ""]
+    lines = [f"## Non-matmul kernels above 1 % of the {scope_label(f.run.ops, 'step')}'s time", ""]
     if f.non_matmul.is_empty():
         return [*lines, "None.", ""]
     rows = [
