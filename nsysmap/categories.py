@@ -24,6 +24,9 @@ CATEGORIES = (
     "other",
 )
 
+# A demangled name's trailing "(int, float *, ...)", one level of nested parentheses allowed.
+TRAILING_ARGUMENTS = r"\((?:[^()]|\([^()]*\))*\)\s*$"
+
 # (category, regular expression). Checked top to bottom.
 RULES: tuple[tuple[str, str], ...] = (
     ("communication", r"nccl|c10d::|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|sendrecv"),
@@ -47,14 +50,18 @@ RULES: tuple[tuple[str, str], ...] = (
         "elementwise",
         r"elementwise|vectorized|unrolled|pointwise|triton_poi|index_?select|gather|scatter|embedding"
         r"|aten::(?:add|mul|sub|div|gelu|relu"
-        r"|silu|tanh|pow|copy|fill|zero|dropout|neg|rsqrt|sqrt|where|clamp|cat|index|masked)",
+        r"|silu|tanh|pow|copy|_to_copy|fill|zero|dropout|bernoulli|neg|rsqrt|sqrt|where|clamp|cat"
+        r"|index|masked)",
     ),
 )
 
 
 def category_expr(kind: pl.Expr, name: pl.Expr, short_name: pl.Expr) -> pl.Expr:
     """Expression giving the category of each operation."""
-    text = pl.concat_str([name.fill_null(""), short_name.fill_null("")], separator=" ")
+    # The argument list of a demangled name says nothing about what the kernel
+    # does and misleads (`cudnn::reduced_divisor` is no reduction): drop it.
+    signature = name.fill_null("").str.replace(TRAILING_ARGUMENTS, "")
+    text = pl.concat_str([signature, short_name.fill_null("")], separator=" ")
     expr: pl.Expr = pl.lit("other")
     for category, pattern in reversed(RULES):
         expr = pl.when(text.str.contains(f"(?i){pattern}")).then(pl.lit(category)).otherwise(expr)

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from nsysmap.errors import (
     ProfilerFailed,
     ScriptFailed,
 )
+from nsysmap.model_flops import attach_model_flops
 from nsysmap.pipeline import Analysis, analyse, load_report
 from nsysmap.writer import MANIFEST
 
@@ -153,10 +154,14 @@ def _analyse_capture(
         raise ProfilerFailed(nothing_captured(request.script, record))
     options = _options(request, record)
     try:
-        return analyse(load_report(captured), out_dir, options=options, input_path=captured)
+        analysis = analyse(load_report(captured), out_dir, options=options, input_path=captured)
     except NoGpuData as exc:
         before = f"{request.script.name} exited with status {status}; " if status else ""
         raise ProfilerFailed(f"{before}nothing usable was captured: {exc}") from exc
+    # The launcher's FLOP count of the model, when it made one, joins the outputs.
+    if attach_model_flops(capture, out_dir) is not None:
+        analysis = replace(analysis, manifest=json.loads((out_dir / MANIFEST).read_text()))
+    return analysis
 
 
 def choose_backend(requested: str) -> tuple[str, str, Path | None]:

@@ -123,6 +123,11 @@ CATEGORY_CASES = [
     ),
     ("kernel", "ncclDevKernel_SendRecv(ncclDevComm *, unsigned long, ncclWork *)", "communication"),
     ("kernel", "calcAllLowestResidualsGPU", "other"),
+    (
+        "kernel",
+        "void fft2d_c2r_32x32<float, false>(float *, cudnn::reduced_divisor, int2)",
+        "other",
+    ),
     ("memcpy", "[CUDA memcpy HtoD]", "memcpy"),
     ("memset", "[CUDA memset]", "memset"),
     ("cpu_op", "aten::addmm", "gemm"),
@@ -132,6 +137,8 @@ CATEGORY_CASES = [
     ("cpu_op", "aten::sum", "reduction"),
     ("cpu_op", "aten::_fused_adamw_", "optimizer"),
     ("cpu_op", "aten::view", "other"),
+    ("cpu_op", "aten::bernoulli_", "elementwise"),
+    ("cpu_op", "aten::_to_copy", "elementwise"),
 ]
 
 
