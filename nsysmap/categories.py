@@ -21,6 +21,7 @@ CATEGORIES = (
     "memcpy",
     "memset",
     "communication",
+    "instrumentation",
     "other",
 )
 
@@ -29,6 +30,9 @@ TRAILING_ARGUMENTS = r"\((?:[^()]|\([^()]*\))*\)\s*$"
 
 # (category, regular expression). Checked top to bottom.
 RULES: tuple[tuple[str, str], ...] = (
+    # CPU operators added by PyTorch's module backward hooks, which the
+    # instrumentation installs: profiling overhead, not the model's work.
+    ("instrumentation", r"BackwardHookFunction"),
     ("communication", r"nccl|c10d::|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|sendrecv"),
     (
         "optimizer",

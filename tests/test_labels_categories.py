@@ -137,6 +137,12 @@ CATEGORY_CASES = [
     ("cpu_op", "aten::sum", "reduction"),
     ("cpu_op", "aten::_fused_adamw_", "optimizer"),
     ("cpu_op", "aten::view", "other"),
+    (
+        "cpu_op",
+        "autograd::engine::evaluate_function: BackwardHookFunctionBackward",
+        "instrumentation",
+    ),
+    ("cpu_op", "BackwardHookFunction", "instrumentation"),
     ("cpu_op", "aten::bernoulli_", "elementwise"),
     ("cpu_op", "aten::_to_copy", "elementwise"),
 ]
