@@ -9,9 +9,10 @@ of a large training-like export for benchmarks, without a Python loop per row.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,11 +102,15 @@ def known_columns(table: str) -> list[Column]:
 
 def write_export(
     path: str | os.PathLike,
-    tables: Mapping[str, Frame],
+    tables: Mapping[str, Frame | Iterable[Frame]],
     *,
     exact_columns: Collection[str] = (),
 ) -> Path:
     """Write `tables` (name -> Polars DataFrame, Arrow table, or None) as an export.
+
+    A table may also be given as an iterable of such frames (chunks with the
+    same columns, appended in order), so that large tables need not be held in
+    memory whole.
 
     Known tables get every column of a current export, in its order and type;
     NOT NULL columns the frame lacks are filled by a DEFAULT of 0 or ''. Columns
@@ -121,16 +126,33 @@ def write_export(
         cur.execute("PRAGMA journal_mode=OFF")
         cur.execute("PRAGMA synchronous=OFF")
         cur.execute("BEGIN")
-        for table, frame in tables.items():
-            data = _arrow(frame)
+        for table, content in tables.items():
+            parts = _chunks(content)
+            data = next(parts)
             columns = _table_columns(table, data, exact=table in exact_columns)
             cur.execute(_create_sql(table, columns, data))
-            if data is not None and data.num_rows:
-                cur.adbc_ingest(table, data, mode="append")
-                for name in _binary_text_columns(data, columns):
-                    cur.execute(_to_text_sql(table, name))
+            binary: set[str] = set()
+            for part in itertools.chain([data], parts):
+                if part is not None and part.num_rows:
+                    cur.adbc_ingest(table, part, mode="append")
+                    binary.update(_binary_text_columns(part, columns))
+            for name in sorted(binary):
+                cur.execute(_to_text_sql(table, name))
         cur.execute("COMMIT")
     return path
+
+
+def _chunks(content: Frame | Iterable[Frame]) -> Iterator[pa.Table | None]:
+    """A table's content as Arrow chunks (one, possibly None, for a single frame)."""
+    if content is None or isinstance(content, pl.DataFrame | pa.Table):
+        yield _arrow(content)
+        return
+    empty = True
+    for part in content:
+        empty = False
+        yield _arrow(part)
+    if empty:
+        yield None
 
 
 def _arrow(frame: Frame) -> pa.Table | None:
