@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from nsysmap.naming import PREFIX as NSYSMAP
 from nsysmap.naming import naming_columns
 
 LABELS = pl.Schema(
@@ -44,7 +45,10 @@ FOREIGN_PHASES: tuple[tuple[str, str], ...] = (
     ("loss", r"loss|compute[_ ]loss|criterion"),
     ("data", r"data|data[_ ]?load(ing|er)?|get[_ ]batch|next[_ ]batch|enumerate\(DataLoader\)#.*"),
 )
-FOREIGN_STEP = r"(?i)^(?:ProfilerStep#|(?:train[_ ]?)?(?:step|iter|iteration)[ _#:=-]?)(\d+)$"
+_STEP_CORE = r"(?:ProfilerStep#|(?:train[_ ]?)?(?:step|iter|iteration)[ _#:=-]?)(\d+)"
+FOREIGN_STEP = f"(?i)^{_STEP_CORE}$"
+# Every foreign step or phase name matches this (whole-name alternatives).
+_FOREIGN_ANY = "(?i)^(?:" + "|".join([_STEP_CORE, *(f"(?:{p})" for _, p in FOREIGN_PHASES)]) + ")$"
 ATEN_OP = r"^([A-Za-z_][\w]*::[\w.]+)(?:,|$)"
 SEQ = r"(?:^|, )(?:stashed )?seq = (\d+)"
 SIZES = r"sizes = (\[.*\])"
@@ -53,10 +57,55 @@ FSDP_SPAN = r"^FSDP (forward|backward) \((.*)\)$"
 
 
 def range_labels(ranges: pl.DataFrame) -> pl.DataFrame:
-    """`ranges` with the LABELS columns added (computed on distinct names only)."""
-    names = ranges.select(pl.col("name").unique()).filter(pl.col("name").is_not_null())
-    labelled = names.with_columns(_name_label_exprs(pl.col("name"))).select("name", *LABELS.names())
-    return ranges.join(labelled, on="name", how="left")
+    """`ranges` with the LABELS columns added."""
+    return pl.concat([ranges, name_labels(ranges["name"])], how="horizontal")
+
+
+def may_name_scope(name: pl.Expr) -> pl.Expr:
+    """False for names that certainly give no step, phase or module (a cheap, exact test).
+
+    Those labels come only from nsysmap's own names, FSDP spans and the
+    whole-name foreign patterns; every other name can at most be an operator.
+    """
+    scoped = name.str.starts_with(NSYSMAP) | name.str.starts_with("FSDP ")
+    return (scoped | name.str.contains(_FOREIGN_ANY)).fill_null(False)
+
+
+def name_labels(names: pl.Series, columns: list[str] | None = None) -> pl.DataFrame:
+    """The LABELS columns (or some of them) for each of `names`, in order.
+
+    The full set of patterns runs only on names that `may_name_scope`; the
+    others get the operator patterns alone (their step, phase and module
+    labels are null, their direction is the operator's).
+    """
+    columns = columns or LABELS.names()
+    frame = pl.DataFrame({"name": names})
+    scoped = frame.select(may_name_scope(pl.col("name"))).to_series()
+    rest = _operator_label_exprs(pl.col("name"))
+    out = frame.select(**{c: rest.get(c, pl.lit(None, LABELS[c])) for c in columns})
+    if scoped.any():
+        rows = scoped.arg_true()
+        full = _distinct_labels(frame[rows], columns)
+        out = out.with_columns(out[c].scatter(rows, full[c]) for c in columns)
+    return out
+
+
+def _distinct_labels(frame: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
+    """All patterns, run once per distinct name (scoped names repeat every step)."""
+    distinct = frame.unique("name")
+    labelled = distinct.with_columns(_name_label_exprs(pl.col("name")))
+    return frame.join(labelled, on="name", how="left", maintain_order="left").select(columns)
+
+
+def _operator_label_exprs(name: pl.Expr) -> dict[str, pl.Expr]:
+    """The labels any name may carry, as `_name_label_exprs` computes them."""
+    return {
+        "lbl_direction": _aten_direction(name),
+        "lbl_aten_op": name.str.extract(ATEN_OP, 1),
+        "lbl_seq": name.str.extract(SEQ, 1).cast(pl.Int64),
+        "lbl_stashed": _stashed(name),
+        "lbl_shapes": name.str.extract(SIZES, 1),
+    }
 
 
 def _name_label_exprs(name: pl.Expr) -> list[pl.Expr]:
@@ -79,13 +128,19 @@ def _name_label_exprs(name: pl.Expr) -> list[pl.Expr]:
         ).alias("lbl_direction"),
         name.str.extract(ATEN_OP, 1).alias("lbl_aten_op"),
         name.str.extract(SEQ, 1).cast(pl.Int64).alias("lbl_seq"),
+        _stashed(name).alias("lbl_stashed"),
+        name.str.extract(SIZES, 1).alias("lbl_shapes"),
+    ]
+
+
+def _stashed(name: pl.Expr) -> pl.Expr:
+    """True for a backward op's `stashed seq`, False for a forward `seq`, else null."""
+    return (
         pl.when(name.str.contains("stashed seq = ", literal=True))
         .then(pl.lit(True))
         .when(name.str.contains(SEQ))
         .then(pl.lit(False))
-        .alias("lbl_stashed"),
-        name.str.extract(SIZES, 1).alias("lbl_shapes"),
-    ]
+    )
 
 
 def _foreign_phase(name: pl.Expr) -> pl.Expr:

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
+from nsysmap.forest import group_index, nest_positions
 from nsysmap.naming import PREFIX as NSYSMAP_PREFIX
 
 MAX_REPAIR_ROUNDS = 32
@@ -43,6 +44,10 @@ def nest_intervals(
     by = list(by)
     if df.is_empty():
         return df.with_columns(pl.lit(None, pl.Int32).alias("depth"), _null_parent())
+    fast = _nest_fast(df, by, id_col, start_col, end_col)
+    if fast is not None:
+        depth, parent = fast
+        return df.with_columns(depth=depth, parent_id=df[id_col].gather(parent).cast(pl.Int64))
     events = _ordered_events(df, by, id_col, start_col, end_col)
     starts = (
         events.with_columns(pl.col("delta").cum_sum().over(by).cast(pl.Int32).alias("depth"))
@@ -64,6 +69,16 @@ def nest_intervals(
         pl.col("iv_id").alias(id_col), "depth", pl.col("parent_id").cast(pl.Int64)
     )
     return df.drop("depth", "parent_id", strict=False).join(found, on=id_col, how="left")
+
+
+def _nest_fast(
+    df: pl.DataFrame, by: list[str], id_col: str, start_col: str, end_col: str
+) -> tuple[pl.Series, pl.Series] | None:
+    """Depth and parent position by one packed sort (None: take the general path)."""
+    groups = group_index(df, by)
+    if groups is None:
+        return None
+    return nest_positions(*groups, df[start_col], df[end_col], df[id_col])
 
 
 def _null_parent() -> pl.Expr:
@@ -132,6 +147,14 @@ def nest_repaired(
     intervals were clipped. Data without crossings costs one nesting pass.
     """
     by = list(by)
+    fast = _nest_fast(df, by, id_col, "start_ns", "end_ns") if df.height else None
+    if fast is not None:
+        depth, parent = fast
+        parent_end = df["end_ns"].gather(parent)
+        crossing = (df["end_ns"] > parent_end) & (df["start_ns"] < parent_end)
+        if not crossing.fill_null(False).any():
+            parent_id = df[id_col].gather(parent).cast(pl.Int64)
+            return df.with_columns(depth=depth, parent_id=parent_id), 0
     work = df if priority else df.with_columns(pl.lit(0, pl.Int8).alias("_prio"))
     prio = priority or "_prio"
     out = _with_crossing(nest_intervals(work, by=by, id_col=id_col), id_col, prio)
@@ -208,7 +231,8 @@ def nest_ranges(ranges: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     nested, n_clipped = nest_repaired(
         ranked, by=("pid", "tid"), id_col="range_id", priority="_rank"
     )
-    return nested.select(ranges.columns).sort("range_id"), n_clipped
+    nested = nested.select(ranges.columns)
+    return (nested if nested["range_id"].is_sorted() else nested.sort("range_id")), n_clipped
 
 
 def innermost_timeline(nested: pl.DataFrame, *, by: Sequence[str], id_col: str) -> pl.DataFrame:

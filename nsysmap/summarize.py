@@ -52,65 +52,95 @@ SUMMARY_SCHEMAS: dict[str, pl.Schema] = {
 }
 
 
+# Group keys of each table (after device_id).
+KEYS = {
+    "coverage": ["attribution"],
+    "by_phase": ["phase"],
+    "by_step": ["step"],
+    "by_module": ["module", "module_class"],
+    "by_module_phase": ["module", "module_class", "phase"],
+    "by_kernel": ["kind", "name", "short_name", "category"],
+    "by_category": ["category"],
+}
+# Extra columns: how each is aggregated over ops, and how partial results combine.
+_FORWARD, _BACKWARD = pl.col("direction") == "forward", pl.col("direction") == "backward"
+EXTRA = {
+    "by_step": {
+        "first_start_ns": (pl.col("start_ns").min(), "min"),
+        "last_end_ns": (pl.col("end_ns").max(), "max"),
+    },
+    "by_module": {
+        "forward_ns": (pl.col("dur_ns").filter(_FORWARD).sum(), "sum"),
+        "backward_ns": (pl.col("dur_ns").filter(_BACKWARD).sum(), "sum"),
+    },
+    "by_kernel": {
+        "min_ns": (pl.col("dur_ns").min(), "min"),
+        "max_ns": (pl.col("dur_ns").max(), "max"),
+    },
+}
+
+
 def summarize(ops: pl.DataFrame) -> Summaries:
     """All summary tables for an OPS frame."""
-    backward = pl.col("direction") == "backward"
-    forward = pl.col("direction") == "forward"
-    extra = {
-        "by_step": [
-            pl.col("start_ns").min().alias("first_start_ns"),
-            pl.col("end_ns").max().alias("last_end_ns"),
-        ],
-        "by_module": [
-            pl.col("dur_ns").filter(forward).sum().alias("forward_ns"),
-            pl.col("dur_ns").filter(backward).sum().alias("backward_ns"),
-            pl.lit(0, pl.Int64).alias("inclusive_ns"),
-        ],
-        "by_kernel": [
-            pl.col("dur_ns").mean().alias("mean_ns"),
-            pl.col("dur_ns").min().alias("min_ns"),
-            pl.col("dur_ns").max().alias("max_ns"),
-        ],
+    return combine_summaries([partial_summaries(ops)])
+
+
+def partial_summaries(ops: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    """Per table, the groups of `ops` with counts, sums, minima and maxima.
+
+    Partial results of disjoint sets of ops combine into the summaries of
+    their union (`combine_summaries`), so large reports can be summarised
+    block by block.
+    """
+    return {
+        name: ops.group_by(["device_id", *keys]).agg(
+            pl.len().cast(pl.Int64).alias("ops"),
+            pl.col("dur_ns").sum().alias("time_ns"),
+            *(expr.alias(col) for col, (expr, _) in EXTRA.get(name, {}).items()),
+        )
+        for name, keys in KEYS.items()
     }
-    keys = {
-        "coverage": ["attribution"],
-        "by_phase": ["phase"],
-        "by_step": ["step"],
-        "by_module": ["module", "module_class"],
-        "by_module_phase": ["module", "module_class", "phase"],
-        "by_kernel": ["kind", "name", "short_name", "category"],
-        "by_category": ["category"],
-    }
-    frames = {
-        name: _grouped(ops, keys[name], extra.get(name, []), SUMMARY_SCHEMAS[name], name)
-        for name in SUMMARY_SCHEMAS
-    }
+
+
+def combine_summaries(parts: list[dict[str, pl.DataFrame]]) -> Summaries:
+    """The summary tables from the partial results of disjoint sets of ops."""
+    frames = {}
+    for name, keys in KEYS.items():
+        how = {"sum": pl.Expr.sum, "min": pl.Expr.min, "max": pl.Expr.max}
+        extra = {col: how[rule](pl.col(col)) for col, (_, rule) in EXTRA.get(name, {}).items()}
+        grouped = (
+            pl.concat([part[name] for part in parts])
+            .group_by(["device_id", *keys])
+            .agg(
+                pl.col("ops").sum(),
+                pl.col("time_ns").sum(),
+                *(e.alias(c) for c, e in extra.items()),
+            )
+        )
+        frames[name] = _finished(grouped, keys, SUMMARY_SCHEMAS[name], name)
     frames["by_step"] = frames["by_step"].sort("device_id", "step", nulls_last=True)
     frames["by_module"] = _with_inclusive(frames["by_module"])
     return Summaries(**frames)
 
 
-def _grouped(
-    ops: pl.DataFrame, keys: list[str], extra: list[pl.Expr], schema: pl.Schema, table: str
+def _finished(
+    grouped: pl.DataFrame, keys: list[str], schema: pl.Schema, table: str
 ) -> pl.DataFrame:
-    """Group by device + keys; ops, time and share of the device's time, largest first."""
+    """Share of the device's time, derived columns; largest first."""
     device_total = pl.col("time_ns").sum().over("device_id")
-    grouped = (
-        ops.group_by(["device_id", *keys])
-        .agg(pl.len().alias("ops"), pl.col("dur_ns").sum().alias("time_ns"), *extra)
-        .with_columns(
-            pl.when(device_total > 0)
-            .then(pl.col("time_ns") / device_total)
-            .otherwise(0.0)
-            .alias("time_share")
-        )
-        .sort(
-            ["device_id", "time_ns", *keys],
-            descending=[False, True, *[False] * len(keys)],
-            nulls_last=True,
-        )
+    done = grouped.with_columns(
+        pl.when(device_total > 0)
+        .then(pl.col("time_ns") / device_total)
+        .otherwise(0.0)
+        .alias("time_share"),
+        (pl.col("time_ns") / pl.col("ops")).alias("mean_ns"),
+        pl.lit(0, pl.Int64).alias("inclusive_ns"),
+    ).sort(
+        ["device_id", "time_ns", *keys],
+        descending=[False, True, *[False] * len(keys)],
+        nulls_last=True,
     )
-    return schemas.conform(grouped.select(schema.names()), schema, table)
+    return schemas.conform(done.select(schema.names()), schema, table)
 
 
 def _with_inclusive(by_module: pl.DataFrame) -> pl.DataFrame:
