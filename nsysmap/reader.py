@@ -11,6 +11,7 @@ Ranges come back with `depth` and `parent_id` empty: nesting is a later step.
 
 from __future__ import annotations
 
+import itertools
 import os
 from concurrent.futures import ThreadPoolExecutor
 
@@ -33,6 +34,10 @@ COPY_KINDS = ("Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA",
 COPY_KINDS += ("PtoP", "Unified HtoD", "Unified DtoH", "Unified DtoD")
 # Tables are read in this many threads (the SQLite driver releases the GIL).
 READ_THREADS = min(3, os.cpu_count() or 1)
+# Tables with more rows than this are read in READ_THREADS parts, by rowid.
+SPLIT_ROWS = 1 << 20
+SPLIT_SPECS = (sql.NVTX, sql.KERNEL, sql.RUNTIME)
+MAX_RANGE_RUNS = 64  # range rows in more runs than this are filtered (copied)
 Raw = dict[str, pl.DataFrame | None]
 
 
@@ -53,16 +58,42 @@ def read_sqlite(path: str | os.PathLike, *, require_gpu: bool = True) -> Report:
 
 
 def _read_all(export: sql.Export) -> Raw:
-    """Every table the report uses, read in parallel threads, biggest first."""
+    """Every table the report uses, read in parallel threads, biggest first.
+
+    Large tables are read in READ_THREADS parts (by rowid), so that the
+    threads finish together.
+    """
     specs = [sql.NVTX, *GPU_SPECS, sql.RUNTIME, sql.STRINGS, sql.THREAD_NAMES]
     specs += [sql.GPU_INFO, sql.CUDA_GPU_INFO, *sql.META_TABLES]
     with ThreadPoolExecutor(READ_THREADS) as pool:
-        futures = {spec.table: pool.submit(export.read, spec) for spec in specs}
-        futures["memcpy_kinds"] = pool.submit(export.read, sql.MEMCPY_KINDS)
-        raw = {name: future.result() for name, future in futures.items()}
+        futures = {
+            spec.table: [pool.submit(export.read, spec, rows) for rows in _parts(export, spec)]
+            for spec in specs
+        }
+        futures["memcpy_kinds"] = [pool.submit(export.read, sql.MEMCPY_KINDS)]
+        raw = {name: _joined([f.result() for f in parts]) for name, parts in futures.items()}
     metas = [raw.pop(spec.table) for spec in sql.META_TABLES]
     raw["meta"] = next((m for m in metas if m is not None), None)
     return raw
+
+
+def _parts(export: sql.Export, spec: sql.TableSpec) -> list[tuple[int, int] | None]:
+    """Rowid ranges to read `spec` in (one unbounded part for small tables)."""
+    if spec not in SPLIT_SPECS or READ_THREADS < 2:
+        return [None]
+    last = export.last_rowid(spec.table)
+    if last is None or last < SPLIT_ROWS:
+        return [None]
+    bounds = [last * i // READ_THREADS for i in range(READ_THREADS + 1)]
+    bounds[0] = export.first_rowid(spec.table) - 1
+    return list(itertools.pairwise(bounds))
+
+
+def _joined(parts: list[pl.DataFrame | None]) -> pl.DataFrame | None:
+    """The parts of one table, in rowid order, integers in one chunk."""
+    if parts[0] is None:
+        return None
+    return sql.rechunked(pl.concat(parts, rechunk=False))
 
 
 def _require_gpu_ops(export: sql.Export, raw: Raw) -> None:
@@ -87,13 +118,16 @@ def _require_gpu_ops(export: sql.Export, raw: Raw) -> None:
 
 
 def _normalise(raw: Raw, source: str) -> Report:
-    strings = _strings(raw["StringIds"])
+    """The report from the raw tables; each raw table is dropped once used (lower peak)."""
+    missing = ",".join(t for t in CORE_TABLES if raw[t] is None)
+    strings = _strings(raw.pop("StringIds"))
     gpu_ops = _gpu_ops(raw, strings)
-    api_calls, twins, duplicates = _api_calls(raw[sql.RUNTIME.table], strings)
-    nvtx = sql.NVTX.empty_if_none(raw[sql.NVTX.table])
-    in_ranges = nvtx.filter(pl.col("eventType").is_in(RANGE_KINDS))
+    api_calls, twins, duplicates = _api_calls(raw.pop(sql.RUNTIME.table), strings)
+    nvtx = sql.NVTX.empty_if_none(raw.pop(sql.NVTX.table))
+    in_ranges = nvtx.lazy().filter(pl.col("eventType").is_in(RANGE_KINDS))
     start, end = _extent(gpu_ops, api_calls, in_ranges.select(start_ns="start", end_ns="end"))
     ranges = _ranges(nvtx, strings, end)
+    del nvtx
     meta = _meta(raw["meta"])
     facts = {
         "backend": "nsys",
@@ -102,7 +136,7 @@ def _normalise(raw: Raw, source: str) -> Report:
         "export_schema_version": meta.get("EXPORT_SCHEMA_VERSION"),
         "capture_start_ns": start,
         "capture_end_ns": end,
-        "tables_missing": ",".join(t for t in CORE_TABLES if raw[t] is None),
+        "tables_missing": missing,
         "cuda_launch_calls": api_calls["api_name"].str.contains(LAUNCH_API).sum(),
         "backtrace_twin_rows": twins,
         "duplicate_launch_rows": duplicates,
@@ -125,8 +159,13 @@ def _strings(frame: pl.DataFrame | None) -> pl.DataFrame:
 
 def _string(column: str, strings: pl.DataFrame) -> pl.Expr:
     """The StringIds value the id in `column` points to (null when none)."""
+    ids, n = strings["id"], strings.height
+    if n and ids[0] == 0 and ids[n - 1] == n - 1 and ids.is_sorted():  # ids 0..n-1: index
+        index = pl.col(column)
+        found = pl.lit(strings["value"]).gather(index.clip(0, n - 1))
+        return pl.when(index.is_between(0, n - 1)).then(found)
     return pl.col(column).replace_strict(
-        strings["id"], strings["value"], default=None, return_dtype=pl.String
+        ids, strings["value"], default=None, return_dtype=pl.String
     )
 
 
@@ -134,9 +173,9 @@ def _string(column: str, strings: pl.DataFrame) -> pl.Expr:
 def _gpu_ops(raw: Raw, strings: pl.DataFrame) -> pl.DataFrame:
     """Kernels, then memcpys, then memsets, each in file order; op_id counts them."""
     frames = [
-        _kernels(sql.KERNEL.empty_if_none(raw[sql.KERNEL.table]), strings),
-        _memcpys(sql.MEMCPY.empty_if_none(raw[sql.MEMCPY.table]), raw["memcpy_kinds"]),
-        _memsets(sql.MEMSET.empty_if_none(raw[sql.MEMSET.table])),
+        _kernels(sql.KERNEL.empty_if_none(raw.pop(sql.KERNEL.table)), strings),
+        _memcpys(sql.MEMCPY.empty_if_none(raw.pop(sql.MEMCPY.table)), raw["memcpy_kinds"]),
+        _memsets(sql.MEMSET.empty_if_none(raw.pop(sql.MEMSET.table))),
     ]
     ops = pl.concat(frames, how="diagonal_relaxed")
     return ops.with_columns(op_id=pl.int_range(pl.len(), dtype=pl.Int64), input_shapes=None)
@@ -249,10 +288,20 @@ def _split(frame: pl.DataFrame, mask: pl.Series) -> tuple[pl.DataFrame, pl.DataF
     return frame.filter(mask), frame.filter(~mask)
 
 
-def _extent(*frames: pl.DataFrame) -> tuple[int | None, int | None]:
+def _extent(*frames: pl.DataFrame | pl.LazyFrame) -> tuple[int | None, int | None]:
     """The first start, and the last end or start (an open range has only a start)."""
-    firsts = [f["start_ns"].min() for f in frames]
-    lasts = [v for f in frames for v in (f["end_ns"].max(), f["start_ns"].max())]
+    bounds = [
+        f.lazy()
+        .select(
+            pl.col("start_ns").min().alias("first"),
+            pl.max_horizontal(pl.col("end_ns").max(), pl.col("start_ns").max()).alias("last"),
+        )
+        .collect()
+        .row(0)
+        for f in frames
+    ]
+    firsts = [first for first, _ in bounds]
+    lasts = [last for _, last in bounds]
     firsts, lasts = [v for v in firsts if v is not None], [v for v in lasts if v is not None]
     return (min(firsts) if firsts else None, max(lasts) if lasts else None)
 
@@ -270,23 +319,50 @@ def _ranges(nvtx: pl.DataFrame, strings: pl.DataFrame, capture_end: int | None) 
         pid=sql.process_id("globalTid"), domainId="domainId", domain=name
     )
     domains = domains.unique(["pid", "domainId"], keep="first", maintain_order=True)
-    ranges, _ = _split(nvtx, nvtx["eventType"].is_in(RANGE_KINDS))
-    ranges = ranges.select(
-        range_id=pl.int_range(pl.len(), dtype=pl.Int64),
-        pid=sql.process_id("globalTid"),
-        tid=sql.thread_id("globalTid"),
-        domainId="domainId",
-        name=name,
-        start_ns="start",
-        end_ns=pl.coalesce("end", pl.max_horizontal("start", pl.lit(capture_end))),
-        kind=pl.when(pl.col("eventType") == PUSH_POP)
-        .then(_kind("push_pop"))
-        .otherwise(_kind("start_end")),
-        depth=pl.lit(None, pl.Int32),
-        parent_id=pl.lit(None, pl.Int64),
-        _closed=pl.col("end").is_not_null(),
+    ranges = (
+        _range_rows(nvtx)
+        .lazy()
+        .select(
+            range_id=pl.int_range(pl.len(), dtype=pl.Int64),
+            pid=sql.process_id("globalTid"),
+            tid=sql.thread_id("globalTid"),
+            domain=_domain(domains),
+            name=name,
+            start_ns="start",
+            end_ns=pl.coalesce("end", pl.max_horizontal("start", pl.lit(capture_end))),
+            kind=pl.when(pl.col("eventType") == PUSH_POP)
+            .then(_kind("push_pop"))
+            .otherwise(_kind("start_end")),
+            depth=pl.lit(None, pl.Int32),
+            parent_id=pl.lit(None, pl.Int64),
+            _closed=pl.col("end").is_not_null(),
+        )
+        .collect()
     )
-    return ranges.with_columns(domain=_domains(ranges, domains)).drop("domainId")
+    return sql.rechunked(ranges)
+
+
+def _range_rows(nvtx: pl.DataFrame) -> pl.DataFrame:
+    """The range rows of NVTX_EVENTS, as zero-copy slices when they come in few runs.
+
+    A filter would copy every name; the few other events (domain creations,
+    marks) usually sit between long runs of ranges.
+    """
+    keep = nvtx["eventType"].is_in(RANGE_KINDS)
+    if keep.all():
+        return nvtx
+    flags = pl.DataFrame({"keep": keep}).with_row_index("i")
+    runs = flags.filter(
+        pl.col("keep") & (pl.col("i") == 0) | (pl.col("keep") != pl.col("keep").shift(1))
+    ).filter("keep")["i"]
+    if runs.len() > MAX_RANGE_RUNS:
+        return nvtx.filter(keep)
+    ends = flags.filter(
+        pl.col("keep")
+        & ((pl.col("keep") != pl.col("keep").shift(-1)) | (pl.col("i") == pl.len() - 1))
+    )["i"]
+    pieces = [nvtx.slice(a, b - a + 1) for a, b in zip(runs, ends, strict=True)]
+    return pl.concat(pieces, rechunk=False) if pieces else nvtx.clear()
 
 
 def _kind(name: str) -> pl.Expr:
@@ -294,13 +370,14 @@ def _kind(name: str) -> pl.Expr:
     return pl.lit(name, schemas.RangeKind)
 
 
-def _domains(ranges: pl.DataFrame, domains: pl.DataFrame) -> pl.Series:
+def _domain(domains: pl.DataFrame) -> pl.Expr:
     """Each range's domain name: from its process's domain-create event, else null."""
-    if domains.is_empty():  # the common case: no join
-        return pl.repeat(None, ranges.height, dtype=pl.String, eager=True)
-    keys = ranges.select("pid", "domainId")
-    named = keys.join(domains, on=["pid", "domainId"], how="left", maintain_order="left")
-    return named.select(pl.when(pl.col("domainId") != 0).then("domain"))["domain"]
+    if domains.is_empty():  # the common case
+        return pl.lit(None, pl.String)
+    key = sql.process_id("globalTid") * (1 << 32) + pl.col("domainId")
+    known = domains.select(key=pl.col("pid") * (1 << 32) + pl.col("domainId"), name="domain")
+    named = key.replace_strict(known["key"], known["name"], default=None, return_dtype=pl.String)
+    return pl.when(pl.col("domainId") != 0).then(named)
 
 
 def _threads(names: pl.DataFrame | None, strings: pl.DataFrame) -> pl.DataFrame:

@@ -148,16 +148,38 @@ class Export:
     def has(self, table: str) -> bool:
         return table in self.tables
 
-    def read(self, spec: TableSpec) -> pl.DataFrame | None:
-        """The table of `spec` as a frame, or None when the export lacks it."""
+    def read(self, spec: TableSpec, rows: tuple[int, int] | None = None) -> pl.DataFrame | None:
+        """The table of `spec` as a frame, or None when the export lacks it.
+
+        With `rows` = (low, high), only the rows with low < rowid <= high.
+        """
         present = self.tables.get(spec.table)
         if present is None:
             return None
         try:
             with adbc.connect(self._uri) as conn:
-                return fetch(conn, spec, present)
+                return fetch(conn, spec, present, rows)
         except BACKEND_ERRORS as exc:
             raise _unreadable(self.file, exc) from None
+
+    def last_rowid(self, table: str) -> int | None:
+        """The table's largest rowid (about its row count); None when unknown."""
+        return self._rowid(table, "max")
+
+    def first_rowid(self, table: str) -> int:
+        """The table's smallest rowid (0 when unknown)."""
+        return self._rowid(table, "min") or 0
+
+    def _rowid(self, table: str, which: str) -> int | None:
+        if table not in self.tables:
+            return None
+        query = f"SELECT {'max' if which == 'max' else 'min'}(rowid) AS n FROM {_quoted(table)}"
+        try:
+            with adbc.connect(self._uri) as conn:
+                value = _arrow(conn, query)["n"][0]
+        except BACKEND_ERRORS:
+            return None
+        return value.as_py()
 
 
 def open_export(path: str | os.PathLike) -> Export:
@@ -233,8 +255,11 @@ def probe(conn: adbc.Connection) -> dict[str, set[str]]:
     return tables
 
 
-def select_sql(spec: TableSpec, present: set[str]) -> str:
-    """The SELECT for `spec` given the columns the table has."""
+def select_sql(spec: TableSpec, present: set[str], *, bounded: bool = False) -> str:
+    """The SELECT for `spec` given the columns the table has.
+
+    `bounded` adds `low < rowid <= high` with two parameters.
+    """
     parts = []
     for alias, is_text, candidates in spec.columns():
         column = next((c for c in candidates if c in present), None)
@@ -245,18 +270,60 @@ def select_sql(spec: TableSpec, present: set[str]) -> str:
         else:
             value = f'CAST("{column}" AS INTEGER)'
         parts.append(f'{value} AS "{alias}"')
-    return f'SELECT {", ".join(parts)} FROM "{spec.table}"{spec.where}'
+    where = spec.where
+    if bounded:
+        where += " AND " if where else " WHERE "
+        where += "rowid > ? AND rowid <= ?"
+    return f"SELECT {', '.join(parts)} FROM {_quoted(spec.table)}{where}"
 
 
-def fetch(conn: adbc.Connection, spec: TableSpec, present: set[str]) -> pl.DataFrame:
-    """The table's columns as a frame: Int64 for integers, String for texts."""
-    table = _arrow(conn, select_sql(spec, present))
+def _quoted(identifier: str) -> str:
+    """A table name from the probe, quoted (names with a quote are refused)."""
+    if '"' in identifier:
+        raise NotAnExport(f"unexpected table name {identifier!r}")
+    return f'"{identifier}"'
+
+
+def fetch(
+    conn: adbc.Connection,
+    spec: TableSpec,
+    present: set[str],
+    rows: tuple[int, int] | None = None,
+) -> pl.DataFrame:
+    """The table's columns as a frame: Int64 for integers, String for texts.
+
+    Arrow batches become Polars frames one at a time, so the Arrow copy of a
+    large table is never held whole next to the Polars one. The frame keeps
+    one chunk per batch (see `rechunked`).
+    """
+    with conn.cursor() as cur:
+        cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
+        cur.execute(select_sql(spec, present, bounded=rows is not None), parameters=rows)
+        frames = [_frame(spec, batch) for batch in cur.fetch_record_batch()]
+    if not frames:
+        return spec.empty_if_none(None)
+    return pl.concat(frames, rechunk=False)
+
+
+def rechunked(frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with its integer columns in one chunk each, rechunked one at a time.
+
+    Texts stay in their batches: a rechunk would copy every string.
+    """
+    for name, dtype in frame.schema.items():
+        if dtype.is_integer():
+            frame = frame.with_columns(frame[name].rechunk())
+    return frame
+
+
+def _frame(spec: TableSpec, batch: pa.RecordBatch) -> pl.DataFrame:
     columns = {}
     for alias, is_text, _ in spec.columns():
+        column = pa.chunked_array([batch.column(alias)])
         if is_text:
-            columns[alias] = pl.from_arrow(_decode(table[alias]))
+            columns[alias] = pl.from_arrow(_decode(column))
         else:
-            columns[alias] = pl.from_arrow(table[alias]).cast(pl.Int64)
+            columns[alias] = pl.from_arrow(column).cast(pl.Int64)
     return pl.DataFrame(columns)
 
 
