@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,14 +17,18 @@ from nsysmap.model import Report
 from nsysmap.summarize import Summaries
 
 MANIFEST = "manifest.json"
+# zstd level 1: as small as the default level here, and faster to write.
+PARQUET: dict[str, Any] = {"compression": "zstd", "compression_level": 1, "statistics": True}
 _HASH_CHUNK = 1 << 20
 
 
-def file_sha256(path: Path) -> str:
-    """Hex SHA-256 of a file, read in 1 MiB chunks."""
+def file_sha256(path: Path, stop: threading.Event | None = None) -> str | None:
+    """Hex SHA-256 of a file, read in 1 MiB chunks (None if `stop` is set meanwhile)."""
     digest = hashlib.sha256()
     with path.open("rb") as fh:
         while chunk := fh.read(_HASH_CHUNK):
+            if stop is not None and stop.is_set():
+                return None
             digest.update(chunk)
     return digest.hexdigest()
 
@@ -32,22 +38,26 @@ def output_tables(ops: pl.DataFrame, summaries: Summaries) -> dict[str, pl.DataF
     return {"ops": ops, **summaries.tables()}
 
 
-def input_identity(path: Path | None) -> dict[str, Any]:
-    """Path, size and SHA-256 of the input file (reads the whole file)."""
+def input_identity(path: Path | None, stop: threading.Event | None = None) -> dict[str, Any]:
+    """Path, size and SHA-256 of the input file (reads the whole file; `stop` ends it early)."""
     source: dict[str, Any] = {"path": str(path) if path else None}
     if path is not None and path.is_file():
-        source.update(size_bytes=path.stat().st_size, sha256=file_sha256(path))
+        source.update(size_bytes=path.stat().st_size, sha256=file_sha256(path, stop))
     return source
 
 
 def build_manifest(
     report: Report,
-    tables: dict[str, pl.DataFrame],
+    tables: Mapping[str, pl.DataFrame | int],
     *,
     options: dict[str, Any],
     source: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The manifest: versions, input identity, options and what was written."""
+    """The manifest: versions, input identity, options and what was written.
+
+    `tables` maps each table to its frame, or to its row count when it was
+    written elsewhere (streamed).
+    """
     meta = dict(zip(report.meta["key"], report.meta["value"], strict=True))
     return {
         "nsysmap_version": __version__,
@@ -60,7 +70,8 @@ def build_manifest(
         "report_meta": meta,
         "devices": report.devices.sort("device_id").to_dicts(),
         "tables": {
-            name: {"file": f"{name}.parquet", "rows": df.height} for name, df in tables.items()
+            name: {"file": f"{name}.parquet", "rows": df if isinstance(df, int) else df.height}
+            for name, df in tables.items()
         },
     }
 
@@ -69,7 +80,7 @@ def write_outputs(tables: dict[str, pl.DataFrame], manifest: dict[str, Any], out
     """Write each table as `<name>.parquet` and the manifest into `out_dir`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, df in tables.items():
-        df.write_parquet(out_dir / f"{name}.parquet", statistics=True)
+        df.write_parquet(out_dir / f"{name}.parquet", **PARQUET)
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return out_dir
 
