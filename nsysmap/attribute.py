@@ -32,7 +32,7 @@ from collections.abc import Iterator
 import polars as pl
 
 from nsysmap import schemas
-from nsysmap.categories import categorize
+from nsysmap.categories import category_expr
 from nsysmap.forest import range_paths
 from nsysmap.labels import name_labels
 from nsysmap.locate import ANCHORS, Scope, locate, queries, thread_keys
@@ -94,7 +94,7 @@ def _labels(found: pl.DataFrame, scope: Scope) -> pl.DataFrame:
         {
             "range_id": ranges["range_id"].gather(inner),
             "range_name": ranges["name"].gather(inner),
-            "range_path": range_paths(scope.forest.parent, ranges["name"], inner),
+            "range_path": range_paths(scope.forest.parent, ranges["name"], ranges["depth"], inner),
             "range_depth": ranges["depth"].gather(inner),
             "step": scope.label(found["step"], "lbl_step"),
             "phase": scope.label(found["phase"], "lbl_phase"),
@@ -121,9 +121,25 @@ def _coalesce(*series: pl.Series) -> pl.Series:
 
 
 def _categories(ops: pl.DataFrame) -> pl.Series:
-    """Each op's kernel category (see nsysmap.categories), in row order."""
-    keyed = categorize(ops.select("kind", "name", "short_name").with_row_index("_row"))
-    return (keyed if keyed["_row"].is_sorted() else keyed.sort("_row"))["category"]
+    """Each op's kernel category (see nsysmap.categories), in row order.
+
+    The rules run once per distinct (kind, name, short_name); rows find theirs
+    through integer codes of the names, not by hashing long names again.
+    """
+    codes = ops.select(
+        k=pl.col("kind").to_physical(),
+        n=pl.col("name").cast(pl.Categorical).to_physical(),
+        s=pl.col("short_name").cast(pl.Categorical).to_physical(),
+    )
+    first = codes.with_row_index("_row").unique(["k", "n", "s"], keep="first")
+    distinct = ops[first["_row"]].select(
+        category=category_expr(pl.col("kind"), pl.col("name"), pl.col("short_name"))
+    )
+    rules = pl.concat([first.drop("_row"), distinct], how="horizontal")
+    joined = codes.join(
+        rules, on=["k", "n", "s"], how="left", nulls_equal=True, maintain_order="left"
+    )
+    return joined["category"]
 
 
 def _with_launches(gpu_ops: pl.DataFrame, api_calls: pl.DataFrame) -> pl.DataFrame:

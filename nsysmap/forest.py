@@ -217,20 +217,28 @@ def _positions(ids: pl.Series, refs: pl.Series) -> pl.Series:
     return joined["pos"]
 
 
-def range_paths(parent: pl.Series, names: pl.Series, hits: pl.Series) -> pl.Series:
+def range_paths(
+    parent: pl.Series, names: pl.Series, depth: pl.Series, hits: pl.Series
+) -> pl.Series:
     """For each hit position, the names from its outermost range down to it, joined by " > ".
 
-    Climbs from the hits one level at a time, collecting the names met (a null
-    name counts as ""); one concatenation then writes each path once.
+    Hits are taken by nesting depth: for the hits at depth d, d climbs collect
+    the names on their way up (a null name counts as ""), then one
+    concatenation writes each path once.
     """
-    chain, at = [], hits
-    while at.is_not_null().any():
-        chain.append(pl.when(at.is_not_null()).then(names.gather(at).fill_null("")))
-        at = parent.gather(at)
-    if not chain:
-        return pl.repeat(None, hits.len(), dtype=pl.String, eager=True)
-    path = pl.concat_str(chain[::-1], separator=PATH_SEPARATOR, ignore_nulls=True)
-    return pl.select(pl.when(hits.is_not_null()).then(path)).to_series()
+    levels = depth.gather(hits)
+    missing = hits.is_null().arg_true().cast(pl.UInt32)
+    nulls = pl.repeat(None, missing.len(), dtype=pl.String, eager=True)
+    parts = [pl.DataFrame({"row": missing, "path": nulls})]
+    for level in levels.drop_nulls().unique().sort():
+        rows = (levels == level).arg_true().cast(pl.UInt32)
+        at, chain = hits.gather(rows), []
+        for _ in range(level):
+            chain.append(names.gather(at).fill_null(""))
+            at = parent.gather(at)
+        path = pl.select(pl.concat_str(chain[::-1], separator=PATH_SEPARATOR)).to_series()
+        parts.append(pl.DataFrame({"row": rows, "path": path}))
+    return pl.concat(parts).sort("row")["path"]
 
 
 PATH_SEPARATOR = " > "

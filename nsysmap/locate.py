@@ -27,11 +27,17 @@ ANCHORS = ("inner", "step", "phase", "module", "aten", "seq_module")
 
 @dataclass(frozen=True)
 class Scope:
-    """Nested ranges by position, and the labels of names that may give a scope."""
+    """Nested ranges by position, and the labels of names that may give a scope.
+
+    Those names repeat (the same module ranges every step), so their labels
+    are kept once per distinct name: `scoped` holds the position of each such
+    range (ascending) and the index of its name in `table`.
+    """
 
     ranges: pl.DataFrame
     forest: Forest
-    labels: pl.DataFrame  # `pos` (ascending) and the LABELS of names that may give one
+    scoped: pl.DataFrame  # pos (ascending), name (index into table)
+    table: pl.DataFrame  # LABELS per distinct name
     members: dict[str, pl.Series]  # family -> Boolean per range
 
     @classmethod
@@ -39,19 +45,23 @@ class Scope:
         names = ranges["name"]
         maybe = pl.DataFrame({"name": names}).select(may_name_scope(pl.col("name"))).to_series()
         pos = maybe.arg_true()
-        labels = name_labels(names.gather(pos)).with_columns(pos=pos)
+        code = names.gather(pos).cast(pl.Categorical).to_physical()
+        distinct = pl.DataFrame({"code": code}).with_row_index("first").unique("code").sort("code")
+        table = name_labels(names.gather(pos.gather(distinct["first"])))
+        scoped = pl.DataFrame({"pos": pos, "name": distinct["code"].search_sorted(code)})
         members = {}
         for family, label in SCOPE_FAMILIES.items():
-            hit = labels.filter(pl.col(label).is_not_null())["pos"]
+            hit = scoped.filter(table[label].is_not_null().gather(scoped["name"]))["pos"]
             members[family] = pl.repeat(False, ranges.height, eager=True).scatter(hit, True)
-        return cls(ranges, Forest.of(ranges, thread, "range_id"), labels, members)
+        return cls(ranges, Forest.of(ranges, thread, "range_id"), scoped, table, members)
 
     def label(self, positions: pl.Series, column: str) -> pl.Series:
         """`column` of LABELS at `positions` (which must be scoped names, or null)."""
-        if self.labels.is_empty():
+        if self.scoped.is_empty():
             return pl.repeat(None, positions.len(), dtype=LABELS[column], eager=True)
-        index = self.labels["pos"].search_sorted(positions.fill_null(0))
-        values = self.labels[column].gather(index.clip(0, self.labels.height - 1))
+        index = self.scoped["pos"].search_sorted(positions.fill_null(0))
+        name = self.scoped["name"].gather(index.clip(0, self.scoped.height - 1))
+        values = self.table[column].gather(name)
         return pl.select(pl.when(positions.is_not_null()).then(values)).to_series()
 
     def names_match(self, pattern: str) -> callable:

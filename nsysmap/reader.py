@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import os
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import polars as pl
 
@@ -63,17 +64,27 @@ def _read_all(export: sql.Export) -> Raw:
     Large tables are read in READ_THREADS parts (by rowid), so that the
     threads finish together.
     """
-    specs = [sql.NVTX, *GPU_SPECS, sql.RUNTIME, sql.STRINGS, sql.THREAD_NAMES]
+    strings = _strings(export.read(sql.STRINGS))
+    # Batches of the big tables become what the report keeps as they arrive.
+    transforms = {
+        sql.NVTX.table: partial(_nvtx_batch, strings=strings),
+        sql.KERNEL.table: partial(_kernels, strings=strings),
+    }
+    specs = [sql.NVTX, *GPU_SPECS, sql.RUNTIME, sql.THREAD_NAMES]
     specs += [sql.GPU_INFO, sql.CUDA_GPU_INFO, *sql.META_TABLES]
     with ThreadPoolExecutor(READ_THREADS) as pool:
         futures = {
-            spec.table: [pool.submit(export.read, spec, rows) for rows in _parts(export, spec)]
+            spec.table: [
+                pool.submit(export.read, spec, rows, transforms.get(spec.table))
+                for rows in _parts(export, spec)
+            ]
             for spec in specs
         }
         futures["memcpy_kinds"] = [pool.submit(export.read, sql.MEMCPY_KINDS)]
         raw = {name: _joined([f.result() for f in parts]) for name, parts in futures.items()}
     metas = [raw.pop(spec.table) for spec in sql.META_TABLES]
     raw["meta"] = next((m for m in metas if m is not None), None)
+    raw["StringIds"] = strings
     return raw
 
 
@@ -123,10 +134,11 @@ def _normalise(raw: Raw, source: str) -> Report:
     strings = _strings(raw.pop("StringIds"))
     gpu_ops = _gpu_ops(raw, strings)
     api_calls, twins, duplicates = _api_calls(raw.pop(sql.RUNTIME.table), strings)
-    nvtx = sql.NVTX.empty_if_none(raw.pop(sql.NVTX.table))
+    nvtx = raw.pop(sql.NVTX.table)
+    nvtx = _nvtx_batch(sql.NVTX.empty_if_none(None), strings) if nvtx is None else nvtx
     in_ranges = nvtx.lazy().filter(pl.col("eventType").is_in(RANGE_KINDS))
-    start, end = _extent(gpu_ops, api_calls, in_ranges.select(start_ns="start", end_ns="end"))
-    ranges = _ranges(nvtx, strings, end)
+    start, end = _extent(gpu_ops, api_calls, in_ranges.select("start_ns", end_ns="end"))
+    ranges = _ranges(nvtx, end)
     del nvtx
     meta = _meta(raw["meta"])
     facts = {
@@ -172,8 +184,9 @@ def _string(column: str, strings: pl.DataFrame) -> pl.Expr:
 # ------------------------------------------------------------------- frames
 def _gpu_ops(raw: Raw, strings: pl.DataFrame) -> pl.DataFrame:
     """Kernels, then memcpys, then memsets, each in file order; op_id counts them."""
+    kernels = raw.pop(sql.KERNEL.table)
     frames = [
-        _kernels(sql.KERNEL.empty_if_none(raw.pop(sql.KERNEL.table)), strings),
+        _kernels(sql.KERNEL.empty_if_none(None), strings) if kernels is None else kernels,
         _memcpys(sql.MEMCPY.empty_if_none(raw.pop(sql.MEMCPY.table)), raw["memcpy_kinds"]),
         _memsets(sql.MEMSET.empty_if_none(raw.pop(sql.MEMSET.table))),
     ]
@@ -306,38 +319,48 @@ def _extent(*frames: pl.DataFrame | pl.LazyFrame) -> tuple[int | None, int | Non
     return (min(firsts) if firsts else None, max(lasts) if lasts else None)
 
 
-def _ranges(nvtx: pl.DataFrame, strings: pl.DataFrame, capture_end: int | None) -> pl.DataFrame:
-    """Push/pop and start/end ranges with names and domains.
+def _nvtx_batch(nvtx: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
+    """NVTX rows with process, thread and name (text, else StringIds[textId])."""
+    return nvtx.select(
+        "eventType",
+        pid=sql.process_id("globalTid"),
+        tid=sql.thread_id("globalTid"),
+        domainId="domainId",
+        name=pl.coalesce(sql.text_or_null("text"), _string("textId", strings)),
+        start_ns="start",
+        end="end",
+    )
+
+
+def _ranges(nvtx: pl.DataFrame, capture_end: int | None) -> pl.DataFrame:
+    """Push/pop and start/end ranges with names and domains (from `_nvtx_batch` rows).
 
     An open range (no end) is closed at `capture_end`::
 
         capture   |--------------------------------|
         range             |- - - - - - - - - - - - ->|   end := capture end
     """
-    name = pl.coalesce(sql.text_or_null("text"), _string("textId", strings))
     domains = nvtx.filter(pl.col("eventType") == DOMAIN_CREATE).select(
-        pid=sql.process_id("globalTid"), domainId="domainId", domain=name
+        "pid", "domainId", domain="name"
     )
     domains = domains.unique(["pid", "domainId"], keep="first", maintain_order=True)
-    ranges = (
-        _range_rows(nvtx)
-        .lazy()
-        .select(
-            range_id=pl.int_range(pl.len(), dtype=pl.Int64),
-            pid=sql.process_id("globalTid"),
-            tid=sql.thread_id("globalTid"),
-            domain=_domain(domains),
-            name=name,
-            start_ns="start",
-            end_ns=pl.coalesce("end", pl.max_horizontal("start", pl.lit(capture_end))),
-            kind=pl.when(pl.col("eventType") == PUSH_POP)
-            .then(_kind("push_pop"))
-            .otherwise(_kind("start_end")),
-            depth=pl.lit(None, pl.Int32),
-            parent_id=pl.lit(None, pl.Int64),
-            _closed=pl.col("end").is_not_null(),
-        )
-        .collect()
+    end = pl.col("end")
+    if nvtx["end"].null_count():
+        end = pl.coalesce("end", pl.max_horizontal("start_ns", pl.lit(capture_end)))
+    ranges = _range_rows(nvtx).select(
+        range_id=pl.int_range(pl.len(), dtype=pl.Int64),
+        pid="pid",
+        tid="tid",
+        domain=_domain(domains),
+        name="name",
+        start_ns="start_ns",
+        end_ns=end,
+        kind=pl.when(pl.col("eventType") == PUSH_POP)
+        .then(_kind("push_pop"))
+        .otherwise(_kind("start_end")),
+        depth=pl.lit(None, pl.Int32),
+        parent_id=pl.lit(None, pl.Int64),
+        _closed=pl.col("end").is_not_null(),
     )
     return sql.rechunked(ranges)
 
@@ -374,7 +397,7 @@ def _domain(domains: pl.DataFrame) -> pl.Expr:
     """Each range's domain name: from its process's domain-create event, else null."""
     if domains.is_empty():  # the common case
         return pl.lit(None, pl.String)
-    key = sql.process_id("globalTid") * (1 << 32) + pl.col("domainId")
+    key = pl.col("pid") * (1 << 32) + pl.col("domainId")
     known = domains.select(key=pl.col("pid") * (1 << 32) + pl.col("domainId"), name="domain")
     named = key.replace_strict(known["key"], known["name"], default=None, return_dtype=pl.String)
     return pl.when(pl.col("domainId") != 0).then(named)

@@ -23,6 +23,7 @@ distinct values with U+FFFD replacement. `process_id`, `thread_id` and
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -39,8 +40,10 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 _ID_MASK = 0xFFFFFF
 
 # Rows per Arrow batch. Larger batches cut per-batch overhead (measured in
-# docs/reading.md); type inference no longer depends on it (see above).
-BATCH_ROWS = 1 << 16
+# docs/reading.md) and give fewer chunks (text columns keep one chunk per
+# batch, and gathers across many chunks are slower); type inference no longer
+# depends on it (see above).
+BATCH_ROWS = 1 << 20
 
 # Errors the storage stack raises for bad input; the reader turns them into
 # NotAnExport. (The driver reports some type problems as OSError.)
@@ -148,17 +151,23 @@ class Export:
     def has(self, table: str) -> bool:
         return table in self.tables
 
-    def read(self, spec: TableSpec, rows: tuple[int, int] | None = None) -> pl.DataFrame | None:
+    def read(
+        self,
+        spec: TableSpec,
+        rows: tuple[int, int] | None = None,
+        transform: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
+    ) -> pl.DataFrame | None:
         """The table of `spec` as a frame, or None when the export lacks it.
 
         With `rows` = (low, high), only the rows with low < rowid <= high.
+        `transform` is applied to each batch as it arrives (see `fetch`).
         """
         present = self.tables.get(spec.table)
         if present is None:
             return None
         try:
             with adbc.connect(self._uri) as conn:
-                return fetch(conn, spec, present, rows)
+                return fetch(conn, spec, present, rows, transform)
         except BACKEND_ERRORS as exc:
             raise _unreadable(self.file, exc) from None
 
@@ -289,19 +298,23 @@ def fetch(
     spec: TableSpec,
     present: set[str],
     rows: tuple[int, int] | None = None,
+    transform: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
 ) -> pl.DataFrame:
     """The table's columns as a frame: Int64 for integers, String for texts.
 
     Arrow batches become Polars frames one at a time, so the Arrow copy of a
-    large table is never held whole next to the Polars one. The frame keeps
-    one chunk per batch (see `rechunked`).
+    large table is never held whole next to the Polars one; `transform`, when
+    given, turns each batch into what the caller keeps, so the raw columns
+    are never held whole either. The frame keeps one chunk per batch (see
+    `rechunked`).
     """
+    transform = transform or (lambda frame: frame)
     with conn.cursor() as cur:
         cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
         cur.execute(select_sql(spec, present, bounded=rows is not None), parameters=rows)
-        frames = [_frame(spec, batch) for batch in cur.fetch_record_batch()]
+        frames = [transform(_frame(spec, batch)) for batch in cur.fetch_record_batch()]
     if not frames:
-        return spec.empty_if_none(None)
+        return transform(spec.empty_if_none(None))
     return pl.concat(frames, rechunk=False)
 
 
