@@ -133,10 +133,36 @@ def _own_labels(name: str) -> dict:
     return {"module": parsed.module_path, "direction": parsed.direction}
 
 
+_SEQ = re.compile(r"(?:^|, )(?:stashed )?seq = (\d+)")
+
+
+def _seq_node(name: str | None) -> tuple[int, bool] | None:
+    """(sequence number, stashed) of a PyTorch operator range name, else None."""
+    match = _SEQ.search(name or "")
+    return (int(match.group(1)), "stashed seq = " in name) if match else None
+
+
+def _forward_modules(rows: list[dict], labels: dict, modules: Innermost) -> dict[tuple, str]:
+    """(pid, seq) -> the module around the earliest forward op with that number."""
+    found: dict[tuple, str] = {}
+    for r in sorted(rows, key=lambda r: (r["start_ns"], r["range_id"])):
+        node = _seq_node(r["name"])
+        if node is None or node[1] or (r["pid"], node[0]) in found:
+            continue
+        module = modules.at((r["pid"], r["tid"]), r["start_ns"])
+        if module is not None:
+            found[(r["pid"], node[0])] = labels[module]["module"]
+    return found
+
+
 def reference_attribution(
     gpu_ops: pl.DataFrame, api_calls: pl.DataFrame, ranges: pl.DataFrame
 ) -> dict[int, dict]:
-    """op_id -> {attribution, range_id, step, phase, module} for nsysmap-style ranges."""
+    """op_id -> {attribution, range_id, step, phase, module} for nsysmap-style ranges.
+
+    A backward operator range (`stashed seq = N`) outside every module range
+    takes the module of the forward operator with `seq = N` in its process.
+    """
     launches: dict[tuple, dict] = {}
     for row in api_calls.sort("start_ns", "tid").iter_rows(named=True):
         launches.setdefault((row["pid"], row["correlation_id"]), row)
@@ -159,6 +185,8 @@ def reference_attribution(
 
     any_range = finder(lambda rid: True, True)
     fam = {k: finder(lambda rid, k=k: k in labels[rid], True) for k in ("step", "phase", "module")}
+    nodes = finder(lambda rid: _seq_node(names[rid]) is not None, True)
+    forward_modules = _forward_modules(rows, labels, fam["module"])
     win = {k: finder(lambda rid, k=k: k in labels[rid], False) for k in ("step", "phase")}
     out = {}
     for op in gpu_ops.iter_rows(named=True):
@@ -180,6 +208,10 @@ def reference_attribution(
                     rid = win[k].at((launch["pid"],), t)
                     projected = projected or rid is not None
                 res[k] = labels[rid][k] if rid is not None else None
+            node_id = nodes.at(thread, t) if res["module"] is None else None
+            node = _seq_node(names[node_id]) if node_id is not None else None
+            if node is not None and node[1]:
+                res["module"] = forward_modules.get((launch["pid"], node[0]))
             res["attribution"] = (
                 "range" if res["range_id"] is not None else "window" if projected else "no_range"
             )
