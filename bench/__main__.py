@@ -1,0 +1,5 @@
+"""`python -m bench`: the attribution benchmark (see bench/README.md)."""
+
+from bench.run import main
+
+main()

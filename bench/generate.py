@@ -1,0 +1,36 @@
+"""Synthetic GPT-2-like exports for the benchmark, generated once and cached.
+
+`export(n_kernels, seed)` returns the path of an export made by
+`nsysmap.synth_tile.gpt_tables` (two processes on two GPUs, about three
+ranges per kernel), writing it first when bench/cache/ does not hold it yet.
+The cache key is the size, the seed and GENERATOR_VERSION (bump it when the
+generator changes). Generation time is not part of any measurement.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from nsysmap.synth_bulk import write_export
+from nsysmap.synth_tile import gpt_tables
+
+CACHE = Path(__file__).parent / "cache"
+GENERATOR_VERSION = 1
+
+
+def export(n_kernels: int, seed: int = 0, *, log: bool = True) -> Path:
+    """The cached export with about `n_kernels` kernels (made when missing)."""
+    path = CACHE / f"gpt-{n_kernels}-seed{seed}-v{GENERATOR_VERSION}.sqlite"
+    if path.is_file():
+        return path
+    CACHE.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    start = time.perf_counter()
+    write_export(partial, gpt_tables(n_kernels, seed=seed))
+    partial.rename(path)
+    if log:
+        size = path.stat().st_size / 1e9
+        took = time.perf_counter() - start
+        print(f"generated {path.name} ({size:.2f} GB) in {took:.0f} s", flush=True)
+    return path

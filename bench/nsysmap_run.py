@@ -1,0 +1,34 @@
+"""`nsysmap attribute` as the benchmark runs it, with its stage timings.
+
+    python -m bench.nsysmap_run EXPORT OUTDIR
+
+Runs `nsysmap.pipeline.analyse_file` (what the `nsysmap attribute` command
+runs) with progress off and prints one JSON line: seconds per stage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from nsysmap.pipeline import analyse_file
+from nsysmap.stages import Stages
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("export", type=Path)
+    parser.add_argument("out_dir", type=Path)
+    args = parser.parse_args()
+    start = time.perf_counter()
+    analysis = analyse_file(
+        args.export, args.out_dir, options={"command": "attribute"}, stages=Stages(progress=False)
+    )
+    seconds = time.perf_counter() - start
+    print(json.dumps({"seconds": seconds, "stages": analysis.timings}))
+
+
+if __name__ == "__main__":
+    main()

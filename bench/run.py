@@ -1,0 +1,134 @@
+"""`python -m bench`: attribution time and memory on synthetic GPT-2-like exports.
+
+For each size (kernels; ranges are about three times as many) the cached
+export (bench/generate.py) is read once to warm the page cache, then each
+engine runs in its own process, runs interleaved:
+
+* floor (adbc), floor (connectorx): only reading the columns attribution
+  needs into Arrow (bench/floor.py); the faster is "the floor";
+* nsysmap: `nsysmap attribute` end to end, with its stage timings
+  (bench/nsysmap_run.py);
+* sql: the straightforward attribution in SQLite with indexes
+  (bench/sql_engine.py).
+
+Reports the median wall time, its spread (min..max), peak RSS, time per
+kernel and the ratio to the floor; checks that nsysmap and SQL give the
+same totals per range; writes the results to --out (JSON) and a Markdown
+table next to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+
+from bench import compare, generate
+from bench.measure import machine, run_child, summary, warm
+from bench.report import markdown
+
+RESULTS = Path(__file__).parent / "results"
+ENGINES = ("floor", "nsysmap", "sql")
+LARGE = 10_000_000  # sizes from here on use the --large-* run counts
+
+
+def _counts(path: Path) -> dict[str, int]:
+    with sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True) as conn:
+        count = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
+        return {
+            "kernels": count("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL"),
+            "ranges": count("SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60)"),
+            "api_calls": count("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME"),
+            "file_bytes": path.stat().st_size,
+        }
+
+
+def _plan(args: argparse.Namespace, n: int) -> dict[str, int]:
+    large = n >= LARGE
+    runs = args.large_runs if large else args.runs
+    return {
+        "floor": runs if "floor" in args.engines else 0,
+        "nsysmap": runs if "nsysmap" in args.engines else 0,
+        "sql": (args.sql_large_runs if large else args.sql_runs) if "sql" in args.engines else 0,
+    }
+
+
+def bench_size(args: argparse.Namespace, n: int) -> dict:
+    """All runs at one size."""
+    path = generate.export(n, args.seed)
+    work = generate.CACHE / f"work-{n}"
+    record = {"size": n, **_counts(path), "runs": {}, "stages": {}}
+    warm(path)
+    plan, runs = _plan(args, n), {}
+    for i in range(max(plan.values())):
+        if i < plan["floor"]:
+            for reader in ("adbc", "connectorx"):
+                runs.setdefault(f"floor ({reader})", []).append(
+                    run_child("bench.floor", str(path), "--reader", reader)
+                )
+        if i < plan["nsysmap"]:
+            runs.setdefault("nsysmap", []).append(
+                run_child("bench.nsysmap_run", str(path), str(work / "nsysmap"))
+            )
+        if i < plan["sql"]:
+            runs.setdefault("sql", []).append(run_child("bench.sql_engine", str(path), str(work)))
+        print(f"  {n:,} kernels: round {i + 1} done", flush=True)
+    for engine, done in runs.items():
+        record["runs"][engine] = {
+            "wall_s": summary([r.wall_s for r in done]),
+            "peak_rss_gb": summary([r.peak_rss_bytes / 1e9 for r in done]),
+            "outputs": [r.output for r in done],
+        }
+    if "nsysmap" in runs:
+        names = runs["nsysmap"][0].output["stages"]
+        record["stages"] = {
+            s: summary([r.output["stages"][s] for r in runs["nsysmap"]]) for s in names
+        }
+    if "nsysmap" in runs and "sql" in runs:
+        ours = compare.nsysmap_totals(work / "nsysmap" / "ops.parquet")
+        theirs = compare.sql_totals(work / "sql_totals.parquet", path)
+        record["same_totals_per_range"] = compare.same_totals(ours, theirs)
+        record["ranges_compared"] = ours.height
+    if not args.keep_outputs:
+        shutil.rmtree(work, ignore_errors=True)
+    return record
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="nsysmap attribution benchmark")
+    parser.add_argument(
+        "--sizes", default="1e5,1e6,1e7", help="kernels per export, comma-separated"
+    )
+    parser.add_argument("--runs", type=int, default=5, help="runs per engine below 1e7 kernels")
+    parser.add_argument("--large-runs", type=int, default=3, help="runs per engine from 1e7")
+    parser.add_argument("--sql-runs", type=int, default=3, help="SQL engine runs below 1e7")
+    parser.add_argument("--sql-large-runs", type=int, default=1, help="SQL engine runs from 1e7")
+    parser.add_argument("--engines", default=",".join(ENGINES), help="subset of floor,nsysmap,sql")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=RESULTS / "latest.json")
+    parser.add_argument("--keep-outputs", action="store_true", help="keep bench/cache/work-*")
+    args = parser.parse_args(argv)
+    args.engines = set(args.engines.split(","))
+    sizes = [int(float(s)) for s in args.sizes.split(",")]
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
+    results = {
+        "started": started,
+        "machine": machine(),
+        "argv": vars(args) | {"engines": sorted(args.engines), "out": str(args.out)},
+        "sizes": [],
+    }
+    for n in sizes:
+        print(f"{n:,} kernels ...", flush=True)
+        results["sizes"].append(bench_size(args, n))
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=1) + "\n")
+    table = markdown(results)
+    args.out.with_suffix(".md").write_text(table)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
