@@ -88,8 +88,8 @@ def _labels(found: pl.DataFrame, scope: Scope) -> pl.DataFrame:
     aten = name_labels(
         ranges["name"].gather(found["aten"]), ["lbl_aten_op", "lbl_direction", "lbl_shapes"]
     )
-    own = {c: scope.label(module, c) for c in ("lbl_module", "lbl_module_class")}
-    seq = {c: scope.label(found["seq_module"], c) for c in ("lbl_module", "lbl_module_class")}
+    own = scope.labels(module, ["lbl_module", "lbl_module_class", "lbl_direction"])
+    seq = scope.labels(found["seq_module"], ["lbl_module", "lbl_module_class"])
     return pl.DataFrame(
         {
             "range_id": ranges["range_id"].gather(inner),
@@ -100,7 +100,7 @@ def _labels(found: pl.DataFrame, scope: Scope) -> pl.DataFrame:
             "phase": scope.label(found["phase"], "lbl_phase"),
             "module": _coalesce(own["lbl_module"], seq["lbl_module"]),
             "module_class": _coalesce(own["lbl_module_class"], seq["lbl_module_class"]),
-            "direction": _coalesce(aten["lbl_direction"], scope.label(module, "lbl_direction")),
+            "direction": _coalesce(aten["lbl_direction"], own["lbl_direction"]),
             "a_op": aten["lbl_aten_op"],
             "a_shapes": aten["lbl_shapes"],
         }

@@ -173,7 +173,8 @@ def fsdp_spans(ranges: pl.DataFrame, first_id: int) -> pl.DataFrame:
     kind "synthetic", named "FSDP forward (blocks.3)", ids from `first_id`.
     """
     hooks = (
-        ranges.select(
+        ranges.filter(pl.col("name").str.starts_with("FSDP::"))  # FSDP_HOOK's anchor, cheap
+        .select(
             "pid",
             "tid",
             "start_ns",

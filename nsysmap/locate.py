@@ -57,12 +57,18 @@ class Scope:
 
     def label(self, positions: pl.Series, column: str) -> pl.Series:
         """`column` of LABELS at `positions` (which must be scoped names, or null)."""
+        return self.labels(positions, [column])[column]
+
+    def labels(self, positions: pl.Series, columns: list[str]) -> dict[str, pl.Series]:
+        """Some LABELS columns at `positions` (scoped names, or null), looked up once."""
         if self.scoped.is_empty():
-            return pl.repeat(None, positions.len(), dtype=LABELS[column], eager=True)
+            return {
+                c: pl.repeat(None, positions.len(), dtype=LABELS[c], eager=True) for c in columns
+            }
         index = self.scoped["pos"].search_sorted(positions.fill_null(0))
         name = self.scoped["name"].gather(index.clip(0, self.scoped.height - 1))
-        values = self.table[column].gather(name)
-        return pl.select(pl.when(positions.is_not_null()).then(values)).to_series()
+        name = pl.select(pl.when(positions.is_not_null()).then(name)).to_series()
+        return {c: self.table[c].gather(name) for c in columns}
 
     def names_match(self, pattern: str) -> callable:
         """A test on positions: does the range's name match `pattern`?"""
@@ -163,7 +169,8 @@ def _module_via_seq(scope: Scope, q: Queries, inner: pl.Series, module: pl.Serie
     if nodes.is_empty():
         return out
     names = scope.ranges["name"]
-    maybe = pl.DataFrame({"n": names}).select(_maybe_forward_seq(pl.col("n")))
+    wanted = nodes["lbl_seq"].unique()
+    maybe = pl.DataFrame({"n": names}).select(_maybe_forward_seq(pl.col("n"), wanted))
     pos = maybe.to_series().fill_null(False).arg_true()
     forward = name_labels(names.gather(pos), ["lbl_seq", "lbl_stashed"]).with_columns(
         pos=pos, pid=scope.ranges["pid"].gather(pos), start=scope.ranges["start_ns"].gather(pos)
@@ -183,7 +190,13 @@ def _module_via_seq(scope: Scope, q: Queries, inner: pl.Series, module: pl.Serie
     return out.scatter(linked["i"], linked["module"])
 
 
-def _maybe_forward_seq(name: pl.Expr) -> pl.Expr:
-    """True for every name with a forward `seq = N` (lbl_seq set, lbl_stashed False)."""
+def _maybe_forward_seq(name: pl.Expr, seqs: pl.Series) -> pl.Expr:
+    """True for every name with a forward `seq = N`, N in `seqs` (and for a few others).
+
+    Such a name contains "seq = N" as text (or "seq = 0..." with leading
+    zeros), which one multi-pattern scan finds; lbl_seq is parsed only there.
+    """
+    texts = pl.select(pl.format("seq = {}", seqs)).to_series().to_list()
+    wanted = name.str.contains_any([*texts, "seq = 0"])
     seq = name.str.contains(", seq = ", literal=True) | name.str.starts_with("seq = ")
-    return seq & ~name.str.contains("stashed seq = ", literal=True)
+    return wanted & seq & ~name.str.contains("stashed seq = ", literal=True)

@@ -171,17 +171,18 @@ def analyse_file(
     """`nsysmap attribute`: the whole flow from a file.
 
     The input's SHA-256 (for the manifest) is computed in a background
-    thread while the report is read and attributed; `timings` gets its
-    duration as "hash" (it is not on the critical path). Progress shows on
+    thread while the report is attributed; `timings` gets its duration as
+    "hash" (mostly off the critical path). Progress shows on
     stderr when it is a terminal, unless `stages` says otherwise.
     """
     path = Path(path)
     stages = stages or Stages()
     stop = threading.Event()
     with ThreadPoolExecutor(1) as pool:
-        identity = pool.submit(_timed_identity, path, stop)
         try:
             report = load_report(path, stages=stages)
+            # Hashed beside attribution (reading keeps both cores busy already).
+            identity = pool.submit(_timed_identity, path, stop)
             if report.gpu_ops.height > STREAM_OPS:
                 analysis = _streamed(report, Path(out_dir), options, stages)
             else:
