@@ -24,7 +24,7 @@ test: $(BIN)/.installed
 	$(BIN)/python -m pytest
 
 bench: $(BIN)/.installed
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 samples: $(BIN)/.installed
 	$(BIN)/python -m sample_reports.build --golden
