@@ -1,7 +1,9 @@
 """Read an Nsight Systems SQLite export into a normalised `Report`.
 
-Together with `nsysmap.reader_sql` (file checks, SQL, fetching), the one
-place that knows how nsys exports differ across versions: it probes which
+Together with `nsysmap.reader_sql` (file checks, SQL, fetching; the tables
+and columns in `nsysmap.reader_specs`) and `nsysmap.reader_frames` (building
+gpu_ops and ranges), the one place that knows how nsys exports differ across
+versions: it probes which
 tables and columns exist (never the version number), reads each needed table
 once, column by column, and does every lookup and join here, in Polars. What
 is read from where and what is ignored is documented in docs/reading.md.
@@ -19,26 +21,27 @@ from functools import partial
 import polars as pl
 
 from nsysmap import reader_sql as sql
-from nsysmap import schemas
 from nsysmap.errors import NoGpuData
 from nsysmap.model import Report, meta_frame
+from nsysmap.reader_frames import (
+    RANGE_KINDS,
+    gpu_ops_frame,
+    kernels_batch,
+    nvtx_batch,
+    ranges_frame,
+    string_value,
+    strings_table,
+)
 
 GPU_SPECS = (sql.KERNEL, sql.MEMCPY, sql.MEMSET)
 CORE_TABLES = tuple(s.table for s in (*GPU_SPECS, sql.RUNTIME, sql.NVTX))
 TWIN_EVENT_CLASS = 67  # the backtrace twin nsys writes next to a CUDA API row
-DOMAIN_CREATE = 75
-PUSH_POP, START_END = 59, 60  # the NVTX event types of ranges
-RANGE_KINDS = (PUSH_POP, START_END)
 LAUNCH_API = r"^cu(da)?(Graph)?Launch"  # cudaLaunchKernel_v7000, cuLaunchKernelEx, ...
-# Copy kinds for exports without ENUM_CUDA_MEMCPY_OPER (that enum's ids).
-COPY_KINDS = ("Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH")
-COPY_KINDS += ("PtoP", "Unified HtoD", "Unified DtoH", "Unified DtoD")
 # Tables are read in this many threads (the SQLite driver releases the GIL).
 READ_THREADS = min(3, os.cpu_count() or 1)
 # Tables with more rows than this are read in READ_THREADS parts, by rowid.
 SPLIT_ROWS = 1 << 20
 SPLIT_SPECS = (sql.NVTX, sql.KERNEL, sql.RUNTIME)
-MAX_RANGE_RUNS = 64  # range rows in more runs than this are filtered (copied)
 Raw = dict[str, pl.DataFrame | None]
 
 
@@ -64,11 +67,11 @@ def _read_all(export: sql.Export) -> Raw:
     Large tables are read in READ_THREADS parts (by rowid), so that the
     threads finish together.
     """
-    strings = _strings(export.read(sql.STRINGS))
+    strings = strings_table(export.read(sql.STRINGS))
     # Batches of the big tables become what the report keeps as they arrive.
     transforms = {
-        sql.NVTX.table: partial(_nvtx_batch, strings=strings),
-        sql.KERNEL.table: partial(_kernels, strings=strings),
+        sql.NVTX.table: partial(nvtx_batch, strings=strings),
+        sql.KERNEL.table: partial(kernels_batch, strings=strings),
     }
     specs = [sql.NVTX, *GPU_SPECS, sql.RUNTIME, sql.THREAD_NAMES]
     specs += [sql.GPU_INFO, sql.CUDA_GPU_INFO, *sql.META_TABLES]
@@ -119,7 +122,7 @@ def _require_gpu_ops(export: sql.Export, raw: Raw) -> None:
             f"{export.file}: no GPU activity ({what}) and no CUDA API calls: CUDA was not "
             "traced; profile with `nsys profile --trace=cuda,nvtx`"
         )
-    calls = _api_calls(runtime, _strings(raw["StringIds"]))[0]
+    calls = _api_calls(runtime, strings_table(raw["StringIds"]))[0]
     launches = calls.filter(pl.col("api_name").str.contains(LAUNCH_API)).height
     raise NoGpuData(
         f"{export.file}: no GPU activity ({what}) although it records {launches} CUDA "
@@ -131,14 +134,14 @@ def _require_gpu_ops(export: sql.Export, raw: Raw) -> None:
 def _normalise(raw: Raw, source: str) -> Report:
     """The report from the raw tables; each raw table is dropped once used (lower peak)."""
     missing = ",".join(t for t in CORE_TABLES if raw[t] is None)
-    strings = _strings(raw.pop("StringIds"))
-    gpu_ops = _gpu_ops(raw, strings)
+    strings = strings_table(raw.pop("StringIds"))
+    gpu_ops = gpu_ops_frame(raw, strings)
     api_calls, twins, duplicates = _api_calls(raw.pop(sql.RUNTIME.table), strings)
     nvtx = raw.pop(sql.NVTX.table)
-    nvtx = _nvtx_batch(sql.NVTX.empty_if_none(None), strings) if nvtx is None else nvtx
+    nvtx = nvtx_batch(sql.NVTX.empty_if_none(None), strings) if nvtx is None else nvtx
     in_ranges = nvtx.lazy().filter(pl.col("eventType").is_in(RANGE_KINDS))
     start, end = _extent(gpu_ops, api_calls, in_ranges.select("start_ns", end_ns="end"))
-    ranges = _ranges(nvtx, end)
+    ranges = ranges_frame(nvtx, end)
     del nvtx
     meta = _meta(raw["meta"])
     facts = {
@@ -164,92 +167,6 @@ def _normalise(raw: Raw, source: str) -> Report:
     ).checked()
 
 
-# ------------------------------------------------------------------ helpers
-def _strings(frame: pl.DataFrame | None) -> pl.DataFrame:
-    return sql.STRINGS.empty_if_none(frame).unique("id", keep="first", maintain_order=True)
-
-
-def _string(column: str, strings: pl.DataFrame) -> pl.Expr:
-    """The StringIds value the id in `column` points to (null when none)."""
-    ids, n = strings["id"], strings.height
-    if n and ids[0] == 0 and ids[n - 1] == n - 1 and ids.is_sorted():  # ids 0..n-1: index
-        index = pl.col(column)
-        found = pl.lit(strings["value"]).gather(index.clip(0, n - 1))
-        return pl.when(index.is_between(0, n - 1)).then(found)
-    return pl.col(column).replace_strict(
-        ids, strings["value"], default=None, return_dtype=pl.String
-    )
-
-
-# ------------------------------------------------------------------- frames
-def _gpu_ops(raw: Raw, strings: pl.DataFrame) -> pl.DataFrame:
-    """Kernels, then memcpys, then memsets, each in file order; op_id counts them."""
-    kernels = raw.pop(sql.KERNEL.table)
-    frames = [
-        _kernels(sql.KERNEL.empty_if_none(None), strings) if kernels is None else kernels,
-        _memcpys(sql.MEMCPY.empty_if_none(raw.pop(sql.MEMCPY.table)), raw["memcpy_kinds"]),
-        _memsets(sql.MEMSET.empty_if_none(raw.pop(sql.MEMSET.table))),
-    ]
-    ops = pl.concat(frames, how="diagonal_relaxed")
-    return ops.with_columns(op_id=pl.int_range(pl.len(), dtype=pl.Int64), input_shapes=None)
-
-
-def _op_columns(kind: str) -> dict[str, pl.Expr]:
-    return {
-        "kind": pl.lit(kind, schemas.OpKind),
-        "device_id": pl.col("deviceId"),
-        "stream_id": pl.col("streamId"),
-        "pid": sql.process_id("globalPid"),
-        "correlation_id": pl.col("correlationId"),
-        "start_ns": pl.col("start"),
-        "end_ns": pl.col("end"),
-        "dur_ns": pl.col("end") - pl.col("start"),
-    }
-
-
-def _kernels(kernels: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
-    """Name: the demangled name, else the short one, else the mangled one."""
-    demangled, short, mangled = (
-        sql.text_or_null(_string(c, strings)) for c in ("demangledName", "shortName", "mangledName")
-    )
-    grid = {f"grid_{a}": pl.col(f"grid{a.upper()}") for a in "xyz"}
-    block = {f"block_{a}": pl.col(f"block{a.upper()}") for a in "xyz"}
-    return kernels.select(
-        **_op_columns("kernel"),
-        name=pl.coalesce(demangled, short, mangled, pl.lit("[unknown kernel]")),
-        short_name=short,
-        **grid,
-        **block,
-    )
-
-
-def _memcpys(copies: pl.DataFrame, enum: pl.DataFrame | None) -> pl.DataFrame:
-    """Named like "[CUDA memcpy HtoD]" after the copy kind."""
-    kinds = pl.DataFrame({"copyKind": range(len(COPY_KINDS)), "_kind": COPY_KINDS})
-    if enum is not None:
-        kinds = pl.concat([enum.select(copyKind="id", _kind=_copy_label("name")), kinds])
-    kinds = kinds.filter(pl.col("_kind").is_not_null()).unique("copyKind", keep="first")
-    copies = copies.join(kinds, on="copyKind", how="left", maintain_order="left")
-    label = pl.coalesce("_kind", pl.format("kind {}", "copyKind"), pl.lit("kind ?"))
-    name = pl.format("[CUDA memcpy {}]", label)
-    return copies.select(**_op_columns("memcpy"), name=name, short_name=name, bytes="bytes")
-
-
-def _copy_label(column: str) -> pl.Expr:
-    """ENUM_CUDA_MEMCPY_OPER names to labels: CUDA_MEMCPY_KIND_UVM_HTOD -> Unified HtoD."""
-    kind = pl.col(column).str.strip_prefix("CUDA_MEMCPY_KIND_")
-    core = kind.str.strip_prefix("UVM_")
-    pair = core.str.contains(r"^[A-Z]TO[A-Z]$")
-    label = pl.when(pair).then(core.str.replace(r"^(.)TO(.)$", "${1}to${2}"))
-    label = label.otherwise(core.str.to_titlecase())
-    return pl.when(kind.str.starts_with("UVM_")).then("Unified " + label).otherwise(label)
-
-
-def _memsets(sets: pl.DataFrame) -> pl.DataFrame:
-    name = pl.lit("[CUDA memset]")
-    return sets.select(**_op_columns("memset"), name=name, short_name=name, bytes="bytes")
-
-
 def _api_calls(
     runtime: pl.DataFrame | None, strings: pl.DataFrame
 ) -> tuple[pl.DataFrame, int, int]:
@@ -273,7 +190,7 @@ def _api_calls(
         "pid",
         tid=sql.thread_id("globalTid"),
         correlation_id="correlationId",
-        api_name=_string("nameId", strings),
+        api_name=string_value("nameId", strings),
         start_ns="start",
         end_ns="end",
     )
@@ -319,96 +236,12 @@ def _extent(*frames: pl.DataFrame | pl.LazyFrame) -> tuple[int | None, int | Non
     return (min(firsts) if firsts else None, max(lasts) if lasts else None)
 
 
-def _nvtx_batch(nvtx: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
-    """NVTX rows with process, thread and name (text, else StringIds[textId])."""
-    return nvtx.select(
-        "eventType",
-        pid=sql.process_id("globalTid"),
-        tid=sql.thread_id("globalTid"),
-        domainId="domainId",
-        name=pl.coalesce(sql.text_or_null("text"), _string("textId", strings)),
-        start_ns="start",
-        end="end",
-    )
-
-
-def _ranges(nvtx: pl.DataFrame, capture_end: int | None) -> pl.DataFrame:
-    """Push/pop and start/end ranges with names and domains (from `_nvtx_batch` rows).
-
-    An open range (no end) is closed at `capture_end`::
-
-        capture   |--------------------------------|
-        range             |- - - - - - - - - - - - ->|   end := capture end
-    """
-    domains = nvtx.filter(pl.col("eventType") == DOMAIN_CREATE).select(
-        "pid", "domainId", domain="name"
-    )
-    domains = domains.unique(["pid", "domainId"], keep="first", maintain_order=True)
-    end = pl.col("end")
-    if nvtx["end"].null_count():
-        end = pl.coalesce("end", pl.max_horizontal("start_ns", pl.lit(capture_end)))
-    ranges = _range_rows(nvtx).select(
-        range_id=pl.int_range(pl.len(), dtype=pl.Int64),
-        pid="pid",
-        tid="tid",
-        domain=_domain(domains),
-        name="name",
-        start_ns="start_ns",
-        end_ns=end,
-        kind=pl.when(pl.col("eventType") == PUSH_POP)
-        .then(_kind("push_pop"))
-        .otherwise(_kind("start_end")),
-        depth=pl.lit(None, pl.Int32),
-        parent_id=pl.lit(None, pl.Int64),
-        _closed=pl.col("end").is_not_null(),
-    )
-    return sql.rechunked(ranges)
-
-
-def _range_rows(nvtx: pl.DataFrame) -> pl.DataFrame:
-    """The range rows of NVTX_EVENTS, as zero-copy slices when they come in few runs.
-
-    A filter would copy every name; the few other events (domain creations,
-    marks) usually sit between long runs of ranges.
-    """
-    keep = nvtx["eventType"].is_in(RANGE_KINDS)
-    if keep.all():
-        return nvtx
-    flags = pl.DataFrame({"keep": keep}).with_row_index("i")
-    runs = flags.filter(
-        pl.col("keep") & (pl.col("i") == 0) | (pl.col("keep") != pl.col("keep").shift(1))
-    ).filter("keep")["i"]
-    if runs.len() > MAX_RANGE_RUNS:
-        return nvtx.filter(keep)
-    ends = flags.filter(
-        pl.col("keep")
-        & ((pl.col("keep") != pl.col("keep").shift(-1)) | (pl.col("i") == pl.len() - 1))
-    )["i"]
-    pieces = [nvtx.slice(a, b - a + 1) for a, b in zip(runs, ends, strict=True)]
-    return pl.concat(pieces, rechunk=False) if pieces else nvtx.clear()
-
-
-def _kind(name: str) -> pl.Expr:
-    """A range kind as a RANGES enum literal."""
-    return pl.lit(name, schemas.RangeKind)
-
-
-def _domain(domains: pl.DataFrame) -> pl.Expr:
-    """Each range's domain name: from its process's domain-create event, else null."""
-    if domains.is_empty():  # the common case
-        return pl.lit(None, pl.String)
-    key = pl.col("pid") * (1 << 32) + pl.col("domainId")
-    known = domains.select(key=pl.col("pid") * (1 << 32) + pl.col("domainId"), name="domain")
-    named = key.replace_strict(known["key"], known["name"], default=None, return_dtype=pl.String)
-    return pl.when(pl.col("domainId") != 0).then(named)
-
-
 def _threads(names: pl.DataFrame | None, strings: pl.DataFrame) -> pl.DataFrame:
     """Thread names; a thread named twice keeps its last name."""
     threads = sql.THREAD_NAMES.empty_if_none(names).select(
         pid=sql.process_id("globalTid"),
         tid=sql.thread_id("globalTid"),
-        thread_name=_string("nameId", strings),
+        thread_name=string_value("nameId", strings),
     )
     return threads.unique(["pid", "tid"], keep="last", maintain_order=True)
 
