@@ -33,19 +33,7 @@ def markdown(results: dict) -> str:
                 f"| {wall['median']:.2f} | {wall['min']:.2f}..{wall['max']:.2f} "
                 f"| {rss['median']:.2f} | {1e6 * wall['median'] / size['kernels']:.2f} | {ratio} |"
             )
-    lines += [
-        "",
-        "nsysmap stages, median seconds (hash runs in the background, beside the others):",
-        "",
-    ]
-    lines += ["| kernels | " + " | ".join(STAGES) + " |", "|---:|" + "---:|" * len(STAGES)]
-    for size in results["sizes"]:
-        if size["stages"]:
-            cells = [
-                f"{size['stages'][s]['median']:.2f}" if s in size["stages"] else "-" for s in STAGES
-            ]
-            lines.append(f"| {size['kernels']:,} | " + " | ".join(cells) + " |")
-    lines.append("")
+    lines += _stage_lines(results)
     for size in results["sizes"]:
         if "same_totals_per_range" in size:
             same = "identical" if size["same_totals_per_range"] else "DIFFERENT"
@@ -54,3 +42,16 @@ def markdown(results: dict) -> str:
                 f"({size['ranges_compared']:,} ranges hit, and time outside any range): {same}"
             )
     return "\n".join(lines) + "\n"
+
+
+def _stage_lines(results: dict) -> list[str]:
+    """nsysmap's median seconds per stage, one row per size."""
+    lines = ["", "nsysmap stages, median seconds (hash runs in the background, beside the others):"]
+    lines += ["", "| kernels | " + " | ".join(STAGES) + " |", "|---:|" + "---:|" * len(STAGES)]
+    for size in results["sizes"]:
+        if size["stages"]:
+            cells = [
+                f"{size['stages'][s]['median']:.2f}" if s in size["stages"] else "-" for s in STAGES
+            ]
+            lines.append(f"| {size['kernels']:,} | " + " | ".join(cells) + " |")
+    return [*lines, ""]

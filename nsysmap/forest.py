@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import polars as pl
 
@@ -66,9 +67,20 @@ def nest_positions(
     lower id first (class 1), then ends of zero-length intervals (class 2).
     None when the times hold nulls or span too much to pack into one key.
     """
-    n = start.len()
     if start.null_count() or end.null_count():
         return None
+    keys = _event_keys(group, n_groups, start, end)
+    if keys is None:
+        return None
+    order = sorted_order(keys, partial(_event_ties, start=start, end=end, ids=ids))
+    del keys
+    return _depth_and_parent(order, start.len())
+
+
+def _event_keys(
+    group: pl.Series, n_groups: int, start: pl.Series, end: pl.Series
+) -> pl.Series | None:
+    """(group, time, class) packed into one Int64 per event: starts, then ends."""
     t_min = min(start.min(), end.min())
     t_bits = (max(start.max(), end.max()) - t_min).bit_length()
     g_bits = max(1, (n_groups - 1).bit_length())
@@ -77,28 +89,29 @@ def nest_positions(
     rows = pl.DataFrame({"g": group, "s": start, "e": end})
     base = pl.col("g").cast(pl.Int64) * (1 << (t_bits + 2))
     cls = pl.when(pl.col("e") == pl.col("s")).then(2).otherwise(0)
-    keys = pl.concat(
+    return pl.concat(
         [
             rows.select(base + (pl.col("s") - t_min) * 4 + 1),
             rows.select(base + (pl.col("e") - t_min) * 4 + cls),
         ]
     ).to_series()
-    del rows
 
-    def tie_keys(events: pl.Series) -> pl.DataFrame:
-        row = (events % n).cast(pl.UInt32)
-        first = events < n
-        return pl.DataFrame(
-            {
-                "k1": pl.select(
-                    pl.when(first).then(-end.gather(row)).otherwise(-start.gather(row))
-                ),
-                "k2": pl.select(pl.when(first).then(ids.gather(row)).otherwise(-ids.gather(row))),
-            }
-        )
 
-    order = sorted_order(keys, tie_keys)
-    del keys
+def _event_ties(
+    events: pl.Series, *, start: pl.Series, end: pl.Series, ids: pl.Series
+) -> pl.DataFrame:
+    """Tie keys of events: starts by (-end, id), ends by (-start, -id)."""
+    n = start.len()
+    row = (events % n).cast(pl.UInt32)
+    first = events < n
+    return pl.select(
+        k1=pl.when(first).then(-end.gather(row)).otherwise(-start.gather(row)),
+        k2=pl.when(first).then(ids.gather(row)).otherwise(-ids.gather(row)),
+    )
+
+
+def _depth_and_parent(order: pl.Series, n: int) -> tuple[pl.Series, pl.Series]:
+    """Depth by a running sum over the ordered events; parent: the last start one level up."""
     walk = pl.DataFrame({"ev": order}).with_columns(is_start=pl.col("ev") < n)
     walk = walk.with_columns(
         depth=pl.when("is_start").then(1).otherwise(-1).cum_sum().cast(pl.Int32)
