@@ -40,15 +40,20 @@ def contains(p: Iv, x: Iv) -> bool:
     return not zero_at_end
 
 
-def nest(ivs: list[Iv]) -> dict[int, Iv]:
-    """Parent and depth of properly nested intervals, by a stack per group."""
-    out: dict[int, Iv] = {}
+def _groups(ivs: list[Iv]) -> list[list[Iv]]:
+    """Fresh copies of the intervals, per group, in nesting order."""
     groups: dict[tuple, list[Iv]] = {}
     for iv in ivs:
         groups.setdefault(iv.group, []).append(Iv(iv.id, iv.group, iv.start, iv.end))
-    for members in groups.values():
+    return [sorted(members, key=_key) for members in groups.values()]
+
+
+def nest(ivs: list[Iv]) -> dict[int, Iv]:
+    """Parent and depth of properly nested intervals, by a stack per group."""
+    out: dict[int, Iv] = {}
+    for members in _groups(ivs):
         stack: list[Iv] = []
-        for iv in sorted(members, key=_key):
+        for iv in members:
             while stack and not contains(stack[-1], iv):
                 stack.pop()
             iv.parent = stack[-1].id if stack else None
@@ -72,12 +77,9 @@ def nest_repaired(ivs: list[Iv], prio: dict[int, int] | None = None) -> dict[int
     """
     rank = prio or {}
     out: dict[int, Iv] = {}
-    groups: dict[tuple, list[Iv]] = {}
-    for iv in ivs:
-        groups.setdefault(iv.group, []).append(Iv(iv.id, iv.group, iv.start, iv.end))
-    for members in groups.values():
+    for members in _groups(ivs):
         stack: list[Iv] = []
-        for iv in sorted(members, key=_key):
+        for iv in members:
             while True:
                 while stack and not _open_at_start_of(stack[-1], iv):
                     stack.pop()

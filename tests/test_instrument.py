@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import instrument
 from instrument import naming
 from instrument.session import annotate
-from tests.test_instrument_support import Recorder
+from tests.test_instrument_support import FailBackward, Recorder
 
 VOCAB, WIDTH = 16, 8
 
@@ -284,15 +284,6 @@ def test_keyboard_interrupt_inside_forward_is_cleaned_up_on_exit():
 
 
 def test_exception_inside_backward_closes_the_backward_ranges_at_once():
-    class FailBackward(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            return x.clone()
-
-        @staticmethod
-        def backward(ctx, grad):
-            raise RuntimeError("backward failed")
-
     class Fails(nn.Module):
         def forward(self, x):
             return FailBackward.apply(x)

@@ -10,7 +10,7 @@ import torch
 from instrument import naming
 from instrument.session import annotate
 from tests.test_instrument import VOCAB, Net
-from tests.test_instrument_support import Recorder
+from tests.test_instrument_support import FailBackward, Recorder
 
 pytestmark = [
     pytest.mark.gpu,
@@ -36,15 +36,6 @@ def test_backward_ranges_are_pushed_and_popped_on_the_engine_thread():
 
 
 def test_exception_in_cuda_backward_closes_engine_thread_ranges_on_that_thread():
-    class FailBackward(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            return x.clone()
-
-        @staticmethod
-        def backward(ctx, grad):
-            raise RuntimeError("backward failed")
-
     class Fails(torch.nn.Module):
         def forward(self, x):
             return FailBackward.apply(x)

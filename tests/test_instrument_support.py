@@ -11,6 +11,8 @@ import itertools
 import threading
 from dataclasses import dataclass
 
+import torch
+
 
 @dataclass
 class Range:
@@ -81,3 +83,15 @@ class Recorder:
 
     def names(self) -> list[str]:
         return [r.name for r in self.ranges()]
+
+
+class FailBackward(torch.autograd.Function):
+    """Identity forward; its backward raises, to test exception safety."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("backward failed")
