@@ -6,19 +6,13 @@ from pathlib import Path
 
 import click
 
+from nsysmap.cli.options import output_option
 from nsysmap.pipeline import analyse_file
 
 
 @click.command("attribute")
 @click.argument("report", type=click.Path(path_type=Path))
-@click.option(
-    "-o",
-    "--output",
-    "out_dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Output directory (default: out/<report name>).",
-)
+@output_option("out/<report name>")
 @click.option("--quiet", is_flag=True, help="Do not print the summary.")
 def attribute_command(report: Path, out_dir: Path | None, quiet: bool) -> None:
     """Attribute every GPU operation in REPORT to its step, phase and module.

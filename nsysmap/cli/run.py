@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from nsysmap.cli.options import output_option
 from nsysmap.run import BACKEND_NAMES, BACKENDS, RunRequest, run
 
 
@@ -15,14 +16,7 @@ from nsysmap.run import BACKEND_NAMES, BACKENDS, RunRequest, run
 )
 @click.argument("script", type=click.Path(path_type=Path))
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-@click.option(
-    "-o",
-    "--output",
-    "out_dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Output directory (default: out/<script name>).",
-)
+@output_option("out/<script name>")
 @click.option(
     "--backend",
     type=click.Choice(BACKENDS),
