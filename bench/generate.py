@@ -1,7 +1,7 @@
 """Synthetic GPT-2-like exports for the benchmark, generated once and cached.
 
 `export(n_kernels, seed)` returns the path of an export made by
-`nsysmap.synth_tile.gpt_tables` (two processes on two GPUs, about three
+`nsysmap.synth.tile.gpt_tables` (two processes on two GPUs, about three
 ranges per kernel), writing it first when bench/cache/ does not hold it yet.
 The cache key is the size, the seed and GENERATOR_VERSION (bump it when the
 generator changes). Generation time is not part of any measurement.
@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from nsysmap.synth_bulk import write_export
-from nsysmap.synth_tile import gpt_tables
+from nsysmap.synth.bulk import write_export
+from nsysmap.synth.tile import gpt_tables
 
 CACHE = Path(__file__).parent / "cache"
 GENERATOR_VERSION = 1

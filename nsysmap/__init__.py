@@ -12,10 +12,10 @@ Everything else is private to the package.
 """
 
 from nsysmap._version import __version__
-from nsysmap.attribute import attribute
+from nsysmap.attribution.attribute import attribute
 from nsysmap.model import Report
+from nsysmap.output.summarize import Summaries, summarize
 from nsysmap.pipeline import Analysis, analyse, analyse_file, analyse_report, load_report
-from nsysmap.summarize import Summaries, summarize
 
 __all__ = [
     "Analysis",

@@ -13,7 +13,7 @@ from nsysmap import schemas
 class Report:
     """A profile in normalised form, whatever produced it.
 
-    Built by `nsysmap.reader` (nsys SQLite) or `nsysmap.torch_trace`
+    Built by `nsysmap.read.nsys_sqlite` (nsys SQLite) or `nsysmap.read.torch_trace`
     (torch.profiler); every frame conforms to its schema in `nsysmap.schemas`.
     `meta` holds key/value facts: `backend` ("nsys" or "torch.profiler"),
     `nsys_version`, `export_schema_version`, `source_path`, ... when known.

@@ -17,21 +17,21 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap.attribute import attribute
+from nsysmap.attribution.attribute import attribute
+from nsysmap.attribution.normalise import normalise
 from nsysmap.errors import InputNotFound, NoGpuData
 from nsysmap.model import Report
-from nsysmap.normalise import normalise
-from nsysmap.render import render_summary
+from nsysmap.output.render import render_summary
+from nsysmap.output.streamed import stream_ops
+from nsysmap.output.summarize import Summaries, summarize
+from nsysmap.output.writer import build_manifest, input_identity, output_tables, write_outputs
 from nsysmap.stages import Stages
-from nsysmap.streamed import stream_ops
-from nsysmap.summarize import Summaries, summarize
-from nsysmap.writer import build_manifest, input_identity, output_tables, write_outputs
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 
 # Reports with more GPU operations than this are attributed block by block and
-# their ops written as they are made (nsysmap.streamed); Analysis.ops then
+# their ops written as they are made (nsysmap.output.streamed); Analysis.ops then
 # reads ops.parquet back when asked for.
 STREAM_OPS = 2_000_000
 
@@ -75,14 +75,14 @@ def load_report(path: str | Path, *, stages: Stages | None = None) -> Report:
 def _read_raw(path: Path) -> Report:
     name = path.name.lower()
     if name.endswith(TRACE_SUFFIXES):
-        from nsysmap.torch_trace import read_trace
+        from nsysmap.read.torch_trace import read_trace
 
         return read_trace(path)
     if name.endswith(".nsys-rep") or name.endswith(".qdrep"):
-        from nsysmap.nsys_tool import export_sqlite
+        from nsysmap.capture.nsys import export_sqlite
 
         path = export_sqlite(path, path.with_suffix(".sqlite"))
-    from nsysmap.reader import read_sqlite
+    from nsysmap.read.nsys_sqlite import read_sqlite
 
     return read_sqlite(path)
 

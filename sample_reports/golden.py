@@ -7,8 +7,8 @@ from pathlib import Path
 
 import polars as pl
 
+from nsysmap.output.writer import read_outputs
 from nsysmap.pipeline import analyse_file
-from nsysmap.writer import read_outputs
 
 # Columns that depend on where the sample lives, left out of the golden files.
 UNSTABLE = {"ops": ()}

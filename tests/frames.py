@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from nsysmap import schemas
+from nsysmap.attribution.normalise import normalise
 from nsysmap.model import Report, meta_frame
-from nsysmap.normalise import normalise
 
 MS = 1_000_000
 

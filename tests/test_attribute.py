@@ -6,7 +6,7 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsysmap.attribute import attribute
+from nsysmap.attribution.attribute import attribute
 from tests.frames import MS, Frames
 from tests.reference import reference_attribution
 from tests.strategies import forest

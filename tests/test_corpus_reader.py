@@ -11,7 +11,7 @@ import pytest
 
 from nsysmap import schemas
 from nsysmap.errors import ExitCode, NoGpuData
-from nsysmap.reader import read_sqlite
+from nsysmap.read.nsys_sqlite import read_sqlite
 from tests.corpus import (
     NO_GPU_FILES,
     catalogue,

@@ -1,4 +1,4 @@
-"""FLOP counting: instrument.flops (fake tensors) and nsysmap.flops (tables, CLI).
+"""FLOP counting: instrument.flops (fake tensors) and nsysmap.flops.tables (tables, CLI).
 
 The GPT-2 124M reference numbers are derived here from 2·m·k·n with the
 model's sizes, independently of the counter.
@@ -18,9 +18,9 @@ import pytest
 
 from instrument.flops import EXIT_FAILED, EXIT_MISSING, EXIT_SPEC, count_flops
 from instrument.flops import main as counter_main
-from nsysmap import flops
 from nsysmap.cli import _invoke
 from nsysmap.errors import ExitCode
+from nsysmap.flops import tables as flops
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 try:
@@ -456,6 +456,6 @@ def test_documents_of_another_kind_are_refused(doc):
 
 
 def test_nsysmap_side_never_imports_torch():
-    code = "import sys, nsysmap.flops, nsysmap.cli.flops; print('torch' in sys.modules)"
+    code = "import sys, nsysmap.flops.tables, nsysmap.cli.flops; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.stdout.strip() == "False", done.stderr

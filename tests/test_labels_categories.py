@@ -5,8 +5,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from nsysmap.categories import CATEGORIES, RULES, categorize
-from nsysmap.labels import fsdp_spans, range_labels
+from nsysmap.attribution.categories import CATEGORIES, RULES, categorize
+from nsysmap.attribution.labels import fsdp_spans, range_labels
 from tests.frames import Frames
 
 LABEL_CASES = [

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from instrument import naming as fmt
 from nsysmap import naming as parse
-from nsysmap.labels import range_labels
+from nsysmap.attribution.labels import range_labels
 
 paths = st.one_of(
     st.just(""),

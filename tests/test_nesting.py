@@ -6,7 +6,7 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsysmap.nesting import (
+from nsysmap.attribution.nesting import (
     innermost_at,
     innermost_timeline,
     nest_intervals,
@@ -106,7 +106,7 @@ def test_repair_clips_crossings_into_a_proper_forest(rows):
 
 
 def test_repair_fallback_still_gives_a_proper_forest(monkeypatch):
-    import nsysmap.nesting as nesting
+    import nsysmap.attribution.nesting as nesting
 
     monkeypatch.setattr(nesting, "MAX_REPAIR_ROUNDS", 0)
     rows = [(0, 0, 10), (1, 5, 15), (2, 12, 20), (3, 14, 30)]

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 
 from nsysmap import schemas
 from nsysmap.errors import ExitCode, InputNotFound, NoGpuData, NotAnExport
-from nsysmap.reader import read_sqlite
+from nsysmap.read.nsys_sqlite import read_sqlite
 from nsysmap.synth import NS_PER_MS, SynthExport, bulk_tables, global_tid, write_export
 from tests.corpus import independent_gpu_totals
 

@@ -27,10 +27,10 @@ import polars as pl
 import pytest
 
 from nsysmap.cli import _invoke
-from nsysmap.model_flops import attach_model_flops
+from nsysmap.flops.model import attach_model_flops
 from nsysmap.pipeline import analyse_file
-from nsysmap.report import ReportOptions, build_report
-from nsysmap.report_io import read_run
+from nsysmap.report.answers import ReportOptions, build_report
+from nsysmap.report.io import read_run
 from tests.corpus import CORPUS, needs_corpus
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_reports"

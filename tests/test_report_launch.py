@@ -10,10 +10,10 @@ import pytest
 
 import instrument
 from instrument import launch
-from nsysmap.model_flops import attach_model_flops, load_flops
+from nsysmap.flops.model import attach_model_flops, load_flops
 from nsysmap.pipeline import analyse_file
-from nsysmap.report import ReportOptions, build_report
-from nsysmap.report_io import read_run
+from nsysmap.report.answers import ReportOptions, build_report
+from nsysmap.report.io import read_run
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "train_gpt2.py"

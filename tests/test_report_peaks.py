@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nsysmap.peaks import PEAKS, find_peak, normalise_dtype, peak_tflops
+from nsysmap.flops.peaks import PEAKS, find_peak, normalise_dtype, peak_tflops
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,6 @@
-"""`nsysmap run`: backends, command lines, exit statuses, Ctrl-C (nsysmap.run, nsysmap.cli.run).
+"""`nsysmap run`: backends, command lines, exit statuses, Ctrl-C.
+
+Covers nsysmap.capture.run and nsysmap.cli.run.
 
 Nsight Systems is not installed here: the nsys backend runs against the
 stand-in in tests/fake_nsys, whose `export` hands back a synthetic export with
@@ -19,7 +21,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap import run as run_mod
+from nsysmap.capture import run as run_mod
 from nsysmap.cli import _invoke
 from nsysmap.errors import ExitCode, ScriptFailed
 from nsysmap.synth import SynthExport

@@ -8,9 +8,9 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
+from nsysmap.output.summarize import SUMMARY_SCHEMAS
 from nsysmap.pipeline import load_report
 from nsysmap.schemas import OPS
-from nsysmap.summarize import SUMMARY_SCHEMAS
 from sample_reports.build import SAMPLES, build
 from sample_reports.golden import attributed_tables, read_golden, to_csv_frame
 

@@ -9,12 +9,13 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from bench import compare, sql_engine
-from nsysmap import pipeline, streamed
-from nsysmap.attribute import attribute
+from nsysmap import pipeline
+from nsysmap.attribution.attribute import attribute
+from nsysmap.output import streamed
 from nsysmap.pipeline import analyse_file, load_report
 from nsysmap.stages import Stages
-from nsysmap.synth_bulk import bulk_tables, write_export
-from nsysmap.synth_tile import gpt_tables
+from nsysmap.synth.bulk import bulk_tables, write_export
+from nsysmap.synth.tile import gpt_tables
 from tests.reference import reference_attribution
 
 TABLES = ("ops", "coverage", "by_phase", "by_step", "by_module", "by_module_phase")

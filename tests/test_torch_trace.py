@@ -1,4 +1,4 @@
-"""torch.profiler chrome traces -> normalised tables (nsysmap.torch_trace).
+"""torch.profiler chrome traces -> normalised tables (nsysmap.read.torch_trace).
 
 Three kinds of input: a real CPU trace recorded here with torch, a small
 hand-written CUDA trace in the Kineto format (no GPU on this machine), and
@@ -22,8 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nsysmap.errors import ExitCode, InputNotFound, NoGpuData, NotAnExport
-from nsysmap.torch_trace import read_trace, self_times, short_kernel_name
-from nsysmap.trace_events import ns_from_us, text_id
+from nsysmap.read.torch_events import ns_from_us, text_id
+from nsysmap.read.torch_trace import read_trace, self_times, short_kernel_name
 
 # --------------------------------------------------------------- real trace
 

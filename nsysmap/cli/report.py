@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
-from nsysmap.peaks import DTYPES
-from nsysmap.report import FLOP_SOURCES, ReportOptions, build_report
-from nsysmap.report_io import read_run, write_report
+from nsysmap.flops.peaks import DTYPES
+from nsysmap.report.answers import FLOP_SOURCES, ReportOptions, build_report
+from nsysmap.report.io import read_run, write_report
 
 
 @click.command("report")

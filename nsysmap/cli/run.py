@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
+from nsysmap.capture.run import BACKEND_NAMES, BACKENDS, RunRequest, run
 from nsysmap.cli.options import output_option
-from nsysmap.run import BACKEND_NAMES, BACKENDS, RunRequest, run
 
 
 @click.command(

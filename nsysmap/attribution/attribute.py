@@ -1,0 +1,204 @@
+"""Attribution: every GPU operation to the step, phase, module and range that launched it.
+
+The chain, each link a vectorised lookup:
+
+1. GPU op ⋈ launch call on (pid, correlation_id)             -> launching thread, time
+2. launch time -> innermost range on that thread              -> range, path, depth
+3. launch time -> innermost step / phase / module / aten range on that thread
+4. step or phase still unknown (e.g. backward kernels launched from the autograd
+   thread) -> the innermost step / phase range of the same *process* open at the
+   launch time, whatever thread opened it:
+
+       main thread      |----- nsysmap:phase:backward -----|
+       autograd thread      |-bwd c_fc-|  |-bwd c_attn-|
+       launch                    ^ kernel: module c_fc (own thread), phase backward (process)
+
+5. module still unknown and the aten range is a backward op with `stashed seq = N`
+   -> the module around the forward op with `seq = N` in the same process.
+
+No operation is dropped: `attribution` says how far the chain got
+("range", "window", "no_range", "no_launch").
+
+How: `nsysmap.attribution.locate` finds range positions for all operations at once
+(as-of joins and parent climbs, `nsysmap.attribution.forest`); this module turns them
+into names and labels a block of operations at a time, so that a caller can
+write large reports block by block (`attribute_blocks`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import polars as pl
+
+from nsysmap import schemas
+from nsysmap.attribution.categories import category_expr
+from nsysmap.attribution.forest import range_paths
+from nsysmap.attribution.labels import name_labels
+from nsysmap.attribution.locate import ANCHORS, Scope, locate, queries, thread_keys
+from nsysmap.model import Report
+
+
+def attribute(report: Report) -> pl.DataFrame:
+    """One OPS row per GPU operation of `report` (ranges must be nested)."""
+    return pl.concat(attribute_blocks(report, block_rows=None))
+
+
+def attribute_blocks(report: Report, *, block_rows: int | None) -> Iterator[pl.DataFrame]:
+    """The OPS rows of `report` in op_id order, `block_rows` rows at a time (None: one block).
+
+    The ranges are searched once for all operations; names, labels and range
+    paths are materialised one block at a time.
+    """
+    ops = _with_launches(report.gpu_ops, report.api_calls)
+    if not ops["op_id"].is_sorted():
+        ops = ops.sort("op_id")
+    keys = None if report.ranges.is_empty() else thread_keys(report.ranges, ops)
+    scope, found = None, _nothing_found(ops.height)
+    if keys is not None:
+        scope = Scope.of(report.ranges, keys[0])
+        found = locate(scope, queries(ops, keys[1]), ops.height)
+    step = block_rows or max(ops.height, 1)
+    for first in range(0, max(ops.height, 1), step):
+        block = ops.slice(first, step)
+        yield _finish(_values(block, found.slice(first, step), scope))
+
+
+def _nothing_found(n_ops: int) -> pl.DataFrame:
+    """No ranges (or no usable thread ids): nothing is found for any op."""
+    nulls = {a: pl.repeat(None, n_ops, dtype=pl.UInt32, eager=True) for a in ANCHORS}
+    return pl.DataFrame({**nulls, "projected": pl.repeat(False, n_ops, eager=True)})
+
+
+def _values(ops: pl.DataFrame, found: pl.DataFrame, scope: Scope | None) -> pl.DataFrame:
+    """`ops` with range, step, phase, module, direction, aten op and shapes."""
+    columns = _labels(found, scope) if scope is not None else _no_labels(ops.height)
+    out = pl.concat([ops, columns], how="horizontal").with_columns(category=_categories(ops))
+    is_cpu = pl.col("kind") == "cpu_op"
+    return out.with_columns(
+        pl.when(is_cpu).then(pl.col("name")).otherwise(pl.col("a_op")).alias("aten_op"),
+        pl.coalesce("input_shapes", "a_shapes").alias("input_shapes"),
+        projected=found["projected"],
+    )
+
+
+def _labels(found: pl.DataFrame, scope: Scope) -> pl.DataFrame:
+    ranges = scope.ranges
+    inner, module = found["inner"], found["module"]
+    aten = name_labels(
+        ranges["name"].gather(found["aten"]), ["lbl_aten_op", "lbl_direction", "lbl_shapes"]
+    )
+    own = scope.labels(module, ["lbl_module", "lbl_module_class", "lbl_direction"])
+    seq = scope.labels(found["seq_module"], ["lbl_module", "lbl_module_class"])
+    return pl.DataFrame(
+        {
+            "range_id": ranges["range_id"].gather(inner),
+            "range_name": ranges["name"].gather(inner),
+            "range_path": range_paths(scope.forest.parent, ranges["name"], ranges["depth"], inner),
+            "range_depth": ranges["depth"].gather(inner),
+            "step": scope.label(found["step"], "lbl_step"),
+            "phase": scope.label(found["phase"], "lbl_phase"),
+            "module": _coalesce(own["lbl_module"], seq["lbl_module"]),
+            "module_class": _coalesce(own["lbl_module_class"], seq["lbl_module_class"]),
+            "direction": _coalesce(aten["lbl_direction"], own["lbl_direction"]),
+            "a_op": aten["lbl_aten_op"],
+            "a_shapes": aten["lbl_shapes"],
+        }
+    )
+
+
+def _no_labels(n_ops: int) -> pl.DataFrame:
+    schema = {**{c: schemas.OPS[c] for c in _LABELLED}, "a_op": pl.String, "a_shapes": pl.String}
+    return pl.DataFrame(schema=schema).clear(n_ops)
+
+
+_LABELLED = ("range_id", "range_name", "range_path", "range_depth", "step", "phase")
+_LABELLED += ("module", "module_class", "direction")
+
+
+def _coalesce(*series: pl.Series) -> pl.Series:
+    return pl.select(pl.coalesce(series)).to_series()
+
+
+def _categories(ops: pl.DataFrame) -> pl.Series:
+    """Each op's kernel category (see nsysmap.attribution.categories), in row order.
+
+    The rules run once per distinct (kind, name, short_name); rows find theirs
+    through integer codes of the names, not by hashing long names again.
+    """
+    codes = ops.select(
+        k=pl.col("kind").to_physical(),
+        n=pl.col("name").cast(pl.Categorical).to_physical(),
+        s=pl.col("short_name").cast(pl.Categorical).to_physical(),
+    )
+    first = codes.with_row_index("_row").unique(["k", "n", "s"], keep="first")
+    distinct = ops[first["_row"]].select(
+        category=category_expr(pl.col("kind"), pl.col("name"), pl.col("short_name"))
+    )
+    rules = pl.concat([first.drop("_row"), distinct], how="horizontal")
+    joined = codes.join(
+        rules, on=["k", "n", "s"], how="left", nulls_equal=True, maintain_order="left"
+    )
+    return joined["category"]
+
+
+def _with_launches(gpu_ops: pl.DataFrame, api_calls: pl.DataFrame) -> pl.DataFrame:
+    """GPU ops with the launching call's tid, api name and start (left join).
+
+    Of calls sharing (pid, correlation_id), the one that started first wins.
+    """
+    calls = api_calls.filter(pl.col("correlation_id").is_not_null())
+    key = _call_key(calls, gpu_ops)
+    if key is None or not calls.select(key.is_unique().all()).item():
+        calls = calls.sort("start_ns", "tid").unique(
+            subset=["pid", "correlation_id"], keep="first", maintain_order=True
+        )
+    launches = calls.select(
+        "pid",
+        "correlation_id",
+        "tid",
+        pl.col("api_name").alias("launch_api"),
+        pl.col("start_ns").alias("launch_start_ns"),
+    )
+    if key is None:
+        return gpu_ops.join(
+            launches, on=["pid", "correlation_id"], how="left", maintain_order="left"
+        )
+    joined = gpu_ops.with_columns(_k=key).join(
+        launches.with_columns(_k=key).drop("pid", "correlation_id"),
+        on="_k",
+        how="left",
+        maintain_order="left",
+    )
+    return joined.drop("_k")
+
+
+def _call_key(*frames: pl.DataFrame) -> pl.Expr | None:
+    """(pid, correlation_id) packed into one Int64 when both fit (None otherwise)."""
+    for frame in frames:
+        bounds = frame.select(
+            pl.col("pid").min().alias("p0"),
+            pl.col("pid").max().alias("p1"),
+            pl.col("correlation_id").min().alias("c0"),
+            pl.col("correlation_id").max().alias("c1"),
+        ).row(0)
+        if frame.height and not (bounds[0] >= 0 and bounds[1] < 1 << 24 and bounds[2] >= 0):
+            return None
+        if frame.height and bounds[3] >= 1 << 39:
+            return None
+    return pl.col("pid") * (1 << 39) + pl.col("correlation_id")
+
+
+def _finish(ops: pl.DataFrame) -> pl.DataFrame:
+    """Attribution status, then the declared OPS columns."""
+    status = (
+        pl.when(pl.col("launch_start_ns").is_null())
+        .then(pl.lit("no_launch"))
+        .when(pl.col("range_id").is_not_null())
+        .then(pl.lit("range"))
+        .when(pl.col("projected"))
+        .then(pl.lit("window"))
+        .otherwise(pl.lit("no_range"))
+    )
+    out = ops.with_columns(status.alias("attribution"))
+    return schemas.conform(out.select(schemas.OPS.names()), schemas.OPS, "ops")

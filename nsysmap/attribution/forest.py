@@ -1,0 +1,257 @@
+"""Interval forests addressed by row position: nesting and innermost lookups.
+
+The vectorised core under `nesting` and `attribute` (this package). Rows are
+referred to by position, so a parent link or an answer is a `gather` away and
+no join on ids is needed.
+
+`nest_positions` nests intervals with one sort of packed event keys::
+
+    thread 7:  |------------- A -------------|
+                   |---- B ----|   |- C -|
+    events:    A+  B+          B-  C+    C-  A-      sorted by (group, t, class)
+    depth:     1   2           1   2     1   0       running sum of +1 / -1
+    parent of a start: the last start before it one level up (B, C -> A)
+
+`Forest.innermost` finds, for many query times at once, the innermost
+interval open on each query's thread: an as-of join gives the last interval
+that started at or before t (in nesting order), then parent links are
+climbed until an interval still open at t is reached. In a proper forest
+that is the innermost one: every interval open at t is an ancestor of it.
+
+Intervals are half-open, [start, end); see `nsysmap.attribution.nesting` for ties.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+import polars as pl
+
+# Packed event keys: group bits, time bits and 2 class bits in 62 bits.
+_KEY_BITS = 62
+
+
+def group_index(frame: pl.DataFrame, by: list[str]) -> tuple[pl.Series, int] | None:
+    """A dense UInt32 code per distinct `by` key (same row order), and the number of codes.
+
+    None when a key holds nulls (callers fall back to their general path).
+    """
+    keys = frame.select(by)
+    if keys.is_empty():
+        return pl.Series("code", [], pl.UInt32), 0
+    if keys.null_count().sum_horizontal().item():
+        return None
+    if all(dtype.is_integer() for dtype in keys.dtypes) and len(by) <= 2:
+        lows = [keys[c].min() for c in by]
+        highs = [keys[c].max() for c in by]
+        if all(lo >= 0 and hi < 1 << 31 for lo, hi in zip(lows, highs, strict=True)):
+            key = keys[by[0]].cast(pl.Int64)
+            if len(by) == 2:
+                key = key * (1 << 31) + keys[by[1]]
+            distinct = key.unique().sort()
+            return distinct.search_sorted(key).cast(pl.UInt32), distinct.len()
+    distinct = keys.unique().with_row_index("_code")
+    codes = keys.join(distinct, on=by, how="left", maintain_order="left")["_code"]
+    return codes.cast(pl.UInt32), distinct.height
+
+
+def nest_positions(
+    group: pl.Series, n_groups: int, start: pl.Series, end: pl.Series, ids: pl.Series
+) -> tuple[pl.Series, pl.Series] | None:
+    """Depth (Int32, 1 = outermost) and parent position (UInt32, null at the top) of each row.
+
+    Events are ordered by (group, t, class, tie keys): at one instant, ends of
+    intervals that began earlier (class 0), then starts, longest first and
+    lower id first (class 1), then ends of zero-length intervals (class 2).
+    None when the times hold nulls or span too much to pack into one key.
+    """
+    if start.null_count() or end.null_count():
+        return None
+    keys = _event_keys(group, n_groups, start, end)
+    if keys is None:
+        return None
+    order = sorted_order(keys, partial(_event_ties, start=start, end=end, ids=ids))
+    del keys
+    return _depth_and_parent(order, start.len())
+
+
+def _event_keys(
+    group: pl.Series, n_groups: int, start: pl.Series, end: pl.Series
+) -> pl.Series | None:
+    """(group, time, class) packed into one Int64 per event: starts, then ends."""
+    t_min = min(start.min(), end.min())
+    t_bits = (max(start.max(), end.max()) - t_min).bit_length()
+    g_bits = max(1, (n_groups - 1).bit_length())
+    if g_bits + t_bits + 2 > _KEY_BITS:
+        return None
+    rows = pl.DataFrame({"g": group, "s": start, "e": end})
+    base = pl.col("g").cast(pl.Int64) * (1 << (t_bits + 2))
+    cls = pl.when(pl.col("e") == pl.col("s")).then(2).otherwise(0)
+    return pl.concat(
+        [
+            rows.select(base + (pl.col("s") - t_min) * 4 + 1),
+            rows.select(base + (pl.col("e") - t_min) * 4 + cls),
+        ]
+    ).to_series()
+
+
+def _event_ties(
+    events: pl.Series, *, start: pl.Series, end: pl.Series, ids: pl.Series
+) -> pl.DataFrame:
+    """Tie keys of events: starts by (-end, id), ends by (-start, -id)."""
+    n = start.len()
+    row = (events % n).cast(pl.UInt32)
+    first = events < n
+    return pl.select(
+        k1=pl.when(first).then(-end.gather(row)).otherwise(-start.gather(row)),
+        k2=pl.when(first).then(ids.gather(row)).otherwise(-ids.gather(row)),
+    )
+
+
+def _depth_and_parent(order: pl.Series, n: int) -> tuple[pl.Series, pl.Series]:
+    """Depth by a running sum over the ordered events; parent: the last start one level up."""
+    walk = pl.DataFrame({"ev": order}).with_columns(is_start=pl.col("ev") < n)
+    walk = walk.with_columns(
+        depth=pl.when("is_start").then(1).otherwise(-1).cum_sum().cast(pl.Int32)
+    )
+    starts = walk.filter("is_start").select(row=pl.col("ev").cast(pl.UInt32), depth="depth")
+    del walk
+    starts = starts.with_row_index("k")
+    up = starts.select("k", parent="row", depth=pl.col("depth") + 1)
+    linked = starts.join_asof(
+        up,
+        on="k",
+        by="depth",
+        strategy="backward",
+        allow_exact_matches=False,
+        check_sortedness=False,
+    )
+    depth = pl.repeat(None, n, dtype=pl.Int32, eager=True).scatter(linked["row"], linked["depth"])
+    parent = pl.repeat(None, n, dtype=pl.UInt32, eager=True)
+    return depth, parent.scatter(linked["row"], linked["parent"])
+
+
+def sorted_order(keys: pl.Series, tie_keys: Callable[[pl.Series], pl.DataFrame]) -> pl.Series:
+    """Positions of `keys` in ascending order; equal keys ordered by `tie_keys`.
+
+    `tie_keys(positions)` gives the secondary sort columns of those positions.
+    One single-key sort; the (rare) positions that share a key are then
+    sorted among themselves, in the slots they occupy.
+    """
+    order = keys.arg_sort()
+    ordered = keys.gather(order)
+    tied = (ordered == ordered.shift(1)).fill_null(False)
+    tied = tied | (ordered == ordered.shift(-1)).fill_null(False)
+    if not tied.any():
+        return order
+    slots = tied.arg_true()
+    members = order.gather(slots)
+    ties = tie_keys(members)
+    ties = ties.with_columns(_key=keys.gather(members), _pos=members)
+    resorted = ties.sort(["_key", *tie_keys(members[:0]).columns])["_pos"]
+    return order.scatter(slots, resorted.cast(order.dtype))
+
+
+@dataclass(frozen=True)
+class Forest:
+    """Nested intervals by position: thread key, start, end, parent position, nesting order."""
+
+    thread: pl.Series
+    start: pl.Series
+    end: pl.Series
+    parent: pl.Series
+    order: pl.Series  # positions sorted by (start, -end, id): nesting order within a thread
+
+    @classmethod
+    def of(cls, nested: pl.DataFrame, thread: pl.Series, id_col: str) -> Forest:
+        """From a nested frame (`start_ns`, `end_ns`, `parent_id`) and a thread key per row."""
+        ids, end = nested[id_col], nested["end_ns"]
+        parent = _positions(ids, nested["parent_id"])
+
+        def tie_keys(positions: pl.Series) -> pl.DataFrame:
+            return pl.DataFrame({"k1": -end.gather(positions), "k2": ids.gather(positions)})
+
+        order = sorted_order(nested["start_ns"], tie_keys)
+        return cls(thread, nested["start_ns"], end, parent, order)
+
+    def innermost(
+        self,
+        thread: pl.Series,
+        t: pl.Series,
+        member: pl.Series | None = None,
+    ) -> pl.Series:
+        """Position of the innermost interval open at `t` on `thread` (null when none).
+
+        `thread` and `t` describe the queries, sorted by `t`. With `member` (a
+        Boolean per interval) only member intervals count.
+        """
+        order = self.order if member is None else self.order.filter(member.gather(self.order))
+        right = pl.DataFrame(
+            {"thread": self.thread.gather(order), "t": self.start.gather(order), "pos": order}
+        )
+        left = pl.DataFrame({"thread": thread, "t": t})
+        hit = left.join_asof(right, on="t", by="thread", check_sortedness=False)["pos"]
+        return self.climb(hit, t, None if member is None else member.gather)
+
+    def climb(
+        self, cand: pl.Series, t: pl.Series, accept: Callable[[pl.Series], pl.Series] | None = None
+    ) -> pl.Series:
+        """From candidate positions, climb parent links to the first interval open at `t`
+        (and accepted by `accept`); null where none is."""
+        result = cand.cast(pl.UInt32)
+        todo = result.is_not_null().arg_true()
+        while todo.len():
+            at = result.gather(todo)
+            ok = self.end.gather(at) > t.gather(todo)
+            if accept is not None:
+                ok = ok & accept(at).fill_null(False)
+            if ok.all():
+                break
+            todo, at = todo.filter(~ok), at.filter(~ok)
+            up = self.parent.gather(at)
+            result = result.scatter(todo, up)
+            todo = todo.filter(up.is_not_null())
+        return result
+
+
+def _positions(ids: pl.Series, refs: pl.Series) -> pl.Series:
+    """Row positions of the ids in `refs` (null stays null); `ids` sorted and unique."""
+    n = ids.len()
+    increasing = n < 2 or bool((ids.diff().drop_nulls() > 0).all())
+    if n and increasing and ids[0] == 0 and ids[n - 1] == n - 1:
+        return refs.cast(pl.UInt32)
+    if increasing:
+        found = ids.search_sorted(refs.fill_null(ids[0] if n else 0))
+        return pl.select(pl.when(refs.is_not_null()).then(found)).to_series().cast(pl.UInt32)
+    lookup = pl.DataFrame({"id": ids}).with_row_index("pos")
+    joined = pl.DataFrame({"id": refs}).join(lookup, on="id", how="left", maintain_order="left")
+    return joined["pos"]
+
+
+def range_paths(
+    parent: pl.Series, names: pl.Series, depth: pl.Series, hits: pl.Series
+) -> pl.Series:
+    """For each hit position, the names from its outermost range down to it, joined by " > ".
+
+    Hits are taken by nesting depth: for the hits at depth d, d climbs collect
+    the names on their way up (a null name counts as ""), then one
+    concatenation writes each path once.
+    """
+    levels = depth.gather(hits)
+    missing = hits.is_null().arg_true().cast(pl.UInt32)
+    nulls = pl.repeat(None, missing.len(), dtype=pl.String, eager=True)
+    parts = [pl.DataFrame({"row": missing, "path": nulls})]
+    for level in levels.drop_nulls().unique().sort():
+        rows = (levels == level).arg_true().cast(pl.UInt32)
+        at, chain = hits.gather(rows), []
+        for _ in range(level):
+            chain.append(names.gather(at).fill_null(""))
+            at = parent.gather(at)
+        path = pl.select(pl.concat_str(chain[::-1], separator=PATH_SEPARATOR)).to_series()
+        parts.append(pl.DataFrame({"row": rows, "path": path}))
+    return pl.concat(parts).sort("row")["path"]
+
+
+PATH_SEPARATOR = " > "

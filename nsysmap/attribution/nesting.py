@@ -1,0 +1,289 @@
+"""Nesting of intervals per thread: depth, parent, and "innermost at time t".
+
+Ranges on one thread form a forest. Everything here is a sort plus cumulative
+sums and as-of joins; no Python loop runs over intervals.
+
+    thread 7:  |------------- A -------------|
+                   |---- B ----|   |- C -|
+    events:    A+  B+          B-  C+    C-  A-
+    depth:     1   2           1   2     1   0
+    innermost: A   B           A   C     A   -
+
+Intervals are half-open, [start, end): a query at exactly `start` is inside, a
+query at exactly `end` is outside, and a zero-length interval contains nothing.
+Ties in start time put the longer interval outside; equal intervals nest in
+id order (lower id outside).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+
+from nsysmap.attribution.forest import group_index, nest_positions
+from nsysmap.naming import PREFIX as NSYSMAP_PREFIX
+
+MAX_REPAIR_ROUNDS = 32
+
+
+def nest_intervals(
+    df: pl.DataFrame,
+    *,
+    by: Sequence[str],
+    id_col: str,
+    start_col: str = "start_ns",
+    end_col: str = "end_ns",
+) -> pl.DataFrame:
+    """Return `df` with `depth` (Int32, 1 = outermost) and `parent_id` (Int64 or null).
+
+    The input must be properly nested within each `by` group (true of NVTX
+    push/pop ranges and of operators on one thread); see `nest_repaired` for
+    data that may cross.
+    """
+    by = list(by)
+    if df.is_empty():
+        return df.with_columns(pl.lit(None, pl.Int32).alias("depth"), _null_parent())
+    fast = _nest_fast(df, by, id_col, start_col, end_col)
+    if fast is not None:
+        depth, parent = fast
+        return df.with_columns(depth=depth, parent_id=df[id_col].gather(parent).cast(pl.Int64))
+    events = _ordered_events(df, by, id_col, start_col, end_col)
+    starts = (
+        events.with_columns(pl.col("delta").cum_sum().over(by).cast(pl.Int32).alias("depth"))
+        .filter(pl.col("delta") == 1)
+        .select([*by, "seq", "iv_id", "depth"])
+    )
+    parents = starts.select(
+        [*by, "seq", pl.col("iv_id").alias("parent_id"), (pl.col("depth") + 1).alias("depth")]
+    )
+    linked = starts.join_asof(
+        parents,
+        on="seq",
+        by=[*by, "depth"],
+        strategy="backward",
+        allow_exact_matches=False,
+        check_sortedness=False,
+    )
+    found = linked.select(
+        pl.col("iv_id").alias(id_col), "depth", pl.col("parent_id").cast(pl.Int64)
+    )
+    return df.drop("depth", "parent_id", strict=False).join(found, on=id_col, how="left")
+
+
+def _nest_fast(
+    df: pl.DataFrame, by: list[str], id_col: str, start_col: str, end_col: str
+) -> tuple[pl.Series, pl.Series] | None:
+    """Depth and parent position by one packed sort (None: take the general path)."""
+    groups = group_index(df, by)
+    if groups is None:
+        return None
+    return nest_positions(*groups, df[start_col], df[end_col], df[id_col])
+
+
+def _null_parent() -> pl.Expr:
+    return pl.lit(None, pl.Int64).alias("parent_id")
+
+
+def _ordered_events(
+    df: pl.DataFrame, by: list[str], id_col: str, start_col: str, end_col: str
+) -> pl.DataFrame:
+    """Start and end events of every interval in nesting order, numbered by `seq`.
+
+    At one instant: ends of intervals that began earlier, then starts (longest
+    first), then ends of zero-length intervals (innermost first).
+    """
+    base = df.select(
+        [
+            *by,
+            pl.col(id_col).alias("iv_id"),
+            pl.col(start_col).alias("s"),
+            pl.col(end_col).alias("e"),
+        ]
+    )
+    zero = pl.col("e") == pl.col("s")
+    start_ev = base.select(
+        [
+            *by,
+            "iv_id",
+            pl.col("s").alias("t"),
+            pl.lit(1, pl.Int8).alias("cls"),
+            (-pl.col("e")).alias("k1"),
+            pl.col("iv_id").alias("k2"),
+            pl.lit(1, pl.Int32).alias("delta"),
+        ]
+    )
+    end_ev = base.select(
+        [
+            *by,
+            "iv_id",
+            pl.col("e").alias("t"),
+            pl.when(zero).then(pl.lit(2, pl.Int8)).otherwise(pl.lit(0, pl.Int8)).alias("cls"),
+            (-pl.col("s")).alias("k1"),
+            (-pl.col("iv_id")).alias("k2"),
+            pl.lit(-1, pl.Int32).alias("delta"),
+        ]
+    )
+    return pl.concat([start_ev, end_ev]).sort([*by, "t", "cls", "k1", "k2"]).with_row_index("seq")
+
+
+def nest_repaired(
+    df: pl.DataFrame, *, by: Sequence[str], id_col: str, priority: str | None = None
+) -> tuple[pl.DataFrame, int]:
+    """Nest intervals that may cross, clipping one of each crossing pair.
+
+    A start/end range can outlive the range it started in, and ranges of
+    different NVTX domains or profilers keep separate stacks:
+
+        A |--------|          A |--------|
+        B      |-------|  ->  B      |---|      (B clipped to A's end)
+
+    The parent is the innermost interval still open at the start, with
+    earlier crossings already resolved. Normally the child is clipped to its
+    parent's end; when the optional `priority` column ranks the child above
+    its parent, the parent is clipped to end where the child starts instead
+    (nsysmap's module ranges opened by a hook inside an operator keep their
+    extent). Returns the nested frame (`end_ns` clipped) and how many
+    intervals were clipped. Data without crossings costs one nesting pass.
+    """
+    by = list(by)
+    fast = _nest_fast(df, by, id_col, "start_ns", "end_ns") if df.height else None
+    if fast is not None:
+        depth, parent = fast
+        parent_end = df["end_ns"].gather(parent)
+        crossing = (df["end_ns"] > parent_end) & (df["start_ns"] < parent_end)
+        if not crossing.fill_null(False).any():
+            parent_id = df[id_col].gather(parent).cast(pl.Int64)
+            return df.with_columns(depth=depth, parent_id=parent_id), 0
+    work = df if priority else df.with_columns(pl.lit(0, pl.Int8).alias("_prio"))
+    prio = priority or "_prio"
+    out = _with_crossing(nest_intervals(work, by=by, id_col=id_col), id_col, prio)
+    if not out["crossing"].any():
+        return out.drop("crossing", "p_end", "p_prio", "_prio", strict=False), 0
+    # Only groups with a crossing are nested again, as often as needed.
+    bad_groups = out.filter("crossing").select(by).unique()
+    todo = out.join(bad_groups, on=by, how="semi")
+    done = out.join(bad_groups, on=by, how="anti").drop("p_end", "p_prio", "crossing")
+    todo, n_clipped = _clip_rounds(todo, by, id_col, prio)
+    merged = pl.concat([done, todo.select(done.columns)])
+    return merged.drop("_prio", strict=False), n_clipped
+
+
+def _with_crossing(nested: pl.DataFrame, id_col: str, prio: str) -> pl.DataFrame:
+    """Add `crossing` (starts inside its parent but ends after it), `p_end`, `p_prio`."""
+    parent = nested.select(
+        pl.col(id_col).alias("parent_id"),
+        pl.col("end_ns").alias("p_end"),
+        pl.col(prio).alias("p_prio"),
+    )
+    checked = nested.join(parent, on="parent_id", how="left")
+    crossing = (pl.col("end_ns") > pl.col("p_end")) & (pl.col("start_ns") < pl.col("p_end"))
+    return checked.with_columns(crossing.fill_null(False).alias("crossing"))
+
+
+def _clip_rounds(
+    nested: pl.DataFrame, by: list[str], id_col: str, prio: str
+) -> tuple[pl.DataFrame, int]:
+    """Resolve the earliest crossing of each group, re-nest, repeat.
+
+    Only the earliest crossing (in nesting order) is certain to sit under its
+    true parent: a later one may look crossing only because of it. After
+    MAX_REPAIR_ROUNDS rounds every remaining crossing is resolved at once.
+    """
+    clipped: set[int] = set()
+    for round_no in range(MAX_REPAIR_ROUNDS + 1):
+        if not nested["crossing"].any():
+            break
+        nested = nested.sort([*by, "start_ns", -pl.col("end_ns"), id_col])
+        first = pl.col("crossing").cast(pl.Int32).cum_sum().over(by) == 1
+        pick = pl.col("crossing") if round_no == MAX_REPAIR_ROUNDS else pl.col("crossing") & first
+        chosen = nested.filter(pick)
+        outranks = chosen[prio] > chosen["p_prio"]
+        cut_self = chosen.filter(~outranks).select(id_col, pl.col("p_end").alias("new_end"))
+        cut_parent = (
+            chosen.filter(outranks)
+            .group_by("parent_id")
+            .agg(pl.col("start_ns").min().alias("new_end"))
+            .rename({"parent_id": id_col})
+        )
+        cuts = pl.concat([cut_self, cut_parent]).group_by(id_col).agg(pl.col("new_end").min())
+        clipped.update(cuts[id_col].to_list())
+        fixed = (
+            nested.drop("p_end", "p_prio", "crossing")
+            .join(cuts, on=id_col, how="left")
+            .with_columns(pl.coalesce("new_end", "end_ns").alias("end_ns"))
+            .drop("new_end")
+        )
+        nested = _with_crossing(nest_intervals(fixed, by=by, id_col=id_col), id_col, prio)
+    return nested.drop("p_end", "p_prio", "crossing"), len(clipped)
+
+
+def nest_ranges(ranges: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """Fill `depth` and `parent_id` of a RANGES frame, per (pid, tid).
+
+    nsysmap's own ranges outrank others where two cross (see `nest_repaired`).
+    Returns the frame (columns in their original order) and the number of
+    ranges clipped because they crossed.
+    """
+    ranked = ranges.with_columns(
+        pl.col("name").str.starts_with(NSYSMAP_PREFIX).fill_null(False).cast(pl.Int8).alias("_rank")
+    )
+    nested, n_clipped = nest_repaired(
+        ranked, by=("pid", "tid"), id_col="range_id", priority="_rank"
+    )
+    nested = nested.select(ranges.columns)
+    return (nested if nested["range_id"].is_sorted() else nested.sort("range_id")), n_clipped
+
+
+def innermost_timeline(nested: pl.DataFrame, *, by: Sequence[str], id_col: str) -> pl.DataFrame:
+    """For nested intervals, the innermost interval from each event time onwards.
+
+    Returns columns `*by, t, inner_id` sorted by (`*by`, `t`), one row per
+    distinct instant; `inner_id` is null where no interval is open. Pair it
+    with `innermost_at` to look up many query times at once.
+    """
+    by = list(by)
+    starts = nested.select(
+        [
+            *by,
+            pl.col("start_ns").alias("t"),
+            pl.col(id_col).alias("inner_id"),
+            pl.lit(1, pl.Int8).alias("cls"),
+            (-pl.col("end_ns")).alias("k1"),
+            pl.col(id_col).alias("k2"),
+        ]
+    )
+    is_zero = pl.col("end_ns") == pl.col("start_ns")
+    ends = nested.select(
+        [
+            *by,
+            pl.col("end_ns").alias("t"),
+            pl.col("parent_id").alias("inner_id"),
+            pl.when(is_zero).then(pl.lit(2, pl.Int8)).otherwise(pl.lit(0, pl.Int8)).alias("cls"),
+            (-pl.col("start_ns")).alias("k1"),
+            (-pl.col(id_col)).alias("k2"),
+        ]
+    )
+    events = pl.concat([starts, ends]).sort([*by, "t", "cls", "k1", "k2"])
+    return events.group_by([*by, "t"], maintain_order=True).agg(pl.col("inner_id").last())
+
+
+def innermost_at(
+    queries: pl.DataFrame, timeline: pl.DataFrame, *, by: Sequence[str], time_col: str
+) -> pl.Series:
+    """The innermost interval open at each query's `time_col` (null when none).
+
+    `queries` may be in any order; the result is aligned with its rows.
+    """
+    by = list(by)
+    q = queries.select([*by, time_col]).with_row_index("q_row")
+    known = q.drop_nulls().sort([*by, time_col])
+    hit = known.join_asof(
+        timeline.rename({"t": time_col}),
+        on=time_col,
+        by=by,
+        strategy="backward",
+        check_sortedness=False,
+    )
+    aligned = q.select("q_row").join(hit.select("q_row", "inner_id"), on="q_row", how="left")
+    return aligned.sort("q_row")["inner_id"].cast(pl.Int64)

@@ -1,0 +1,1 @@
+"""`nsysmap run`: profile a training script under nsys or torch.profiler."""

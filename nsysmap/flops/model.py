@@ -1,0 +1,99 @@
+"""The profiled model's FLOP document next to an analysis: flops.json -> flops.parquet.
+
+`python -m instrument.launch` (under `nsysmap run`) writes DIR/capture/flops.json:
+the FLOP document of docs/flops.md for one step of the model it profiled,
+counted on fake tensors with the input shape of the model's first forward
+call, plus `compute_dtype` (autocast's dtype, else the parameters'; "tf32" when
+enabled) and `source`. `attach_model_flops` turns it into `flops.parquet` (the
+`FLOPS` table of nsysmap.flops.tables) in the output directory and records it in
+manifest.json: the table under `tables.flops`, the document's description
+(everything but its rows) under `model_flops`. `load_flops` reads it back.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from nsysmap.flops.tables import FlopsFormatError, flops_table
+from nsysmap.output.writer import MANIFEST
+
+FLOPS_JSON = "flops.json"
+FLOPS_TABLE = "flops"
+CAPTURE_DIR = "capture"
+_BULKY = ("rows", "modules", "flop_counter")
+
+
+def read_document(path: Path) -> dict[str, Any] | None:
+    """The FLOP document at `path`, None when there is none or it is not one."""
+    try:
+        doc = json.loads(path.read_text())
+        flops_table(doc)  # checks format, version and rows
+    except (OSError, ValueError, FlopsFormatError):
+        return None
+    return doc
+
+
+def describe(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document without its rows, module list and cross-check: what was counted."""
+    return {key: value for key, value in doc.items() if key not in _BULKY}
+
+
+def attach_model_flops(capture_dir: Path, out_dir: Path) -> Path | None:
+    """Write out_dir/flops.parquet from capture_dir/flops.json and list it in the manifest.
+
+    Returns the Parquet path, or None when the capture has no usable FLOP
+    document (the manifest then says why under `model_flops.error`). Never
+    raises for a missing or bad document: FLOPs are optional.
+    """
+    capture_dir, out_dir = Path(capture_dir), Path(out_dir)
+    source = capture_dir / FLOPS_JSON
+    manifest_path = out_dir / MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    doc = read_document(source) if source.is_file() else None
+    if doc is None:
+        why = "not a FLOP document of this version" if source.is_file() else "no flops.json"
+        manifest["model_flops"] = {"error": f"{source}: {why}"}
+        manifest["tables"].pop(FLOPS_TABLE, None)
+        (out_dir / f"{FLOPS_TABLE}.parquet").unlink(missing_ok=True)  # a previous run's
+        target = None
+    else:
+        target = out_dir / f"{FLOPS_TABLE}.parquet"
+        table = flops_table(doc)
+        table.write_parquet(target, statistics=True)
+        manifest["tables"][FLOPS_TABLE] = {"file": target.name, "rows": table.height}
+        manifest["model_flops"] = describe(doc)
+    manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return target
+
+
+def load_flops(run_dir: Path) -> pl.DataFrame | None:
+    """The FLOPS table of the profiled model, None when there is none.
+
+    The table the manifest lists (`attach_model_flops` ran); else, when the
+    manifest says nothing about model FLOPs, the capture's flops.json.
+    """
+    run_dir = Path(run_dir)
+    try:
+        manifest = json.loads((run_dir / MANIFEST).read_text())
+    except (OSError, ValueError):
+        manifest = {}
+    listed = (manifest.get("tables") or {}).get(FLOPS_TABLE)
+    if isinstance(listed, dict) and (run_dir / str(listed.get("file"))).is_file():
+        return pl.read_parquet(run_dir / str(listed["file"]))
+    if "model_flops" in manifest:  # attached, and there was none
+        return None
+    doc = read_document(run_dir / CAPTURE_DIR / FLOPS_JSON)
+    return None if doc is None else flops_table(doc)
+
+
+def load_flops_description(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """What the FLOP document counted (model, input shape, compute dtype, ...), or None."""
+    described = manifest.get("model_flops")
+    if isinstance(described, dict) and "error" not in described:
+        return described
+    doc = read_document(Path(run_dir) / CAPTURE_DIR / FLOPS_JSON)
+    return None if doc is None else describe(doc)

@@ -1,0 +1,1 @@
+"""Summaries, the terminal summary, and the Parquet + manifest outputs."""

@@ -1,0 +1,5 @@
+"""Reading profiles into the normalised `Report`.
+
+`nsys_*` modules read Nsight Systems SQLite exports (the only code that knows
+how nsys versions differ); `torch_*` modules read torch.profiler traces.
+"""

@@ -1,0 +1,89 @@
+"""What the nsys reader reads: each table's columns and the names they have had.
+
+A `TableSpec` lists the logical columns wanted from one table and, for
+each, the physical column names it has had over nsys versions
+(`device_id=id|deviceId`). `nsysmap.read.nsys_sql` builds the SELECT from these
+constants and the columns a file turns out to have, never from data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """The columns read from one table.
+
+    `ints` and `texts` hold `alias=candidate|candidate` items: the first
+    candidate the table has is read under the alias.
+    """
+
+    table: str
+    ints: str
+    texts: str = ""
+    where: str = ""
+
+    def empty_if_none(self, frame: pl.DataFrame | None) -> pl.DataFrame:
+        """`frame`, or (for an absent table) an empty frame of the columns read."""
+        if frame is not None:
+            return frame
+        return pl.DataFrame(schema={a: pl.String if t else pl.Int64 for a, t, _ in self.columns()})
+
+    def columns(self) -> list[tuple[str, bool, tuple[str, ...]]]:
+        """(alias, is_text, candidates) for every logical column."""
+        out = []
+        for items, is_text in ((self.ints, False), (self.texts, True)):
+            for item in items.split():
+                alias, _, names = item.partition("=")
+                out.append((alias, is_text, tuple((names or alias).split("|"))))
+        return out
+
+
+KERNEL = TableSpec(
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "start end deviceId streamId correlationId globalPid demangledName shortName mangledName"
+    " gridX gridY gridZ blockX blockY blockZ",
+)
+MEMCPY = TableSpec(
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "start end deviceId streamId correlationId globalPid bytes copyKind",
+)
+MEMSET = TableSpec(
+    "CUPTI_ACTIVITY_KIND_MEMSET", "start end deviceId streamId correlationId globalPid bytes"
+)
+RUNTIME = TableSpec(
+    "CUPTI_ACTIVITY_KIND_RUNTIME", "start end eventClass globalTid correlationId nameId"
+)
+# Only ranges (59 push/pop, 60 start/end) and domain creations (75).
+NVTX = TableSpec(
+    "NVTX_EVENTS",
+    "start end eventType globalTid textId domainId",
+    "text",
+    " WHERE eventType IN (59, 60, 75)",
+)
+STRINGS = TableSpec("StringIds", "id", "value")
+THREAD_NAMES = TableSpec("ThreadNames", "nameId globalTid")
+GPU_INFO = TableSpec(
+    "TARGET_INFO_GPU",
+    "device_id=id|deviceId sm_count=smCount memory=totalMemory"
+    " major=computeMajor minor=computeMinor",
+    "name",
+)
+# The oldest exports describe GPUs here instead (column names from NVIDIA's
+# published schema notes of that era; no such file is in the test corpus).
+CUDA_GPU_INFO = TableSpec(
+    "TARGET_INFO_CUDA_GPU",
+    "device_id=deviceId|id sm_count=numMultiprocessors|smCount"
+    " memory=totalGlobalMem|globalMemorySize|totalMemory"
+    " major=computeCapabilityMajor|computeMajor minor=computeCapabilityMinor|computeMinor",
+    "name",
+)
+MEMCPY_KINDS = TableSpec("ENUM_CUDA_MEMCPY_OPER", "id", "name")
+_META_KEYS = " WHERE name IN ('EXPORT_PRODUCT_VERSION', 'EXPORT_SCHEMA_VERSION')"
+META_TABLES = [
+    TableSpec("META_DATA_EXPORT", "", "name value", _META_KEYS),
+    TableSpec("EXPORT_META_DATA", "", "name value", _META_KEYS),
+]

@@ -1,0 +1,265 @@
+"""`nsysmap report`: answers to the questions people profile a model for (pure).
+
+Frames in (ops.parquet, the manifest, the model's FLOP table), frames and
+Markdown out; reading and writing live in nsysmap.report.io. Every number
+comes with the data behind it, and what the data cannot answer is said
+plainly (nsysmap.report.markdown renders it; docs/report.md documents the
+tables).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import polars as pl
+
+from nsysmap.flops.peaks import normalise_dtype, peak_tflops
+from nsysmap.flops.shapes import with_shape_flops
+from nsysmap.report import flops as rf
+from nsysmap.report import tables as rt
+from nsysmap.report.shapes import asked_shapes, shapes_table, softmax_flops
+
+FLOP_SOURCES = ("auto", "shapes", "model", "none")
+REPORT_DEVICES = pl.Schema(
+    {
+        "device_id": pl.Int64,
+        "device_name": pl.String,
+        "dtype": pl.String,  # fp32, tf32, fp16, bf16, or null when unknown
+        "peak_tflops": pl.Float64,
+        "peak_note": pl.String,  # where the peak comes from, or why there is none
+    }
+)
+REPORT_SUMMARY = pl.Schema(
+    {
+        "run": pl.String,  # "main" or "compare"
+        "metric": pl.String,
+        "scope": pl.String,
+        "value": pl.Float64,
+    }
+)
+
+
+@dataclass(frozen=True)
+class RunData:
+    """One analysed run as `nsysmap report` reads it from its directory."""
+
+    label: str
+    ops: pl.DataFrame
+    manifest: dict[str, Any]
+    model_flops: pl.DataFrame | None = None
+    model_info: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """Choices of the command line."""
+
+    dtype: str | None = None  # compute dtype for the peak: fp32, tf32, fp16, bf16
+    peak_tflops: float | None = None  # overrides the table of peaks
+    device_name: str | None = None  # overrides the report's GPU name
+    flops: str = "auto"  # FLOP_SOURCES
+    show_shapes: bool = False  # the full per-module shape table in the Markdown
+
+
+@dataclass(frozen=True)
+class Findings:
+    """Everything computed for one run."""
+
+    run: RunData
+    backend: str
+    ops_f: pl.DataFrame
+    source: str | None
+    source_note: str
+    devices: pl.DataFrame
+    module_phase: pl.DataFrame
+    layers: pl.DataFrame
+    phases: pl.DataFrame
+    categories: pl.DataFrame
+    top: pl.DataFrame
+    non_matmul: pl.DataFrame
+    shapes: pl.DataFrame
+    asked: pl.DataFrame
+    matmul: dict[str, tuple[int, int]]
+    softmax_time: dict[str, int]
+    softmax_flop: dict[str, int | None]
+    steps: int | None
+    forward_passes: int | None
+    wall: dict[str, float | None]
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    """The report's tables (name -> frame) and its Markdown text."""
+
+    tables: dict[str, pl.DataFrame]
+    markdown: str
+    findings: Findings
+    compare: Findings | None = None
+
+
+def choose_source(
+    ops_f: pl.DataFrame, model: pl.DataFrame | None, requested: str
+) -> tuple[str | None, str]:
+    """(flop source or None, the sentence saying where FLOPs come from or why none)."""
+    shaped = ops_f.filter(pl.col("flop_kind").is_in(["matmul", "attention"]))
+    has_shapes, stepped = not shaped.is_empty(), rt.has_steps(ops_f)
+    if requested == "none":
+        return None, "FLOPs not computed (--flops none)"
+    if requested in ("auto", "shapes") and has_shapes:
+        return "shapes", "FLOPs from the operators' recorded input shapes"
+    if requested in ("auto", "model") and model is not None and stepped:
+        return "model", "FLOPs from the profiled model's FLOP document (flops.parquet), per step"
+    why = []
+    if requested != "model":
+        why.append("no matmul operator carries recorded input shapes")
+    if requested != "shapes":
+        why.append(
+            "no FLOP document of the model (flops.parquet)"
+            if model is None
+            else "no step ranges to scale the per-step FLOP document"
+        )
+    return None, "no FLOPs: " + "; ".join(why)
+
+
+def device_peaks(run: RunData, options: ReportOptions, dtype: str | None) -> pl.DataFrame:
+    """REPORT_DEVICES for the devices that ran operations."""
+    named = {
+        d.get("device_id"): d.get("name")
+        for d in run.manifest.get("devices") or []
+        if isinstance(d, dict)
+    }
+    rows = []
+    for device in sorted(run.ops["device_id"].drop_nulls().unique().to_list()):
+        name = options.device_name or named.get(device)
+        if device < 0:
+            peak, note = None, "CPU backend: time is CPU self time, no MFU"
+        elif options.peak_tflops is not None:
+            peak, note = options.peak_tflops, f"peak given: {options.peak_tflops:g} TFLOP/s"
+        else:
+            peak, note = peak_tflops(name, dtype)
+        rows.append((device, name, dtype, peak, note))
+    return pl.DataFrame(rows, schema=REPORT_DEVICES, orient="row")
+
+
+def analyse_run(run: RunData, options: ReportOptions, label: str = "main") -> Findings:
+    """All tables and numbers for one run."""
+    ops_f = with_shape_flops(run.ops)
+    source, source_note = choose_source(ops_f, run.model_flops, options.flops)
+    model = run.model_flops if source == "model" else None
+    info = run.model_info or {}
+    dtype = normalise_dtype(options.dtype) or normalise_dtype(info.get("compute_dtype"))
+    devices = device_peaks(run, options, dtype)
+    module_phase = rf.module_phase(ops_f, model, source, devices)
+    shapes = shapes_table(ops_f)
+    findings = Findings(
+        run=run,
+        backend=str(run.manifest.get("backend") or "unknown"),
+        ops_f=ops_f,
+        source=source,
+        source_note=source_note,
+        devices=devices,
+        module_phase=module_phase,
+        layers=rf.layers(module_phase),
+        phases=rf.phases(module_phase),
+        categories=rf.categories(ops_f, model, source),
+        top=rt.top_kernels(run.ops, label),
+        non_matmul=rt.non_matmul_kernels(run.ops),
+        shapes=shapes,
+        asked=asked_shapes(shapes),
+        matmul=rt.matmul_shares(run.ops),
+        softmax_time=rt.softmax_times(run.ops),
+        softmax_flop=softmax_flops(ops_f, model, source),
+        steps=rt.passes(rt.scope_filter(run.ops, "step")),
+        forward_passes=rt.passes(rt.scope_filter(run.ops, "forward")),
+        wall=rf.step_wall(ops_f, module_phase, source),
+    )
+    return replace(findings, notes=limitations(findings))
+
+
+def limitations(f: Findings) -> list[str]:
+    """What this run's data cannot answer, one plain sentence each."""
+    notes = []
+    if f.steps is None:
+        notes.append("No step ranges: shares are over the whole capture; per-step counts unknown.")
+    no_forward = rt.scope_filter(f.run.ops, "forward").is_empty()
+    if no_forward:
+        notes.append("No forward phase: no forward-only share, top kernel or calls per pass.")
+    elif f.forward_passes is None:
+        notes.append("The forward phase has no step ranges: calls per forward pass are unknown.")
+    if f.source is None:
+        notes.append(
+            f"No FLOPs, so no TFLOP/s or MFU ({f.source_note.removeprefix('no FLOPs: ')})."
+        )
+    if f.backend == "torch.profiler" and (f.devices["device_id"] < 0).all():
+        notes.append("CPU backend: times are CPU operators' self times; there is no MFU.")
+    elif f.source is not None and f.devices["peak_tflops"].is_null().all():
+        reasons = sorted(set(f.devices["peak_note"].drop_nulls().to_list()))
+        notes.append("No MFU: " + "; ".join(reasons) + ".")
+    if f.softmax_time["fused_attention"]:
+        notes.append(
+            "Fused attention kernels compute their softmax inside: softmax time there is "
+            "not separable from the attention matmuls."
+        )
+    return notes
+
+
+def summary_rows(f: Findings, run: str) -> pl.DataFrame:
+    """REPORT_SUMMARY: the headline numbers in long form."""
+    rows: list[tuple[str, str, str, float | None]] = []
+    for scope, (matmul, total) in f.matmul.items():
+        rows.append((run, "matmul_time_share", scope, rt.share(matmul, total)))
+        rows.append((run, "time_ns", scope, float(total)))
+    rows.append((run, "steps", "step", _float(f.steps)))
+    rows.append((run, "forward_passes", "forward", _float(f.forward_passes)))
+    st, sf = f.softmax_time, f.softmax_flop
+    for metric, num, den in (
+        ("softmax_to_matmul_time_ratio", rt.softmax_time(st, "softmax"), st["matmul"]),
+        (
+            "attention_softmax_to_matmul_time_ratio",
+            rt.softmax_time(st, "attention_softmax"),
+            st["attention_matmul"],
+        ),
+        ("softmax_to_matmul_flop_ratio", sf["softmax"], sf["matmul"]),
+        ("attention_softmax_to_matmul_flop_ratio", sf["attention_softmax"], sf["attention_matmul"]),
+    ):
+        rows.append((run, metric, "step", rt.share(num, den)))
+    pooled = rf.totals(f.module_phase)
+    rows.append((run, "matmul_flop", "capture", _float(pooled["matmul_flop"])))
+    rows.append((run, "tflops_per_s", "capture", pooled["tflops_per_s"]))
+    rows.append((run, "mfu", "capture", pooled["mfu"]))
+    for metric, value in f.wall.items():
+        rows.append((run, metric, "step", value))
+    return pl.DataFrame(rows, schema=REPORT_SUMMARY, orient="row")
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def build_report(
+    main: RunData, compare: RunData | None = None, options: ReportOptions | None = None
+) -> ReportResult:
+    """All report tables and the Markdown for `main` (and a forward-only `compare` run)."""
+    from nsysmap.report.markdown import render
+
+    options = options or ReportOptions()
+    if options.flops not in FLOP_SOURCES:
+        raise ValueError(f"flops must be one of {FLOP_SOURCES}")
+    f = analyse_run(main, options)
+    c = analyse_run(compare, options, "compare") if compare is not None else None
+    summary = [summary_rows(f, "main")] + ([summary_rows(c, "compare")] if c else [])
+    top = [f.top] + ([c.top] if c else [])
+    tables = {
+        "report_summary": pl.concat(summary),
+        "report_devices": f.devices,
+        "report_module_phase": f.module_phase,
+        "report_layers": f.layers,
+        "report_phases": f.phases,
+        "report_category": f.categories,
+        "report_top_kernels": pl.concat(top),
+        "report_non_matmul": f.non_matmul,
+        "report_shapes": f.shapes,
+    }
+    return ReportResult(tables, render(f, c, options), f, c)
