@@ -12,7 +12,7 @@
 
 A script that fails or is interrupted still has what was captured analysed;
 `RunResult.failure()` then gives the error that carries its exit status.
-Nothing captured at all is ProfilerFailed.
+Nothing captured at all is ProfilerFailed, or the script's own status when it failed.
 """
 
 from __future__ import annotations
@@ -151,13 +151,13 @@ def _analyse_capture(
     captured = find_capture(backend, capture, nsys, launch)
     record["capture"] = None if captured is None else str(captured)
     if captured is None:
-        raise ProfilerFailed(nothing_captured(request.script, record))
+        raise _nothing_to_analyse(nothing_captured(request.script, record), record)
     options = _options(request, record)
     try:
         analysis = analyse(load_report(captured), out_dir, options=options, input_path=captured)
     except NoGpuData as exc:
         before = f"{request.script.name} exited with status {status}; " if status else ""
-        raise ProfilerFailed(f"{before}nothing usable was captured: {exc}") from exc
+        raise _nothing_to_analyse(f"{before}nothing usable was captured: {exc}", record) from exc
     # The launcher's FLOP count of the model, when it made one, joins the outputs.
     if attach_model_flops(capture, out_dir) is not None:
         analysis = replace(analysis, manifest=json.loads((out_dir / MANIFEST).read_text()))
@@ -274,6 +274,15 @@ def find_capture(
     if report is None or nsys is None:
         return None
     return nsys_tool.export_sqlite(report, capture / f"{REPORT_BASE}.sqlite")
+
+
+def _nothing_to_analyse(message: str, record: dict[str, Any]) -> ProfilerFailed | ScriptFailed:
+    """The error when there is nothing to analyse: the script's own status when it
+    failed or was interrupted, else ProfilerFailed."""
+    status = record["exit_status"]
+    if status or record["interrupted"]:
+        return ScriptFailed(message, status=status or int(ExitCode.INTERRUPTED))
+    return ProfilerFailed(message)
 
 
 def nothing_captured(script: Path, record: dict[str, Any]) -> str:
