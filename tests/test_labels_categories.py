@@ -5,8 +5,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from nsysmap.attribution.categories import CATEGORIES, RULES, categorize
-from nsysmap.attribution.labels import fsdp_spans, range_labels
+from nsysmap.attribution.categories import CATEGORIES, RULES, category_expr
+from nsysmap.attribution.labels import fsdp_spans, name_labels
 from tests.frames import Frames
 
 LABEL_CASES = [
@@ -61,8 +61,8 @@ LABEL_CASES = [
 
 
 @pytest.mark.parametrize(("name", "expected"), LABEL_CASES)
-def test_range_labels(name, expected):
-    row = range_labels(pl.DataFrame({"name": [name]})).row(0, named=True)
+def test_name_labels(name, expected):
+    row = name_labels(pl.Series([name], dtype=pl.String)).row(0, named=True)
     set_labels = {k: v for k, v in row.items() if k != "name" and v is not None}
     assert set_labels == expected
 
@@ -154,7 +154,8 @@ def test_category(kind, name, expected):
         {"kind": [kind], "name": [name], "short_name": [None]},
         schema={"kind": pl.String, "name": pl.String, "short_name": pl.String},
     )
-    assert categorize(ops)["category"][0] == expected
+    got = ops.select(category_expr(pl.col("kind"), pl.col("name"), pl.col("short_name")))
+    assert got.item() == expected
 
 
 def test_rules_only_name_declared_categories():

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from instrument import naming as fmt
 from nsysmap import naming as parse
-from nsysmap.attribution.labels import range_labels
+from nsysmap.attribution.labels import name_labels
 
 paths = st.one_of(
     st.just(""),
@@ -49,7 +49,7 @@ def test_module(direction, path, cls):
         kind="module", direction=direction, module_class=cls, module_path=path
     )
     assert parse.parse_range_name(name) == expected
-    row = range_labels(pl.DataFrame({"name": [name]})).row(0, named=True)
+    row = name_labels(pl.Series([name], dtype=pl.String)).row(0, named=True)
     assert (row["lbl_module"], row["lbl_module_class"], row["lbl_direction"]) == (
         path,
         cls,

@@ -6,13 +6,8 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsysmap.attribution.nesting import (
-    innermost_at,
-    innermost_timeline,
-    nest_intervals,
-    nest_ranges,
-    nest_repaired,
-)
+from nsysmap.attribution.forest import Forest
+from nsysmap.attribution.nesting import nest_intervals, nest_ranges, nest_repaired
 from tests import reference as ref
 from tests.strategies import crossing_intervals, distinct_crossing_intervals, threads_of_ranges
 
@@ -25,17 +20,27 @@ def _frame(rows: list[tuple[int, int, int, int]]) -> pl.DataFrame:
     ).with_columns(pl.lit(1, pl.Int64).alias("pid"))
 
 
+def _innermost(nested: pl.DataFrame, tids: list[int], ts: list[int]) -> list[int | None]:
+    """Range id of the innermost range open at each (tid, t), through `Forest`."""
+    if nested.is_empty():
+        return [None] * len(ts)
+    nested = nested.sort("range_id")
+    forest = Forest.of(nested, nested["tid"], "range_id")
+    q = pl.DataFrame({"tid": tids, "t": ts}, schema={"tid": pl.Int64, "t": pl.Int64})
+    q = q.with_row_index("row").sort("t")
+    hits = forest.innermost(q["tid"], q["t"]).to_list()
+    found = dict(zip(q["row"], hits, strict=True))
+    ids = nested["range_id"].to_list()
+    return [None if found[row] is None else ids[found[row]] for row in range(len(ts))]
+
+
 def test_small_timeline_by_hand():
     # tid 7: A[0,10) > B[2,5), A > C[6,9); tid 8: D[0,3)
     df = _frame([(1, 7, 0, 10), (2, 7, 2, 5), (3, 7, 6, 9), (4, 8, 0, 3)])
     nested = nest_intervals(df, by=["pid", "tid"], id_col="range_id").sort("range_id")
     assert nested["depth"].to_list() == [1, 2, 2, 1]
     assert nested["parent_id"].to_list() == [None, 1, 1, None]
-    q = pl.DataFrame(
-        {"pid": [1] * 8, "tid": [7, 7, 7, 7, 7, 7, 8, 8], "t": [0, 2, 4, 5, 6, 10, 2, 3]}
-    )
-    timeline = innermost_timeline(nested, by=["pid", "tid"], id_col="range_id")
-    got = innermost_at(q, timeline, by=["pid", "tid"], time_col="t").to_list()
+    got = _innermost(nested, [7, 7, 7, 7, 7, 7, 8, 8], [0, 2, 4, 5, 6, 10, 2, 3])
     assert got == [1, 2, 2, 1, 3, None, 4, None]
 
 
@@ -48,23 +53,7 @@ def test_ties_longer_outside_equal_by_id_and_zero_length_contains_nothing():
         5: 3,
         6: 5,
     }
-    timeline = innermost_timeline(nested, by=["pid", "tid"], id_col="range_id")
-    q = pl.DataFrame({"pid": [1, 1, 1], "tid": [1, 1, 1], "t": [0, 4, 9]})
-    assert innermost_at(q, timeline, by=["pid", "tid"], time_col="t").to_list() == [4, 5, 5]
-
-
-def test_null_query_times_give_null():
-    df = _frame([(1, 1, 0, 10)])
-    timeline = innermost_timeline(
-        nest_intervals(df, by=["pid", "tid"], id_col="range_id"),
-        by=["pid", "tid"],
-        id_col="range_id",
-    )
-    q = pl.DataFrame(
-        {"pid": [1, 1, None], "tid": [1, None, 1], "t": [None, 5, 5]},
-        schema={"pid": pl.Int64, "tid": pl.Int64, "t": pl.Int64},
-    )
-    assert innermost_at(q, timeline, by=["pid", "tid"], time_col="t").to_list() == [None] * 3
+    assert _innermost(nested, [1, 1, 1], [0, 4, 9]) == [4, 5, 5]
 
 
 @settings(max_examples=150, deadline=None)
@@ -78,13 +67,7 @@ def test_nesting_and_innermost_match_reference(rows, queries):
     for r in nested.iter_rows(named=True):
         assert r["parent_id"] == expected[r["range_id"]].parent
         assert r["depth"] == expected[r["range_id"]].depth
-    q = pl.DataFrame(
-        [(1, tid, t) for tid, t in queries],
-        schema={"pid": pl.Int64, "tid": pl.Int64, "t": pl.Int64},
-        orient="row",
-    )
-    timeline = innermost_timeline(nested, by=["pid", "tid"], id_col="range_id")
-    got = innermost_at(q, timeline, by=["pid", "tid"], time_col="t").to_list()
+    got = _innermost(nested, [tid for tid, _ in queries], [t for _, t in queries])
     finder = ref.Innermost(expected)
     assert got == [finder.at((1, tid), t) for tid, t in queries]
 

@@ -76,16 +76,3 @@ def category_expr(kind: pl.Expr, name: pl.Expr, short_name: pl.Expr) -> pl.Expr:
         .then(pl.lit("memset"))
         .otherwise(expr)
     )
-
-
-def categorize(ops: pl.DataFrame) -> pl.DataFrame:
-    """`ops` (with kind, name, short_name) plus a `category` column.
-
-    Patterns run once per distinct (kind, name, short_name), then join back.
-    """
-    keys = ["kind", "name", "short_name"]
-    distinct = ops.select(keys).unique()
-    distinct = distinct.with_columns(
-        category_expr(pl.col("kind"), pl.col("name"), pl.col("short_name")).alias("category")
-    )
-    return ops.join(distinct, on=keys, how="left", nulls_equal=True)

@@ -10,7 +10,7 @@ Two families of names are understood:
   torch.profiler's own annotations (`ProfilerStep#3`, `Optimizer.step#AdamW.step`)
   and common plain user names (`forward`, `backward`, `optimizer.step`, ...).
 
-`range_labels` adds `lbl_*` columns to a ranges frame; all are null when the
+`name_labels` gives the `lbl_*` columns for a series of names; all are null when the
 name says nothing. Matching is by regular expression only.
 """
 
@@ -54,11 +54,6 @@ SEQ = r"(?:^|, )(?:stashed )?seq = (\d+)"
 SIZES = r"sizes = (\[.*\])"
 FSDP_HOOK = r"^FSDP::(pre|post)_(forward|backward) \(([^)]*)\)"
 FSDP_SPAN = r"^FSDP (forward|backward) \((.*)\)$"
-
-
-def range_labels(ranges: pl.DataFrame) -> pl.DataFrame:
-    """`ranges` with the LABELS columns added."""
-    return pl.concat([ranges, name_labels(ranges["name"])], how="horizontal")
 
 
 def may_name_scope(name: pl.Expr) -> pl.Expr:

@@ -1,4 +1,4 @@
-"""Nesting of intervals per thread: depth, parent, and "innermost at time t".
+"""Nesting of intervals per thread: depth, parent, and repair of crossing intervals.
 
 Ranges on one thread form a forest. Everything here is a sort plus cumulative
 sums and as-of joins; no Python loop runs over intervals.
@@ -9,6 +9,7 @@ sums and as-of joins; no Python loop runs over intervals.
     depth:     1   2           1   2     1   0
     innermost: A   B           A   C     A   -
 
+(The innermost interval at a time t is looked up in `forest.Forest`.)
 Intervals are half-open, [start, end): a query at exactly `start` is inside, a
 query at exactly `end` is outside, and a zero-length interval contains nothing.
 Ties in start time put the longer interval outside; equal intervals nest in
@@ -233,57 +234,3 @@ def nest_ranges(ranges: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     )
     nested = nested.select(ranges.columns)
     return (nested if nested["range_id"].is_sorted() else nested.sort("range_id")), n_clipped
-
-
-def innermost_timeline(nested: pl.DataFrame, *, by: Sequence[str], id_col: str) -> pl.DataFrame:
-    """For nested intervals, the innermost interval from each event time onwards.
-
-    Returns columns `*by, t, inner_id` sorted by (`*by`, `t`), one row per
-    distinct instant; `inner_id` is null where no interval is open. Pair it
-    with `innermost_at` to look up many query times at once.
-    """
-    by = list(by)
-    starts = nested.select(
-        [
-            *by,
-            pl.col("start_ns").alias("t"),
-            pl.col(id_col).alias("inner_id"),
-            pl.lit(1, pl.Int8).alias("cls"),
-            (-pl.col("end_ns")).alias("k1"),
-            pl.col(id_col).alias("k2"),
-        ]
-    )
-    is_zero = pl.col("end_ns") == pl.col("start_ns")
-    ends = nested.select(
-        [
-            *by,
-            pl.col("end_ns").alias("t"),
-            pl.col("parent_id").alias("inner_id"),
-            pl.when(is_zero).then(pl.lit(2, pl.Int8)).otherwise(pl.lit(0, pl.Int8)).alias("cls"),
-            (-pl.col("start_ns")).alias("k1"),
-            (-pl.col(id_col)).alias("k2"),
-        ]
-    )
-    events = pl.concat([starts, ends]).sort([*by, "t", "cls", "k1", "k2"])
-    return events.group_by([*by, "t"], maintain_order=True).agg(pl.col("inner_id").last())
-
-
-def innermost_at(
-    queries: pl.DataFrame, timeline: pl.DataFrame, *, by: Sequence[str], time_col: str
-) -> pl.Series:
-    """The innermost interval open at each query's `time_col` (null when none).
-
-    `queries` may be in any order; the result is aligned with its rows.
-    """
-    by = list(by)
-    q = queries.select([*by, time_col]).with_row_index("q_row")
-    known = q.drop_nulls().sort([*by, time_col])
-    hit = known.join_asof(
-        timeline.rename({"t": time_col}),
-        on=time_col,
-        by=by,
-        strategy="backward",
-        check_sortedness=False,
-    )
-    aligned = q.select("q_row").join(hit.select("q_row", "inner_id"), on="q_row", how="left")
-    return aligned.sort("q_row")["inner_id"].cast(pl.Int64)

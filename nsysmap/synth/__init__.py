@@ -2,10 +2,10 @@
 and benchmarks: a millisecond builder (`SynthExport`), a bulk writer, and
 GPT-2-like training exports of any size (`gpt`, `tile`)."""
 
-from nsysmap.synth.builder import (
+from nsysmap.synth.builder import SynthExport
+from nsysmap.synth.bulk import (
     NS_PER_MS,
     Frame,
-    SynthExport,
     bulk_tables,
     global_pid,
     global_tid,

@@ -31,23 +31,12 @@ import polars as pl
 from nsysmap.synth.bulk import (
     NS_PER_MS,
     Frame,
-    bulk_tables,
     global_pid,
     global_tid,
     known_columns,
     write_export,
 )
 
-__all__ = [
-    "NS_PER_MS",
-    "Frame",
-    "SynthExport",
-    "bulk_tables",
-    "global_pid",
-    "global_tid",
-    "known_columns",
-    "write_export",
-]
 # Columns the builder fills, per table (the rest take their defaults).
 _BUILT = {
     "StringIds": "id value",
