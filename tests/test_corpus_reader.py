@@ -1,4 +1,5 @@
-"""The reader over the 13 real nsys exports (2021 .. 2026.2) of ../shared/corpus/nsys.
+"""The reader over the 13 real nsys exports (2021 .. 2026.2) of ../shared/corpus/nsys
+(GPU totals also over the nsys exports of ../shared/corpus/real).
 
 Expected values come from plain SQL on the raw tables (tests/corpus.py) or
 from the corpus catalogue, never from the reader's own output.
@@ -14,6 +15,7 @@ from nsysmap.errors import ExitCode, NoGpuData
 from nsysmap.read.nsys_sqlite import read_sqlite
 from tests.corpus import (
     NO_GPU_FILES,
+    all_export_files,
     catalogue,
     connect,
     corpus_files,
@@ -37,7 +39,7 @@ def per_device(report) -> dict[int, tuple[int, int]]:
     return {device: (count, total) for device, count, total in totals.rows()}
 
 
-@pytest.mark.parametrize("name", GPU_FILES)
+@pytest.mark.parametrize("name", [n for n in all_export_files() if n not in NO_GPU_FILES])
 def test_gpu_ops_match_independent_sql_totals(name):
     path = corpus_path(name)
     report = read_sqlite(path)

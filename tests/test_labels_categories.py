@@ -7,6 +7,7 @@ import pytest
 
 from nsysmap.attribution.categories import CATEGORIES, RULES, category_expr
 from nsysmap.attribution.labels import fsdp_spans, name_labels
+from tests.corpus import CORPUS, connect
 from tests.frames import Frames
 
 LABEL_CASES = [
@@ -94,7 +95,6 @@ CATEGORY_CASES = [
         "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1",
         "gemm",
     ),
-    ("kernel", "volta_scudnn_128x32_relu_interior_nn_v1", "gemm"),
     ("kernel", "flash_fwd_kernel", "attention"),
     ("kernel", "fmha_cutlassF_f32_aligned_64x64_rf_sm80", "attention"),
     (
@@ -126,7 +126,13 @@ CATEGORY_CASES = [
     (
         "kernel",
         "void fft2d_c2r_32x32<float, false>(float *, cudnn::reduced_divisor, int2)",
-        "other",
+        "convolution",  # not a reduction: the argument list is ignored
+    ),
+    (
+        "kernel",
+        "void at::native::(anonymous namespace)::convert_indices_from_coo_to_csr_cuda_kernel"
+        "<int, long>(int *, const long *, long, long)",
+        "other",  # "convert" is not a convolution
     ),
     ("memcpy", "[CUDA memcpy HtoD]", "memcpy"),
     ("memset", "[CUDA memset]", "memset"),
@@ -156,6 +162,65 @@ def test_category(kind, name, expected):
     )
     got = ops.select(category_expr(pl.col("kind"), pl.col("name"), pl.col("short_name")))
     assert got.item() == expected
+
+
+_CNN = "nsys/dlprof_pytorch_small_cnn_rtx2070.sqlite"
+# (kind, name or the start of a demangled name, category, corpus file it comes from).
+CONVOLUTION_CASES = [
+    ("kernel", "void cudnn::detail::implicit_convolve_sgemm<float, float, (int)1024", _CNN),
+    ("kernel", "void cudnn::detail::explicit_convolve_sgemm<float, int, (int)1024", _CNN),
+    ("kernel", "volta_scudnn_128x32_relu_interior_nn_v1", _CNN),
+    ("kernel", "volta_scudnn_winograd_128x128_ldg1_ldg4_relu_tile148t_nt_v1", _CNN),
+    ("kernel", "void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>", _CNN),
+    ("kernel", "void cudnn::winograd::generateWinogradTilesKernel<(int)0, float, float>", _CNN),
+    ("kernel", "void fft2d_r2c_32x32<float, (bool)0, (unsigned int)0, (bool)0>", _CNN),
+    ("kernel", "void im2col4d_kernel<float, int>(im2col4d_params, cudnnConvolutionStruct", _CNN),
+    ("kernel", "void flip_filter<float, float>(T2 *, const T1 *, int, int, int, int)", _CNN),
+    ("kernel", "cudnn::gemm::computeOffsetsKernel(cudnn::gemm::ComputeOffsetsParams)", _CNN),
+    ("kernel", "void cudnn::detail::dgrad_engine<float, 128, 6, 7, 3, 3, 5, false>", None),
+    ("kernel", "void cudnn::detail::wgrad_alg0_engine<float, 128, 6, 8, 3, 3, 5, false>", None),
+    ("kernel", "void cudnn::detail::dgrad2d_alg1_1<float, 0, 4, 6, 3, 2, 4, false, true>", None),
+    ("kernel", "void cutlass::conv::kernel::ImplicitGemmConvolution<cutlass::conv::x>", None),
+    ("kernel", "cutlass_tensorop_s1688fprop_optimized_tf32_64x64_16x10_nhwc_align4", None),
+    ("kernel", "sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw", None),
+    ("kernel", "sm86_xmma_dgrad_implicit_gemm_indexed_f16f16_f16f32_f32_nhwckrsc_nhwc", None),
+    ("kernel", "turing_fp16_s1688cudnn_fp16_256x128_ldg8_relu_f2f_exp_small_nhwc_tn_v1", None),
+    ("kernel", "void at::native::conv_depthwise2d_forward_kernel<0, float, int>", None),
+    ("cpu_op", "aten::conv2d", None),
+    ("cpu_op", "aten::cudnn_convolution", None),
+    ("cpu_op", "aten::convolution_backward", None),
+    ("cpu_op", "aten::_conv_depthwise2d", None),
+]
+LAYOUT_CASES = [
+    ("kernel", "void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, 2>", None),
+    ("kernel", "void cudnn::ops::nhwcToNchwKernel<float, float, float, true, false, 0>", None),
+    ("kernel", "void nchwToNhwcKernel<__half, __half, float, true, false, 0>", None),
+]
+CNN_CASES = [(k, n, "convolution", s) for k, n, s in CONVOLUTION_CASES]
+CNN_CASES += [(k, n, "layout", s) for k, n, s in LAYOUT_CASES]
+CNN_CASES += [("kernel", "void gemmSN_NN_kernel<float, (int)128, (int)2, (int)4", "gemm", _CNN)]
+
+
+@pytest.mark.parametrize(("kind", "name", "expected", "source"), CNN_CASES)
+def test_convolution_and_layout_kernels(kind, name, expected, source):
+    test_category(kind, name, expected)
+
+
+def _kernel_names(source: str) -> list[str]:
+    path = CORPUS.parent / source
+    if not path.is_file():
+        pytest.skip(f"{source} is not in the corpus at {CORPUS.parent}")
+    query = (
+        "SELECT DISTINCT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+        "JOIN StringIds s ON s.id = k.demangledName"
+    )
+    with connect(path) as conn:
+        return [row[0].decode() for row in conn.execute(query)]
+
+
+@pytest.mark.parametrize(("name", "source"), [(n, s) for _, n, _, s in CNN_CASES if s])
+def test_real_kernel_examples_occur_in_their_profile(name, source):
+    assert any(kernel.startswith(name) for kernel in _kernel_names(source))
 
 
 def test_rules_only_name_declared_categories():

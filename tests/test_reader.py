@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 
 from nsysmap import schemas
 from nsysmap.errors import ExitCode, InputNotFound, NoGpuData, NotAnExport
+from nsysmap.pipeline import load_report
 from nsysmap.read.nsys_sqlite import read_sqlite
 from nsysmap.synth import NS_PER_MS, SynthExport, bulk_tables, global_tid, write_export
 from tests.corpus import independent_gpu_totals
@@ -268,37 +269,41 @@ def test_start_end_ranges_keep_the_starting_thread(tmp_path):
     assert ranges.select("tid", "start_ns", "end_ns").rows() == [(11, 2 * MS, 6 * MS)]
 
 
-def test_open_ranges_end_at_the_end_of_capture(tmp_path):
-    """Open ranges end where the last event ends (the step range, at 10 ms).
+def test_open_ranges_are_read_without_an_end(tmp_path):
+    """The reader keeps an open range's end null and counts it; normalising closes it.
 
     ms   0 ... 4 ........ 9 10
     step |-----------------|
-    open      |- - - - - ->|
+    open      |- - - - - ->|     closed with its container (load_report)
     """
     b = training_step()
     b.range(10, 11, 4, None, "never closed")
-    report = read_sqlite(b.write(tmp_path / "x.sqlite"))
+    path = b.write(tmp_path / "x.sqlite")
+    report = read_sqlite(path)
     ends = dict(report.ranges.select("name", "end_ns").rows())
-    assert ends == {"step 0": 10 * MS, "never closed": 10 * MS}
+    assert ends == {"step 0": 10 * MS, "never closed": None}
     assert meta(report)["ranges_open_at_end"] == "1"
     assert meta(report)["capture_end_ns"] == str(10 * MS)
+    closed = load_report(path)
+    assert dict(closed.ranges.select("name", "end_ns").rows())["never closed"] == 10 * MS
 
 
 def test_a_range_opened_last_extends_the_capture(tmp_path):
     """A range opened at 12 ms, after every other event, proves the capture ran that long.
 
     ms   0 ... 4 ........ 10   12
-    open      |- - - - - - - ->|
-    late                       |
+    open      |- - - - ->|          inside the step: ends with it
+    late                       |    nothing after it on its thread: zero length
     """
     b = training_step()
     b.range(10, 11, 4, None, "never closed")
     b.range(10, 11, 12, None, "opened last", event_type=60)
-    report = read_sqlite(b.write(tmp_path / "x.sqlite"))
+    path = b.write(tmp_path / "x.sqlite")
+    assert meta(read_sqlite(path))["capture_end_ns"] == str(12 * MS)
+    report = load_report(path)
     ends = dict(report.ranges.select("name", "end_ns").rows())
-    assert (ends["never closed"], ends["opened last"]) == (12 * MS, 12 * MS)
+    assert (ends["never closed"], ends["opened last"]) == (10 * MS, 12 * MS)
     assert meta(report)["ranges_open_at_end"] == "2"
-    assert meta(report)["capture_end_ns"] == str(12 * MS)
 
 
 # ------------------------------------------------------ threads, devices, meta

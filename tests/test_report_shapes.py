@@ -144,3 +144,29 @@ def test_nsys_operator_ranges_count_each_call_once(tmp_path):
     assert shapes.filter(pl.col("aten_op") == "aten::addmm")["calls"].to_list() == [1]
     asked = asked_shapes(shapes)
     assert set(asked["family"]) == {"addmm / linear", "softmax"}
+
+
+def test_a_calls_flops_land_on_its_longest_kernel_not_on_a_memset_before_it(tmp_path):
+    """cuBLAS often clears a workspace before the gemm of one addmm:
+
+    thread 1: [aten::addmm  memset(2 ms) gemm(5 ms) splitK(1 ms)]
+    The call's FLOPs belong to the gemm's category, not to memset's.
+    """
+    b = SynthExport()
+    b.thread(1, 1, "python")
+    b.gpu(0)
+    b.range(1, 1, 0, 10, "aten::addmm, seq = 2, sizes = [[5], [4, 6], [6, 5], [], []]")
+    b.launch(1, 1, 1, 2, 1)
+    b.memset(1, 0, 7, 30, 32, 1)
+    b.launch(1, 1, 3, 4, 2)
+    b.kernel(1, 0, 7, 33, 38, 2, name="gemm")
+    b.launch(1, 1, 5, 6, 3)
+    b.kernel(1, 0, 7, 39, 40, 3, name="splitKreduce")
+    b.write(tmp_path / "memset.sqlite")
+    ops = analyse_file(tmp_path / "memset.sqlite", tmp_path / "out").ops
+    # op ids in launch order, as torch.profiler traces number them: the memset comes first
+    ops = ops.sort("start_ns").with_columns(op_id=pl.int_range(pl.len(), dtype=pl.Int64))
+    counted = sf.with_shape_flops(ops).sort("op_id")
+    assert counted["kind"].to_list() == ["memset", "kernel", "kernel"]
+    assert counted["op_call"].to_list() == [False, True, False]
+    assert counted["matmul_flop"].to_list() == [0, 240, 0]

@@ -2,7 +2,7 @@
 
 `RULES` is an ordered table: the first pattern that matches an operation's
 name (demangled and short name, case-insensitive) gives its category; memcpy
-and memset operations are categorised by kind. Anything unmatched is
+and memset operations and CUDA graph replays are categorised by kind. Anything unmatched is
 `other`, so unknown kernels stay visible. docs/outputs.md lists the table.
 """
 
@@ -15,12 +15,15 @@ CATEGORIES = (
     "attention",
     "softmax",
     "normalization",
+    "convolution",
+    "layout",
     "elementwise",
     "reduction",
     "optimizer",
     "memcpy",
     "memset",
     "communication",
+    "graph",
     "instrumentation",
     "other",
 )
@@ -44,10 +47,23 @@ RULES: tuple[tuple[str, str], ...] = (
         "normalization",
         r"layer_?norm|rms_?norm|batch_?norm|group_?norm|instance_?norm|welford|\bbn_",
     ),
+    # Data layout transforms around cuDNN convolutions (NCHW <-> NHWC).
+    ("layout", r"nchw_?to_?nhwc|nhwc_?to_?nchw|nchw_?to_?nchw_?\d*c\b"),
+    # Convolutions: cuDNN's implicit/explicit GEMM, FFT, Winograd and im2col
+    # algorithms and their data/weight-gradient kernels, cuDNN's own
+    # (`scudnn`, `cudnn::gemm::`) and CUTLASS/xmma fprop/dgrad/wgrad kernels,
+    # PyTorch's native and CPU convolution operators. Before gemm: many of
+    # these are GEMMs underneath, but the work is the convolution.
+    (
+        "convolution",
+        r"conv(?:olution|olve|[123]d|_depthwise|_transpose|_tbc)|implicit_?gemm_?conv"
+        r"|depthwise|winograd|fft2d|im2col|col2im|vol2col|col2vol|dgrad|wgrad|fprop"
+        r"|flip_filter|[shd\d]cudnn|cudnn::gemm::",
+    ),
     (
         "gemm",
         r"gemm|cutlass|cublas|nvjet|wgmma|xmma|matmul|aten::(?:mm|addmm|bmm|baddbmm|linear)\b"
-        r"|\b(?:ampere|volta|turing|hopper|sm\d+)_|conv|scudnn|implicit_convolve",
+        r"|\b(?:ampere|volta|turing|hopper|sm\d+)_",
     ),
     ("reduction", r"reduce|reduction|aten::(?:sum|mean|max|min|argmax|norm|amax)\b|cub::"),
     (
@@ -74,5 +90,7 @@ def category_expr(kind: pl.Expr, name: pl.Expr, short_name: pl.Expr) -> pl.Expr:
         .then(pl.lit("memcpy"))
         .when(kind == "memset")
         .then(pl.lit("memset"))
+        .when(kind == "graph")
+        .then(pl.lit("graph"))
         .otherwise(expr)
     )

@@ -2,8 +2,10 @@
 
 `input_shapes` of ops.parquet holds the shapes PyTorch recorded for an
 operator's positional inputs, `[]` for a non-tensor: torch.profiler's "Input
-Dims" on the CPU backend, `sizes = [[...], ...]` of `emit_nvtx(record_shapes=
-True)` / `nsys --pytorch=autograd-shapes-nvtx` ranges on nsys reports:
+Dims" on the CPU backend, the `sizes = [[...], ...]` field of `emit_nvtx(
+record_shapes=True)` / `nsys --pytorch=autograd-shapes-nvtx` ranges on nsys
+reports (and only that field: `input_op_ids`, `op_id` and `seq` differ from
+call to call and are never part of the shapes; nsysmap.attribution.labels):
 
     aten::addmm  [[2304], [1024, 768], [768, 2304], [], []]  ->  2·1024·768·2304 matmul
                                                                  + 1024·2304 bias adds
@@ -247,16 +249,23 @@ def with_shape_flops(ops: pl.DataFrame) -> pl.DataFrame:
 
 
 def _first_of_call() -> pl.Expr:
-    """True on the first row of one operator call; false for rows without an operator.
+    """True on the one row that stands for an operator call; false for rows without an operator.
 
-    nsys: the first kernel (lowest op_id) launched inside one instance of the
-    innermost operator range (`range_id`, when that range is the operator's
-    own; otherwise every kernel is its own call). CPU backend: every row.
+    GPU: of the operations launched inside one instance of the innermost
+    operator range (`range_id`, when that range is the operator's own;
+    otherwise every operation is its own call), the longest kernel (the
+    longest copy or set only when the call launched no kernel; ties: the
+    lowest op_id). So a call's FLOPs land on its gemm, not on the memset that
+    cuBLAS launched before it. CPU backend: every row.
     """
     cpu = pl.col("kind") == "cpu_op"
     own_range = pl.col("range_name").str.extract(ATEN_OP, 1) == pl.col("aten_op")
     instance = pl.when(~cpu & own_range.fill_null(False)).then(pl.col("range_id"))
-    first = pl.col("op_id") == pl.col("op_id").min().over("pid", instance.alias("_instance"))
+    rank = pl.struct(
+        (pl.col("kind") == "kernel").alias("k"), pl.col("dur_ns").fill_null(0), -pl.col("op_id")
+    )
+    chosen = pl.col("op_id").sort_by(rank, descending=True).first()
+    first = pl.col("op_id") == chosen.over("pid", instance.alias("_instance"))
     return (
         pl.when(pl.col("aten_op").is_null())
         .then(pl.lit(False))

@@ -1,7 +1,7 @@
 """Building the report's frames from the rows read: GPU operations and ranges.
 
-Part of the nsys reader (`nsysmap.read.nsys_sqlite`): kernels, memcpys and memsets
-become `gpu_ops`, NVTX rows become `ranges`, with every StringIds lookup an
+Part of the nsys reader (`nsysmap.read.nsys_sqlite`): kernels, memcpys, memsets and
+CUDA graph replays become `gpu_ops`, NVTX rows become `ranges`, with every StringIds lookup an
 expression. `kernels_batch` and `nvtx_batch` run on each batch as it is read.
 """
 
@@ -38,18 +38,31 @@ def string_value(column: str, strings: pl.DataFrame) -> pl.Expr:
 
 
 def gpu_ops_frame(raw: dict[str, pl.DataFrame | None], strings: pl.DataFrame) -> pl.DataFrame:
-    """Kernels, then memcpys, then memsets, each in file order; op_id counts them."""
+    """Kernels, memcpys, memsets, then graph replays, each in file order; op_id counts them.
+
+    Two columns beyond GPU_OPS, `graph_node_id` and `graph_id`, say which ops
+    ran in or as a CUDA graph (see `nsysmap.read.nsys_graphs`).
+    """
     kernels = raw.pop(sql.KERNEL.table)
     frames = [
         kernels_batch(sql.KERNEL.empty_if_none(None), strings) if kernels is None else kernels,
         _memcpys(sql.MEMCPY.empty_if_none(raw.pop(sql.MEMCPY.table)), raw["memcpy_kinds"]),
         _memsets(sql.MEMSET.empty_if_none(raw.pop(sql.MEMSET.table))),
+        _graph_replays(sql.GRAPH_TRACE.empty_if_none(raw.pop(sql.GRAPH_TRACE.table))),
     ]
     ops = pl.concat(frames, how="diagonal_relaxed")
     return ops.with_columns(op_id=pl.int_range(pl.len(), dtype=pl.Int64), input_shapes=None)
 
 
 def _op_columns(kind: str) -> dict[str, pl.Expr]:
+    return {
+        **_activity_columns(kind),
+        "graph_node_id": pl.col("graphNodeId"),
+        "graph_id": pl.col("graphId"),
+    }
+
+
+def _activity_columns(kind: str) -> dict[str, pl.Expr]:
     return {
         "kind": pl.lit(kind, schemas.OpKind),
         "device_id": pl.col("deviceId"),
@@ -106,6 +119,19 @@ def _memsets(sets: pl.DataFrame) -> pl.DataFrame:
     return sets.select(**_op_columns("memset"), name=name, short_name=name, bytes="bytes")
 
 
+def _graph_replays(trace: pl.DataFrame) -> pl.DataFrame:
+    """Whole-graph replays, named after the graph and its executable: "CUDA graph 3 (exec 7)"."""
+    short = pl.format("CUDA graph {}", pl.col("graphId").cast(pl.String).fill_null("?"))
+    exec_id = pl.col("graphExecId").cast(pl.String).fill_null("?")
+    return trace.select(
+        **_activity_columns("graph"),
+        name=pl.format("{} (exec {})", short, exec_id),
+        short_name=short,
+        graph_node_id=pl.lit(None, pl.Int64),
+        graph_id="graphId",
+    )
+
+
 def nvtx_batch(nvtx: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
     """NVTX rows with process, thread and name (text, else StringIds[textId])."""
     return nvtx.select(
@@ -119,21 +145,16 @@ def nvtx_batch(nvtx: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def ranges_frame(nvtx: pl.DataFrame, capture_end: int | None) -> pl.DataFrame:
+def ranges_frame(nvtx: pl.DataFrame) -> pl.DataFrame:
     """Push/pop and start/end ranges with names and domains (from `nvtx_batch` rows).
 
-    An open range (no end) is closed at `capture_end`::
-
-        capture   |--------------------------------|
-        range             |- - - - - - - - - - - - ->|   end := capture end
+    An open range (no end) keeps a null `end_ns`: `nsysmap.attribution.normalise`
+    closes it at its container's end or its thread's last event.
     """
     domains = nvtx.filter(pl.col("eventType") == DOMAIN_CREATE).select(
         "pid", "domainId", domain="name"
     )
     domains = domains.unique(["pid", "domainId"], keep="first", maintain_order=True)
-    end = pl.col("end")
-    if nvtx["end"].null_count():
-        end = pl.coalesce("end", pl.max_horizontal("start_ns", pl.lit(capture_end)))
     ranges = _range_rows(nvtx).select(
         range_id=pl.int_range(pl.len(), dtype=pl.Int64),
         pid="pid",
@@ -141,7 +162,7 @@ def ranges_frame(nvtx: pl.DataFrame, capture_end: int | None) -> pl.DataFrame:
         domain=_domain(domains),
         name="name",
         start_ns="start_ns",
-        end_ns=end,
+        end_ns="end",
         kind=pl.when(pl.col("eventType") == PUSH_POP)
         .then(_kind("push_pop"))
         .otherwise(_kind("start_end")),

@@ -45,14 +45,30 @@ class TableSpec:
 KERNEL = TableSpec(
     "CUPTI_ACTIVITY_KIND_KERNEL",
     "start end deviceId streamId correlationId globalPid demangledName shortName mangledName"
-    " gridX gridY gridZ blockX blockY blockZ",
+    " gridX gridY gridZ blockX blockY blockZ graphNodeId graphId",
 )
 MEMCPY = TableSpec(
     "CUPTI_ACTIVITY_KIND_MEMCPY",
-    "start end deviceId streamId correlationId globalPid bytes copyKind",
+    "start end deviceId streamId correlationId globalPid bytes copyKind graphNodeId graphId",
 )
 MEMSET = TableSpec(
-    "CUPTI_ACTIVITY_KIND_MEMSET", "start end deviceId streamId correlationId globalPid bytes"
+    "CUPTI_ACTIVITY_KIND_MEMSET",
+    "start end deviceId streamId correlationId globalPid bytes graphNodeId graphId",
+)
+# One row per replay of a CUDA graph traced as a whole (--cuda-graph-trace=graph).
+GRAPH_TRACE = TableSpec(
+    "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
+    "start end deviceId streamId correlationId globalPid graphId graphExecId",
+)
+# Graph node creations and clones (--cuda-graph-trace=node). Older exports
+# keep the same rows in CUDA_GRAPH_EVENTS (with graphNodeId); newer ones use
+# CUDA_GRAPH_EVENTS for whole graphs (graphId, originalGraphId, graphExecId).
+GRAPH_NODE_EVENTS = TableSpec(
+    "CUDA_GRAPH_NODE_EVENTS", "start globalTid graphNodeId originalGraphNodeId"
+)
+GRAPH_EVENTS = TableSpec(
+    "CUDA_GRAPH_EVENTS",
+    "start globalTid graphId originalGraphId graphNodeId originalGraphNodeId",
 )
 RUNTIME = TableSpec(
     "CUPTI_ACTIVITY_KIND_RUNTIME", "start end eventClass globalTid correlationId nameId"
@@ -87,3 +103,7 @@ META_TABLES = [
     TableSpec("META_DATA_EXPORT", "", "name value", _META_KEYS),
     TableSpec("EXPORT_META_DATA", "", "name value", _META_KEYS),
 ]
+# The launched process's environment (`NAME="value"` rows), for its rank.
+LAUNCH_ENV = TableSpec(
+    "META_DATA_CAPTURE", "", "name value", " WHERE name LIKE 'PROCESS_%:ENVIRONMENT_VARIABLE'"
+)

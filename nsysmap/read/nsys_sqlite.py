@@ -23,6 +23,7 @@ import polars as pl
 from nsysmap.errors import NoGpuData
 from nsysmap.model import Report, meta_frame
 from nsysmap.read import nsys_sql as sql
+from nsysmap.read.nsys_env import rank_facts
 from nsysmap.read.nsys_frames import (
     RANGE_KINDS,
     gpu_ops_frame,
@@ -32,8 +33,13 @@ from nsysmap.read.nsys_frames import (
     string_value,
     strings_table,
 )
+from nsysmap.read.nsys_graphs import split_graphs
+from nsysmap.read.nsys_specs import LAUNCH_ENV
 
 GPU_SPECS = (sql.KERNEL, sql.MEMCPY, sql.MEMSET)
+# Tables of GPU work: the core ones and CUDA graph replays traced as a whole.
+GPU_WORK_SPECS = (*GPU_SPECS, sql.GRAPH_TRACE)
+GRAPH_SPECS = (sql.GRAPH_TRACE, sql.GRAPH_NODE_EVENTS, sql.GRAPH_EVENTS)
 CORE_TABLES = tuple(s.table for s in (*GPU_SPECS, sql.RUNTIME, sql.NVTX))
 TWIN_EVENT_CLASS = 67  # the backtrace twin nsys writes next to a CUDA API row
 LAUNCH_API = r"^cu(da)?(Graph)?Launch"  # cudaLaunchKernel_v7000, cuLaunchKernelEx, ...
@@ -49,10 +55,11 @@ def read_sqlite(path: str | os.PathLike, *, require_gpu: bool = True) -> Report:
     """The export at `path` as a Report of normalised frames.
 
     Raises InputNotFound, NotAnExport, or (with require_gpu, when the export
-    holds no kernel, memcpy or memset) NoGpuData, each with a one-line message.
+    holds no kernel, memcpy, memset or graph replay) NoGpuData, each with a
+    one-line message.
     """
     export = sql.open_export(path)
-    if require_gpu and not any(export.has(s.table) for s in GPU_SPECS):
+    if require_gpu and not any(export.has(s.table) for s in GPU_WORK_SPECS):
         runtime, strings = export.read(sql.RUNTIME), export.read(sql.STRINGS)
         _require_gpu_ops(export, {sql.RUNTIME.table: runtime, "StringIds": strings})
     raw = _read_all(export)
@@ -73,8 +80,8 @@ def _read_all(export: sql.Export) -> Raw:
         sql.NVTX.table: partial(nvtx_batch, strings=strings),
         sql.KERNEL.table: partial(kernels_batch, strings=strings),
     }
-    specs = [sql.NVTX, *GPU_SPECS, sql.RUNTIME, sql.THREAD_NAMES]
-    specs += [sql.GPU_INFO, sql.CUDA_GPU_INFO, *sql.META_TABLES]
+    specs = [sql.NVTX, *GPU_SPECS, sql.RUNTIME, sql.THREAD_NAMES, *GRAPH_SPECS]
+    specs += [sql.GPU_INFO, sql.CUDA_GPU_INFO, *sql.META_TABLES, LAUNCH_ENV]
     with ThreadPoolExecutor(READ_THREADS) as pool:
         futures = {
             spec.table: [
@@ -111,8 +118,8 @@ def _joined(parts: list[pl.DataFrame | None]) -> pl.DataFrame | None:
 
 
 def _require_gpu_ops(export: sql.Export, raw: Raw) -> None:
-    """Raise NoGpuData when no kernel, memcpy or memset was recorded."""
-    if sum(0 if raw.get(s.table) is None else raw[s.table].height for s in GPU_SPECS):
+    """Raise NoGpuData when no kernel, memcpy, memset or graph replay was recorded."""
+    if sum(0 if raw.get(s.table) is None else raw[s.table].height for s in GPU_WORK_SPECS):
         return
     missing = "/".join(s.table.split("_KIND_")[1] for s in GPU_SPECS if not export.has(s.table))
     what = f"CUPTI_ACTIVITY_KIND_{missing} absent" if missing else "GPU activity tables empty"
@@ -136,12 +143,15 @@ def _normalise(raw: Raw, source: str) -> Report:
     missing = ",".join(t for t in CORE_TABLES if raw[t] is None)
     strings = strings_table(raw.pop("StringIds"))
     gpu_ops = gpu_ops_frame(raw, strings)
+    gpu_ops, graph_links, graph_facts = split_graphs(
+        gpu_ops, raw.pop(sql.GRAPH_NODE_EVENTS.table), raw.pop(sql.GRAPH_EVENTS.table)
+    )
     api_calls, twins, duplicates = _api_calls(raw.pop(sql.RUNTIME.table), strings)
     nvtx = raw.pop(sql.NVTX.table)
     nvtx = nvtx_batch(sql.NVTX.empty_if_none(None), strings) if nvtx is None else nvtx
     in_ranges = nvtx.lazy().filter(pl.col("eventType").is_in(RANGE_KINDS))
-    start, end = _extent(gpu_ops, api_calls, in_ranges.select("start_ns", end_ns="end"))
-    ranges = ranges_frame(nvtx, end)
+    start, end = _extent(_timed(gpu_ops), api_calls, in_ranges.select("start_ns", end_ns="end"))
+    ranges = ranges_frame(nvtx)
     del nvtx
     meta = _meta(raw["meta"])
     facts = {
@@ -156,6 +166,8 @@ def _normalise(raw: Raw, source: str) -> Report:
         "backtrace_twin_rows": twins,
         "duplicate_launch_rows": duplicates,
         "ranges_open_at_end": (~ranges["_closed"]).sum(),
+        **graph_facts,
+        **rank_facts(raw.pop(LAUNCH_ENV.table)),
     }
     return Report(
         gpu_ops=gpu_ops,
@@ -164,6 +176,7 @@ def _normalise(raw: Raw, source: str) -> Report:
         threads=_threads(raw[sql.THREAD_NAMES.table], strings),
         devices=_devices(raw[sql.GPU_INFO.table], raw[sql.CUDA_GPU_INFO.table]),
         meta=meta_frame(facts),
+        graph_links=graph_links,
     ).checked()
 
 
@@ -216,6 +229,12 @@ def _split(frame: pl.DataFrame, mask: pl.Series) -> tuple[pl.DataFrame, pl.DataF
     if not mask.any():
         return frame.clear(), frame
     return frame.filter(mask), frame.filter(~mask)
+
+
+def _timed(gpu_ops: pl.DataFrame) -> pl.LazyFrame:
+    """The ops with a time: CUPTI writes start = end = 0 for a graph replay it could not time."""
+    untimed = (pl.col("kind") == "graph") & (pl.col("start_ns") == 0) & (pl.col("end_ns") == 0)
+    return gpu_ops.lazy().filter(~untimed)
 
 
 def _extent(*frames: pl.DataFrame | pl.LazyFrame) -> tuple[int | None, int | None]:

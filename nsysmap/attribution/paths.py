@@ -1,0 +1,81 @@
+"""Range paths: the names from the outermost range down to each operation's innermost one.
+
+Built once per distinct innermost range, in work linear in the number of
+ranges whatever their depth (see `range_paths`).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+# A range path names at most PATH_HEAD + PATH_TAIL ranges: deeper paths keep the
+# PATH_HEAD outermost and PATH_TAIL innermost names with an elision between
+# (" > … 3936 ranges … > "), so that paths cost the same whatever the depth.
+PATH_HEAD = 8
+PATH_TAIL = 56
+PATH_SEPARATOR = " > "
+
+
+def range_paths(
+    parent: pl.Series, names: pl.Series, depth: pl.Series, hits: pl.Series
+) -> pl.Series:
+    """For each hit position, the names from its outermost range down to it, joined by " > ".
+
+    Each distinct hit's path is built once: PATH_HEAD + PATH_TAIL vectorised
+    parent climbs collect the names (a null name counts as ""), and for hits
+    deeper than that the PATH_HEAD outermost ancestors are reached by binary
+    lifting, so the cost is linear in the number of ranges and hits whatever
+    the depth::
+
+        depth 5:     a > b > c > d > e
+        depth 4000:  a > ... (8 names) > … 3936 ranges … > ... (56 names) > z
+    """
+    distinct = hits.drop_nulls().unique().sort()
+    if distinct.is_empty():
+        return pl.repeat(None, hits.len(), dtype=pl.String, eager=True)
+    paths = _paths_of(distinct, parent, names, depth)
+    where = distinct.search_sorted(hits.fill_null(0))
+    return pl.select(pl.when(hits.is_not_null()).then(paths.gather(where))).to_series()
+
+
+def _paths_of(at: pl.Series, parent: pl.Series, names: pl.Series, depth: pl.Series) -> pl.Series:
+    """The path of each position in `at` (no nulls)."""
+    levels = depth.gather(at).fill_null(1)
+    deepest = int(levels.max() or 0)
+    full = _name_chain(at, parent, names, min(deepest, PATH_HEAD + PATH_TAIL))
+    if deepest <= PATH_HEAD + PATH_TAIL:
+        return full
+    deep = levels > PATH_HEAD + PATH_TAIL
+    rows = deep.arg_true()
+    tail = _name_chain(at.gather(rows), parent, names, PATH_TAIL)
+    top = _ancestors_at(at.gather(rows), levels.gather(rows) - PATH_HEAD, parent)
+    head = _name_chain(top, parent, names, PATH_HEAD)
+    skipped = pl.format("… {} ranges …", levels.gather(rows) - PATH_HEAD - PATH_TAIL)
+    elided = pl.select(pl.concat_str([head, skipped, tail], separator=PATH_SEPARATOR))
+    return full.scatter(rows, elided.to_series())
+
+
+def _name_chain(at: pl.Series, parent: pl.Series, names: pl.Series, steps: int) -> pl.Series:
+    """Names of `at` and up to `steps` - 1 ancestors, outermost first, joined."""
+    chain, cur = [], at.cast(pl.UInt32)
+    for _ in range(steps):
+        named = pl.select(pl.when(cur.is_not_null()).then(names.gather(cur).fill_null("")))
+        chain.append(named.to_series())
+        cur = parent.gather(cur)
+    if not chain:
+        return pl.repeat(None, at.len(), dtype=pl.String, eager=True)
+    return pl.select(
+        pl.concat_str(chain[::-1], separator=PATH_SEPARATOR, ignore_nulls=True)
+    ).to_series()
+
+
+def _ancestors_at(at: pl.Series, steps: pl.Series, parent: pl.Series) -> pl.Series:
+    """The ancestor `steps` levels above each position (binary lifting over `parent`)."""
+    jump, cur, bit = parent.cast(pl.UInt32), at.cast(pl.UInt32), 0
+    remaining = int(steps.max() or 0)
+    while remaining >> bit:
+        take = (steps // (1 << bit)) % 2 == 1
+        cur = pl.select(pl.when(take).then(jump.gather(cur)).otherwise(cur)).to_series()
+        jump = jump.gather(jump)
+        bit += 1
+    return cur

@@ -1,0 +1,164 @@
+"""Range instances by position: nesting pre-order, and sums over the ranges inside each.
+
+The positional half of `nsysmap.output.ranges` (pure). Ranges sorted by
+(thread, start, -end, id) are in nesting pre-order, so the ranges inside the
+one at `pos` are the slice pos + 1 .. stop - 1 after it::
+
+    thread 1   |------------- A (pos 0) --------------|      A: stop 4
+                 |- B (1) -|  |---- C (2) ----|              B: stop 2
+                                 |- D (3) -|                 C: stop 4, D: stop 4
+    thread 2   |-- E (4) --|                                 E: stop 5
+
+Operations summed per (device, innermost range) are placed at their range's
+position; a range's inclusive sums are then prefix-sum differences over the
+slice, and the first GPU start and last GPU end come from a sparse table.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from nsysmap.attribution.forest import group_index, sorted_order
+
+_END_OF_TIME = (1 << 63) - 1
+
+
+def preorder(ranges: pl.DataFrame) -> pl.DataFrame:
+    """Ranges in nesting pre-order: pos, row (in `ranges`), thread code g, depth, parent, stop.
+
+    The ranges inside the one at `pos` are those at pos + 1 .. stop - 1: the
+    following ones on its thread that start before it ends. Ranges without a
+    thread cannot hold an operation and are left out; one without a start
+    counts from the first instant of the report, one without an end to the last.
+    """
+    columns = ["range_id", "pid", "tid", "start_ns", "end_ns", "depth", "parent_id"]
+    usable = ranges.select(columns).with_row_index("row").drop_nulls(["pid", "tid"])
+    usable = usable.with_columns(pl.col("start_ns").fill_null(pl.col("start_ns").min()))
+    codes = group_index(usable, ["pid", "tid"])
+    g, n_groups = codes if codes is not None else (pl.Series("g", [], pl.UInt32), 0)
+    last = max(usable["start_ns"].max() or 0, usable["end_ns"].max() or 0)
+    frame = usable.select("row", "range_id", "start_ns", "depth", "parent_id", g=g).with_columns(
+        end=usable["end_ns"].fill_null(last + 1 if last < _END_OF_TIME else last)
+    )
+    ordered = _packed_preorder(frame, n_groups)
+    ordered = ordered if ordered is not None else _sorted_preorder(frame)
+    parents = ordered.select(pl.col("range_id").alias("parent_id"), pl.col("pos").alias("parent"))
+    ordered = ordered.join(parents, on="parent_id", how="left", maintain_order="left")
+    return ordered.select("pos", "row", "range_id", "g", "depth", "parent", "stop")
+
+
+def _packed_preorder(frame: pl.DataFrame, n_groups: int) -> pl.DataFrame | None:
+    """Pre-order by one sort of (thread, start) packed into an Int64; stop by a binary search.
+
+    None when thread codes and times do not fit in 62 bits.
+    """
+    if frame.is_empty():
+        return frame.with_row_index("pos").with_columns(stop=pl.col("pos"))
+    if frame["start_ns"].null_count():
+        return None
+    t0 = int(frame["start_ns"].min())
+    t_bits = (int(frame["end"].max()) - t0).bit_length()
+    if max(1, (n_groups - 1).bit_length()) + t_bits > 62:
+        return None
+    end = frame["end"]
+
+    def packed(t: str) -> pl.Series:
+        thread = pl.col("g").cast(pl.Int64) * (1 << t_bits)
+        return frame.select(thread + (pl.col(t) - t0)).to_series()
+
+    starts = packed("start_ns")
+    order = sorted_order(
+        starts,
+        lambda at: pl.DataFrame({"k1": -end.gather(at), "k2": frame["range_id"].gather(at)}),
+    )
+    stop = starts.gather(order).search_sorted(packed("end").gather(order), side="left")
+    ordered = frame[order].with_row_index("pos")
+    return ordered.with_columns(stop=pl.max_horizontal("pos", stop))
+
+
+def _sorted_preorder(frame: pl.DataFrame) -> pl.DataFrame:
+    """Pre-order by a sort on (thread, start, -end, id); stop by an as-of join per thread."""
+    ordered = frame.sort(
+        ["g", "start_ns", "end", "range_id"], descending=[False, False, True, False]
+    ).with_row_index("pos")
+    firsts = ordered.group_by("g", "start_ns").agg(pl.col("pos").min().alias("next"))
+    after = ordered.select("pos", "g", "end").sort("end")
+    after = after.join_asof(
+        firsts.sort("start_ns"),
+        left_on="end",
+        right_on="start_ns",
+        by="g",
+        strategy="forward",
+        check_sortedness=False,
+    )
+    group_end = (pl.col("pos").max().over("g") + 1).alias("group_end")
+    ordered = ordered.with_columns(group_end).join(after.select("pos", "next"), on="pos")
+    stop = pl.max_horizontal("pos", pl.coalesce("next", "group_end")).alias("stop")
+    return ordered.sort("pos").with_columns(stop).drop("next", "group_end")
+
+
+def instances(placed: pl.DataFrame, forest: pl.DataFrame, max_depth: int) -> pl.DataFrame:
+    """Per (device, range at most `max_depth` deep) with operations inside it:
+    inclusive ops and time, and the GPU span of those operations.
+
+    `placed`: operations summed per (device, innermost range) with its `pos`
+    and thread code `g` (RANGE_LEAVES of nsysmap.output.ranges, placed).
+    """
+    inner = placed.filter(pl.col("pos").is_not_null())
+    devices = inner.select("device_id").unique().sort("device_id").with_row_index("dev")
+    width = forest.height + 1
+    base = (pl.col("dev").cast(pl.Int64) * width).alias("base")
+    inner = inner.join(devices, on="device_id", nulls_equal=True).with_columns(base)
+    inner = inner.with_columns(key=pl.col("base") + pl.col("pos")).sort("key")
+    pairs = inner.select("device_id", "base", "g").unique()
+    shallow = forest.filter(pl.col("depth") <= max_depth).select("pos", "g", "stop")
+    asked = pairs.join(shallow, on="g")
+    keys = inner["key"]
+    lo = keys.search_sorted(asked["base"] + asked["pos"], side="left")
+    hi = keys.search_sorted(asked["base"] + asked["stop"], side="left")
+    asked = asked.with_columns(lo=lo, hi=hi).filter(pl.col("hi") > pl.col("lo"))
+    lo, hi = asked["lo"], asked["hi"]
+    first, last = window_extrema(inner["first_start_ns"], inner["last_end_ns"], lo, hi)
+    return asked.select(
+        "device_id",
+        "pos",
+        inclusive_ops=window_sum(inner["ops"], lo, hi),
+        inclusive_ns=window_sum(inner["time_ns"], lo, hi),
+        span_ns=last - first,
+    )
+
+
+def window_sum(values: pl.Series, lo: pl.Series, hi: pl.Series) -> pl.Series:
+    """Sum of `values` over each window [lo, hi), by prefix sums."""
+    prefix = pl.concat([pl.Series([0], dtype=pl.Int64), values.cast(pl.Int64).cum_sum()])
+    return prefix.gather(hi) - prefix.gather(lo)
+
+
+def window_extrema(
+    first: pl.Series, last: pl.Series, lo: pl.Series, hi: pl.Series
+) -> tuple[pl.Series, pl.Series]:
+    """Minimum of `first` and maximum of `last` over each window [lo, hi), hi > lo.
+
+    A sparse table built one level at a time: at level j, low[i] is the
+    minimum of first[i : i + 2^j]; a window of width w (2^j <= w < 2^(j+1)) is
+    covered by the two blocks starting at lo and at hi - 2^j.
+    """
+    n = lo.len()
+    low_out = pl.repeat(None, n, dtype=pl.Int64, eager=True)
+    high_out = pl.repeat(None, n, dtype=pl.Int64, eager=True)
+    width = (hi.cast(pl.Int64) - lo.cast(pl.Int64)).alias("w")
+    low, high, step = first, last, 1
+    widest = width.max() if n else 0
+    while step <= widest:
+        rows = ((width >= step) & (width < 2 * step)).arg_true()
+        if rows.len():
+            a, b = lo.gather(rows), hi.gather(rows).cast(pl.Int64) - step
+            both = pl.DataFrame({"a1": low.gather(a), "a2": low.gather(b)})
+            low_out.scatter(rows, both.select(pl.min_horizontal("a1", "a2")).to_series())
+            both = pl.DataFrame({"a1": high.gather(a), "a2": high.gather(b)})
+            high_out.scatter(rows, both.select(pl.max_horizontal("a1", "a2")).to_series())
+        if 2 * step <= widest:
+            low = pl.select(pl.min_horizontal(low, low.shift(-step))).to_series()
+            high = pl.select(pl.max_horizontal(high, high.shift(-step))).to_series()
+        step *= 2
+    return low_out, high_out

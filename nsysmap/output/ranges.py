@@ -1,0 +1,285 @@
+"""GPU time per range path: exclusive, inclusive, calls and projected span (pure).
+
+A range's *path* is its name and the names of the ranges around it on its
+thread, outermost first, joined by " > ", with per-call ids removed so that
+repeated calls share one path: PyTorch's operator fields
+(`labels.OPERATOR_CALL_FIELDS`: every call of `aten::addmm` under one parent)
+and step numbers (`ProfilerStep#*`). Per device and path:
+
+    thread 1   |------------------ A -------------------|      A      calls 1, ops 1
+                  |--- B ---|            |--- B ---|           A > B  calls 2, ops 3
+    launches        k1  k2       k3        k4
+    GPU              [k1][k2]     [k3]        [k4]
+                     <-span->                 <>               span of A > B: both, summed
+
+* exclusive (`ops`, `time_ns`): operations whose innermost range has the path;
+  they add up to the device's total (operations outside every range: null path);
+* inclusive: operations launched inside an instance of the path, at any depth.
+  Instances of one path never nest, so nothing is counted twice;
+* `calls`: instances of the path with at least one operation inside;
+* `span_ns`: per instance, first GPU start to last GPU end of those operations.
+
+How: operations are summed per innermost range (`range_leaves`, also block
+by block); `nsysmap.output.range_tree` answers every range instance at once
+from the ranges in nesting pre-order. Paths are built level by level over
+distinct (parent path, name) pairs. Ranges nested more than MAX_PATH_DEPTH
+deep are folded into one row `<path at that depth> > …` (exclusive time of
+everything below it).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from nsysmap import schemas
+from nsysmap.attribution.labels import (
+    OPERATOR_CALL_FIELDS,
+    OPERATOR_RANGE,
+    STEP_NUMBER,
+    name_labels,
+)
+from nsysmap.attribution.paths import PATH_SEPARATOR
+from nsysmap.naming import PREFIX as NSYSMAP
+from nsysmap.output.range_tree import instances, preorder
+
+MAX_PATH_DEPTH = 64
+FOLDED = "…"
+
+# Operations per (device, innermost range): partial sums that combine.
+RANGE_LEAVES = pl.Schema(
+    {
+        "device_id": pl.Int64,
+        "range_id": pl.Int64,
+        "ops": pl.Int64,
+        "time_ns": pl.Int64,
+        "first_start_ns": pl.Int64,
+        "last_end_ns": pl.Int64,
+    }
+)
+_LEAF_RULES = {"ops": "sum", "time_ns": "sum", "first_start_ns": "min", "last_end_ns": "max"}
+
+
+def range_leaves(ops: pl.DataFrame) -> pl.DataFrame:
+    """RANGE_LEAVES of an OPS frame (or of a block of it)."""
+    leaves = ops.group_by("device_id", "range_id").agg(
+        pl.len().cast(pl.Int64).alias("ops"),
+        pl.col("dur_ns").sum().alias("time_ns"),
+        pl.col("start_ns").min().alias("first_start_ns"),
+        pl.col("end_ns").max().alias("last_end_ns"),
+    )
+    return schemas.conform(leaves, RANGE_LEAVES, "range_leaves")
+
+
+def combine_leaves(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """The RANGE_LEAVES of the union of disjoint sets of operations."""
+    how = {"sum": pl.Expr.sum, "min": pl.Expr.min, "max": pl.Expr.max}
+    merged = pl.concat([schemas.empty(RANGE_LEAVES), *parts]).group_by("device_id", "range_id")
+    return merged.agg(how[rule](pl.col(c)) for c, rule in _LEAF_RULES.items())
+
+
+def by_range(leaves: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
+    """BY_RANGE from the leaves of every operation and the report's nested ranges."""
+    forest = preorder(ranges)
+    placed = _placed(leaves, forest)
+    inside = instances(placed, forest, MAX_PATH_DEPTH)
+    node_path, paths = _paths(forest, ranges, inside["pos"].unique())
+    own = _exclusive(placed, forest)
+    rows = pl.concat([_path_rows(inside, own, node_path, paths.height), _outside(placed)])
+    return _finished(rows, pl.concat([paths, _folded_paths(own, node_path, paths)]))
+
+
+def _placed(leaves: pl.DataFrame, forest: pl.DataFrame) -> pl.DataFrame:
+    """Leaves with their range's pos, thread code and depth (null: outside every range)."""
+    placed = leaves.join(forest.select("range_id", "pos", "g", "depth"), on="range_id", how="left")
+    lost = placed.filter(pl.col("range_id").is_not_null() & pl.col("pos").is_null())
+    if lost.height:
+        raise ValueError(f"{lost.height} range ids of the operations are not in the ranges")
+    return placed
+
+
+def path_keys(names: pl.Series) -> pl.Series:
+    """Range names as paths write them: PyTorch's per-call operator fields removed,
+    step numbers as `*` (`ProfilerStep#*`)."""
+    keys = names.str.replace(OPERATOR_CALL_FIELDS, "").fill_null("")
+    distinct = keys.unique()
+    step = name_labels(distinct, ["lbl_aten_op", "lbl_step"])["lbl_step"]
+    steps = distinct.filter(step.is_not_null())
+    if steps.is_empty():
+        return keys
+    starred = steps.str.replace(STEP_NUMBER, "*${1}")
+    return keys.replace(steps, starred)
+
+
+def is_user_range(name: pl.Expr) -> pl.Expr:
+    """A name of the user's own: not a PyTorch operator range, not one of nsysmap's."""
+    bare = name.str.replace(OPERATOR_CALL_FIELDS, "")
+    return ~bare.str.contains(OPERATOR_RANGE) & ~bare.str.starts_with(NSYSMAP)
+
+
+def _paths(
+    forest: pl.DataFrame, ranges: pl.DataFrame, nodes: pl.Series
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(pos, path_id, domain of `nodes`; path_id, range_path, range_name, range_depth).
+
+    `nodes` holds every ancestor of each of its members (a range with an
+    operation inside has it inside every range around it), so each level's
+    paths extend the level above's.
+    """
+    picked = forest.filter(pl.col("pos").is_in(nodes.implode()))
+    picked = picked.select("pos", "parent", "depth").with_columns(
+        key=path_keys(ranges["name"].gather(picked["row"])),
+        domain=ranges["domain"].gather(picked["row"]),
+    )
+    node_path, paths = [_NO_NODES], [_NO_PATHS]
+    for depth in range(1, int(picked["depth"].max() or 0) + 1):
+        level = picked.filter(pl.col("depth") == depth)
+        if depth == 1:
+            level, above = level.with_columns(up=pl.lit(None, pl.Int64)), pl.lit("")
+        else:
+            ups = node_path[-1].select(parent="pos", up="path_id")
+            level = level.join(ups, on="parent", how="left")
+            above = pl.col("above") + PATH_SEPARATOR
+        first_id = sum(p.height for p in paths)
+        distinct = (
+            level.select("up", "key")
+            .unique(maintain_order=True)
+            .with_columns(path_id=pl.int_range(first_id, first_id + pl.len(), dtype=pl.Int64))
+        )
+        texts = paths[-1].select(up="path_id", above="range_path")
+        paths.append(
+            distinct.join(texts, on="up", how="left").select(
+                "path_id",
+                range_path=pl.concat_str(above, "key"),
+                range_name="key",
+                range_depth=pl.lit(depth, pl.Int32),
+            )
+        )
+        done = level.join(distinct, on=["up", "key"], nulls_equal=True)
+        node_path.append(done.select("pos", "path_id", "domain"))
+    return pl.concat(node_path), pl.concat(paths)
+
+
+_NO_NODES = pl.DataFrame(schema={"pos": pl.UInt32, "path_id": pl.Int64, "domain": pl.String})
+_NO_PATHS = pl.DataFrame(
+    schema={
+        "path_id": pl.Int64,
+        "range_path": pl.String,
+        "range_name": pl.String,
+        "range_depth": pl.Int32,
+    }
+)
+
+
+def _exclusive(placed: pl.DataFrame, forest: pl.DataFrame) -> pl.DataFrame:
+    """Leaves inside a range, on the range that holds them in by_range (`node`).
+
+    That is their innermost range, or for ranges nested deeper than
+    MAX_PATH_DEPTH their ancestor at that depth (`folded` true): in pre-order,
+    the last range of that depth on the thread at or before them.
+    """
+    inner = placed.filter(pl.col("pos").is_not_null())
+    deep = pl.col("depth") > MAX_PATH_DEPTH
+    kept = inner.filter(~deep).with_columns(node=pl.col("pos"), folded=pl.lit(False))
+    folded = inner.filter(deep).sort("pos")
+    if folded.height:
+        cut = forest.filter(pl.col("depth") == MAX_PATH_DEPTH).select("g", "pos", node="pos")
+        folded = folded.join_asof(cut.sort("pos"), on="pos", by="g", check_sortedness=False)
+        folded = folded.with_columns(folded=pl.lit(True))
+        return pl.concat([kept, folded.select(kept.columns)])
+    return kept
+
+
+def _path_rows(
+    inside: pl.DataFrame, own: pl.DataFrame, node_path: pl.DataFrame, n_paths: int
+) -> pl.DataFrame:
+    """One row per (device, path, domain): calls, exclusive and inclusive sums, span.
+
+    Folded leaves (see `_exclusive`) make a row of their own per ancestor
+    path, with path id `n_paths` + the ancestor's.
+    """
+    keys = ["device_id", "path_id", "domain"]
+    calls = (
+        inside.join(node_path, on="pos")
+        .group_by(keys)
+        .agg(
+            pl.len().cast(pl.Int64).alias("calls"),
+            pl.col("inclusive_ops").sum(),
+            pl.col("inclusive_ns").sum(),
+            pl.col("span_ns").sum(),
+        )
+    )
+    placed = own.join(node_path, left_on="node", right_on="pos")
+    mine = placed.filter(~pl.col("folded")).group_by(keys).agg(pl.col("ops", "time_ns").sum())
+    rows = calls.join(mine, on=keys, how="left", nulls_equal=True).with_columns(
+        pl.col("ops", "time_ns").fill_null(0)
+    )
+    return pl.concat([rows, _folded_rows(placed, n_paths).select(rows.columns)])
+
+
+def _folded_rows(placed: pl.DataFrame, n_paths: int) -> pl.DataFrame:
+    """Per device and ancestor path, the operations folded below it: `<path> > …`."""
+    per_call = (
+        placed.filter("folded")
+        .group_by("device_id", "path_id", "node")
+        .agg(
+            pl.col("ops", "time_ns").sum(),
+            (pl.col("last_end_ns").max() - pl.col("first_start_ns").min()).alias("span_ns"),
+        )
+    )
+    return (
+        per_call.group_by("device_id", "path_id")
+        .agg(pl.len().cast(pl.Int64).alias("calls"), pl.col("ops", "time_ns", "span_ns").sum())
+        .select(
+            "device_id",
+            pl.col("path_id") + n_paths,
+            pl.lit(None, pl.String).alias("domain"),
+            "calls",
+            pl.col("ops").alias("inclusive_ops"),
+            pl.col("time_ns").alias("inclusive_ns"),
+            "span_ns",
+            "ops",
+            "time_ns",
+        )
+    )
+
+
+def _folded_paths(own: pl.DataFrame, node_path: pl.DataFrame, paths: pl.DataFrame) -> pl.DataFrame:
+    """Paths of the folded rows: `<ancestor's path> > …`, id `paths.height` + the ancestor's."""
+    ids = own.filter("folded").join(node_path, left_on="node", right_on="pos")["path_id"].unique()
+    return paths.filter(pl.col("path_id").is_in(ids.implode())).select(
+        pl.col("path_id") + paths.height,
+        pl.col("range_path") + PATH_SEPARATOR + FOLDED,
+        range_name=pl.lit(FOLDED),
+        range_depth=pl.lit(MAX_PATH_DEPTH + 1, pl.Int32),
+    )
+
+
+def _outside(placed: pl.DataFrame) -> pl.DataFrame:
+    """Per device, the operations outside every range (null path)."""
+    return (
+        placed.filter(pl.col("range_id").is_null())
+        .group_by("device_id")
+        .agg(pl.col("ops", "time_ns").sum())
+        .select(
+            "device_id",
+            pl.lit(None, pl.Int64).alias("path_id"),
+            pl.lit(None, pl.String).alias("domain"),
+            pl.lit(0, pl.Int64).alias("calls"),
+            pl.col("ops").alias("inclusive_ops"),
+            pl.col("time_ns").alias("inclusive_ns"),
+            pl.lit(None, pl.Int64).alias("span_ns"),
+            "ops",
+            "time_ns",
+        )
+    )
+
+
+def _finished(rows: pl.DataFrame, paths: pl.DataFrame) -> pl.DataFrame:
+    """Path names and shares of the device's time; sorted by device and path."""
+    total = pl.col("time_ns").sum().over("device_id")
+    done = rows.join(paths, on="path_id", how="left").with_columns(
+        time_share=pl.when(total > 0).then(pl.col("time_ns") / total).otherwise(0.0),
+        inclusive_share=pl.when(total > 0).then(pl.col("inclusive_ns") / total).otherwise(0.0),
+    )
+    done = done.sort(["device_id", "range_path", "domain"], nulls_last=True)
+    return schemas.conform(done.select(schemas.BY_RANGE.names()), schemas.BY_RANGE, "by_range")

@@ -1,0 +1,311 @@
+"""by_range: GPU time per range path, exclusive and inclusive, on hand-checkable reports."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
+
+from nsysmap.attribution.attribute import attribute
+from nsysmap.output import range_tree
+from nsysmap.output import ranges as rg
+from nsysmap.output.summarize import combine_summaries, partial_summaries, summarize
+from tests.frames import MS, Frames
+
+
+def _table(frames: Frames) -> pl.DataFrame:
+    report = frames.report()
+    return summarize(attribute(report), report.ranges).by_range
+
+
+def _rows(table: pl.DataFrame, device: int = 0) -> dict:
+    cols = ["calls", "ops", "time_ns", "inclusive_ops", "inclusive_ns", "span_ns"]
+    picked = table.filter(pl.col("device_id") == device)
+    return {r[0]: tuple(r[1:]) for r in picked.select("range_path", *cols).iter_rows()}
+
+
+def _sample() -> Frames:
+    """One thread: A [0, 100) holding B twice, C with two addmm calls; kernels of 1..10 ms."""
+    f = Frames()
+    f.range(1, "A", 0, 100)
+    f.range(1, "B", 10, 30)
+    f.range(1, "B", 40, 60)
+    f.range(1, "C", 70, 90)
+    f.range(1, "aten::addmm, seq = 1, op_id = 5, sizes = [[2], [2, 2]]", 72, 80)
+    f.range(1, "aten::addmm, op_id = 9, seq = 2, input_op_ids = [(5,0)]", 80, 88)
+    f.kernel(1, 5, dur=1)  # A itself, runs 6..7
+    f.kernel(1, 12, dur=2)  # B #1, 13..15
+    f.kernel(1, 20, dur=3, run_at=25)  # B #1, 25..28
+    f.kernel(1, 45, dur=4)  # B #2, 46..50
+    f.kernel(1, 73, dur=5)  # addmm #1, 74..79
+    f.kernel(1, 81, dur=6)  # addmm #2, 82..88
+    f.kernel(1, 95, dur=7)  # A itself, 96..103
+    f.kernel(1, 200, dur=8)  # outside every range
+    f.kernel(None, 0, dur=9)  # no launch record
+    f.kernel(1, 15, dur=10, device=1)  # B #1, on device 1
+    return f
+
+
+def test_exclusive_inclusive_calls_and_span_by_hand():
+    table = _table(_sample())
+    assert _rows(table) == {
+        "A": (1, 2, 8 * MS, 7, 28 * MS, 97 * MS),
+        "A > B": (2, 3, 9 * MS, 3, 9 * MS, (15 + 4) * MS),
+        "A > C": (1, 0, 0, 2, 11 * MS, 14 * MS),
+        "A > C > aten::addmm": (2, 2, 11 * MS, 2, 11 * MS, (5 + 6) * MS),
+        None: (0, 2, 17 * MS, 2, 17 * MS, None),
+    }
+    assert _rows(table, 1) == {
+        "A": (1, 0, 0, 1, 10 * MS, 10 * MS),
+        "A > B": (1, 1, 10 * MS, 1, 10 * MS, 10 * MS),
+    }
+
+
+def test_exclusive_time_adds_up_to_each_device_total():
+    table = _table(_sample())
+    totals = dict(table.group_by("device_id").agg(pl.col("time_ns").sum()).iter_rows())
+    assert totals == {0: 45 * MS, 1: 10 * MS}
+    shares = dict(table.group_by("device_id").agg(pl.col("time_share").sum()).iter_rows())
+    assert shares == pytest.approx({0: 1.0, 1: 1.0})
+
+
+def test_inclusive_time_of_a_path_is_the_sum_over_its_subtree():
+    table = _table(_sample()).filter(pl.col("device_id") == 0)
+    own = dict(table.select("range_path", "time_ns").iter_rows())
+    for path, inclusive in table.select("range_path", "inclusive_ns").iter_rows():
+        if path is None:
+            continue
+        below = sum(t for p, t in own.items() if p and (p == path or p.startswith(path + " > ")))
+        assert inclusive == below, path
+
+
+def test_operator_ids_are_stripped_so_repeated_calls_group():
+    f = Frames()
+    f.range(1, "forward pass", 0, 50)
+    for i, start in enumerate((0, 10, 20)):
+        name = f"aten::mm, seq = {i}, op_id = {90 + i}, sizes = [[{i + 1}, 4]]"
+        f.range(1, name, start, start + 5)
+        f.kernel(1, start + 1, dur=2)
+    f.range(2, "MmBackward0, stashed seq = 0, op_id = 100, sizes = [[1, 4]]", 60, 70)
+    f.range(2, "MmBackward0, stashed seq = 1, op_id = 101", 70, 80)
+    f.kernel(2, 61, dur=1)
+    f.kernel(2, 71, dur=1)
+    rows = _rows(_table(f))
+    assert rows["forward pass > aten::mm"] == (3, 3, 6 * MS, 3, 6 * MS, 6 * MS)
+    assert rows["MmBackward0"][:3] == (2, 2, 2 * MS)
+    assert set(rows) == {"forward pass", "forward pass > aten::mm", "MmBackward0"}
+
+
+def test_steps_group_under_one_path_with_their_number_as_a_star():
+    f = Frames()
+    for step, start in ((1, 0), (2, 50)):
+        f.range(1, f"ProfilerStep#{step}", start, start + 40)
+        f.range(1, "forward", start + 1, start + 20)
+        f.range(1, f"nsysmap:step:{step}", start + 21, start + 30)
+        f.kernel(1, start + 2, dur=2)
+        f.kernel(1, start + 22, dur=1)
+    rows = _rows(_table(f))
+    assert rows == {
+        "ProfilerStep#*": (2, 0, 0, 4, 6 * MS, (21 + 21) * MS),
+        "ProfilerStep#* > forward": (2, 2, 4 * MS, 2, 4 * MS, 4 * MS),
+        "ProfilerStep#* > nsysmap:step:*": (2, 2, 2 * MS, 2, 2 * MS, 2 * MS),
+    }
+
+
+def test_a_report_too_long_to_pack_takes_the_general_path(monkeypatch):
+    f = _sample()
+    f.range(1, "late", 4_000_000_000_000, 4_000_000_000_010)  # 4e18 ns: past 62 bits
+    f.range(2, "other thread", 0, 10)
+    f.kernel(1, 4_000_000_000_001, dur=1)
+    general, sorted_preorder = [], range_tree._sorted_preorder
+    spy = lambda x: general.append(1) or sorted_preorder(x)  # noqa: E731
+    monkeypatch.setattr(range_tree, "_sorted_preorder", spy)
+    rows = _rows(_table(f))
+    assert general and rows["late"] == (1, 1, MS, 1, MS, MS)
+    assert rows["A > B"] == (2, 3, 9 * MS, 3, 9 * MS, (15 + 4) * MS)
+
+
+def test_the_general_path_equals_the_packed_one(monkeypatch):
+    for frames in (_sample(), _nested_sample()):
+        packed = _table(frames)
+        with monkeypatch.context() as m:
+            m.setattr(range_tree, "_packed_preorder", lambda *_: None)
+            assert_frame_equal(_table(frames), packed)
+
+
+def test_names_keep_their_domain_and_text():
+    f = Frames()
+    f.range(1, "computing softmax", 0, 10)
+    f.kernel(1, 1, dur=2)
+    report = f.report()
+    ranges = report.ranges.with_columns(domain=pl.lit("cs336"))
+    table = summarize(attribute(report), ranges).by_range
+    row = table.row(0, named=True)
+    assert (row["range_path"], row["range_name"], row["domain"], row["range_depth"]) == (
+        "computing softmax",
+        "computing softmax",
+        "cs336",
+        1,
+    )
+
+
+def test_no_ranges_gives_one_null_row_per_device():
+    f = Frames()
+    f.kernel(1, 1, dur=2)
+    f.kernel(1, 5, dur=3, device=1)
+    table = _table(f)
+    assert table.select("device_id", "range_path", "ops", "time_ns").rows() == [
+        (0, None, 1, 2 * MS),
+        (1, None, 1, 3 * MS),
+    ]
+
+
+def _nested_sample() -> Frames:
+    f = Frames()
+    f.range(1, "r0", 0, 100)
+    f.range(1, "r1", 1, 99)
+    f.range(1, "r2", 2, 40)
+    f.range(1, "r3", 3, 30)  # r0 > r1 > r2 > r3
+    f.range(1, "r2", 50, 60)  # a second r0 > r1 > r2
+    f.kernel(1, 4, dur=2)  # innermost r3, runs 5..7
+    f.kernel(1, 2, dur=3, run_at=10)  # innermost the first r2, 10..13
+    f.kernel(1, 51, dur=5)  # innermost the second r2, 52..57
+    f.kernel(1, 1, dur=1, run_at=60)  # innermost r1, 60..61
+    return f
+
+
+def test_ranges_nested_deeper_than_the_limit_fold_into_one_row(monkeypatch):
+    monkeypatch.setattr(rg, "MAX_PATH_DEPTH", 2)
+    assert _rows(_table(_nested_sample())) == {
+        "r0": (1, 0, 0, 4, 11 * MS, 56 * MS),
+        "r0 > r1": (1, 1, 1 * MS, 4, 11 * MS, 56 * MS),
+        "r0 > r1 > …": (1, 3, 10 * MS, 3, 10 * MS, 52 * MS),
+    }
+
+
+def test_summarize_without_ranges_leaves_by_range_empty():
+    f = _sample()
+    assert summarize(attribute(f.report())).by_range.is_empty()
+
+
+def test_block_by_block_equals_in_memory():
+    report = _sample().report()
+    ops = attribute(report)
+    whole = summarize(ops, report.ranges).by_range
+    for size in (1, 3, 4):
+        parts = [partial_summaries(ops.slice(i, size)) for i in range(0, ops.height, size)]
+        assert_frame_equal(combine_summaries(parts, report.ranges).by_range, whole)
+
+
+# ------------------------------------------------------------------ reference
+
+_FIELDS = re.compile(r", (?:stashed seq|seq|op_id|sizes|input_op_ids) = .*$", re.S)
+
+
+def reference_by_range(ops: pl.DataFrame, ranges: pl.DataFrame) -> dict:
+    """(device, path) -> (calls, ops, time, inclusive ops, inclusive time, span), by climbing."""
+    info = {r["range_id"]: r for r in ranges.iter_rows(named=True)}
+
+    def path(rid: int) -> str:
+        names = []
+        while rid is not None:
+            names.append(_FIELDS.sub("", info[rid]["name"] or ""))
+            rid = info[rid]["parent_id"]
+        return " > ".join(reversed(names))
+
+    own: dict = defaultdict(lambda: [0, 0])
+    inst: dict = {}
+    for op in ops.iter_rows(named=True):
+        dev, rid = op["device_id"], op["range_id"]
+        key = (dev, None if rid is None else path(rid))
+        own[key][0] += 1
+        own[key][1] += op["dur_ns"]
+        while rid is not None:
+            i = inst.setdefault((dev, rid), [0, 0, op["start_ns"], op["end_ns"]])
+            i[0] += 1
+            i[1] += op["dur_ns"]
+            i[2], i[3] = min(i[2], op["start_ns"]), max(i[3], op["end_ns"])
+            rid = info[rid]["parent_id"]
+    out: dict = {}
+    for (dev, rid), (n, t, first, last) in inst.items():
+        row = out.setdefault((dev, path(rid)), [0, 0, 0, 0])
+        row[0] += 1
+        row[1] += n
+        row[2] += t
+        row[3] += last - first
+    result = {
+        key: (calls, *own.get(key, (0, 0)), n, t, span) for key, (calls, n, t, span) in out.items()
+    }
+    for (dev, p), (n, t) in own.items():
+        if p is None:
+            result[(dev, None)] = (0, n, t, n, t, None)
+    return result
+
+
+_NAMES = st.sampled_from(
+    ["fwd", "attention", "aten::mm, seq = 3, op_id = 7", "aten::mm, op_id = 8", "x", ""]
+)
+
+
+@st.composite
+def nested_ranges(draw: st.DrawFn, lo: int = 0, hi: int = 100, depth: int = 4) -> list:
+    """(name, start, end) of ranges nested inside [lo, hi): up to 4 children a level."""
+    size = min(8 if depth else 0, hi - lo + 1)
+    cuts = draw(st.lists(st.integers(lo, hi), min_size=size // 2, max_size=size, unique=True))
+    cuts.sort()
+    out = []
+    for start, end in zip(cuts[::2], cuts[1::2], strict=False):
+        out.append((draw(_NAMES), start, end))
+        out.extend(draw(nested_ranges(start, end, depth - 1)))
+    return out
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    nested_ranges(),
+    nested_ranges(),
+    st.lists(
+        st.tuples(st.sampled_from([1, 2, None]), st.integers(0, 100), st.integers(0, 1)),
+        min_size=20,
+        max_size=60,
+    ),
+    st.integers(1, 7),
+)
+def test_matches_a_reference_that_climbs_every_operation(one, two, launches, block):
+    f = Frames()
+    for tid, rows in ((1, one), (2, two)):
+        for name, start, end in rows:
+            f.range(tid, name, start, end)
+    for i, (tid, at, device) in enumerate(launches):
+        f.kernel(tid, at, dur=1 + i % 4, device=device, run_at=at + i % 3)
+    report = f.report()
+    ops = attribute(report)
+    table = summarize(ops, report.ranges).by_range
+    cols = ["calls", "ops", "time_ns", "inclusive_ops", "inclusive_ns", "span_ns"]
+    rows = table.select("device_id", "range_path", *cols).rows()
+    got = {(r[0], r[1]): tuple(r[2:]) for r in rows}
+    assert got == reference_by_range(ops, report.ranges)
+    parts = [partial_summaries(ops.slice(i, block)) for i in range(0, max(ops.height, 1), block)]
+    assert_frame_equal(combine_summaries(parts, report.ranges).by_range, table)
+
+
+@given(
+    st.lists(st.tuples(st.integers(-50, 50), st.integers(-50, 50)), min_size=1, max_size=70),
+    st.lists(st.tuples(st.integers(0, 69), st.integers(1, 70)), max_size=30),
+)
+def test_window_extrema_and_sums_match_brute_force(values, windows):
+    first = pl.Series([a for a, _ in values], dtype=pl.Int64)
+    last = pl.Series([b for _, b in values], dtype=pl.Int64)
+    windows = [(lo, min(lo + w, len(values))) for lo, w in windows if lo < len(values)]
+    lo = pl.Series([a for a, _ in windows], dtype=pl.UInt32)
+    hi = pl.Series([b for _, b in windows], dtype=pl.UInt32)
+    low, high = range_tree.window_extrema(first, last, lo, hi)
+    sums = range_tree.window_sum(first, lo, hi)
+    for i, (a, b) in enumerate(windows):
+        assert low[i] == min(first[a:b]) and high[i] == max(last[a:b])
+        assert sums[i] == sum(first[a:b])

@@ -1,0 +1,166 @@
+"""PyTorch operator range names of every version: fields in any order, shapes from `sizes` only.
+
+Newer PyTorch writes `aten::addmm, seq = 12, op_id = 88980, sizes = [[768], [2048,
+768], [768, 768]], input_op_ids = [(88976,0), (88977,0)]`; older versions wrote
+`aten::addmm, seq = 12, sizes = [[..]]` or `..., stashed seq = 12`. The corpus
+tests read two real exports made with shape-recording operator ranges and
+check FLOPs and the report's shape table against an independent parse of the
+raw NVTX names.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from nsysmap.attribution.attribute import attribute
+from nsysmap.attribution.labels import name_labels
+from nsysmap.flops.shapes import with_shape_flops
+from nsysmap.pipeline import load_report
+from nsysmap.report.shapes import shapes_table
+from tests.corpus import CORPUS, connect
+from tests.frames import Frames
+
+ADDMM_SIZES = "[[768], [2048, 768], [768, 768]]"
+OPERATOR_NAMES = [
+    (
+        f"aten::addmm, seq = 12, op_id = 88980, sizes = {ADDMM_SIZES}, "
+        "input_op_ids = [(88976,0), (88977,0)]",
+        ("aten::addmm", 12, False, ADDMM_SIZES),
+    ),
+    (
+        f"aten::addmm, op_id = 88980, input_op_ids = [(88976,0)], sizes = {ADDMM_SIZES}, seq = 3",
+        ("aten::addmm", 3, False, ADDMM_SIZES),
+    ),
+    (
+        f"aten::mm, sizes = {ADDMM_SIZES}, stashed seq = 7, op_id = 5",
+        ("aten::mm", 7, True, ADDMM_SIZES),
+    ),
+    (
+        "aten::addmm, seq = 12, sizes = [[8, 768], [768, 2304], []]",
+        ("aten::addmm", 12, False, "[[8, 768], [768, 2304], []]"),
+    ),
+    ("aten::empty_strided, op_id = 993181", ("aten::empty_strided", None, None, None)),
+    ("aten::mm, stashed seq = 12", ("aten::mm", 12, True, None)),
+    (
+        "aten::cat, seq = 4, op_id = 9, sizes = [[[2, 3], [2, 3]], []], "
+        "input_op_ids = [(1,0), (2,0)]",
+        ("aten::cat", 4, False, "[[[2, 3], [2, 3]], []]"),
+    ),
+    (
+        "aten::einsum, op_id = 22563, sizes = [[], [4, 512, 768], [768, 768], []], "
+        "input_op_ids = [(0,-1), (22539,0), (22540,0), (0,-1)]",
+        ("aten::einsum", None, None, "[[], [4, 512, 768], [768, 768], []]"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "expected"), OPERATOR_NAMES)
+def test_operator_fields_in_any_order(name, expected):
+    columns = ["lbl_aten_op", "lbl_seq", "lbl_stashed", "lbl_shapes"]
+    assert name_labels(pl.Series([name]), columns).row(0) == expected
+
+
+def test_repeated_calls_with_new_style_names_group_and_count_flops():
+    """Three addmm calls, each its own op_id and input_op_ids, one kernel each."""
+    f = Frames()
+    for i in range(3):
+        name = (
+            f"aten::addmm, seq = {12 + i}, op_id = {88980 + 10 * i}, sizes = {ADDMM_SIZES}, "
+            f"input_op_ids = [({88976 + 10 * i},0), ({88977 + 10 * i},0)]"
+        )
+        f.range(1, name, 10 * i, 10 * i + 5)
+        f.kernel(1, 10 * i + 1, "ampere_sgemm_128x64_tn")
+    ops = with_shape_flops(attribute(f.report()))
+    assert ops["input_shapes"].to_list() == [ADDMM_SIZES] * 3
+    assert ops["matmul_flop"].to_list() == [2 * 2048 * 768 * 768] * 3
+    assert ops["other_flop_estimate"].to_list() == [2048 * 768] * 3  # the bias
+    table = shapes_table(ops)
+    assert table.select("aten_op", "input_shapes", "calls").rows() == [
+        ("aten::addmm", ADDMM_SIZES, 3)
+    ]
+
+
+# ------------------------------------------------------------------ real exports
+
+REAL = CORPUS.parent / "real"
+EXPORTS = (
+    "cs336a2_small_fwd_emitnvtx_shapes_a100.sqlite",
+    "cs336a2_small_fwdbwd_emitnvtx_shapes_a100.sqlite",
+)
+# Operator ranges that launched a kernel: (name, number of kernels), from raw SQL.
+_LAUNCHING_RANGES = """
+SELECT coalesce(n.text, s.value) AS name, count(k.correlationId)
+FROM NVTX_EVENTS n
+LEFT JOIN StringIds s ON s.id = n.textId
+JOIN CUPTI_ACTIVITY_KIND_RUNTIME r
+  ON r.globalTid = n.globalTid AND r.start >= n.start AND r.start < n."end"
+JOIN CUPTI_ACTIVITY_KIND_KERNEL k ON k.correlationId = r.correlationId
+WHERE coalesce(n.text, s.value) LIKE 'aten::bmm,%'
+GROUP BY n.rowid
+"""
+
+
+def _export(name: str) -> Path:
+    path = REAL / name
+    if not path.is_file():
+        pytest.skip(f"{name} is not in the corpus at {REAL}")
+    return path
+
+
+def _sizes(name: str) -> str:
+    """The `sizes = [...]` field, cut out by counting brackets (not by nsysmap's regex)."""
+    start = name.index("sizes = ") + len("sizes = ")
+    depth = 0
+    for end, char in enumerate(name[start:], start):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if depth == 0:
+            return name[start : end + 1]
+    raise ValueError(name)
+
+
+def _bmm_flop(sizes: str) -> int:
+    (b, m, k), (b2, k2, n) = json.loads(sizes)
+    assert (b, k) == (b2, k2)
+    return 2 * b * m * k * n
+
+
+def _independent_bmm_calls(path: Path) -> Counter:
+    """sizes -> calls of aten::bmm ranges that launched at least one kernel."""
+    with connect(path) as conn:
+        rows = conn.execute(_LAUNCHING_RANGES).fetchall()
+    return Counter(_sizes(name.decode()) for name, kernels in rows if kernels)
+
+
+@pytest.fixture(scope="module", params=EXPORTS)
+def real_export(request) -> tuple[Path, pl.DataFrame]:
+    path = _export(request.param)
+    return path, with_shape_flops(attribute(load_report(path)))
+
+
+def test_matmul_flops_come_from_sizes(real_export):
+    path, ops = real_export
+    calls = _independent_bmm_calls(path)
+    expected = sum(_bmm_flop(sizes) * n for sizes, n in calls.items())
+    bmm = ops.filter(pl.col("aten_op") == "aten::bmm")
+    assert bmm["matmul_flop"].sum() == expected > 0
+    # Every matmul FLOP of these exports is a bmm's (einsum and matmul call bmm).
+    assert ops["matmul_flop"].sum() == expected
+    assert not ops["input_shapes"].drop_nulls().str.contains("input_op_ids").any()
+
+
+def test_the_shape_table_shows_each_operator_and_shapes_once_with_its_calls(real_export):
+    path, ops = real_export
+    table = shapes_table(ops)
+    keys = ["module", "direction", "aten_op", "input_shapes"]
+    assert table.select(keys).is_duplicated().sum() == 0
+    bmm = table.filter(pl.col("aten_op") == "aten::bmm")
+    got = Counter()
+    for shapes, calls in bmm.select("input_shapes", "calls").iter_rows():
+        got[shapes] += calls
+    assert got == _independent_bmm_calls(path)
+    assert bmm.height <= 12  # a handful of distinct shapes, not one row per call

@@ -1,0 +1,95 @@
+"""The terminal summary: what the profile carries and lacks, and its top ranges."""
+
+from __future__ import annotations
+
+from nsysmap.attribution.attribute import attribute
+from nsysmap.output import render
+from nsysmap.output.render import render_summary
+from nsysmap.output.summarize import summarize
+from tests.frames import Frames
+
+META = {"backend": "nsys", "source_path": "run.sqlite"}
+
+
+def _text(f: Frames) -> str:
+    report = f.report()
+    return render_summary(summarize(attribute(report), report.ranges), META)
+
+
+def _user_profile() -> Frames:
+    """Plain NVTX ranges and PyTorch operator ranges: a phase, no step, no module."""
+    f = Frames()
+    f.range(1, "forward pass", 0, 100)
+    f.range(1, "attention", 10, 60)
+    f.range(1, "computing softmax", 20, 40)
+    f.range(1, "aten::softmax, seq = 3, op_id = 9, sizes = [[4, 4]]", 21, 30)
+    f.kernel(1, 22, dur=3)
+    f.range(1, "final matmul", 45, 55)
+    f.kernel(1, 46, dur=5)
+    f.kernel(1, 70, dur=2)
+    return f
+
+
+def test_a_profile_without_nsysmaps_ranges_says_what_it_has_and_lacks():
+    text = _text(_user_profile())
+    profile = [line for line in text.splitlines() if line.startswith("Profile:")]
+    assert profile == [
+        "Profile: user ranges, PyTorch operator ranges, phases (100.0%); no steps, no modules. "
+        "To get them: `nsysmap run SCRIPT` (all three), NVTX / `record_function` ranges named "
+        "`step N`, `forward`, `backward`, `optimizer` (steps, phases), torch.profiler "
+        "`with_modules=True` (modules)."
+    ]
+    assert "Of all time" not in text
+    assert "Top modules" not in text and "(none)" not in text  # only the null group
+    assert "GPU time by phase" in text  # the phase is known
+
+
+def test_top_ranges_show_the_users_ranges_by_time_inside():
+    lines = _text(_user_profile()).split("Top ranges")[1].split("\n\n")[0].splitlines()
+    rows = [line.split() for line in lines[1:-1]]
+    assert [r[:-4] for r in rows] == [
+        ["forward", "pass"],
+        ["forward", "pass", ">", "attention"],
+        ["forward", "pass", ">", "attention", ">", "final", "matmul"],
+        ["forward", "pass", ">", "attention", ">", "computing", "softmax"],
+    ]
+    assert rows[0][-4:] == ["1", "2.000", "10.000", "100.0%"]
+    assert rows[3][-4:] == ["1", "0.000", "3.000", "30.0%"]
+    assert lines[-1] == "  ... 1 more in by_range.parquet"  # the operator range
+
+
+def test_a_profile_with_only_nsysmaps_ranges_keeps_the_known_shares_line():
+    f = Frames()
+    f.range(1, "nsysmap:step:0", 0, 100)
+    f.range(1, "nsysmap:phase:forward", 1, 90)
+    f.range(1, "nsysmap:fwd:Linear:fc", 2, 50)
+    f.kernel(1, 3, dur=4)
+    text = _text(f)
+    assert "Of all time, 100.0% has a step, 100.0% has a phase, 100.0% has a module." in text
+    assert "Top ranges" not in text and "Profile:" not in text
+
+
+def test_operator_ranges_alone_are_shown_but_not_beside_nsysmaps_ranges():
+    f = Frames()
+    f.range(1, "aten::mm, seq = 1, op_id = 2", 0, 10)
+    f.kernel(1, 1, dur=2)
+    assert "  aten::mm  " in _text(f).split("Top ranges")[1]
+    f.range(1, "nsysmap:phase:forward", 0, 20)
+    assert "Top ranges" not in _text(f)
+
+
+def test_a_profile_without_ranges_says_how_to_get_them():
+    f = Frames()
+    f.kernel(1, 1, dur=2)
+    text = _text(f)
+    assert "Profile: no ranges; no steps, no phases, no modules." in text
+    assert "`emit_nvtx` (operator ranges)" in text
+    assert "by phase" not in text and "Top modules" not in text and "Top ranges" not in text
+
+
+def test_long_paths_are_cut_at_a_separator_from_the_left(monkeypatch):
+    monkeypatch.setattr(render, "MAX_LABEL", 20)
+    assert render._path_label("a > b") == "a > b"
+    assert render._path_label("first > second > third > last") == "… > third > last"
+    assert render._path_label("first > a name far too long") == "… > a name far too…"
+    assert render._path_label("a single name far too long") == "a single name far t…"
