@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nsysmap.errors import ExitCode, InputNotFound, NoGpuData, NotAnExport
-from nsysmap.read.torch_events import ns_from_us, text_id
+from nsysmap.read.torch_columns import ns_from_us, text_id
 from nsysmap.read.torch_trace import read_trace, self_times, short_kernel_name
 
 # --------------------------------------------------------------- real trace

@@ -1,18 +1,23 @@
 """Reading torch.profiler traces (Kineto chrome-trace JSON) into a Report.
 
-`nsysmap.read.torch_events` parses the file and splits its events by category;
-this module builds the normalised tables from them:
+`nsysmap.read.torch_events` parses the file, checks and sorts its events by
+category; this module builds the normalised tables from them:
 
     category                          table
     user_annotation                   ranges (push_pop, domain null)
+    python_function "nn.Module: X_N"  ranges (synthetic module ranges,
+                                      `nsysmap.read.torch_modules`)
     kernel, gpu_memcpy, gpu_memset    gpu_ops: the unit of work is the GPU op
     cuda_runtime, cuda_driver         api_calls: the launches, by "correlation"
     cpu_op                            with device events: ranges (so a kernel's
                                       aten op is the operator around its launch)
                                       without: gpu_ops, the unit of work is the
                                       CPU operator, timed by its self time
+    gpu_user_annotation               counted in meta, neither op nor range
+    flows fwdbwd / ac2g               links (`nsysmap.read.torch_links`)
 
-This module never imports torch: it only reads the file.
+Old traces' categories (Operator, Runtime, Kernel, Memcpy, Memset) read the
+same. This module never imports torch: it only reads the file.
 """
 
 from __future__ import annotations
@@ -22,33 +27,33 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap import schemas
 from nsysmap.attribution.nesting import nest_intervals
 from nsysmap.errors import NoGpuData
-from nsysmap.model import Report, meta_frame
-from nsysmap.read.torch_events import (
+from nsysmap.model import Report
+from nsysmap.naming import PREFIX as NSYSMAP
+from nsysmap.read.torch_columns import (
     arg_column,
     args_of,
+    dims_text,
     event_frame,
-    ids,
-    load_events,
-    split_events,
+    first_arg,
 )
+from nsysmap.read.torch_events import Skipped, load_events, split_events
+from nsysmap.read.torch_links import (
+    autograd_ranges,
+    flow_frame,
+    link_operators,
+    with_flow_correlation,
+)
+from nsysmap.read.torch_meta import compute_dtype, devices_frame, threads_frame, trace_meta
+from nsysmap.read.torch_modules import module_ranges
 
 _GPU_KIND = {"kernel": "kernel", "memcpy": "memcpy", "memset": "memset"}
-_HEADER_META = {
-    "schemaVersion": "kineto_schema_version",
-    "trace_id": "trace_id",
-    "host_name": "host_name",
-    "baseTimeNanoseconds": "base_time_ns",
-    "cupti_version": "cupti_version",
-    "cuda_runtime_version": "cuda_runtime_version",
-    "cuda_driver_version": "cuda_driver_version",
-    "torch_version": "torch_version",
-}
+_EXTERNAL_ID = ("External id", "external id")  # the second spelling: old traces' GPU events
 _DIMS = ("x", "y", "z")
 _AXES = tuple(enumerate(_DIMS))
 _NULL = pl.lit(None, pl.Int64)
+_BASE = ["name", "pid", "tid", "start_ns", "end_ns", "kind"]
 
 
 def read_trace(path: str | Path) -> Report:
@@ -56,69 +61,87 @@ def read_trace(path: str | Path) -> Report:
 
     Raises InputNotFound for a missing file, NotAnExport for anything that is
     not a chrome trace, NoGpuData for a trace without a single operator.
+    Events with unreadable fields are skipped and counted in `meta`.
     """
     path = Path(path)
     header, events = load_events(path)
-    buckets, thread_events = split_events(events)
-    cpu = _cpu_frame(buckets["cpu"])
-    annotations = event_frame(buckets["range"])
+    buckets, thread_events, skipped = split_events(events)
+    del events
+    cpu, links = link_operators(_cpu_frame(buckets["cpu"]), flow_frame(buckets["fwdbwd"]))
+    annotations = _base(event_frame(buckets["range"]), "push_pop")
+    modules, module_facts = _modules(buckets["module"], annotations)
+    launch_flows = flow_frame(buckets["launch_flow"])
     if buckets["gpu"]:
-        api = _launch_frame(buckets["api"])
-        gpu_ops, unit = _device_ops(buckets["gpu"], api, cpu), "gpu_op"
-        annotations = pl.concat([annotations, _seq_ranges(cpu).select(annotations.columns)])
+        api = _launch_frame(buckets["api"], launch_flows)
+        gpu_ops = _device_ops(buckets["gpu"], api, cpu, launch_flows)
+        unit, operators = "gpu_op", autograd_ranges(cpu)
     elif cpu.height:
         (gpu_ops, api), unit = _cpu_units(cpu), "cpu_op"
-        linked = _seq_ranges(cpu.filter(pl.col("seq").is_not_null()))
-        annotations = pl.concat([annotations, linked.select(annotations.columns)])
+        operators = autograd_ranges(cpu.filter(pl.col("seq").is_not_null()))
     else:
-        raise NoGpuData(f"{path}: the trace holds no operator or GPU events")
+        raise NoGpuData(_nothing_message(path, skipped))
+    facts = {
+        "unit_of_work": unit,
+        **module_facts,
+        **links,
+        "gpu_user_annotations": len(buckets["gpu_annotation"]),
+        "compute_dtype": compute_dtype(buckets["cpu"]),
+        **_skipped_facts(skipped),
+    }
     return Report(
         gpu_ops=gpu_ops,
         api_calls=api,
-        ranges=_ranges(annotations),
-        threads=_threads(thread_events),
-        devices=_devices(header.get("deviceProperties")),
-        meta=_meta(header, path, unit),
+        ranges=_ranges([annotations, modules, _base(operators, "push_pop")]),
+        threads=threads_frame(thread_events),
+        devices=devices_frame(header.get("deviceProperties")),
+        meta=trace_meta(header, path, facts),
     ).checked()
 
 
+def _nothing_message(path: Path, skipped: Skipped) -> str:
+    why = skipped.describe()
+    return f"{path}: the trace holds no operator or GPU events" + (f" ({why})" if why else "")
+
+
+def _skipped_facts(skipped: Skipped) -> dict[str, Any]:
+    return {
+        "events_skipped": skipped.total,
+        "gpu_events_skipped": skipped.gpu,
+        "events_skipped_detail": skipped.describe(),
+        "events_args_ignored": skipped.args_ignored,
+    }
+
+
+def _base(frame: pl.DataFrame, kind: str) -> pl.DataFrame:
+    return frame.with_columns(pl.lit(kind).alias("kind")).select(_BASE)
+
+
+def _modules(
+    evs: list[dict[str, Any]], annotations: pl.DataFrame
+) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """Module ranges from module frames, unless nsysmap's own module ranges are present."""
+    own = annotations["name"].str.contains(f"^{NSYSMAP}(?:fwd|bwd):").any()
+    frames, clipped = module_ranges([] if own else evs)
+    source = "nsysmap ranges" if own else ("nn.Module frames" if frames.height else None)
+    facts = {"module_frames": len(evs), "module_source": source, "module_frames_clipped": clipped}
+    return _base(frames, "synthetic"), facts
+
+
 def _cpu_frame(evs: list[dict[str, Any]]) -> pl.DataFrame:
-    """CPU operators with their external id and recorded input shapes."""
+    """CPU operators with their external id, recorded input shapes and autograd links."""
     args = args_of(evs)
-    # str() of a nested int list is the compact "[[8, 128, 768], [768]]" form.
-    dims = [None if (d := a.get("Input Dims")) is None else str(d) for a in args]
     return event_frame(evs).with_columns(
-        arg_column(args, "External id", pl.Int64).alias("external_id"),
-        pl.Series("input_shapes", dims, dtype=pl.String),
+        first_arg(args, _EXTERNAL_ID).alias("external_id"),
+        pl.Series("input_shapes", [dims_text(a.get("Input Dims")) for a in args], pl.String),
         arg_column(args, "Sequence number", pl.Int64).alias("seq"),
         arg_column(args, "Fwd thread id", pl.Int64).alias("fwd_tid"),
     )
 
 
-def _seq_ranges(cpu: pl.DataFrame) -> pl.DataFrame:
-    """Operators as ranges named in PyTorch's emit_nvtx style, for autograd linking.
-
-    A forward operator that created an autograd node becomes `aten::addmm,
-    seq = 4`; the backward node that runs for it (it records the forward
-    thread in "Fwd thread id") becomes `..., stashed seq = 4`, so attribution
-    can give backward work the module of its forward operator. Operators
-    without a sequence number keep their plain name.
-    """
-    backward = pl.col("fwd_tid").fill_null(0) > 0
-    seq = pl.col("seq").cast(pl.String)
-    name = (
-        pl.when(pl.col("seq").is_null())
-        .then(pl.col("name"))
-        .when(backward)
-        .then(pl.format("{}, stashed seq = {}", "name", seq))
-        .otherwise(pl.format("{}, seq = {}", "name", seq))
-    )
-    return cpu.with_columns(name.alias("name"))
-
-
-def _launch_frame(evs: list[dict[str, Any]]) -> pl.DataFrame:
-    """CUDA runtime and driver calls that carry a correlation id."""
+def _launch_frame(evs: list[dict[str, Any]], flows: pl.DataFrame) -> pl.DataFrame:
+    """CUDA runtime and driver calls that carry a correlation id (from args, else a flow)."""
     frame = event_frame(evs).with_columns(arg_column(args_of(evs), "correlation", pl.Int64))
+    frame = with_flow_correlation(frame, flows, "s")
     return frame.filter(pl.col("correlation").is_not_null()).select(
         "pid",
         "tid",
@@ -129,22 +152,25 @@ def _launch_frame(evs: list[dict[str, Any]]) -> pl.DataFrame:
     )
 
 
-def _device_frame(evs: list[dict[str, Any]]) -> pl.DataFrame:
+def _device_frame(evs: list[dict[str, Any]], flows: pl.DataFrame) -> pl.DataFrame:
     """Kernels, copies and sets with the arguments Kineto records for them."""
     args = args_of(evs)
-    device = [a.get("device", a.get("inDevice")) for a in args]  # memcpy2: inDevice
-    return event_frame(evs).with_columns(
-        pl.Series("device", device, dtype=pl.Int64, strict=False),
+    frame = event_frame(evs).with_columns(
+        first_arg(args, ("device", "inDevice")).alias("device"),  # memcpy2: inDevice
         arg_column(args, "stream", pl.Int64),
-        arg_column(args, "correlation", pl.Int64).alias("correlation_id"),
-        arg_column(args, "External id", pl.Int64).alias("external_id"),
+        arg_column(args, "correlation", pl.Int64),
+        first_arg(args, _EXTERNAL_ID).alias("external_id"),
         arg_column(args, "bytes", pl.Int64),
         arg_column(args, "grid", pl.List(pl.Int64)),
         arg_column(args, "block", pl.List(pl.Int64)),
     )
+    frame = with_flow_correlation(frame, flows, "f")
+    return frame.rename({"correlation": "correlation_id"})
 
 
-def _device_ops(evs: list[dict[str, Any]], api: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFrame:
+def _device_ops(
+    evs: list[dict[str, Any]], api: pl.DataFrame, cpu: pl.DataFrame, flows: pl.DataFrame
+) -> pl.DataFrame:
     """GPU_OPS rows: pid from the launch (device events carry the device as pid),
     input shapes from the CPU operator the event is linked to by "External id"."""
     launch_pid = api.group_by("correlation_id").agg(pl.col("pid").first().alias("launch_pid"))
@@ -154,7 +180,7 @@ def _device_ops(evs: list[dict[str, Any]], api: pl.DataFrame, cpu: pl.DataFrame)
         .select("external_id", "input_shapes")
     )
     ops = (
-        _device_frame(evs)
+        _device_frame(evs, flows)
         .join(launch_pid, on="correlation_id", how="left")
         .join(shapes, on="external_id", how="left")
         .sort("start_ns", "end_ns", "device", "stream", "correlation_id", maintain_order=True)
@@ -263,8 +289,9 @@ def self_times(ops: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _ranges(base: pl.DataFrame) -> pl.DataFrame:
-    """RANGES rows, push/pop; depth and parent are left to `nsysmap.attribution.normalise`."""
+def _ranges(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """RANGES rows; depth and parent are left to `nsysmap.attribution.normalise`."""
+    base = pl.concat(parts)
     ordered = base.sort("start_ns", "end_ns", descending=[False, True], maintain_order=True)
     return ordered.with_row_index("range_id").select(
         pl.col("range_id").cast(pl.Int64),
@@ -274,52 +301,7 @@ def _ranges(base: pl.DataFrame) -> pl.DataFrame:
         "name",
         "start_ns",
         "end_ns",
-        pl.lit("push_pop").alias("kind"),
+        "kind",
         pl.lit(None, pl.Int32).alias("depth"),
         _NULL.alias("parent_id"),
     )
-
-
-def _threads(evs: list[dict[str, Any]]) -> pl.DataFrame:
-    frame = pl.DataFrame(
-        {
-            "pid": ids([e.get("pid") for e in evs]),
-            "tid": ids([e.get("tid") for e in evs]),
-            "thread_name": [str(a.get("name", "")) for a in args_of(evs)],
-        },
-        schema=schemas.THREADS,
-    )
-    return frame.unique(["pid", "tid"], keep="last", maintain_order=True)
-
-
-def _devices(props: Any) -> pl.DataFrame:
-    """DEVICES rows from the trace's "deviceProperties" (CUDA traces only)."""
-    rows = [p for p in props or [] if isinstance(p, dict) and "id" in p]
-    return pl.DataFrame(
-        {
-            "device_id": [p.get("id") for p in rows],
-            "name": [p.get("name") for p in rows],
-            "sm_count": [p.get("numSms") for p in rows],
-            "memory_bytes": [p.get("totalGlobalMem") for p in rows],
-            "compute_capability": [
-                None
-                if p.get("computeMajor") is None
-                else f"{p['computeMajor']}.{p.get('computeMinor', 0)}"
-                for p in rows
-            ],
-        },
-        schema=schemas.DEVICES,
-        strict=False,
-    )
-
-
-def _meta(header: dict[str, Any], path: Path, unit: str) -> pl.DataFrame:
-    items: dict[str, str | None] = {
-        "backend": "torch.profiler",
-        "source_path": str(path),
-        "unit_of_work": unit,
-    }
-    for key, meta_key in _HEADER_META.items():
-        if header.get(key) is not None:
-            items[meta_key] = str(header[key])
-    return meta_frame(items)
