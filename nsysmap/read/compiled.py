@@ -1,0 +1,36 @@
+"""Reading `compiled.json` (which modules each torch.compile'd kernel came from).
+
+`nsysmap run` captures it next to the trace (instrument/provenance.py); the
+format is instrument/compiled_doc.py, the module both sides share. A trace
+read from a capture directory picks it up (`attach_compiled`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import polars as pl
+
+from instrument import compiled_doc
+from nsysmap import schemas
+from nsysmap.errors import NotAnExport
+from nsysmap.model import Report
+
+
+def read_compiled(path: Path) -> pl.DataFrame:
+    """COMPILED_KERNELS rows of a compiled.json; NotAnExport when it is not one."""
+    try:
+        rows = compiled_doc.kernel_rows(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
+        raise NotAnExport(f"{path}: not an nsysmap compiled-kernel document ({exc})") from exc
+    return pl.DataFrame(rows, schema=schemas.COMPILED_KERNELS, strict=False)
+
+
+def attach_compiled(report: Report, trace: Path) -> Report:
+    """The report with the compiled.json found next to `trace`, if there is one."""
+    doc = trace.parent / compiled_doc.FILE
+    if not doc.is_file():
+        return report
+    return replace(report, compiled=read_compiled(doc)).checked()
