@@ -1,0 +1,90 @@
+"""Every output table of several reports, from their outcomes and ranks (pure).
+
+The summary tables of one report (coverage, by_phase, ..., by_category) come
+back per rank with a leading `rank` column, so each rank's rows add up to
+that rank's GPU time; then the cross-rank tables (nsysmap.many.across) and
+`ranks`, which says which input and process each rank is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+
+from nsysmap import schemas
+from nsysmap.many import across
+from nsysmap.many.overlap import OVERLAP
+from nsysmap.many.ranks import RankOf
+from nsysmap.many.task import OK, UNIT_KEY, Outcome
+from nsysmap.output.summarize import SUMMARY_SCHEMAS
+
+STEPS = pl.Schema(
+    {
+        "rank": pl.Int64,
+        "step": pl.Int64,
+        "ops": pl.Int64,
+        "time_ns": pl.Int64,
+        "comm_ns": pl.Int64,
+        "first_start_ns": pl.Int64,
+        "last_end_ns": pl.Int64,
+    }
+)
+RANK_OVERLAP = schemas.with_rank(pl.Schema({k: v for k, v in OVERLAP.items() if k != "pid"}))
+
+
+def labelled(outcomes: Sequence[Outcome], ranks: Sequence[RankOf], name: str) -> pl.DataFrame:
+    """Table `name` of every attributed report, its pid column replaced by the rank."""
+    rank_of = {(r.index, r.unit.pid): r.rank for r in ranks}
+    frames = []
+    for outcome in outcomes:
+        if outcome.status != OK:
+            continue
+        frame = outcome.tables[name]
+        pids = frame[UNIT_KEY].unique().to_list()
+        mapping = {pid: rank_of[(outcome.index, pid)] for pid in pids}
+        rank = pl.col(UNIT_KEY).replace_strict(mapping, return_dtype=pl.Int64).alias("rank")
+        frames.append(frame.select(rank, pl.exclude(UNIT_KEY)))
+    return pl.concat(frames) if frames else pl.DataFrame()
+
+
+def ranks_table(ranks: Sequence[RankOf]) -> pl.DataFrame:
+    """One row per rank: its input, process, devices and where its number came from."""
+    rows = [
+        {
+            "rank": r.rank,
+            "input": r.path,
+            "pid": r.unit.pid,
+            "device_ids": list(r.unit.devices),
+            "rank_source": r.source,
+            "declared_rank": r.declared,
+            "ops": r.unit.ops,
+            "time_ns": r.unit.time_ns,
+        }
+        for r in ranks
+    ]
+    return pl.DataFrame(rows, schema=schemas.RANKS, orient="row").sort("rank")
+
+
+def output_tables(outcomes: Sequence[Outcome], ranks: Sequence[RankOf]) -> dict[str, pl.DataFrame]:
+    """Name -> frame of every table written next to the ops dataset."""
+    tables = {"ranks": ranks_table(ranks)}
+    for name, schema in SUMMARY_SCHEMAS.items():
+        tables[name] = _typed(labelled(outcomes, ranks, name), schemas.with_rank(schema), name)
+    steps = _typed(labelled(outcomes, ranks, "steps"), STEPS, "steps")
+    overlap = _typed(labelled(outcomes, ranks, "exposed_comm"), RANK_OVERLAP, "exposed_comm")
+    per_step = across.rank_steps(steps)
+    tables["rank_steps"] = per_step
+    tables["stragglers"] = across.stragglers(per_step)
+    every = [r.rank for r in ranks]
+    tables["rank_module_phase"] = across.rank_module_phase(tables["by_module_phase"], every)
+    tables["rank_module"] = across.rank_module(tables["by_module"], every)
+    tables["rank_comm"] = across.rank_comm(per_step, overlap)
+    return tables
+
+
+def _typed(frame: pl.DataFrame, schema: pl.Schema, name: str) -> pl.DataFrame:
+    """`frame` in `schema`, sorted by rank (an empty frame of it when there is nothing)."""
+    if frame.is_empty() and not frame.columns:
+        return schemas.empty(schema)
+    return schemas.conform(frame, schema, name).sort("rank", maintain_order=True)

@@ -1,0 +1,212 @@
+"""The cross-rank summary, as terminal text and as a Markdown section (pure).
+
+Both say the same: what was attributed and what failed, time per rank, the
+slowest rank against the median, the straggler cost, and the modules whose
+time differs most between ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+MS = 1e6
+SHOWN_RANKS = 16  # more ranks than this: the slowest ones only
+SHOWN_MODULES = 5
+# The slow layer: the deepest module whose inclusive excess over the median is
+# at least this share of the largest (the root's excess includes everything).
+LAYER_SHARE = 0.9
+
+
+@dataclass(frozen=True)
+class Findings:
+    """What the summary says, computed once for both renderings."""
+
+    manifest: dict[str, Any]
+    rank_comm: pl.DataFrame
+    stragglers: pl.DataFrame
+    modules: pl.DataFrame
+    slowest: dict[str, Any] | None  # rank, compute_ns, median_ns
+    layer: dict[str, Any] | None  # a rank_module row
+
+
+def findings(manifest: dict[str, Any], tables: dict[str, pl.DataFrame]) -> Findings:
+    """The findings from a manifest and the tables of a multi-rank output."""
+    comm = tables["rank_comm"]
+    slowest = None
+    if not comm.is_empty():
+        top = comm.sort(["compute_ns", "rank"], descending=[True, False]).row(0, named=True)
+        slowest = {**top, "median_ns": float(comm["compute_ns"].median())}
+    modules = tables["rank_module_phase"].filter(pl.col("excess_ns") > 0).head(SHOWN_MODULES)
+    layer = slow_layer(tables["rank_module"])
+    return Findings(manifest, comm, tables["stragglers"], modules, slowest, layer)
+
+
+def slow_layer(rank_module: pl.DataFrame) -> dict[str, Any] | None:
+    """The deepest module holding most of the largest difference between ranks."""
+    found = rank_module.filter(pl.col("module").is_not_null() & (pl.col("excess_ns") > 0))
+    if found.is_empty():
+        return None
+    near = found.filter(pl.col("excess_ns") >= LAYER_SHARE * found["excess_ns"].max())
+    depth = (
+        pl.when(pl.col("module") == "")
+        .then(0)
+        .otherwise(pl.col("module").str.count_matches(r"\.") + 1)
+    )
+    deepest = near.with_columns(depth.alias("depth")).sort(
+        ["depth", "excess_ns", "module"], descending=[True, True, False]
+    )
+    return deepest.row(0, named=True)
+
+
+def layer_line(f: Findings) -> str | None:
+    row = f.layer
+    if row is None:
+        return None
+    return (
+        f"Slowest layer: {_module_name({**row, 'phase': ''}).strip()} on rank "
+        f"{row['slowest_rank']}: {_ms(row['max_ns'])} ms with the modules inside it, against a "
+        f"median of {_ms(row['median_ns'])} ms (+{_ms(row['excess_ns'])} ms)."
+    )
+
+
+def _ms(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / MS:,.3f}"
+
+
+def _failed(manifest: dict[str, Any]) -> list[str]:
+    """One line per failed report, naming it (error messages mostly start with the path)."""
+    lines = []
+    for entry in manifest["inputs"]:
+        if entry["status"] == "ok":
+            continue
+        error = entry["error"] or "failed"
+        said = error if error.startswith(entry["path"]) else f"{entry['path']}: {error}"
+        lines.append(f"{said} (exit code {entry['exit_code']})")
+    return lines
+
+
+def headline(f: Findings) -> str:
+    m = f.manifest
+    done = m["reports"] - m["failed"]
+    return (
+        f"{m['reports']} reports, {done} attributed, {m['failed']} failed; "
+        f"{f.rank_comm.height} ranks, {m['rank_rule']}"
+    )
+
+
+def slowest_line(f: Findings) -> str | None:
+    s = f.slowest
+    if s is None or f.rank_comm.height < 2:
+        return None
+    extra = s["compute_ns"] - s["median_ns"]
+    if extra <= 0:
+        return f"No rank computes longer than the median ({_ms(s['median_ns'])} ms)."
+    share = f" ({extra / s['median_ns']:+.1%})" if s["median_ns"] else ""
+    return (
+        f"Slowest rank: {s['rank']}, compute {_ms(s['compute_ns'])} ms against a median of "
+        f"{_ms(s['median_ns'])} ms: {_ms(extra)} ms more{share}."
+    )
+
+
+def straggler_line(f: Findings) -> str | None:
+    steps = f.stragglers.filter(pl.col("ranks") > 1)
+    if steps.is_empty():
+        return None
+    cost = steps["straggler_cost_ns"].sum()
+    counts = steps["slowest_rank"].value_counts(sort=True)
+    rank, times = counts.row(0)
+    fastest = steps["fastest_rank"].mode().sort()[0]
+    return (
+        f"Straggler cost: {_ms(cost)} ms over {steps.height} step(s): what the fastest rank "
+        f"(mostly {fastest}) waits in collectives for the slowest (rank {rank} in {times} of "
+        f"{steps.height} steps)."
+    )
+
+
+def _module_name(row: dict[str, Any]) -> str:
+    module = "(no module)" if row["module"] is None else row["module"] or "(root)"
+    cls = f" ({row['module_class']})" if row["module_class"] else ""
+    phase = row["phase"] if row["phase"] is not None else "(no phase)"
+    return f"{module}{cls} {phase}"
+
+
+def terminal_summary(f: Findings) -> str:
+    """The summary `nsysmap attribute` prints for several reports."""
+    lines = [headline(f)]
+    lines += [f"  failed: {text}" for text in _failed(f.manifest)]
+    lines += ["", _rank_table_text(f)]
+    lines += [line for line in (slowest_line(f), layer_line(f), straggler_line(f)) if line]
+    if not f.modules.is_empty():
+        lines.append("Largest differences between ranks, by module and phase (max - median):")
+        for row in f.modules.iter_rows(named=True):
+            lines.append(
+                f"  {_module_name(row)}: rank {row['slowest_rank']} {_ms(row['max_ns'])} ms, "
+                f"median {_ms(row['median_ns'])} ms, +{_ms(row['excess_ns'])} ms"
+            )
+    return "\n".join(lines) + "\n"
+
+
+_RANK_COLUMNS = ("ops", "time_ns", "compute_ns", "comm_ns", "exposed_ns", "collective_wait_ns")
+_RANK_HEADERS = ("ops", "GPU ms", "compute ms", "comm ms", "exposed ms", "wait ms")
+
+
+def _shown(f: Findings) -> tuple[pl.DataFrame, int]:
+    comm = f.rank_comm
+    if comm.height <= SHOWN_RANKS:
+        return comm, 0
+    slow = comm.sort(["compute_ns", "rank"], descending=[True, False]).head(SHOWN_RANKS)
+    return slow.sort("rank"), comm.height - SHOWN_RANKS
+
+
+def _cells(row: dict[str, Any]) -> list[str]:
+    return [f"{row['ops']:,}", *(_ms(row[c]) for c in _RANK_COLUMNS[1:])]
+
+
+def _rank_table_text(f: Findings) -> str:
+    shown, hidden = _shown(f)
+    rows = [["rank", *_RANK_HEADERS]] + [
+        [str(row["rank"]), *_cells(row)] for row in shown.iter_rows(named=True)
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    text = "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
+    if hidden:
+        text += f"\n  ... and {hidden} faster rank(s) (rank_comm.parquet lists every rank)"
+    return text
+
+
+def markdown_section(f: Findings) -> str:
+    """The same as a Markdown section (what `nsysmap report` writes for a multi-rank output)."""
+    out = ["## Ranks", "", headline(f) + ".", ""]
+    failed = _failed(f.manifest)
+    if failed:
+        out += ["Reports that failed:", "", *(f"- {t}" for t in failed), ""]
+    shown, hidden = _shown(f)
+    out += [
+        "| rank | " + " | ".join(_RANK_HEADERS) + " |",
+        "|---:" * (len(_RANK_HEADERS) + 1) + "|",
+    ]
+    out += [
+        f"| {row['rank']} | " + " | ".join(_cells(row)) + " |"
+        for row in shown.iter_rows(named=True)
+    ]
+    if hidden:
+        out.append(f"\n{hidden} faster rank(s) not shown; `rank_comm.parquet` lists every rank.")
+    out.append("")
+    out += [f"{line}\n" for line in (slowest_line(f), layer_line(f), straggler_line(f)) if line]
+    if not f.modules.is_empty():
+        out += [
+            "### Largest differences between ranks, by module and phase",
+            "",
+            "| module and phase | slowest rank | max ms | median ms | min ms | excess ms |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        out += [
+            f"| {_module_name(r)} | {r['slowest_rank']} | {_ms(r['max_ns'])} | "
+            f"{_ms(r['median_ns'])} | {_ms(r['min_ns'])} | {_ms(r['excess_ns'])} |"
+            for r in f.modules.iter_rows(named=True)
+        ]
+        out.append("")
+    return "\n".join(out)

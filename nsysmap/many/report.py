@@ -1,0 +1,41 @@
+"""`nsysmap report` on a multi-rank output directory: the cross-rank section.
+
+The single-report answers (FLOPs, MFU, shapes) need one report's operations;
+on a multi-rank output `nsysmap report` writes the cross-rank section of
+nsysmap.many.render instead, from the tables `nsysmap attribute` wrote.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from nsysmap.errors import NotAnExport
+from nsysmap.many.render import findings, markdown_section
+from nsysmap.many.write import LAYOUT
+from nsysmap.output.writer import MANIFEST
+
+NEEDED = ("rank_comm", "stragglers", "rank_module_phase", "rank_module")
+
+
+def is_multi_rank(run_dir: Path) -> bool:
+    """Is `run_dir` the output of `nsysmap attribute` on several reports?"""
+    try:
+        manifest = json.loads((Path(run_dir) / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("layout") == LAYOUT
+
+
+def rank_report(run_dir: Path) -> str:
+    """The Markdown report of a multi-rank output directory."""
+    manifest: dict[str, Any] = json.loads((run_dir / MANIFEST).read_text())
+    try:
+        tables = {name: pl.read_parquet(run_dir / f"{name}.parquet") for name in NEEDED}
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        raise NotAnExport(f"{run_dir}: unreadable multi-rank table: {exc}") from exc
+    title = f"# nsysmap report: {run_dir.name}\n\n"
+    return title + markdown_section(findings(manifest, tables))

@@ -1,0 +1,155 @@
+"""The work done for one report on a Dask worker: attribute it, split it by process.
+
+`attribute_one` runs the single-report flow (`nsysmap.pipeline.analyse_file`)
+into a work directory on the shared output path, then splits what it made
+by process: each process with GPU operations is one rank (`Unit`), with its
+operations in its own Parquet part and its summary tables in the returned
+`Outcome`. Ranks are numbered later, on the client, once every report has
+said what it knows (nsysmap.many.ranks).
+
+It never raises for a bad report: the failure comes back in the `Outcome`
+(message and exit code), so that one corrupt file costs only its own result.
+Nothing here imports Dask; the function runs as well in a plain process.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from nsysmap.attribution.rules import BUILTIN, NameRules
+from nsysmap.errors import ExitCode, NsysmapError
+from nsysmap.many.overlap import COMMUNICATION, exposed_communication
+from nsysmap.output.summarize import summarize
+from nsysmap.pipeline import Analysis, analyse_file
+from nsysmap.stages import Stages
+
+OK, FAILED = "ok", "failed"
+UNIT_KEY = "pid"  # the column that says which unit a row of a unit table belongs to
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One process with GPU operations in a report: one rank."""
+
+    pid: int
+    devices: tuple[int, ...]
+    ops: int
+    time_ns: int
+    part: str  # its operations, as a Parquet file in the work directory
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What attributing one report gave (small: summaries, not operations)."""
+
+    index: int
+    path: str
+    status: str
+    error: str | None = None
+    exit_code: int | None = None
+    units: tuple[Unit, ...] = ()
+    tables: dict[str, pl.DataFrame] = field(default_factory=dict)  # each with a pid column
+    meta: dict[str, Any] = field(default_factory=dict)  # the report's meta facts
+    source: dict[str, Any] = field(default_factory=dict)  # path, size_bytes, sha256
+    seconds: float = 0.0
+    worker: str = ""
+    worker_peak_rss_bytes: int = 0
+
+
+def attribute_one(
+    index: int, path: str, work_dir: str, options: dict[str, Any], rules: NameRules = BUILTIN
+) -> Outcome:
+    """Attribute report `path` (input number `index`) into `work_dir`/<index>/."""
+    start = time.perf_counter()
+    common = {"index": index, "path": path, "worker": f"{socket.gethostname()}:{os.getpid()}"}
+    try:
+        target = Path(work_dir) / f"{index:06d}"
+        analysis = analyse_file(
+            path, target, options=options, rules=rules, stages=Stages(progress=False)
+        )
+        units, tables = split_by_process(analysis, target)
+        outcome = Outcome(
+            **common,
+            status=OK,
+            units=units,
+            tables=tables,
+            meta=analysis.manifest.get("report_meta", {}),
+            source=analysis.manifest.get("input", {}),
+        )
+    except NsysmapError as exc:
+        outcome = Outcome(**common, status=FAILED, error=str(exc), exit_code=int(exc.exit_code))
+    except Exception as exc:  # one report's bug must not lose the others
+        message = f"internal error: {type(exc).__name__}: {exc}"
+        outcome = Outcome(**common, status=FAILED, error=message, exit_code=ExitCode.INTERNAL)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return _finished(outcome, time.perf_counter() - start, peak)
+
+
+def _finished(outcome: Outcome, seconds: float, peak: int) -> Outcome:
+    return replace(outcome, seconds=seconds, worker_peak_rss_bytes=peak)
+
+
+def split_by_process(
+    analysis: Analysis, target: Path
+) -> tuple[tuple[Unit, ...], dict[str, pl.DataFrame]]:
+    """The report's units (one per process with GPU operations) and their tables."""
+    ops_file = target / "ops.parquet"
+    ops = analysis.held_ops.lazy() if analysis.held_ops is not None else pl.scan_parquet(ops_file)
+    found = (
+        ops.group_by("pid")
+        .agg(
+            pl.col("device_id").unique().sort().alias("devices"),
+            pl.len().alias("ops"),
+            pl.col("dur_ns").sum().alias("time_ns"),
+        )
+        .with_columns(pl.col("devices").list.first().alias("first_device"))
+        .sort("first_device", "pid", nulls_last=True)
+        .collect()
+    )
+    units, summaries = [], []
+    for row in found.iter_rows(named=True):
+        # The partition directory (rank=N) gives the rank: the file holds no rank column.
+        part = target / f"ops-pid{row['pid']}.parquet"
+        mine = ops.filter(pl.col("pid") == row["pid"])
+        mine.drop("rank").sink_parquet(part)
+        summary = analysis.summaries if found.height == 1 else summarize(mine.collect())
+        devices = tuple(int(d) for d in row["devices"])
+        units.append(Unit(row["pid"], devices, row["ops"], row["time_ns"], str(part)))
+        summaries.append(_with_pid(summary.tables(), row["pid"]))
+    tables = {name: pl.concat([s[name] for s in summaries]) for name in summaries[0]}
+    tables.update(unit_tables(ops))
+    ops_file.unlink(missing_ok=True)
+    return tuple(units), tables
+
+
+def _with_pid(tables: dict[str, pl.DataFrame], pid: int) -> dict[str, pl.DataFrame]:
+    return {
+        name: frame.select(pl.lit(pid, pl.Int64).alias(UNIT_KEY), pl.all())
+        for name, frame in tables.items()
+    }
+
+
+def unit_tables(ops: pl.LazyFrame) -> dict[str, pl.DataFrame]:
+    """Per process and step: time and communication; per process: overlap of communication."""
+    comm = pl.col("dur_ns").filter(pl.col("category") == COMMUNICATION).sum()
+    steps = (
+        ops.group_by("pid", "step")
+        .agg(
+            pl.len().cast(pl.Int64).alias("ops"),
+            pl.col("dur_ns").sum().alias("time_ns"),
+            comm.alias("comm_ns"),
+            pl.col("start_ns").min().alias("first_start_ns"),
+            pl.col("end_ns").max().alias("last_end_ns"),
+        )
+        .sort("pid", "step", nulls_last=True)
+        .collect()
+    )
+    return {"steps": steps, "exposed_comm": exposed_communication(ops)}
