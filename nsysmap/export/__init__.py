@@ -1,0 +1,1 @@
+"""Exports of attributed operations to other tools' formats (Perfetto / Chrome trace events)."""

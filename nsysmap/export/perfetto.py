@@ -1,0 +1,187 @@
+"""Attributed operations as a Chrome trace-event JSON file, for Perfetto and chrome://tracing.
+
+One process per device; on it one track per stream (per launching thread on
+the CPU backend) with a complete event ("X") per operation, named by its
+kernel and carrying step, phase, module, range path and full kernel name as
+arguments; above them three tracks projected from the operations
+(nsysmap.export.spans): steps, phases and modules. Timestamps are
+microseconds from the report's first operation, with three decimals
+(nanosecond precision). Operations that overlap on one stream (which a
+stream should not hold) go to a second track of that stream, so that every
+track nests. Events are built and encoded as JSON by Polars, not per row.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from nsysmap._version import __version__
+from nsysmap.export.spans import module_spans, nest, phase_spans, step_spans
+
+# Chrome's reserved colour names (`cname`), per kernel category and per phase.
+CATEGORY_CNAME = {
+    "gemm": "thread_state_running",
+    "attention": "rail_response",
+    "softmax": "rail_animation",
+    "normalization": "rail_idle",
+    "elementwise": "rail_load",
+    "reduction": "startup",
+    "optimizer": "good",
+    "memcpy": "thread_state_iowait",
+    "memset": "thread_state_uninterruptible",
+    "communication": "terrible",
+    "other": "generic_work",
+}
+PHASE_CNAME = {
+    "data": "grey",
+    "zero_grad": "yellow",
+    "forward": "thread_state_running",
+    "loss": "rail_animation",
+    "backward": "rail_load",
+    "optimizer": "good",
+}
+TRACKS = {"steps": 1, "phases": 2, "modules": 3}  # tids of the projected tracks
+FIRST_OP_TID = 10
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What to export: some steps, and a window in ms from the report's first operation."""
+
+    steps: tuple[int, ...] | None = None
+    window_ms: tuple[float, float] | None = None
+
+    def apply(self, ops: pl.DataFrame, origin_ns: int) -> pl.DataFrame:
+        """The operations selected (a window keeps the operations that overlap it)."""
+        if self.steps is not None:
+            ops = ops.filter(pl.col("step").is_in(list(self.steps)))
+        if self.window_ms is not None:
+            first, last = (origin_ns + round(x * 1e6) for x in self.window_ms)
+            ops = ops.filter((pl.col("start_ns") < last) & (pl.col("end_ns") > first))
+        return ops
+
+
+def _us(column: str, origin_ns: int) -> pl.Expr:
+    return ((pl.col(column) - origin_ns) / 1000).round(3)
+
+
+def op_tracks(ops: pl.DataFrame) -> pl.DataFrame:
+    """`ops` with `lane` (0, or n for the n-th overlapping layer of its stream) and `track` name."""
+    key = pl.coalesce("stream_id", "tid", pl.lit(-1))
+    label = pl.when(pl.col("stream_id").is_not_null()).then(pl.format("stream {}", "stream_id"))
+    label = label.when(pl.col("tid").is_not_null()).then(pl.format("thread {}", "tid"))
+    rows = ops.with_columns(_key=key, _label=label.otherwise(pl.lit("operations")), lane=pl.lit(0))
+    pending, done = rows, [rows.clear().with_columns(_overlaps=pl.lit(False))]
+    while not pending.is_empty():
+        ordered = pending.sort("device_id", "_key", "start_ns", "op_id")
+        reach = pl.col("end_ns").cum_max().shift(1).over("device_id", "_key")
+        ordered = ordered.with_columns(_overlaps=pl.col("start_ns") < reach.fill_null(-(2**62)))
+        done.append(ordered.filter(~pl.col("_overlaps")))
+        pending = ordered.filter(pl.col("_overlaps")).with_columns(pl.col("lane") + 1)
+    out = pl.concat(done).drop("_overlaps")
+    named = pl.when(pl.col("lane") == 0).then("_label")
+    return out.with_columns(track=named.otherwise(pl.format("{} (overlap {})", "_label", "lane")))
+
+
+def _encode(frame: pl.DataFrame) -> list[str]:
+    """Each row as one JSON object."""
+    return frame.select(pl.struct(pl.all()).struct.json_encode()).to_series().to_list()
+
+
+def op_events(ops: pl.DataFrame, origin_ns: int, tids: pl.DataFrame) -> list[str]:
+    """X events of the operations, ordered by track and time."""
+    rows = ops.join(tids, on=["device_id", "track"]).sort("tid_", "start_ns", "op_id")
+    cname = pl.col("category").replace_strict(CATEGORY_CNAME, default="generic_work")
+    events = rows.select(
+        name=pl.coalesce("short_name", "name", pl.lit("?")),
+        cat=pl.col("category").fill_null("other"),
+        ph=pl.lit("X"),
+        ts=_us("start_ns", origin_ns),
+        dur=(pl.col("dur_ns") / 1000).round(3),
+        pid=pl.col("device_id"),
+        tid=pl.col("tid_"),
+        cname=cname,
+        args=pl.struct(
+            "op_id",
+            "step",
+            "phase",
+            "module",
+            "module_class",
+            "range_path",
+            kernel=pl.col("name"),
+            kind=pl.col("kind").cast(pl.String),
+            attribution=pl.col("attribution").cast(pl.String),
+        ),
+    )
+    return _encode(events)
+
+
+def span_events(spans: pl.DataFrame, origin_ns: int) -> list[str]:
+    """X events of the projected steps, phases and modules."""
+    cname = pl.col("phase").replace_strict(PHASE_CNAME, default="generic_work")
+    events = spans.sort("device_id", "track", "start_ns", "depth").select(
+        name=pl.col("name"),
+        cat=pl.col("track"),
+        ph=pl.lit("X"),
+        ts=_us("start_ns", origin_ns),
+        dur=((pl.col("end_ns") - pl.col("start_ns")) / 1000).round(3),
+        pid=pl.col("device_id"),
+        tid=pl.col("track").replace_strict(TRACKS, return_dtype=pl.Int64),
+        cname=cname,
+        args=pl.struct("step", "phase", "module", "module_class", "ops"),
+    )
+    return _encode(events)
+
+
+def metadata(devices: dict[int, str | None], tids: pl.DataFrame) -> list[dict[str, Any]]:
+    """M events naming processes (devices) and tracks, in a fixed order."""
+    events: list[dict[str, Any]] = []
+    for device, name in sorted(devices.items()):
+        label = "CPU operators" if device < 0 else f"GPU {device}" + (f": {name}" if name else "")
+        events.append(_meta(device, 0, "process_name", {"name": label}))
+        events.append(_meta(device, 0, "process_sort_index", {"sort_index": device + 1}))
+        for track, tid in TRACKS.items():
+            events.append(_meta(device, tid, "thread_name", {"name": track}))
+            events.append(_meta(device, tid, "thread_sort_index", {"sort_index": tid}))
+    for row in tids.sort("device_id", "tid_").iter_rows(named=True):
+        events.append(_meta(row["device_id"], row["tid_"], "thread_name", {"name": row["track"]}))
+        events.append(
+            _meta(row["device_id"], row["tid_"], "thread_sort_index", {"sort_index": row["tid_"]})
+        )
+    return events
+
+
+def _meta(pid: int, tid: int, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    return {"ph": "M", "name": name, "pid": pid, "tid": tid, "args": args}
+
+
+def trace_text(
+    ops: pl.DataFrame, devices: dict[int, str | None], selection: Selection, source: str = ""
+) -> tuple[str, int]:
+    """The trace as JSON text, and the number of operations in it."""
+    origin = int(ops["start_ns"].min() or 0)
+    chosen = op_tracks(selection.apply(ops, origin))
+    tracks = chosen.select("device_id", "track", "_key", "lane").unique()
+    tids = (
+        tracks.sort("device_id", "_key", "lane")
+        .with_columns(tid_=(pl.int_range(pl.len()) + FIRST_OP_TID).over("device_id"))
+        .select("device_id", "track", "tid_")
+    )
+    spans = nest(pl.concat([step_spans(chosen), phase_spans(chosen), module_spans(chosen)]))
+    other = {
+        "nsysmap_version": __version__,
+        "source": source,
+        "origin_ns": origin,
+        "steps": list(selection.steps) if selection.steps is not None else None,
+        "window_ms": list(selection.window_ms) if selection.window_ms else None,
+        "operations": chosen.height,
+    }
+    named = {d: devices.get(d) for d in chosen["device_id"].unique().to_list()}
+    pieces = [json.dumps(e) for e in metadata(named, tids)]
+    pieces += span_events(spans, origin) + op_events(chosen, origin, tids)
+    head = '{"displayTimeUnit": "ms", "otherData": ' + json.dumps(other) + ', "traceEvents": [\n'
+    return head + ",\n".join(pieces) + "\n]}\n", chosen.height

@@ -1,0 +1,109 @@
+"""A chart of the HTML report: a Plotly figure as plain data and the table behind it.
+
+Figures are dicts in Plotly's JSON format (`data`, `layout`), built by pure
+functions from frames; nothing here imports Plotly's Python API. Numbers are
+rounded so that the JSON is stable and small: milliseconds to the nanosecond,
+shares to 1e-6.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+Cell = str | int | float | None
+
+PHASE_COLOURS = {
+    "data": "#8c8c8c",
+    "zero_grad": "#c7b42c",
+    "forward": "#1f77b4",
+    "loss": "#9467bd",
+    "backward": "#ff7f0e",
+    "optimizer": "#2ca02c",
+    "other": "#bcbcbc",
+    "(none)": "#d9d9d9",
+}
+CATEGORY_COLOURS = {
+    "gemm": "#1f77b4",
+    "attention": "#17becf",
+    "softmax": "#9467bd",
+    "normalization": "#e377c2",
+    "elementwise": "#ff7f0e",
+    "reduction": "#bcbd22",
+    "optimizer": "#2ca02c",
+    "memcpy": "#8c564b",
+    "memset": "#c49c94",
+    "communication": "#d62728",
+    "other": "#7f7f7f",
+}
+SERIES = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+
+
+@dataclass(frozen=True)
+class Table:
+    """The rows behind a chart; `kinds` says how each column sorts and shows."""
+
+    columns: list[str]
+    rows: list[list[Cell]]
+    kinds: list[str] = field(default_factory=list)  # "text", "ms", "share", "number"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"columns": self.columns, "kinds": self.kinds, "rows": self.rows}
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One chart: an id, a title, what it shows, the figure and its table."""
+
+    id: str
+    title: str
+    caption: str
+    figure: dict[str, Any]
+    table: Table
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "caption": self.caption,
+            "figure": self.figure,
+            "table": self.table.to_dict(),
+        }
+
+
+def ms(ns: float | None) -> float | None:
+    """Nanoseconds as milliseconds, to the nanosecond."""
+    return None if ns is None else round(ns / 1e6, 6)
+
+
+def ratio(x: float | None) -> float | None:
+    """A share or ratio, to 1e-6."""
+    return None if x is None else round(float(x), 6)
+
+
+AXIS = {"gridcolor": "#e6e8ec", "zerolinecolor": "#c9cdd3", "automargin": True}
+
+
+def layout(title: str, **extra: Any) -> dict[str, Any]:
+    """Plotly layout common to every chart; axis settings are merged with AXIS."""
+    base: dict[str, Any] = {
+        "title": {"text": title, "x": 0.01, "font": {"size": 15}},
+        "margin": {"l": 70, "r": 20, "t": 46, "b": 60},
+        "legend": {"orientation": "h", "y": -0.18},
+        "hovermode": "closest",
+        "paper_bgcolor": "#ffffff",
+        "plot_bgcolor": "#ffffff",
+        "xaxis": dict(AXIS),
+        "yaxis": dict(AXIS),
+    }
+    for key, value in extra.items():
+        base[key] = {**AXIS, **value} if key.startswith(("xaxis", "yaxis")) else value
+    return base
+
+
+def bar(name: str, x: list[Any], y: list[Any], colour: str | None, **extra: Any) -> dict[str, Any]:
+    """A bar trace."""
+    trace: dict[str, Any] = {"type": "bar", "name": name, "x": x, "y": y}
+    if colour:
+        trace["marker"] = {"color": colour}
+    return {**trace, **extra}

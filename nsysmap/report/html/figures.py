@@ -1,0 +1,213 @@
+"""The charts of the HTML report, from the report's answers (`Findings`), pure.
+
+Each function takes what `nsysmap report` computed and returns a `Chart`
+(Plotly figure as a dict, and the table behind it), or None when the data
+cannot draw it; `report_charts` lists them in page order, and
+`missing_charts` says in a sentence why one is not drawn. Time charts show
+milliseconds per step (one step on one device) where the run has steps.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from nsysmap.report import tables as rt
+from nsysmap.report.html.chart import (
+    CATEGORY_COLOURS,
+    Chart,
+    Table,
+    bar,
+    layout,
+    ms,
+    ratio,
+)
+from nsysmap.report.html.layers import (
+    blocks_parts_chart,
+    blocks_phase_chart,
+    per_step,
+    rates_chart,
+    tree_chart,
+)
+from nsysmap.report.html.names import distinct_labels
+from nsysmap.report.html.steps import phase_spread_chart, phase_steps_chart
+
+if TYPE_CHECKING:
+    from nsysmap.report.answers import Findings
+
+TOP_KERNELS = 15
+
+
+def matmul_chart(f: Findings, c: Findings | None) -> Chart:
+    """Matmul share of time in forward, forward + backward and the full step (and a compare run)."""
+    from nsysmap.report.markdown import scopes
+
+    labels, matmul, other, rows = [], [], [], []
+    for run, x in (("this run", f), ("forward-only run", c)):
+        if x is None:
+            continue
+        for scope in scopes(x):
+            mm, total = x.matmul[scope]
+            if not total:
+                continue
+            label = rt.scope_label(x.run.ops, scope) + (" (forward-only run)" if x is c else "")
+            share = rt.share(mm, total)
+            labels.append(label)
+            matmul.append(ratio(share))
+            other.append(ratio(1 - share))
+            rows.append([run, rt.scope_label(x.run.ops, scope), ms(total), ms(mm), ratio(share)])
+    text = [f"{100 * s:.1f} %" for s in matmul]
+    data = [
+        bar("matrix multiplication", labels, matmul, CATEGORY_COLOURS["gemm"], text=text),
+        bar("everything else", labels, other, "#d9d9d9"),
+    ]
+    return Chart(
+        "matmul",
+        "Matrix multiplication's share of time",
+        "gemm kernels plus fused attention kernels, in each scope.",
+        {
+            "data": data,
+            "layout": layout(
+                "Matmul share: forward vs full step",
+                barmode="stack",
+                yaxis={"title": "share of the scope's time", "tickformat": ".0%"},
+            ),
+        },
+        Table(
+            ["run", "scope", "time", "matmul", "matmul share"],
+            rows,
+            ["text", "text", "ms", "ms", "share"],
+        ),
+    )
+
+
+def categories_chart(f: Findings) -> Chart | None:
+    """Kernel categories: share of time next to share of FLOPs."""
+    cats = f.categories
+    if cats.is_empty():
+        return None
+    names = [c or "(none)" for c in cats["category"]]
+    time = [ratio(v) for v in cats["time_share"]]
+    data = [bar("time share", names, time, "#1f77b4")]
+    if f.source is not None:
+        data.append(bar("FLOP share", names, [ratio(v) for v in cats["flop_share"]], "#ff7f0e"))
+    rows = [
+        [n, r["ops"], ms(r["time_ns"]), ratio(r["time_share"]), ratio(r["flop_share"])]
+        for n, r in zip(names, cats.iter_rows(named=True), strict=True)
+    ]
+    caption = "Full step, devices pooled."
+    if f.source is None:
+        caption += " No FLOPs: time share only."
+    return Chart(
+        "categories",
+        "Kernel categories: share of time and of FLOPs",
+        caption,
+        {
+            "data": data,
+            "layout": layout(
+                "Kernel categories", barmode="group", yaxis={"title": "share", "tickformat": ".0%"}
+            ),
+        },
+        Table(
+            ["category", "ops", "time", "time share", "FLOP share"],
+            rows,
+            ["text", "number", "ms", "share", "share"],
+        ),
+    )
+
+
+def top_kernels_chart(f: Findings) -> Chart | None:
+    """The kernels with the most time in the full step, with calls per forward pass and per step."""
+    top = rt.top_kernels(f.run.ops, n=TOP_KERNELS).filter(pl.col("scope") == "step")
+    if top.is_empty():
+        return None
+    steps, unit = per_step(f)
+    names = [n or s or "?" for n, s in zip(top["name"], top["short_name"], strict=True)]
+    labels = distinct_labels(names, 60)
+    colours = [CATEGORY_COLOURS.get(c or "other", "#7f7f7f") for c in top["category"]]
+    per = [ms(t / steps) for t in top["time_ns"]]
+    hover = [
+        f"{c}<br>{calls:g} calls per step · {fwd if fwd is not None else '–'} per forward pass"
+        for c, calls, fwd in zip(
+            top["category"], top["calls_per_pass"].fill_null(top["calls"]), _fwd(top), strict=True
+        )
+    ]
+    trace = bar("time", per[::-1], labels[::-1], None, orientation="h")
+    trace.update(marker={"color": colours[::-1]}, hovertext=hover[::-1], hoverinfo="x+y+text")
+    rows = [
+        [
+            r["rank"],
+            name,
+            r["category"],
+            r["calls"],
+            r["calls_per_pass"],
+            r["forward_calls_per_pass"],
+            t,
+            ratio(r["time_share"]),
+        ]
+        for r, name, t in zip(top.iter_rows(named=True), names, per, strict=True)
+    ]
+    return Chart(
+        "top_kernels",
+        "Top kernels by time",
+        "Full step; names shortened in the middle (the table has them whole).",
+        {
+            "data": [trace],
+            "layout": layout(
+                "Top kernels",
+                xaxis={"title": unit},
+                yaxis={"automargin": True},
+                height=max(320, 28 * len(labels) + 120),
+                margin={"l": 20, "r": 20, "t": 46, "b": 50},
+            ),
+        },
+        Table(
+            [
+                "rank",
+                "kernel",
+                "category",
+                "calls",
+                "calls per step",
+                "calls per forward pass",
+                "time",
+                "share",
+            ],
+            rows,
+            ["number", "text", "text", "number", "number", "number", "ms", "share"],
+        ),
+    )
+
+
+def _fwd(top: pl.DataFrame) -> list[str | None]:
+    return [None if v is None else f"{v:g}" for v in top["forward_calls_per_pass"]]
+
+
+def report_charts(f: Findings, c: Findings | None = None) -> list[Chart]:
+    """Every chart the run's data can draw, in page order."""
+    charts = [
+        phase_steps_chart(f),
+        phase_spread_chart(f),
+        blocks_phase_chart(f),
+        blocks_parts_chart(f),
+        tree_chart(f),
+        matmul_chart(f, c),
+        categories_chart(f),
+        top_kernels_chart(f),
+        rates_chart(f),
+    ]
+    return [chart for chart in charts if chart is not None]
+
+
+def missing_charts(f: Findings) -> list[str]:
+    """Why a chart is not drawn, one sentence each."""
+    notes = []
+    if f.steps is None:
+        notes.append("No step ranges: no per-step chart and no step-to-step spread.")
+    elif f.steps < 2:
+        notes.append("One step only: no step-to-step spread.")
+    if f.blocks.is_empty():
+        notes.append("No numbered modules (blocks such as transformer.h.0): no per-block charts.")
+    if f.run.ops["module"].is_null().all() and f.run.ops["range_path"].is_null().all():
+        notes.append("No modules and no ranges: no tree of time.")
+    return notes  # no FLOPs (hence no rate chart) is already among the report's notes

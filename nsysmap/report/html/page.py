@@ -1,0 +1,150 @@
+"""One self-contained HTML page from charts: Plotly's bundle, style and script inlined.
+
+The page opens offline: nothing is fetched, every figure's JSON sits in the
+page next to its sortable table. `report_page` makes the page of
+`nsysmap report --html`, `page` any page of charts (`nsysmap diff --html`).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from nsysmap._version import __version__
+from nsysmap.errors import ToolMissing
+from nsysmap.report.html.assets import SCRIPT, STYLE
+from nsysmap.report.html.chart import Cell, Chart, Table
+
+if TYPE_CHECKING:
+    from nsysmap.report.answers import Findings
+
+REPORT_HTML = "report.html"
+
+
+@cache
+def plotly_js() -> str:
+    """plotly.js as shipped inside the `plotly` Python package."""
+    try:
+        from plotly.offline import get_plotlyjs
+    except ImportError as exc:
+        raise ToolMissing("the HTML report needs the plotly package (pip install plotly)") from exc
+    return get_plotlyjs()
+
+
+def _json(value: object) -> str:
+    """JSON safe inside a <script> element."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _cell(value: Cell, kind: str) -> str:
+    if value is None:
+        return '<td data-v="" class="num">–</td>' if kind != "text" else '<td data-v="">–</td>'
+    if kind == "text":
+        text = html.escape(str(value))
+        return f'<td data-v="{text}" class="name">{text}</td>'
+    if kind == "ms":
+        shown = f"{value:,.3f}"
+    elif kind == "share":
+        shown = f"{100 * value:.1f} %"
+    else:
+        shown = f"{value:,.0f}" if float(value).is_integer() else f"{value:,.3f}"
+    return f'<td data-v="{value!r}" class="num">{shown}</td>'
+
+
+def table_html(table: Table) -> str:
+    """A sortable table; ms columns say so in their header."""
+    kinds = table.kinds or ["text"] * len(table.columns)
+    head = "".join(
+        f"<th>{html.escape(c)}{' (ms)' if k == 'ms' else ''}</th>"
+        for c, k in zip(table.columns, kinds, strict=True)
+    )
+    body = "".join(
+        "<tr>" + "".join(_cell(v, k) for v, k in zip(row, kinds, strict=True)) + "</tr>"
+        for row in table.rows
+    )
+    return (
+        f'<div class="table-wrap"><table class="sortable"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{body}</tbody></table></div>"
+    )
+
+
+def chart_html(chart: Chart) -> str:
+    """A chart's section: title, caption, the chart's container, its JSON and table."""
+    cid = html.escape(chart.id)
+    return (
+        f'<section class="chart-section" id="sec-{cid}">'
+        f"<h2>{html.escape(chart.title)}</h2>"
+        f'<p class="caption">{html.escape(chart.caption)}</p>'
+        f'<div class="chart" id="chart-{cid}" data-figure="fig-{cid}"></div>'
+        f'<script type="application/json" id="fig-{cid}">{_json(chart.figure)}</script>'
+        f"<details><summary>Table ({len(chart.table.rows)} rows)</summary>"
+        f"{table_html(chart.table)}</details></section>"
+    )
+
+
+def page(
+    title: str,
+    facts: list[str],
+    notes: list[str],
+    charts: list[Chart],
+    notes_title: str = "What this data cannot answer",
+) -> str:
+    """The whole page: header facts, the notes first, then each chart."""
+    items = "".join(f"<li>{html.escape(x)}</li>" for x in facts)
+    limits = ""
+    if notes:
+        listed = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+        limits = (
+            f'<section class="limits"><h2>{html.escape(notes_title)}</h2>'
+            f"<ul>{listed}</ul></section>"
+        )
+    nav = "".join(f'<a href="#sec-{html.escape(c.id)}">{html.escape(c.title)}</a>' for c in charts)
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style>"
+        f"<script>{plotly_js()}</script></head><body>"
+        f'<header><h1>{html.escape(title)}</h1><ul class="facts">{items}</ul></header>'
+        f"<main>{limits}<nav>{nav}</nav>{''.join(chart_html(c) for c in charts)}</main>"
+        f"<footer>nsysmap {html.escape(__version__)}</footer>"
+        f"<script>{SCRIPT}</script></body></html>\n"
+    )
+
+
+def report_facts(f: Findings, c: Findings | None) -> list[str]:
+    """The header lines of the report page."""
+    devices = ", ".join(
+        f"{r['device_name'] or 'unnamed GPU'} (device {r['device_id']})"
+        if r["device_id"] >= 0
+        else "CPU"
+        for r in f.devices.iter_rows(named=True)
+    )
+    facts = [
+        f"Run: {f.run.label}",
+        f"{f.backend} backend; {devices or 'no device'}",
+        f"Steps: {f.steps if f.steps is not None else 'no step ranges'}",
+        f.source_note,
+    ]
+    if c is not None:
+        facts.append(f"Compared with: {c.run.label} (forward-only run)")
+    return facts
+
+
+def report_page(f: Findings, c: Findings | None = None) -> str:
+    """The HTML of `nsysmap report --html`: the same answers as the Markdown, drawn."""
+    from nsysmap.report.html.figures import missing_charts, report_charts
+
+    notes = [*f.notes, *(f"Compared run: {n}" for n in (c.notes if c else []))]
+    notes += missing_charts(f)
+    return page("nsysmap report", report_facts(f, c), notes, report_charts(f, c))
+
+
+def write_page(text: str, target: Path) -> Path:
+    """Write a page; returns its path."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+    return target

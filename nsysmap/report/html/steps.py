@@ -1,0 +1,145 @@
+"""Charts of time by phase per step, and of its spread from step to step (pure)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from nsysmap.naming import PHASES
+from nsysmap.report.html.chart import PHASE_COLOURS, SERIES, Chart, Table, bar, layout, ms
+
+if TYPE_CHECKING:
+    from nsysmap.report.answers import Findings
+
+NO_PHASE = "(none)"
+
+
+def step_phase_times(ops: pl.DataFrame) -> pl.DataFrame:
+    """Time per (device, step, phase) of the operations inside steps; every pair has every phase.
+
+    Columns: device_id, step, phase (NO_PHASE outside every phase), time_ns.
+    """
+    stepped = ops.filter(pl.col("step").is_not_null()).with_columns(
+        pl.col("phase").fill_null(NO_PHASE)
+    )
+    times = stepped.group_by("device_id", "step", "phase").agg(
+        pl.col("dur_ns").sum().alias("time_ns")
+    )
+    grid = (
+        stepped.select("device_id", "step")
+        .unique()
+        .join(stepped.select("phase").unique(), how="cross")
+    )
+    full = grid.join(times, on=["device_id", "step", "phase"], how="left")
+    return full.with_columns(pl.col("time_ns").fill_null(0)).sort("device_id", "step", "phase")
+
+
+def phase_order(phases: list[str]) -> list[str]:
+    """Phases in training order (data, zero_grad, forward, ...), unknown ones after, none last."""
+    known = [p for p in PHASES if p in phases]
+    rest = sorted(p for p in phases if p not in PHASES and p != NO_PHASE)
+    return known + rest + ([NO_PHASE] if NO_PHASE in phases else [])
+
+
+def _colour(phase: str, i: int) -> str:
+    return PHASE_COLOURS.get(phase, SERIES[i % len(SERIES)])
+
+
+def phase_steps_chart(f: Findings) -> Chart | None:
+    """Stacked bars: time by phase in each step (one bar per step and device)."""
+    times = step_phase_times(f.run.ops)
+    if times.is_empty():
+        return None
+    pairs = times.select("device_id", "step").unique().sort("device_id", "step")
+    several = pairs["device_id"].n_unique() > 1
+    x = [
+        f"step {s} · GPU {d}" if several else f"step {s}"
+        for d, s in zip(pairs["device_id"], pairs["step"], strict=True)
+    ]
+    phases = phase_order(times["phase"].unique().to_list())
+    wide = times.pivot("phase", index=["device_id", "step"], values="time_ns").sort(
+        "device_id", "step"
+    )
+    data = [bar(p, x, [ms(v) for v in wide[p]], _colour(p, i)) for i, p in enumerate(phases)]
+    totals = wide.select(pl.sum_horizontal(phases)).to_series()
+    rows = [
+        [d, s, *(ms(wide[p][i]) for p in phases), ms(totals[i])]
+        for i, (d, s) in enumerate(zip(wide["device_id"], wide["step"], strict=True))
+    ]
+    return Chart(
+        "phase_steps",
+        "Time by phase in each step",
+        "Operations inside each step, summed per phase (busy time, not wall time).",
+        {
+            "data": data,
+            "layout": layout("Time by phase per step", barmode="stack", yaxis={"title": "ms"}),
+        },
+        Table(
+            ["device", "step", *phases, "total"],
+            rows,
+            ["number", "number", *(["ms"] * len(phases)), "ms"],
+        ),
+    )
+
+
+def phase_spread_chart(f: Findings) -> Chart | None:
+    """Box plots: how much each phase's time varies from step to step."""
+    times = step_phase_times(f.run.ops)
+    if times.select("device_id", "step").unique().height < 2:
+        return None
+    phases = phase_order(times["phase"].unique().to_list())
+    totals = (
+        times.group_by("device_id", "step")
+        .agg(pl.col("time_ns").sum())
+        .with_columns(phase=pl.lit("step total"))
+    )
+    both = pl.concat([times, totals.select(times.columns)])
+    data = []
+    for i, p in enumerate([*phases, "step total"]):
+        y = [ms(v) for v in both.filter(pl.col("phase") == p).sort("device_id", "step")["time_ns"]]
+        data.append(
+            {
+                "type": "box",
+                "name": p,
+                "y": y,
+                "boxpoints": "all",
+                "jitter": 0.3,
+                "pointpos": 0,
+                "marker": {"color": _colour(p, i) if p != "step total" else "#333333"},
+            }
+        )
+    stats = both.group_by("phase").agg(
+        pl.len().alias("steps"),
+        pl.col("time_ns").mean().alias("mean"),
+        pl.col("time_ns").min().alias("min"),
+        pl.col("time_ns").max().alias("max"),
+        pl.col("time_ns").std().alias("std"),
+    )
+    order = {p: i for i, p in enumerate([*phases, "step total"])}
+    rows = [
+        [
+            r["phase"],
+            r["steps"],
+            ms(r["mean"]),
+            ms(r["min"]),
+            ms(r["max"]),
+            ms(r["std"]),
+            None if not r["mean"] else round(r["std"] / r["mean"], 6),
+        ]
+        for r in sorted(stats.iter_rows(named=True), key=lambda r: order[r["phase"]])
+    ]
+    return Chart(
+        "phase_spread",
+        "Step-to-step spread by phase",
+        "Each point is one step on one device.",
+        {
+            "data": data,
+            "layout": layout("Spread across steps", yaxis={"title": "ms"}, showlegend=False),
+        },
+        Table(
+            ["phase", "steps", "mean", "min", "max", "std", "std / mean"],
+            rows,
+            ["text", "number", "ms", "ms", "ms", "ms", "number"],
+        ),
+    )

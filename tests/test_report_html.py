@@ -1,0 +1,210 @@
+"""The HTML report: the data behind each chart (by hand and golden), and the page itself.
+
+Numbers on the training sample per step (tests/test_report.py has the whole
+timeline): data 1 ms, forward 53, loss 2, backward 92, optimizer 4.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import plotly.graph_objects as go
+import polars as pl
+import pytest
+
+from nsysmap.cli import _invoke
+from nsysmap.pipeline import analyse_file
+from nsysmap.report.answers import ReportOptions, build_report
+from nsysmap.report.html.figures import missing_charts, report_charts
+from nsysmap.report.html.names import distinct_labels, middle
+from nsysmap.report.html.page import plotly_js, report_page
+from nsysmap.report.html.tree import ROOT, module_paths, range_paths, tree
+from nsysmap.report.io import read_run
+from nsysmap.synth.bulk import write_export
+from nsysmap.synth.tile import gpt_tables
+from sample_reports.golden import CHARTS, chart_document, chart_text
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_reports"
+TRAIN_CHARTS = [
+    "phase_steps",
+    "phase_spread",
+    "blocks_phase",
+    "blocks_parts",
+    "tree",
+    "matmul",
+    "categories",
+    "top_kernels",
+]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("html")
+    for name in ("train", "infer"):
+        analyse_file(SAMPLES / f"gpt2_tiny_{name}.sqlite", root / name)
+    gpt = write_export(root / "gpt12.sqlite", gpt_tables(1500, seed=2))
+    analyse_file(gpt, root / "gpt12")
+    return {"train": root / "train", "infer": root / "infer", "gpt12": root / "gpt12"}
+
+
+@pytest.fixture(scope="module")
+def train(runs):
+    return build_report(read_run(runs["train"]), read_run(runs["infer"]))
+
+
+@pytest.fixture(scope="module")
+def charts(train):
+    return {c.id: c for c in report_charts(train.findings, train.compare)}
+
+
+def trace(chart, name):
+    return next(t for t in chart.figure["data"] if t.get("name") == name)
+
+
+def test_the_training_sample_draws_its_charts(charts, train):
+    assert list(charts) == TRAIN_CHARTS
+    assert missing_charts(train.findings) == []
+    assert any(n.startswith("No FLOPs, so no TFLOP/s or MFU") for n in train.findings.notes)
+
+
+def test_time_by_phase_per_step(charts):
+    steps = charts["phase_steps"]
+    got = {t["name"]: t["y"] for t in steps.figure["data"]}
+    assert list(got) == ["data", "forward", "loss", "backward", "optimizer"]
+    assert got == {
+        "data": [1.0, 1.0],
+        "forward": [53.0, 53.0],
+        "loss": [2.0, 2.0],
+        "backward": [92.0, 92.0],
+        "optimizer": [4.0, 4.0],
+    }
+    assert steps.table.rows[0][-1] == 152.0  # the step total
+    spread = {r[0]: r[1:] for r in charts["phase_spread"].table.rows}
+    assert spread["step total"] == [2, 152.0, 152.0, 152.0, 0.0, 0.0]
+
+
+def test_each_block_by_phase_and_by_part(charts):
+    blocks = charts["blocks_phase"]
+    assert trace(blocks, "forward")["x"] == ["transformer.h.0", "transformer.h.1"]
+    assert trace(blocks, "forward")["y"] == [23.0, 23.0]
+    assert trace(blocks, "backward")["y"] == [39.0, 39.0]
+    assert trace(blocks, "other")["y"] == [0.0, 0.0]
+    parts = {t["name"]: t["y"] for t in charts["blocks_parts"].figure["data"]}
+    assert parts == {
+        "attn": [28.0, 28.0],
+        "mlp": [26.0, 26.0],
+        "(own)": [4.0, 4.0],
+        "ln_1": [2.0, 2.0],
+        "ln_2": [2.0, 2.0],
+    }
+
+
+def test_the_module_tree_holds_all_time(charts):
+    icicle = charts["tree"].figure["data"][0]
+    values = dict(zip(icicle["ids"], icicle["values"], strict=True))
+    parents = dict(zip(icicle["ids"], icicle["parents"], strict=True))
+    assert sum(values.values()) == pytest.approx(154.0)  # 308 ms over 2 steps, outside steps too
+    assert icicle["branchvalues"] == "remainder"
+    c_fc = next(i for i in icicle["ids"] if i.endswith("h\x1f1\x1fmlp\x1fc_fc"))
+    assert values[c_fc] == 12.0  # forward 4 + backward 8 per step
+    assert all(p in values for p in parents.values() if p)
+
+
+def test_matmul_share_forward_against_full_step(charts):
+    bars = trace(charts["matmul"], "matrix multiplication")
+    shares = dict(zip(bars["x"], bars["y"], strict=True))
+    assert shares["forward"] == round(74 / 106, 6)
+    assert shares["full step"] == round(222 / 304, 6)
+    assert shares["full step (forward-only run)"] == round(74 / 108, 6)
+
+
+def test_top_kernels_with_calls_per_step_and_per_forward_pass(charts):
+    top = charts["top_kernels"]
+    first = top.table.rows[0]
+    # rank, kernel, category, calls, calls per step, calls per forward pass, time, share
+    assert first[:6] == [1, "ampere_sgemm_128x64_tn", "gemm", 78, 39.0, 13.0]
+    labels = top.figure["data"][0]["y"]
+    assert len(set(labels)) == len(labels)
+
+
+def test_kernel_names_cut_in_the_middle_never_look_alike():
+    a = "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float>>(int)"
+    b = "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float>>(int)"
+    assert middle(a, 30) == middle(b, 30)  # a plain cut would merge them
+    la, lb, lc = distinct_labels([a, b, "gemm"], 30)
+    assert la != lb and lc == "gemm" and "…" in la and len(la) < len(a)
+    assert distinct_labels([a, a], 30)[0] == distinct_labels([a, a], 30)[1]
+
+
+def test_range_tree_is_cut_to_the_largest_nodes_without_losing_time():
+    ops = pl.DataFrame(
+        {
+            "range_path": ["s > f > a", "s > f > b", "s > g", None, "s > f > c"],
+            "dur_ns": [5, 3, 2, 7, 1],
+        }
+    )
+    full = tree(range_paths(ops), " > ")
+    assert full.filter(pl.col("id") == ROOT)["inclusive_ns"].item() == 18
+    small = tree(range_paths(ops), " > ", limit=4)  # all, s, (outside ranges), f
+    assert small["label"].to_list() == [ROOT, "s", "(outside ranges)", "f"]
+    assert small["own_ns"].sum() == 18
+    own = dict(zip(small["label"], small["own_ns"], strict=True))
+    assert own == {ROOT: 0, "s": 2, "(outside ranges)": 7, "f": 9}
+
+
+def test_module_tree_names_the_root_module_and_its_missing_ancestors():
+    ops = pl.DataFrame({"module": ["", "a.b.c", None], "dur_ns": [1, 2, 4]})
+    nodes = tree(module_paths(ops, "Net"), ".", 1)
+    paths = dict(zip(nodes["label"], nodes["path"], strict=True))
+    assert paths == {
+        ROOT: "",
+        "Net": "Net",
+        "a": "a",
+        "b": "a.b",
+        "c": "a.b.c",
+        "(outside modules)": "(outside modules)",
+    }
+    assert nodes.filter(pl.col("label") == "a")["inclusive_ns"].item() == 2
+
+
+def test_twelve_blocks_and_rates_when_flops_are_known(runs):
+    result = build_report(read_run(runs["gpt12"]), options=ReportOptions(dtype="bf16"))
+    charts = {c.id: c for c in report_charts(result.findings)}
+    assert "rates" in charts
+    blocks = trace(charts["blocks_phase"], "forward")["x"]
+    assert blocks == [f"transformer.h.{i}" for i in range(12)]
+    mfu = trace(charts["rates"], "MFU")["y"]
+    assert all(0 < m < 1 for m in mfu)
+
+
+def test_every_figure_is_valid_plotly(charts):
+    for chart in charts.values():
+        go.Figure(chart.figure)  # raises on a property Plotly does not know
+
+
+@pytest.mark.parametrize("name", ["gpt2_tiny_train", "gpt2_tiny_infer"])
+def test_chart_data_matches_golden_files(name):
+    golden = (SAMPLES / "expected" / name / CHARTS).read_text()
+    assert chart_text(chart_document(SAMPLES / f"{name}.sqlite")) == golden
+
+
+def test_page_is_self_contained(train):
+    page = report_page(train.findings, train.compare)
+    assert page.count(plotly_js()) == 1
+    assert not re.search(r"<(script|link|img)[^>]+(src|href)=", page)
+    specs = re.findall(r'<script type="application/json" id="fig-(\w+)">(.*?)</script>', page)
+    assert [s[0] for s in specs] == TRAIN_CHARTS
+    assert json.loads(specs[0][1])["data"][0]["name"] == "data"
+    assert page.count('<table class="sortable">') == len(TRAIN_CHARTS)
+    notes = page.index("What this data cannot answer")
+    assert notes < page.index('id="sec-phase_steps"')
+
+
+def test_report_html_option_writes_the_page(runs, tmp_path):
+    assert _invoke(["report", str(runs["infer"]), "--quiet", "--html"]) == 0
+    assert (runs["infer"] / "report.html").read_text().startswith("<!DOCTYPE html>")
+    target = tmp_path / "r.html"
+    assert _invoke(["report", str(runs["infer"]), "--quiet", "--html", str(target)]) == 0
+    assert "Time by phase in each step" in target.read_text()
