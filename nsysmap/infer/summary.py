@@ -1,0 +1,158 @@
+"""What inference found, as tables and lines (pure), and how it agrees with measured ranges.
+
+`by_inferred_block` is GPU time per device, inferred phase and inferred block
+(null block: time outside the repeated blocks), so it adds up to the device's
+total like every other summary. `agreement` compares inferred labels with
+the step, phase and module the profile's own ranges gave, where they exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from nsysmap.infer.label import Found, infer
+from nsysmap.schemas import BY_INFERRED_BLOCK
+
+# Measured phases in the inferred vocabulary (loss belongs to the forward graph).
+PHASE_MAP = {"data": "data", "zero_grad": "data", "forward": "forward", "loss": "forward"}
+PHASE_MAP |= {"backward": "backward", "optimizer": "optimizer"}
+AGREEMENT = pl.Schema(
+    {"device_id": pl.Int64, "what": pl.String, "measured_ns": pl.Int64, "agreeing_ns": pl.Int64}
+)
+# A layer index in a module path: transformer.h.3.attn, model.layers.10, blocks.0.mlp
+LAYER_INDEX = r"(?:^|\.)(?:h|layers?|blocks?)\.(\d+)(?:\.|$)"
+
+
+@dataclass(frozen=True)
+class Inferred:
+    """Inferred labels per op (INFERRED), the block table and the summary lines."""
+
+    labels: pl.DataFrame
+    by_inferred_block: pl.DataFrame
+    found: tuple[Found, ...]
+    agreement: pl.DataFrame  # device_id, what, measured_ns, agreeing_ns
+
+    def tables(self) -> dict[str, pl.DataFrame]:
+        return {"inferred": self.labels, "by_inferred_block": self.by_inferred_block}
+
+    def lines(self) -> list[str]:
+        return [_line(f, self.by_inferred_block, self.agreement) for f in self.found]
+
+
+# The OPS columns inference reads (the streamed path loads only these back).
+INFER_COLUMNS = ("op_id", "device_id", "pid", "stream_id", "kind", "category", "name")
+INFER_COLUMNS += ("start_ns", "end_ns", "launch_start_ns", "dur_ns", "short_name")
+INFER_COLUMNS += ("step", "phase", "module")
+
+
+def infer_ops(ops: pl.DataFrame) -> Inferred:
+    """Inferred steps, phases and blocks of an OPS frame, with their summaries."""
+    labels, found = infer(ops)
+    joined = ops.select("op_id", "device_id", "dur_ns", "short_name", "step", "phase", "module")
+    joined = joined.join(labels, on=["op_id", "device_id"], how="left", nulls_equal=True)
+    return Inferred(labels, by_inferred_block(joined), tuple(found), agreement(joined))
+
+
+def by_inferred_block(joined: pl.DataFrame) -> pl.DataFrame:
+    keys = ["device_id", "inferred_phase", "inferred_block"]
+    top = (
+        joined.group_by([*keys, "short_name"])
+        .agg(pl.col("dur_ns").sum())
+        .sort("dur_ns", descending=True, maintain_order=True)
+        .group_by(keys, maintain_order=True)
+        .agg(pl.col("short_name").first().alias("top_kernel"))
+    )
+    table = joined.group_by(keys).agg(
+        pl.len().cast(pl.Int64).alias("ops"), pl.col("dur_ns").sum().alias("time_ns")
+    )
+    total = pl.col("time_ns").sum().over("device_id")
+    return (
+        table.join(top, on=keys, how="left", nulls_equal=True)
+        .with_columns(time_share=pl.col("time_ns") / total)
+        .select(BY_INFERRED_BLOCK.names())
+        .cast(dict(BY_INFERRED_BLOCK))
+        .sort(["device_id", "inferred_phase", "inferred_block"], nulls_last=True)
+    )
+
+
+def agreement(joined: pl.DataFrame) -> pl.DataFrame:
+    """Per device and label: GPU time with a measured label, and the part inference agrees on.
+
+    Phases compare through PHASE_MAP; blocks with the layer index in the
+    measured module path; steps through the measured step most of each
+    inferred step's time has (step numbers themselves are arbitrary).
+    """
+    if joined.select(pl.all_horizontal(pl.col("step", "phase", "module").is_null().all())).item():
+        return pl.DataFrame(schema=AGREEMENT)  # nothing measured to compare with
+    phase = joined.filter(pl.col("phase").is_in(list(PHASE_MAP))).select(
+        "device_id",
+        "dur_ns",
+        ok=pl.col("phase").replace_strict(PHASE_MAP) == pl.col("inferred_phase"),
+    )
+    layer = pl.col("module").str.extract(LAYER_INDEX).cast(pl.Int64)
+    block = joined.filter(layer.is_not_null()).select(
+        "device_id", "dur_ns", ok=(layer == pl.col("inferred_block")).fill_null(False)
+    )
+    steps = joined.filter(pl.col("step").is_not_null())
+    step = (
+        steps.join(
+            _usual(steps, "inferred_step", "step"),
+            on=["device_id", "inferred_step"],
+            nulls_equal=True,
+        )
+        .join(
+            _usual(steps, "step", "inferred_step"),
+            on=["device_id", "step"],
+            suffix="_back",
+            nulls_equal=True,
+        )
+        .select(
+            "device_id",
+            "dur_ns",
+            ok=(pl.col("step") == pl.col("usual"))
+            & (pl.col("inferred_step") == pl.col("usual_back")),
+        )
+    )
+    parts = [
+        f.with_columns(what=pl.lit(w))
+        for f, w in ((step, "step"), (phase, "phase"), (block, "block"))
+    ]
+    return (
+        pl.concat(parts)
+        .group_by("device_id", "what", maintain_order=True)
+        .agg(measured_ns=pl.col("dur_ns").sum(), agreeing_ns=pl.col("dur_ns").filter("ok").sum())
+    )
+
+
+def _usual(steps: pl.DataFrame, by: str, other: str) -> pl.DataFrame:
+    """For each `by` value, the `other` value holding most of its time (as `usual`)."""
+    return (
+        steps.group_by("device_id", by, other)
+        .agg(pl.col("dur_ns").sum())
+        .sort("dur_ns", descending=True, maintain_order=True)
+        .group_by("device_id", by, maintain_order=True)
+        .agg(pl.col(other).first().alias("usual"))
+    )
+
+
+def _line(found: Found, blocks: pl.DataFrame, agree: pl.DataFrame) -> str:
+    device = blocks.filter(pl.col("device_id").eq_missing(found.device_id))
+    placed = device.filter(pl.col("inferred_block").is_not_null())["time_share"].sum()
+    names = ("found in forward", "mirrored in backward")
+    found_blocks = [
+        f"{r.repeats} repeating blocks of {r.length} kernels {names[i]}"
+        for i, r in enumerate(found.regions)
+    ]
+    what = ", ".join(found_blocks) or "no repeating blocks"
+    steps = f"{found.steps} step{'s' if found.steps != 1 else ''}"
+    line = (
+        f"device {'unknown' if found.device_id is None else found.device_id}"
+        f" (inferred): {what}, {steps}; {placed:.0%} of GPU time in blocks"
+    )
+    rows = agree.filter(pl.col("device_id").eq_missing(found.device_id), pl.col("measured_ns") > 0)
+    shares = [
+        f"{r['what']} {r['agreeing_ns'] / r['measured_ns']:.0%}" for r in rows.iter_rows(named=True)
+    ]
+    return line + (f"; agrees with the profile's ranges: {', '.join(shares)}" if shares else "")

@@ -1,0 +1,198 @@
+"""Inferred steps, phases and blocks (nsysmap.infer), checked where the truth is known.
+
+The synthetic GPT-2 exports and the real course-assignment exports carry
+ranges; their measured step, phase and module are hidden from inference
+(nulled before it runs) and then compared with what it inferred.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from nsysmap.cli import cli
+from nsysmap.infer.label import _steps
+from nsysmap.infer.motif import motif_regions, step_period
+from nsysmap.infer.summary import infer_ops
+from nsysmap.pipeline import analyse, analyse_report, load_report
+from nsysmap.report.answers import ReportOptions, build_report
+from nsysmap.report.io import read_run
+from nsysmap.report.markdown import render
+from nsysmap.synth.bulk import write_export
+from nsysmap.synth.tile import gpt_tables
+from tests.corpus import REAL
+
+SAMPLES = Path(__file__).parents[1] / "sample_reports"
+MEASURED = ("step", "phase", "module", "range_id", "range_name", "range_path")
+TRUE_PHASE = {"data": "data", "zero_grad": "data", "forward": "forward", "loss": "forward"}
+TRUE_PHASE |= {"backward": "backward", "optimizer": "optimizer"}
+
+
+def _hidden(ops: pl.DataFrame) -> pl.DataFrame:
+    """The ops with every measured label removed."""
+    return ops.with_columns(pl.lit(None, ops.schema[c]).alias(c) for c in MEASURED)
+
+
+def _share(ops: pl.DataFrame, ok: pl.Expr, where: pl.Expr) -> float:
+    part = ops.filter(where)
+    return part.filter(ok)["dur_ns"].sum() / part["dur_ns"].sum()
+
+
+@pytest.fixture(scope="module", params=[(4, 1500), (12, 3000)], ids=["4 layers", "12 layers"])
+def gpt(request, tmp_path_factory) -> tuple[pl.DataFrame, int]:
+    n_layer, n_kernels = request.param
+    path = tmp_path_factory.mktemp("gpt") / "g.sqlite"
+    write_export(path, gpt_tables(n_kernels, seed=3, n_layer=n_layer, processes=1))
+    ops = analyse_report(load_report(path), infer=False).ops
+    labels = infer_ops(_hidden(ops)).labels
+    return ops.join(labels, on=["op_id", "device_id"]), n_layer
+
+
+def test_synthetic_blocks_phases_and_steps_match_the_truth(gpt):
+    ops, n_layer = gpt
+    layer = pl.col("module").str.extract(r"\.h\.(\d+)(?:\.|$)").cast(pl.Int64)
+    in_layer = layer.is_not_null()
+    assert _share(ops, layer == pl.col("inferred_block"), in_layer) >= 0.95
+    assert ops["inferred_block"].max() == n_layer - 1
+    true_phase = pl.col("phase").replace_strict(TRUE_PHASE, default=None)
+    assert _share(ops, true_phase == pl.col("inferred_phase"), true_phase.is_not_null()) >= 0.95
+    # Steps: one inferred step per measured step (numbering may be offset).
+    pairs = ops.filter(pl.col("step").is_not_null()).group_by("step", "inferred_step").len()
+    assert pairs["step"].n_unique() == pairs.height == pairs["inferred_step"].n_unique()
+
+
+def test_measured_labels_are_not_read():
+    """Inference gives the same answer whether or not the ops carry measured labels."""
+    path = SAMPLES
+    ops = analyse_report(load_report(path / "gpt2_tiny_train.sqlite"), infer=False).ops
+    assert infer_ops(ops).labels.equals(infer_ops(_hidden(ops)).labels)
+
+
+def test_ops_without_a_device_id_get_the_same_blocks():
+    """An export whose device id column is unreadable (null) is inferred like the others."""
+    ops = analyse_report(load_report(SAMPLES / "gpt2_tiny_train.sqlite"), infer=False).ops
+    known = infer_ops(ops)
+    unknown = infer_ops(ops.with_columns(pl.lit(None, pl.Int64).alias("device_id")))
+    assert unknown.found[0].device_id is None
+    assert unknown.labels.drop("device_id").equals(known.labels.drop("device_id"))
+    placed = unknown.by_inferred_block.filter(pl.col("inferred_block").is_not_null())
+    assert (
+        placed["time_ns"].sum()
+        == known.by_inferred_block.filter(pl.col("inferred_block").is_not_null())["time_ns"].sum()
+        > 0
+    )
+    assert "device unknown (inferred)" in unknown.lines()[0]
+
+
+def _planted(rnd: random.Random, steps: int, motif: int, repeats: int, noise: float):
+    """Codes and launch gaps of `steps` steps, each a prologue, `repeats` blocks of
+    a `motif`-kernel motif and an epilogue, with noise kernels inserted at `noise`."""
+    block = [rnd.randrange(10, 40) for _ in range(motif)]
+    step = [1, 2, 3] + block * repeats + [4, 5, 6, 7]
+    codes, gaps, noise_code = [], [], 1000
+    for _ in range(steps):
+        for i, code in enumerate(step):
+            if i > 0 and rnd.random() < noise:
+                codes.append(noise_code)
+                gaps.append(1_000)
+                noise_code += 1
+            codes.append(code)
+            gaps.append(5_000_000 if i == 0 else 1_000)
+    return np.array(codes), np.array(gaps), len(step)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_planted_period_and_motif_are_found_through_noise(seed):
+    rnd = random.Random(seed)
+    steps, motif, repeats = rnd.randint(3, 8), rnd.randint(5, 30), rnd.randint(4, 24)
+    codes, gaps, length = _planted(rnd, steps, motif, repeats, noise=0.01)
+    found = step_period(codes, gaps)
+    assert found is not None
+    inserted = codes.size - steps * length
+    assert length <= found[0] <= length + inserted
+    assert _steps(codes, gaps, found).max() + 1 == steps
+    clean, _, _ = _planted(random.Random(seed), 1, motif, repeats, noise=0.0)
+    (region,) = motif_regions(clean)
+    assert (region.length, region.repeats) == (motif, repeats)
+
+
+def test_no_period_without_repeats():
+    rnd = np.random.default_rng(0)
+    codes = rnd.integers(0, 10_000, 500)
+    assert step_period(codes, np.full(500, 1_000)) is None
+    assert motif_regions(np.arange(500)) == []
+
+
+needs_real = pytest.mark.skipif(not REAL.is_dir(), reason=f"the real corpus is not at {REAL}")
+
+
+def _attention_layer(ops: pl.DataFrame) -> pl.DataFrame:
+    """Ops in launch order with the ordinal of their user attention range (the true layer)."""
+    in_attn = pl.col("range_path").str.contains("forward pass > scaled dot product attention")
+    order = pl.coalesce("launch_start_ns", "start_ns")
+    return ops.sort(order).with_columns(
+        layer=pl.when(in_attn).then((in_attn & ~in_attn.shift(1, fill_value=False)).cum_sum() - 1)
+    )
+
+
+@needs_real
+@pytest.mark.parametrize(
+    ("name", "phases"),
+    [
+        ("cs336a2_small_fwd_emitnvtx_shapes_a100.sqlite", 0.99),
+        ("cs336a2_small_fwdbwd_emitnvtx_shapes_a100.sqlite", 0.99),
+    ],
+)
+def test_real_exports_agree_with_their_ranges(name, phases):
+    ops = analyse_report(load_report(REAL / name), infer=False).ops
+    ops = _attention_layer(ops.join(infer_ops(_hidden(ops)).labels, on=["op_id", "device_id"]))
+    assert (
+        _share(ops, pl.col("layer") == pl.col("inferred_block"), pl.col("layer").is_not_null())
+        >= 0.9
+    )
+    true_phase = pl.col("phase").replace_strict(TRUE_PHASE, default=None)
+    assert _share(ops, true_phase == pl.col("inferred_phase"), true_phase.is_not_null()) >= phases
+
+
+@needs_real
+def test_export_without_ranges_gets_blocks():
+    report = load_report(REAL / "cs336a2_fwd_no_nvtx_a100.sqlite")
+    inferred = analyse_report(report).inferred
+    blocks = inferred.by_inferred_block.filter(pl.col("inferred_block").is_not_null())
+    assert blocks["inferred_block"].n_unique() == 12
+    assert inferred.by_inferred_block["time_share"].sum() == pytest.approx(1.0)
+    assert "12 repeating blocks" in inferred.lines()[0]
+
+
+def test_cli_writes_inferred_tables_unless_told_not_to(tmp_path):
+    sample = SAMPLES
+    report = str(sample / "gpt2_tiny_train.sqlite")
+    runner = CliRunner()
+    on = runner.invoke(cli, ["attribute", report, "-o", str(tmp_path / "on")])
+    assert on.exit_code == 0, on.output
+    assert "(inferred): 2 repeating blocks" in on.output
+    table = pl.read_parquet(tmp_path / "on" / "by_inferred_block.parquet")
+    assert (
+        table["time_ns"].sum() == pl.read_parquet(tmp_path / "on" / "ops.parquet")["dur_ns"].sum()
+    )
+    off = runner.invoke(cli, ["attribute", report, "-o", str(tmp_path / "off"), "--no-infer"])
+    assert off.exit_code == 0, off.output
+    assert not (tmp_path / "off" / "inferred.parquet").exists()
+    assert "(inferred)" not in off.output
+
+
+def test_report_shows_inferred_blocks_when_no_module_names_them(tmp_path):
+    """`nsysmap report` on a profile whose ranges are all gone: blocks 0, 1, 2 inferred."""
+    path = write_export(tmp_path / "g.sqlite", gpt_tables(1000, seed=2, n_layer=3, processes=1))
+    report = load_report(path)
+    analyse(replace(report, ranges=report.ranges.clear()), tmp_path / "out")
+    text = render(build_report(read_run(tmp_path / "out")).findings, None, ReportOptions())
+    section = text.split("## Per block, inferred from the repeating kernel sequence")[1]
+    rows = [line for line in section.splitlines() if line.startswith("| forward | ")]
+    assert [row.split(" | ")[1] for row in rows[:3]] == ["0", "1", "2"]
