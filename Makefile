@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # The CPU build of PyTorch; pinned so that pip does not pull CUDA packages.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test lint bench samples clean
+.PHONY: demo test lint bench samples screenshots chromium clean
 
 $(BIN)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,8 +17,18 @@ $(BIN)/.installed: setup.cfg pyproject.toml
 
 demo: $(BIN)/.installed
 	$(BIN)/nsysmap run --output out/demo examples/train_gpt2.py -- --steps 4
+	$(BIN)/nsysmap report out/demo --html --quiet
 
-test: $(BIN)/.installed
+# The browser tests open the HTML reports in Debian's Chromium: installed here when
+# missing and we are root; without it they skip and say why.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || \
+	      echo "chromium could not be installed: the browser tests will skip"; \
+	  else echo "chromium is not installed and we are not root: the browser tests will skip"; fi
+
+test: $(BIN)/.installed chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
@@ -28,6 +38,14 @@ bench: $(BIN)/.installed
 
 samples: $(BIN)/.installed
 	$(BIN)/python -m sample_reports.build --golden
+
+# docs/images/report.png: the training sample's HTML report, rendered by nsysmap's own code.
+screenshots: $(BIN)/.installed chromium
+	rm -rf out/screenshots
+	$(BIN)/nsysmap attribute sample_reports/gpt2_tiny_train.sqlite -o out/screenshots/train --quiet
+	$(BIN)/nsysmap report out/screenshots/train --html --quiet
+	$(BIN)/python -m nsysmap.report.html.browser out/screenshots/train/report.html \
+	  docs/images/report.png --width 1200 --max-height 2600
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .ruff_cache .hypothesis

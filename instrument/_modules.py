@@ -39,7 +39,7 @@ class ModuleHooks:
         self.names = names
         self.phases = phases
         self._acc_handles: dict[int, Any] = {}
-        self.on_named: Any = None  # called after a module was named on first call
+        self.on_named: Any = None  # called with the module after it was named on first call
 
     # -- forward ----------------------------------------------------------
     def forward_hooks(self) -> tuple[Any, Any]:
@@ -86,7 +86,7 @@ class ModuleHooks:
             else:
                 info = self.names.name_nested(module, self._caller_path(ts))
             if self.on_named is not None:
-                self.on_named()
+                self.on_named(module)
         phase_frame = self.phases.root_forward_begin(ts) if info.root else None
         self.stacks.push(ts, FWD, module, info.fwd, phase_frame)
 

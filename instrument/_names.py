@@ -9,6 +9,11 @@ one (path "", its forward is the `forward` phase); later, distinct roots
 called inside a forward but absent from every root's tree is named under
 its caller: `<caller path>.~<Class>`. The first name a module gets stays.
 
+A compiled wrapper (`torch.compile(module)` returns an `OptimizedModule`
+holding the module as `_orig_mod`) is named like the module it wraps, with
+its class, and `_orig_mod` is left out of every path: `torch.compile(model)`
+as a root is `fwd:Net:` and its children `blocks.0.fc1`, as without compile.
+
 Entries are keyed by `id(module)` and dropped by a weakref callback when the
 module is garbage collected, so naming never keeps a model alive.
 """
@@ -21,6 +26,7 @@ from typing import Any
 
 import torch
 
+from instrument._compile import is_compiled_wrapper, unwrap
 from instrument._state import Stacks
 from instrument.naming import module_range
 
@@ -46,24 +52,37 @@ class Names:
         self.by_id: dict[int, ModInfo] = {}
         self.primary: weakref.ref | None = None
         self.inplace = False  # some named module modifies its input in place
+        self.wrappers: list[torch.nn.Module] = []  # compiled wrappers named since last drained
+        self._alias_refs: dict[int, weakref.ref] = {}  # keeps the wrappers' weakrefs alive
         self._root_classes: Counter[str] = Counter()
 
     def name_tree(self, root: torch.nn.Module, prefix: str, primary: bool) -> ModInfo:
         """Name `root` and all its submodules under `prefix`; returns root's info."""
         if primary:
             self.primary = weakref.ref(root)
-        for path, module in root.named_modules(remove_duplicate=True):
-            if id(module) in self.by_id:
+        inner = unwrap(root)
+        wrappers = [root] if inner is not root else []
+        for path, module in inner.named_modules(remove_duplicate=True):
+            if is_compiled_wrapper(module):
+                wrappers.append(module)
+            if id(module) in self.by_id or is_compiled_wrapper(module):
                 continue
+            path = strip_wrapper_segments(path)
             full = f"{prefix}.{path}" if prefix and path else (prefix or path)
-            self._add(module, full, primary and module is root)
+            self._add(module, full, primary and module is inner)
+        for wrapper in wrappers:
+            self._alias(wrapper)
         return self.by_id[id(root)]
 
     def name_root(self, module: torch.nn.Module) -> ModInfo:
         """Name a module whose forward started with no instrumented forward open."""
+        inner = unwrap(module)
+        if inner is not module and id(inner) in self.by_id:
+            self._alias(module)  # torch.compile(model) of a model named before
+            return self.by_id[id(module)]
         if self.primary is None or self.primary() is None:
             return self.name_tree(module, "", primary=True)
-        cls = type(module).__name__
+        cls = type(inner).__name__
         self._root_classes[cls] += 1
         count = self._root_classes[cls]
         return self.name_tree(module, f"@{cls}" if count == 1 else f"@{cls}#{count}", False)
@@ -83,7 +102,30 @@ class Names:
         self.by_id.clear()
         self.primary = None
         self.inplace = False
+        self.wrappers.clear()
+        self._alias_refs.clear()
         self._root_classes.clear()
+
+    def _alias(self, wrapper: torch.nn.Module) -> None:
+        """Give a compiled wrapper the name of the module it wraps (dropped with the wrapper)."""
+        key = id(wrapper)
+        if key in self.by_id:
+            return
+        info = self.by_id.get(id(unwrap(wrapper)))
+        if info is None:
+            return
+        by_id, refs = self.by_id, self._alias_refs
+
+        def forget(ref: weakref.ref, key: int = key, info: ModInfo = info) -> None:
+            if by_id.get(key) is info:
+                del by_id[key]
+            refs.pop(key, None)
+
+        refs[key] = weakref.ref(wrapper, forget)
+        by_id[key] = info
+        if info.root:  # the wrapper is what the script calls: its hooks drive the forward phase
+            self.primary = weakref.ref(wrapper)
+        self.wrappers.append(wrapper)
 
     def _add(self, module: torch.nn.Module, path: str, root: bool) -> None:
         key = id(module)
@@ -104,6 +146,13 @@ class Names:
             ref=weakref.ref(module, forget),
             root=root,
         )
+
+
+def strip_wrapper_segments(path: str) -> str:
+    """`blocks.0._orig_mod.ln` -> `blocks.0.ln`: compiled wrappers add no path segment."""
+    if "_orig_mod" not in path:
+        return path
+    return ".".join(part for part in path.split(".") if part != "_orig_mod")
 
 
 def is_inplace(module: torch.nn.Module) -> bool:

@@ -140,6 +140,8 @@ class Phases:
     # -- optimizer step hooks (torch.optim global hooks) ---------------------
     def optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """Global optimizer step pre-hook: open the optimizer phase."""
+        if torch.compiler.is_compiling():
+            return
         if self.step_optimizer is None or self.step_optimizer() is None:
             self.step_optimizer = weakref.ref(optimizer)
         frames = self._optimizer_frames.setdefault(id(optimizer), [])
@@ -148,6 +150,8 @@ class Phases:
 
     def optimizer_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """Global optimizer step post-hook: close the phase; the step optimizer ends the step."""
+        if torch.compiler.is_compiling():
+            return
         frames = self._optimizer_frames.get(id(optimizer))
         if frames:
             self.end(*frames.pop())
@@ -156,9 +160,12 @@ class Phases:
 
     # -- scoped wrappers ------------------------------------------------------
     def scoped(self, phase: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """`fn` wrapped in the phase `phase` (zero_grad)."""
+        """`fn` wrapped in the phase `phase` (zero_grad); plain `fn` while Dynamo traces it."""
+        is_compiling = torch.compiler.is_compiling
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if is_compiling():
+                return fn(*args, **kwargs)
             ts, frame = self.begin(phase)
             try:
                 return fn(*args, **kwargs)
@@ -169,8 +176,11 @@ class Phases:
 
     def data_next(self, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
         """A DataLoader iterator `__next__` that opens the data tail."""
+        is_compiling = torch.compiler.is_compiling
 
         def __next__(iterator: Any) -> Any:
+            if is_compiling():
+                return fn(iterator)
             ts, frame = self.begin("data")
             try:
                 batch = fn(iterator)
@@ -183,11 +193,16 @@ class Phases:
         return _like(__next__, fn)
 
     def loss_fn(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """A loss function that shows as a (possibly nested) loss phase inside a step."""
+        """A loss function that shows as a (possibly nested) loss phase inside a step.
+
+        While Dynamo traces it (a loss computed inside a compiled forward), it is
+        the plain loss function: `is_compiling()` comes first, so no state of
+        the session is read and nothing is guarded on.
+        """
         is_compiling = torch.compiler.is_compiling
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if self.step_ts is None or is_compiling():
+            if is_compiling() or self.step_ts is None:
                 return fn(*args, **kwargs)
             ts = self.stacks.get()
             if self.current(ts) == "loss":
@@ -207,8 +222,11 @@ class Phases:
         graph pruned by `inputs=`) are closed on the thread that opened them.
         """
         stacks = self.stacks
+        is_compiling = torch.compiler.is_compiling
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if is_compiling():
+                return fn(*args, **kwargs)
             ts = stacks.get()
             if phase and self.current(ts) != "backward":
                 self.begin("backward")

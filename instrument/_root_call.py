@@ -1,9 +1,10 @@
 """The launcher's record of the profiled model, turned into DIR/flops.json after the run.
 
-A global forward hook waits for the first completed forward call of the
-session's primary root module (the model), notes the shape and dtype of its
-first tensor input, whether grad was enabled and the compute dtype, keeps a
-reference to the model and removes itself. After profiling, `write` counts
+Once the session names its primary root module (the model), a forward hook on
+that module waits for its first completed call, notes the shape and dtype of
+its first tensor input, whether grad was enabled and the compute dtype, keeps
+a reference to the model (the module itself for `torch.compile(model)`) and
+removes itself. After profiling, `write` counts
 one forward (and backward, if grad was enabled) of a meta-device copy of the
 model on fake tensors (instrument/flops.py: no weights copied, no kernels
 run) and writes the FLOP document, with `compute_dtype` and `source` added,
@@ -19,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.nn.modules import module as nn_module
+
+from instrument._compile import unwrap
 
 FLOPS_JSON = "flops.json"
 
@@ -34,12 +36,19 @@ class RootCall:
         self.input_dtype: str | None = None
         self.grad_enabled = True
         self.compute_dtype: str | None = None
-        self._handle: Any = nn_module.register_module_forward_hook(self._hook, with_kwargs=True)
+        self._handle: Any = None
+        self._done = False
+        session.on_primary.append(self._attach)
+
+    def _attach(self, root: torch.nn.Module) -> None:
+        """Session listener: the primary root was named (or changed); watch its calls."""
+        if self._done:
+            return
+        if self._handle is not None:
+            self._handle.remove()
+        self._handle = root.register_forward_hook(self._hook, with_kwargs=True)
 
     def _hook(self, module: Any, args: Any, kwargs: Any, output: Any) -> None:
-        info = self._session.names.by_id.get(id(module))
-        if info is None or not info.root:
-            return
         self.detach()
         tensor = next(
             (a for a in itertools.chain(args, kwargs.values()) if isinstance(a, torch.Tensor)),
@@ -47,14 +56,15 @@ class RootCall:
         )
         if tensor is None:
             return
-        self.model = module
+        self.model = unwrap(module)
         self.input_shape = list(tensor.shape)
         self.input_dtype = str(tensor.dtype).removeprefix("torch.")
         self.grad_enabled = torch.is_grad_enabled()
         self.compute_dtype = compute_dtype(module, tensor.device.type)
 
     def detach(self) -> None:
-        """Remove the hook (idempotent)."""
+        """Remove the hook and stop watching (idempotent)."""
+        self._done = True
         if self._handle is not None:
             self._handle.remove()
             self._handle = None

@@ -9,7 +9,10 @@ directory) with the instrumentation installed: emitter "nvtx" for nsys,
 the script ends). DIR/launch.json is always written, also when the script
 raises or is interrupted; see docs/instrumentation.md for its fields. Unless
 --no-flops (or backend off), the model's first forward call is recorded and
-its FLOPs counted on fake tensors after the run, into DIR/flops.json.
+its FLOPs counted on fake tensors after the run, into DIR/flops.json. A
+script that compiles (torch.compile) is profiled once compilation has settled,
+and which module each compiled kernel came from goes to DIR/compiled.json
+(docs/compile.md).
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ from typing import Any
 import torch
 
 import instrument
+from instrument import compiled_doc
 from instrument._root_call import FLOPS_JSON, RootCall
 from instrument._window import ProfileWindow
+from instrument.provenance import Provenance
 
 EMIT = {"nsys": "nvtx", "torch": "torch", "off": "off"}
 LAUNCH_JSON = "launch.json"
@@ -127,6 +132,29 @@ def _root_call(opts: argparse.Namespace, session: Any) -> RootCall | None:
     return None if opts.backend == "off" or opts.no_flops else RootCall(session)
 
 
+def _provenance(opts: argparse.Namespace, session: Any) -> Provenance | None:
+    """The kernel-provenance recorder (not for backend off); no stale compiled.json."""
+    (opts.out / compiled_doc.FILE).unlink(missing_ok=True)
+    if opts.backend == "off":
+        return None
+    provenance = Provenance()
+    session.compile_watch.start_listeners.append(provenance.compile_started)
+    return provenance
+
+
+def _write_provenance(provenance: Provenance | None, out: Path, notes: list[str]) -> str | None:
+    """Write DIR/compiled.json when the script compiled; its notes join the run's."""
+    if provenance is None:
+        return None
+    try:
+        written = provenance.write(out)
+    except OSError as exc:
+        notes.append(f"compiled.json not written: {exc}")
+        return None
+    notes.extend(provenance.notes)
+    return written
+
+
 def _count_flops(
     root_call: RootCall | None, out: Path, error: BaseException | None, notes: list[str]
 ) -> bool:
@@ -147,6 +175,8 @@ def run(opts: argparse.Namespace, script: str, args: list[str]) -> int:
     )
     session = instrument.install(emit=EMIT[opts.backend])
     session.add_step_listener(window.step_started, window.step_ended)
+    session.compile_watch.listeners.append(window.compiled)
+    provenance = _provenance(opts, session)
     root_call = _root_call(opts, session)
     start, error = time.perf_counter(), None
     try:
@@ -155,11 +185,16 @@ def run(opts: argparse.Namespace, script: str, args: list[str]) -> int:
     except BaseException as exc:  # the script's outcome is reported, not re-raised
         error = exc
     wall_s = time.perf_counter() - start
-    for cleanup in (instrument.uninstall, lambda: window.finish(session.steps_completed)):
+    compiles = session.compile_watch.compiles
+    cleanups = [instrument.uninstall, lambda: window.finish(session.steps_completed)]
+    if provenance is not None:
+        cleanups.append(provenance.uninstall)
+    for cleanup in cleanups:
         try:
             cleanup()
         except Exception as exc:  # launch.json must still be written
             window.notes.append(f"cleanup failed: {type(exc).__name__}: {exc}")
+    compiled = _write_provenance(provenance, opts.out, window.notes)
     flops_written = _count_flops(root_call, opts.out, error, window.notes)
     status, line, interrupted = _outcome(error, script)
     record = {
@@ -173,6 +208,13 @@ def run(opts: argparse.Namespace, script: str, args: list[str]) -> int:
         "profiled_steps": window.profiled if opts.backend != "off" else None,
         "trace": window.trace,
         "flops": FLOPS_JSON if flops_written else None,
+        "compile": {
+            "compilations": compiles,
+            "profiled_compilations": window.compiles_profiled,
+            "profiled_compile_s": round(window.compile_ns_profiled / 1e9, 6),
+            "warmup_waited_steps": window.waited,
+            "provenance": compiled,
+        },
         "torch_version": torch.__version__,
         "cuda_device": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         "wall_s": round(wall_s, 6),

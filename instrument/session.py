@@ -10,6 +10,7 @@ undoes every patch.
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import warnings
 import weakref
@@ -22,6 +23,7 @@ from torch.nn.modules import module as nn_module
 from torch.optim import optimizer as optim_module
 from torch.utils.data import dataloader
 
+from instrument._compile import CompileWatch, Suspender, wrapper_hooks
 from instrument._modules import ModuleHooks
 from instrument._names import Names
 from instrument._patch import Patches
@@ -56,6 +58,8 @@ LOSS_FUNCTIONS = (
 _QUIET = (
     "For backward hooks to be called, module output should be a Tensor",
     "Full backward hook is firing when gradients are computed with respect to module outputs",
+    # nsysmap names torch.compile's wrapper like the model and keeps its hooks off inside it.
+    "Using `torch.compile(module)` when there are global hooks on modules",
 )
 
 
@@ -71,10 +75,15 @@ class Session:
         self._handles: list[Any] = []
         self._module_handles: list[Any] = []
         self._mode: tuple[str | None, Any] = (None, None)
-        self.modules.on_named = self.refresh_module_hooks
+        self.modules.on_named = self._named
         self._warned_inplace = False
         self._patches = Patches()
         self._filters: list[Any] = []
+        self.suspender = Suspender(self._suspended)
+        self.compile_watch = CompileWatch(self.suspender)
+        self._wrapper_handles: list[Any] = []
+        self.on_primary: list[Callable[[torch.nn.Module], None]] = []  # the primary root, once
+        self._told_primary: weakref.ref | None = None
 
     @property
     def emitting(self) -> bool:
@@ -104,7 +113,7 @@ class Session:
         if optimizer is not None and self.phases.step_optimizer is None:
             self.phases.step_optimizer = weakref.ref(optimizer)
         if self._mode[0] is not None:
-            self.refresh_module_hooks()
+            self._named()
 
     def install(self) -> None:
         """Register the optimizer hooks, apply the scoped patches, attach module hooks."""
@@ -114,7 +123,7 @@ class Session:
         ]
         if self.emitting:
             for message in _QUIET:
-                warnings.filterwarnings("ignore", message=message, category=UserWarning)
+                warnings.filterwarnings("ignore", message=re.escape(message), category=UserWarning)
                 self._filters.append(warnings.filters[0])
         self._patch()
         self.phases.on_phase_begin = self.refresh_module_hooks
@@ -130,6 +139,9 @@ class Session:
         disabled the backward hooks are left off too: torch would otherwise
         build backward-hook state for every module call.
         """
+        self.compile_watch.arm()
+        if self.suspender.active:
+            return
         emitter = self.stacks.emitter
         listening = getattr(emitter, "listening", None)
         root = self.names.primary() if self.names.primary is not None else None
@@ -142,6 +154,34 @@ class Session:
             self._remove(self._module_handles)
             self._module_handles = self._module_hook_handles(mode[0], root)
             self._mode = mode
+
+    def _suspended(self, suspended: bool) -> None:
+        """Suspender callback: take nsysmap's module hooks off, or put them back."""
+        if suspended:
+            self._remove(self._module_handles)
+            self._mode = (None, None)
+        else:
+            self.refresh_module_hooks()
+
+    def _named(self, calling: torch.nn.Module | None = None) -> None:
+        """After modules were named: hooks for new compiled wrappers, listeners, refresh.
+
+        `calling` is the module whose forward pre-hook named them: when it is a
+        compiled wrapper, its own pre-hook was registered too late for this
+        call, so the hooks are taken off here (its forward hook puts them back).
+        """
+        wrappers, self.names.wrappers = self.names.wrappers, []
+        for wrapper in wrappers:
+            self._wrapper_handles += wrapper_hooks(wrapper, self._forward[1], self.suspender)
+            if wrapper is calling:
+                self.suspender.suspend()
+        root = self.names.primary() if self.names.primary is not None else None
+        told = self._told_primary() if self._told_primary is not None else None
+        if root is not None and root is not told:
+            self._told_primary = weakref.ref(root)  # naming never keeps a model alive
+            for listener in self.on_primary:
+                listener(root)
+        self.refresh_module_hooks()
 
     def _module_hook_handles(self, mode: str, root: torch.nn.Module | None) -> list[Any]:
         pre, post = self._forward
@@ -197,8 +237,11 @@ class Session:
             self.stacks.close_foreign(0)
         finally:
             self.phases.on_phase_begin = None
+            self.compile_watch.disarm()
+            self.suspender.reset()
             self._remove(self._handles)
             self._remove(self._module_handles)
+            self._remove(self._wrapper_handles)
             self._mode = (None, None)
             self.modules.remove_accumulate_hooks()
             self._patches.undo()

@@ -5,7 +5,7 @@ The public verbs form one flow::
     import nsysmap
     report = nsysmap.load_report("run.sqlite")     # read + normalise
     ops = nsysmap.attribute(report)                # every GPU op -> step, phase, module
-    tables = nsysmap.summarize(ops)                # by phase, module, kernel, ...
+    tables = nsysmap.summarize(ops, report.ranges) # by phase, module, kernel, range
     nsysmap.analyse(report, "out/")                # all of it, written as Parquet
 
 Everything else is private to the package.

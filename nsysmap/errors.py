@@ -21,6 +21,10 @@ class ExitCode(IntEnum):
     TOOL_MISSING = 6  # nsys (or another required tool) not on PATH
     PROFILER_FAILED = 7  # the profiler ran but produced no usable capture
     SCRIPT_FAILED = 8  # used when a failed script's own status is unknown
+    SOME_FAILED = 9  # several reports: some failed, the others' outputs were written
+    OUTPUT_FAILED = 10  # the output path cannot be written (a file, read-only, too long, ...)
+    TOTALS_MISMATCH = 11  # a run's own totals did not add up: nothing was written
+    CLUSTER_FAILED = 12  # several reports: the Dask cluster could not be started or reached
     INTERRUPTED = 130  # Ctrl-C
 
 
@@ -30,7 +34,7 @@ class NsysmapError(Exception):
     exit_code: ExitCode = ExitCode.INTERNAL
 
     def __init__(self, message: str, *, exit_code: ExitCode | None = None) -> None:
-        super().__init__(message)
+        super().__init__(one_line(message))
         if exit_code is not None:
             self.exit_code = exit_code
 
@@ -55,6 +59,24 @@ class ProfilerFailed(NsysmapError):
     exit_code = ExitCode.PROFILER_FAILED
 
 
+class SomeReportsFailed(NsysmapError):
+    """Of several reports, some could not be attributed; the others' outputs exist."""
+
+    exit_code = ExitCode.SOME_FAILED
+
+
+class OutputFailed(NsysmapError):
+    """The outputs cannot be written where asked; previous outputs there are untouched."""
+
+    exit_code = ExitCode.OUTPUT_FAILED
+
+
+class TotalsMismatch(NsysmapError):
+    """A run's conservation check failed (a bug or an input nsysmap misread): nothing written."""
+
+    exit_code = ExitCode.TOTALS_MISMATCH
+
+
 class ScriptFailed(NsysmapError):
     """The profiled script exited non-zero; outputs for what was captured exist."""
 
@@ -66,3 +88,22 @@ class ScriptFailed(NsysmapError):
         self.status = status
         # A script's own non-zero status is passed through unchanged when it fits.
         self.process_exit = status if 0 < status < 256 else int(code)
+
+
+MAX_MESSAGE = 400
+
+
+def one_line(text: str, limit: int = MAX_MESSAGE) -> str:
+    """`text` on one line: whitespace runs (newlines included) become one space; a text
+    longer than `limit` loses its middle (a long path), keeping the reason at its end."""
+    flat = " ".join(str(text).split())
+    if len(flat) <= limit:
+        return flat
+    half = (limit - 1) // 2
+    return flat[:half] + "…" + flat[len(flat) - (limit - 1 - half) :]
+
+
+class ClusterFailed(NsysmapError):
+    """The Dask cluster for several reports could not be started or reached."""
+
+    exit_code = ExitCode.CLUSTER_FAILED

@@ -17,6 +17,7 @@ class Report:
     (torch.profiler); every frame conforms to its schema in `nsysmap.schemas`.
     `meta` holds key/value facts: `backend` ("nsys" or "torch.profiler"),
     `nsys_version`, `export_schema_version`, `source_path`, ... when known.
+    `graph_links` says which GPU operations ran in or as a CUDA graph (nsys).
     """
 
     gpu_ops: pl.DataFrame
@@ -25,6 +26,9 @@ class Report:
     threads: pl.DataFrame = field(default_factory=lambda: schemas.empty(schemas.THREADS))
     devices: pl.DataFrame = field(default_factory=lambda: schemas.empty(schemas.DEVICES))
     meta: pl.DataFrame = field(default_factory=lambda: schemas.empty(schemas.META))
+    graph_links: pl.DataFrame = field(default_factory=lambda: schemas.empty(schemas.GRAPH_LINKS))
+    # torch.compile'd kernels and their modules (capture's compiled.json), else empty
+    compiled: pl.DataFrame = field(default_factory=lambda: schemas.empty(schemas.COMPILED_KERNELS))
 
     def meta_value(self, key: str) -> str | None:
         """The metadata value for `key`, or None."""
@@ -40,6 +44,8 @@ class Report:
             threads=schemas.conform(self.threads, schemas.THREADS, "threads"),
             devices=schemas.conform(self.devices, schemas.DEVICES, "devices"),
             meta=schemas.conform(self.meta, schemas.META, "meta"),
+            graph_links=schemas.conform(self.graph_links, schemas.GRAPH_LINKS, "graph_links"),
+            compiled=schemas.conform(self.compiled, schemas.COMPILED_KERNELS, "compiled"),
         )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -19,12 +20,23 @@ import polars as pl
 
 from nsysmap.attribution.attribute import attribute
 from nsysmap.attribution.normalise import normalise
-from nsysmap.errors import InputNotFound, NoGpuData
+from nsysmap.attribution.rules import BUILTIN, NameRules
+from nsysmap.errors import NoGpuData
+from nsysmap.infer.summary import INFER_COLUMNS, Inferred, infer_ops
 from nsysmap.model import Report
+from nsysmap.output.conservation import check_conservation
+from nsysmap.output.placement import check_output_dir, staging
 from nsysmap.output.render import render_summary
 from nsysmap.output.streamed import stream_ops
 from nsysmap.output.summarize import Summaries, summarize
-from nsysmap.output.writer import build_manifest, input_identity, output_tables, write_outputs
+from nsysmap.output.writer import (
+    OPS_FILE,
+    build_manifest,
+    input_identity,
+    output_tables,
+    write_outputs,
+)
+from nsysmap.read.inputs import regular_file
 from nsysmap.stages import Stages
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -47,6 +59,7 @@ class Analysis:
     summary_text: str
     out_dir: Path | None = None
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
+    inferred: Inferred | None = None  # steps, phases, blocks from the kernel sequence
 
     @property
     def ops(self) -> pl.DataFrame:
@@ -62,14 +75,28 @@ def load_report(path: str | Path, *, stages: Stages | None = None) -> Report:
     `.sqlite` nsys exports, `.nsys-rep` reports (exported with `nsys export`
     next to the input), and torch.profiler traces (`.json`, `.json.gz`).
     """
-    path = Path(path)
-    if not path.exists():
-        raise InputNotFound(f"{path}: no such file")
+    path = regular_file(path, _expected(Path(path)))
     stages = stages or Stages(progress=False)
     with stages.stage("read", "reading"):
         raw = _read_raw(path)
     with stages.stage("normalise", "nesting ranges"):
-        return normalise(raw)
+        report = normalise(raw)
+    if path.name.lower().endswith(TRACE_SUFFIXES):  # torch.compile: kernels' modules, compile time
+        from nsysmap.attribution.compile_time import with_compile_facts
+        from nsysmap.read.compiled import attach_compiled
+
+        report = with_compile_facts(attach_compiled(report, path))
+    return report
+
+
+def _expected(path: Path) -> str:
+    """What a file of this name should be, for messages."""
+    name = path.name.lower()
+    if name.endswith(TRACE_SUFFIXES):
+        return "a torch.profiler trace"
+    if name.endswith((".nsys-rep", ".qdrep")):
+        return "an nsys report"
+    return "an nsys .sqlite export"
 
 
 def _read_raw(path: Path) -> Report:
@@ -93,15 +120,31 @@ def analyse_report(
     options: dict[str, Any] | None = None,
     source: dict[str, Any] | None = None,
     stages: Stages | None = None,
+    rules: NameRules = BUILTIN,
+    infer: bool = True,
 ) -> Analysis:
-    """Attribute and summarise a normalised report (pure: no file access)."""
+    """Attribute and summarise a normalised report (pure: no file access).
+
+    `rules` read step and phase names (nsysmap.attribution.rules); the user's
+    rules among them are recorded in the manifest's options. `infer`: also
+    infer steps, phases and blocks from the kernel sequence (nsysmap.infer).
+    """
     _require_ops(report)
     stages = stages or Stages(progress=False)
     with stages.stage("attribute", "attributing"):
-        ops = attribute(report)
+        ops = attribute(report, rules)
     with stages.stage("summarise", "summarising"):
-        summaries = summarize(ops)
-    return _analysis(report, ops, ops.height, summaries, options, source)
+        summaries = summarize(ops, report.ranges)
+    inferred = None
+    if infer:
+        with stages.stage("infer", "inferring blocks"):
+            inferred = infer_ops(ops)
+    options = {**_with_rules(options, rules), **({} if infer else {"infer": False})}
+    return _analysis(report, ops, ops.height, summaries, options, source, inferred=inferred)
+
+
+def _with_rules(options: dict[str, Any] | None, rules: NameRules) -> dict[str, Any]:
+    return {**(options or {}), **rules.options()}
 
 
 def _require_ops(report: Report) -> None:
@@ -118,32 +161,54 @@ def _analysis(
     options: dict[str, Any] | None,
     source: dict[str, Any] | None,
     out_dir: Path | None = None,
+    *,
+    inferred: Inferred | None = None,
 ) -> Analysis:
+    check_conservation(report.gpu_ops, summaries, ops, n_ops, report.meta_value("source_path"))
     tables = {"ops": ops if ops is not None else n_ops, **summaries.tables()}
+    tables |= inferred.tables() if inferred is not None else {}
     manifest = build_manifest(report, tables, options=options or {}, source=source)
     meta = dict(zip(report.meta["key"], report.meta["value"], strict=True))
-    text = render_summary(summaries, meta)
-    return Analysis(report, ops, summaries, manifest, text, out_dir)
+    text = render_summary(summaries, meta) + inferred_text(inferred)
+    return Analysis(report, ops, summaries, manifest, text, out_dir, inferred=inferred)
+
+
+def inferred_text(inferred: Inferred | None) -> str:
+    """The terminal summary's inferred-block lines (empty without inference)."""
+    return "".join(f"\n{line}\n" for line in inferred.lines()) if inferred is not None else ""
 
 
 def _streamed(
-    report: Report, out_dir: Path, options: dict[str, Any] | None, stages: Stages
+    report: Report,
+    out_dir: Path,
+    options: dict[str, Any] | None,
+    stages: Stages,
+    rules: NameRules = BUILTIN,
+    infer: bool = True,
 ) -> Analysis:
     """Attribute, summarise and write ops.parquet block by block (large reports)."""
     _require_ops(report)
-    n_ops, summaries = stream_ops(report, out_dir / "ops.parquet", stages)
-    return _analysis(report, None, n_ops, summaries, options, None, out_dir)
+    n_ops, summaries = stream_ops(report, out_dir / OPS_FILE, stages, rules)
+    inferred = None
+    if infer:  # from the streamed file, only the columns inference reads
+        with stages.stage("infer", "inferring blocks"):
+            inferred = infer_ops(pl.read_parquet(out_dir / OPS_FILE, columns=list(INFER_COLUMNS)))
+    options = {**_with_rules(options, rules), **({} if infer else {"infer": False})}
+    return _analysis(report, None, n_ops, summaries, options, None, out_dir, inferred=inferred)
 
 
 def write_analysis(analysis: Analysis, out_dir: Path, *, stages: Stages | None = None) -> Analysis:
     """Write the Parquet tables and manifest; returns the analysis with `out_dir` set."""
     stages = stages or Stages(progress=False)
     with stages.stage("write", "writing"):
-        if analysis.held_ops is None and analysis.out_dir == out_dir:
-            tables = analysis.summaries.tables()  # ops.parquet was streamed there
+        ops_file = None
+        if analysis.held_ops is None:  # ops.parquet was streamed into analysis.out_dir
+            tables, ops_file = analysis.summaries.tables(), Path(analysis.out_dir) / OPS_FILE
         else:
             tables = output_tables(analysis.ops, analysis.summaries)
-        write_outputs(tables, analysis.manifest, out_dir)
+        if analysis.inferred is not None:
+            tables |= analysis.inferred.tables()
+        write_outputs(tables, analysis.manifest, out_dir, ops_file=ops_file)
     return replace(analysis, out_dir=out_dir, timings={**analysis.timings, **stages.timings})
 
 
@@ -154,10 +219,11 @@ def analyse(
     options: dict[str, Any] | None = None,
     input_path: Path | None = None,
     stages: Stages | None = None,
+    rules: NameRules = BUILTIN,
 ) -> Analysis:
     """Attribute, summarise and write: the whole flow after reading."""
     source = input_identity(input_path) if input_path is not None else None
-    analysis = analyse_report(report, options=options, source=source, stages=stages)
+    analysis = analyse_report(report, options=options, source=source, stages=stages, rules=rules)
     return write_analysis(analysis, Path(out_dir), stages=stages)
 
 
@@ -167,6 +233,8 @@ def analyse_file(
     *,
     options: dict[str, Any] | None = None,
     stages: Stages | None = None,
+    rules: NameRules = BUILTIN,
+    infer: bool = True,
 ) -> Analysis:
     """`nsysmap attribute`: the whole flow from a file.
 
@@ -175,25 +243,29 @@ def analyse_file(
     "hash" (mostly off the critical path). Progress shows on
     stderr when it is a terminal, unless `stages` says otherwise.
     """
-    path = Path(path)
+    path, out_dir = Path(path), check_output_dir(out_dir)
     stages = stages or Stages()
     stop = threading.Event()
-    with ThreadPoolExecutor(1) as pool:
+    with ThreadPoolExecutor(1) as pool, ExitStack() as cleanup:
         try:
             report = load_report(path, stages=stages)
             # Hashed beside attribution (reading keeps both cores busy already).
             identity = pool.submit(_timed_identity, path, stop)
             if report.gpu_ops.height > STREAM_OPS:
-                analysis = _streamed(report, Path(out_dir), options, stages)
+                # Streamed beside out_dir, moved into place with the other outputs.
+                streamed_to = cleanup.enter_context(staging(out_dir))
+                analysis = _streamed(report, streamed_to, options, stages, rules, infer)
             else:
-                analysis = analyse_report(report, options=options, stages=stages)
+                analysis = analyse_report(
+                    report, options=options, stages=stages, rules=rules, infer=infer
+                )
         except BaseException:
             stop.set()  # do not make a failure wait for the hash
             raise
         source, hash_s = identity.result()
-    manifest = {**analysis.manifest, "input": source}
-    analysis = replace(analysis, manifest=manifest, timings={**stages.timings, "hash": hash_s})
-    return write_analysis(analysis, Path(out_dir), stages=stages)
+        manifest = {**analysis.manifest, "input": source}
+        analysis = replace(analysis, manifest=manifest, timings={**stages.timings, "hash": hash_s})
+        return write_analysis(analysis, out_dir, stages=stages)
 
 
 def _timed_identity(path: Path, stop: threading.Event) -> tuple[dict[str, Any], float]:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import polars as pl
 
-OUTPUT_SCHEMA_VERSION = "1.0"
+OUTPUT_SCHEMA_VERSION = "1.2"
 
-OP_KINDS = ("kernel", "memcpy", "memset", "cpu_op")
+# `graph`: one replay of a CUDA graph, traced as a whole (--cuda-graph-trace=graph).
+OP_KINDS = ("kernel", "memcpy", "memset", "cpu_op", "graph")
 RANGE_KINDS = ("push_pop", "start_end", "synthetic")
 DIRECTIONS = ("forward", "backward")
 # How far attribution got for one operation (see docs/outputs.md).
@@ -82,7 +83,35 @@ RANGES = pl.Schema(
     }
 )
 
+# Operations that ran in or as a CUDA graph (nsys only): the graph, the node,
+# and the point where the graph or node was captured (the thread and time of
+# its creation, following clones back to the original), null when unknown.
+GRAPH_LINKS = pl.Schema(
+    {
+        "op_id": pl.Int64,  # a GPU_OPS row
+        "graph_id": pl.Int64,
+        "graph_node_id": pl.Int64,  # null for a whole-graph replay
+        "capture_tid": pl.Int64,  # thread of the op's pid that created the node or graph
+        "capture_ns": pl.Int64,
+    }
+)
+
 THREADS = pl.Schema({"pid": pl.Int64, "tid": pl.Int64, "thread_name": pl.String})
+
+# Kernel calls of torch.compile'd graphs and the modules they came from, one row
+# per call site (from the capture's compiled.json, instrument/compiled_doc.py).
+COMPILED_KERNELS = pl.Schema(
+    {
+        "graph": pl.String,  # Inductor FX graph key, as in "## Call CompiledFxGraph <key> ##"
+        "graph_direction": Direction,
+        "site": pl.Int64,  # call site in the graph's code, from 0
+        "kernel": pl.String,  # the call's name in a trace (cpp_fused_..., triton_..., aten::mm)
+        "occurrence": pl.Int64,  # n-th call of this kernel name in the graph, from 0
+        "rel_module": pl.String,  # nearest common module, below the compiled region's root
+        "rel_class": pl.String,
+        "rel_modules": pl.List(pl.String),  # every module the kernel's nodes came from
+    }
+)
 
 DEVICES = pl.Schema(
     {
@@ -126,6 +155,12 @@ OPS = pl.Schema(
         "direction": Direction,
         "aten_op": pl.String,
         "input_shapes": pl.String,
+        "graph_id": pl.Int64,  # the CUDA graph this op replays, or is a node of
+        "graph_node_id": pl.Int64,
+        "capture_range_path": pl.String,  # ranges open where its graph (node) was captured
+        "rank": pl.Int64,  # the process's rank in a distributed job, when the report says
+        "compiled_graph": pl.String,  # Inductor graph key of a torch.compile'd graph call
+        "fused_modules": pl.String,  # a compiled kernel's modules, joined by ", "
     }
 )
 
@@ -176,6 +211,39 @@ BY_KERNEL = pl.Schema(
     }
 )
 
+# Communication kernels per device and step, and how much of their time
+# compute on other streams of the same device covered (not a partition of
+# the device's GPU time: see docs/outputs.md).
+OVERLAP = pl.Schema(
+    {
+        "device_id": pl.Int64,
+        "step": pl.Int64,
+        "comm_ops": pl.Int64,
+        "comm_ns": pl.Int64,
+        "overlapped_ns": pl.Int64,
+        "exposed_ns": pl.Int64,
+        "overlapped_share": pl.Float64,
+        "exposed_share": pl.Float64,
+    }
+)
+
+# GPU time per range path (nsysmap.output.ranges); range_path null: outside every range.
+BY_RANGE = pl.Schema(
+    {
+        "device_id": pl.Int64,
+        "range_path": pl.String,  # names outermost first, joined by " > "
+        "range_name": pl.String,  # the path's last name
+        "domain": pl.String,  # NVTX domain of the path's last range (null: default)
+        "range_depth": pl.Int32,  # names in the path
+        "calls": pl.Int64,  # instances of the path with operations inside
+        **_SUMMARY_TAIL,  # exclusive: operations whose innermost range has this path
+        "inclusive_ops": pl.Int64,  # operations inside an instance, at any depth
+        "inclusive_ns": pl.Int64,
+        "inclusive_share": pl.Float64,
+        "span_ns": pl.Int64,  # first GPU start to last GPU end per call, summed over calls
+    }
+)
+
 
 class SchemaMismatch(Exception):
     """A table does not match its declared schema: a bug, not a user error."""
@@ -200,3 +268,116 @@ def conform(df: pl.DataFrame, schema: pl.Schema, table: str) -> pl.DataFrame:
 def empty(schema: pl.Schema) -> pl.DataFrame:
     """An empty frame of the given schema."""
     return pl.DataFrame(schema=schema)
+
+
+# ------------------------------------------------- several reports (ranks)
+# `nsysmap attribute` on several reports (nsysmap.many): every summary above
+# gains a leading `rank`; these tables compare the ranks (docs/outputs.md).
+def with_rank(schema: pl.Schema) -> pl.Schema:
+    """`schema` with a leading `rank` column."""
+    return pl.Schema({"rank": pl.Int64, **schema})
+
+
+RANKS = pl.Schema(
+    {
+        "rank": pl.Int64,
+        "input": pl.String,  # the report file
+        "pid": pl.Int64,
+        "device_ids": pl.List(pl.Int64),
+        "rank_source": pl.String,  # declared, process, file_order
+        "declared_rank": pl.Int64,  # what the report itself said, if anything
+        "ops": pl.Int64,
+        "time_ns": pl.Int64,
+    }
+)
+RANK_STEPS = pl.Schema(
+    {
+        "rank": pl.Int64,
+        "step": pl.Int64,
+        "ops": pl.Int64,
+        "time_ns": pl.Int64,
+        "comm_ns": pl.Int64,  # communication operations
+        "compute_ns": pl.Int64,  # everything else
+        "first_start_ns": pl.Int64,
+        "last_end_ns": pl.Int64,
+        "span_ns": pl.Int64,
+        "collective_wait_ns": pl.Int64,  # comm_ns minus the least of any rank in this step
+    }
+)
+STRAGGLERS = pl.Schema(
+    {
+        "step": pl.Int64,
+        "ranks": pl.Int64,
+        "slowest_rank": pl.Int64,
+        "fastest_rank": pl.Int64,
+        "slowest_compute_ns": pl.Int64,
+        "median_compute_ns": pl.Float64,
+        "fastest_compute_ns": pl.Int64,
+        "straggler_cost_ns": pl.Int64,  # the fastest rank's collective wait
+    }
+)
+RANK_MODULE_PHASE = pl.Schema(
+    {
+        "module": pl.String,
+        "module_class": pl.String,
+        "phase": pl.String,
+        "ranks": pl.Int64,
+        "min_ns": pl.Int64,
+        "median_ns": pl.Float64,
+        "max_ns": pl.Int64,
+        "slowest_rank": pl.Int64,
+        "fastest_rank": pl.Int64,
+        "excess_ns": pl.Float64,  # max_ns - median_ns
+    }
+)
+RANK_MODULE = pl.Schema(
+    {
+        "module": pl.String,
+        "module_class": pl.String,
+        **{
+            k: v
+            for k, v in RANK_MODULE_PHASE.items()
+            if k not in ("module", "module_class", "phase")
+        },
+    }
+)
+RANK_COMM = pl.Schema(
+    {
+        "rank": pl.Int64,
+        "ops": pl.Int64,
+        "time_ns": pl.Int64,
+        "compute_ns": pl.Int64,
+        "comm_ns": pl.Int64,  # sum of communication operations' durations
+        "comm_busy_ns": pl.Int64,  # time with at least one communication operation running
+        "overlapped_ns": pl.Int64,  # ... while another operation runs on the same device
+        "exposed_ns": pl.Int64,  # ... while nothing else runs on the device
+        "collective_wait_ns": pl.Int64,  # summed over steps (rank_steps)
+    }
+)
+
+
+# ------------------------------------------------------- inferred (nsysmap.infer)
+# Kept apart from measured attribution: inferred.parquet, keyed by op_id.
+INFERRED = pl.Schema(
+    {
+        "op_id": pl.Int64,
+        "device_id": pl.Int64,
+        "inferred_step": pl.Int64,
+        "inferred_phase": pl.String,  # forward, backward, optimizer, data, other
+        "inferred_block": pl.Int64,  # 0 .. L-1; null outside the repeated blocks
+        "inferred_part": pl.Int64,  # position in the block's kernel motif
+        "inferred_confidence": pl.Float64,  # per step: share of its kernels that repeat
+    }
+)
+BY_INFERRED_BLOCK = pl.Schema(
+    {
+        "device_id": pl.Int64,
+        "inferred_phase": pl.String,
+        "inferred_block": pl.Int64,
+        "ops": pl.Int64,
+        "time_ns": pl.Int64,
+        "time_share": pl.Float64,
+        "top_kernel": pl.String,  # short name of the kernel with most time in the group
+    }
+)
+INFERRED_SCHEMAS = {"inferred": INFERRED, "by_inferred_block": BY_INFERRED_BLOCK}

@@ -80,7 +80,7 @@ class Node:
     items: tuple = ()  # Node children and (kernel, gpu ms) pairs, interleaved
 
 
-def _block(i: int) -> Node:
+def _block(i: int, slower_ms: int = 0) -> Node:
     return Node(
         f"h.{i}",
         "GPT2Block",
@@ -103,7 +103,7 @@ def _block(i: int) -> Node:
                 "mlp",
                 "GPT2MLP",
                 (
-                    Node("c_fc", "Conv1D", ((GEMM, 4),)),
+                    Node("c_fc", "Conv1D", ((GEMM, 4 + slower_ms),)),
                     Node("act", "NewGELUActivation", ((GELU, 1),)),
                     Node("c_proj", "Conv1D", ((GEMM, 4),)),
                 ),
@@ -113,22 +113,28 @@ def _block(i: int) -> Node:
     )
 
 
-MODEL = Node(
-    "",
-    "GPT2LMHeadModel",
-    (
-        Node(
-            "transformer",
-            "GPT2Model",
-            (
-                Node("wte", "Embedding", ((EMBED, 1),)),
-                *(_block(i) for i in range(N_LAYER)),
-                Node("ln_f", "LayerNorm", ((LAYER_NORM, 1),)),
+def model(slower: dict[int, int] | None = None) -> Node:
+    """The module tree; `slower` adds ms to the c_fc gemm of some blocks (index -> ms)."""
+    slower = slower or {}
+    return Node(
+        "",
+        "GPT2LMHeadModel",
+        (
+            Node(
+                "transformer",
+                "GPT2Model",
+                (
+                    Node("wte", "Embedding", ((EMBED, 1),)),
+                    *(_block(i, slower.get(i, 0)) for i in range(N_LAYER)),
+                    Node("ln_f", "LayerNorm", ((LAYER_NORM, 1),)),
+                ),
             ),
+            Node("lm_head", "Linear", ((GEMM, 5),)),
         ),
-        Node("lm_head", "Linear", ((GEMM, 5),)),
-    ),
-)
+    )
+
+
+MODEL = model()
 
 
 @dataclass
@@ -139,6 +145,7 @@ class Timeline:
     cpu: dict[int, int] = field(default_factory=lambda: {MAIN: 0, AUTOGRAD: 0})
     gpu: int = 0
     corr: int = 100
+    model: Node = MODEL
 
     def launch(self, tid: int, kernel: tuple[str, str], gpu_ms: int) -> None:
         t = self.cpu[tid]
@@ -197,7 +204,7 @@ def _run(tl: Timeline, node: Node, prefix: str, tid: int, direction: str) -> Non
 def _backward(tl: Timeline) -> None:
     tl.cpu[AUTOGRAD] = tl.cpu[MAIN]
     tl.launch(AUTOGRAD, XENT_BWD, 2)  # the loss's backward: outside every module range
-    _run(tl, MODEL, "", AUTOGRAD, "backward")
+    _run(tl, tl.model, "", AUTOGRAD, "backward")
     tl.sync(MAIN, AUTOGRAD)
 
 
@@ -206,7 +213,9 @@ def _step(tl: Timeline, step: int, train: bool) -> None:
         tl.range(MAIN, naming.phase_range("data"), lambda: _copy_batch(tl))
         if train:
             tl.range(MAIN, naming.phase_range("zero_grad"), lambda: None)
-        tl.range(MAIN, naming.phase_range("forward"), lambda: _run(tl, MODEL, "", MAIN, "forward"))
+        tl.range(
+            MAIN, naming.phase_range("forward"), lambda: _run(tl, tl.model, "", MAIN, "forward")
+        )
         if not train:
             tl.sync(MAIN)
             return
@@ -233,9 +242,9 @@ def _copy_batch(tl: Timeline) -> None:
     tl.cpu[MAIN] = t + 1
 
 
-def build(train: bool, steps: int = 2) -> SynthExport:
-    """The sample export: `steps` steps of training (or inference)."""
-    tl = Timeline()
+def build(train: bool, steps: int = 2, slower: dict[int, int] | None = None) -> SynthExport:
+    """The sample export: `steps` steps of training (or inference); `slower` as in `model`."""
+    tl = Timeline(model=model(slower))
     tl.b.thread(PID, MAIN, "python")
     tl.b.thread(PID, AUTOGRAD, "pt_autograd_0")
     tl.b.gpu(DEVICE)

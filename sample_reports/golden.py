@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
 from nsysmap.output.writer import read_outputs
 from nsysmap.pipeline import analyse_file
 
+CHARTS = "report_charts.json"
 # Columns that depend on where the sample lives, left out of the golden files.
 UNSTABLE = {"ops": ()}
 
@@ -19,6 +22,26 @@ def attributed_tables(report: Path) -> dict[str, pl.DataFrame]:
     with tempfile.TemporaryDirectory() as tmp:
         analyse_file(report, Path(tmp), options={"command": "attribute"})
         return read_outputs(Path(tmp))
+
+
+def chart_document(report: Path) -> dict[str, Any]:
+    """The data behind every chart of the HTML report of `report` (nsysmap report --html)."""
+    from nsysmap.report.answers import build_report
+    from nsysmap.report.html.figures import missing_charts, report_charts
+    from nsysmap.report.io import read_run
+
+    with tempfile.TemporaryDirectory() as tmp:
+        analyse_file(report, Path(tmp), options={"command": "attribute"})
+        findings = build_report(read_run(Path(tmp))).findings
+    return {
+        "notes": [*findings.notes, *missing_charts(findings)],
+        "charts": [chart.to_dict() for chart in report_charts(findings)],
+    }
+
+
+def chart_text(document: dict[str, Any]) -> str:
+    """The golden file's text: sorted keys, one value a line."""
+    return json.dumps(document, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
 def to_csv_frame(df: pl.DataFrame) -> pl.DataFrame:
@@ -31,6 +54,7 @@ def write_golden(report: Path, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, df in attributed_tables(report).items():
         to_csv_frame(df).write_csv(out_dir / f"{name}.csv")
+    (out_dir / CHARTS).write_text(chart_text(chart_document(report)))
 
 
 def read_golden(out_dir: Path, schema: pl.Schema) -> pl.DataFrame:

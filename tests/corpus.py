@@ -1,4 +1,4 @@
-"""Helpers for tests over the real Nsight Systems exports in ../shared/corpus/nsys.
+"""Helpers for tests over the real Nsight Systems exports in ../shared/corpus/{nsys,real}.
 
 The corpus lives next to the repository, not in it; tests that need it are
 marked `corpus` and skip, with the reason shown, when it is absent.
@@ -17,6 +17,9 @@ import pytest
 CORPUS = (Path(__file__).parents[1] / ".." / "shared" / "corpus" / "nsys").resolve()
 CATALOGUE = CORPUS / "catalogue.json"
 _ABSENT = f"the nsys export corpus is not at {CORPUS}"
+# The second set: real profiles with users' own ranges (nsys exports and torch traces).
+REAL = CORPUS.parent / "real"
+REAL_CATALOGUE = REAL / "catalogue.json"
 
 # Marker for corpus tests: `@needs_corpus` skips them when the corpus is absent.
 needs_corpus = pytest.mark.skipif(not CATALOGUE.is_file(), reason=_ABSENT)
@@ -30,6 +33,7 @@ _GPU_TABLES = (
     "CUPTI_ACTIVITY_KIND_KERNEL",
     "CUPTI_ACTIVITY_KIND_MEMCPY",
     "CUPTI_ACTIVITY_KIND_MEMSET",
+    "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",  # one row per CUDA graph replay traced whole
 )
 
 
@@ -45,12 +49,25 @@ def corpus_files() -> list[str]:
     return [entry["file"] for entry in catalogue()] or ["<corpus absent>"]
 
 
+def real_nsys_files() -> list[str]:
+    """The nsys exports of the second set (../shared/corpus/real; a placeholder when absent)."""
+    if not REAL_CATALOGUE.is_file():
+        return ["<real corpus absent>"]
+    entries = json.loads(REAL_CATALOGUE.read_text())
+    return [entry["file"] for entry in entries if entry["format"] == "nsys-sqlite"]
+
+
+def all_export_files() -> list[str]:
+    """Every real nsys export: the first corpus, then the second set."""
+    return corpus_files() + real_nsys_files()
+
+
 def corpus_path(name: str) -> Path:
-    """The path of a corpus file; skips the test when the corpus is absent."""
-    path = CORPUS / name
-    if not path.is_file():
-        pytest.skip(_ABSENT if not CORPUS.is_dir() else f"{name} is not in the corpus")
-    return path
+    """The path of a file of either corpus; skips the test when it is absent."""
+    for folder in (CORPUS, REAL):
+        if (folder / name).is_file():
+            return folder / name
+    pytest.skip(_ABSENT if not CORPUS.is_dir() else f"{name} is not in the corpus at {REAL}")
 
 
 def connect(path: Path) -> sqlite3.Connection:
@@ -61,7 +78,8 @@ def connect(path: Path) -> sqlite3.Connection:
 
 
 def independent_gpu_totals(path: Path) -> dict[int, tuple[int, int]]:
-    """device id -> (op count, sum of end - start in ns) over kernels, memcpys, memsets.
+    """device id -> (op count, sum of end - start in ns) over kernels, memcpys, memsets
+    and CUDA graph replays.
 
     Plain SQL over the raw tables, independent of nsysmap's reader.
     """

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from nsysmap.attribution.rules import RULES
 from nsysmap.naming import parse_range_name
 
 
@@ -118,16 +119,22 @@ class Innermost:
         return node.id if node else None
 
 
-_FOREIGN_STEP = re.compile(
-    r"(?i)^(?:ProfilerStep#|(?:train[_ ]?)?(?:step|iter|iteration)[ _#:=-]?)(\d+)$"
-)
+def _foreign_labels(name: str) -> dict:
+    """Step and phase from the rule table's data, matched with Python's `re`."""
+    out: dict = {}
+    for rule in RULES:
+        key = rule.kind
+        m = re.search(rule.regex, name)
+        if m is None or key in out:
+            continue
+        out[key] = int(m.group(1)) if key == "step" else rule.phase
+    return out
 
 
 def _own_labels(name: str) -> dict:
     parsed = parse_range_name(name)
     if parsed is None:
-        m = _FOREIGN_STEP.match(name)
-        return {"step": int(m.group(1))} if m else {}
+        return _foreign_labels(name)
     if parsed.kind == "step":
         return {"step": parsed.step}
     if parsed.kind == "phase":
@@ -163,7 +170,8 @@ def reference_attribution(
     """op_id -> {attribution, range_id, step, phase, module} for nsysmap-style ranges.
 
     A backward operator range (`stashed seq = N`) outside every module range
-    takes the module of the forward operator with `seq = N` in its process.
+    takes the module of the forward operator with `seq = N` in its process;
+    anything inside a warm-up range has phase `warmup`.
     """
     launches: dict[tuple, dict] = {}
     for row in api_calls.sort("start_ns", "tid").iter_rows(named=True):
@@ -190,6 +198,7 @@ def reference_attribution(
     nodes = finder(lambda rid: _seq_node(names[rid]) is not None, True)
     forward_modules = _forward_modules(rows, labels, fam["module"])
     win = {k: finder(lambda rid, k=k: k in labels[rid], False) for k in ("step", "phase")}
+    warm = [finder(lambda rid: labels[rid].get("phase") == "warmup", by) for by in (True, False)]
     out = {}
     for op in gpu_ops.iter_rows(named=True):
         launch = launches.get((op["pid"], op["correlation_id"]))
@@ -210,6 +219,12 @@ def reference_attribution(
                     rid = win[k].at((launch["pid"],), t)
                     projected = projected or rid is not None
                 res[k] = labels[rid][k] if rid is not None else None
+            warm_rid = warm[0].at(thread, t)
+            if warm_rid is None:
+                warm_rid = warm[1].at((launch["pid"],), t)
+                projected = projected or warm_rid is not None
+            if warm_rid is not None:
+                res["phase"] = "warmup"
             node_id = nodes.at(thread, t) if res["module"] is None else None
             node = _seq_node(names[node_id]) if node_id is not None else None
             if node is not None and node[1]:
@@ -218,4 +233,34 @@ def reference_attribution(
                 "range" if res["range_id"] is not None else "window" if projected else "no_range"
             )
         out[op["op_id"]] = res
+    return out
+
+
+def reference_overlap(ops: pl.DataFrame) -> dict[tuple, tuple[int, int]]:
+    """(device, step) -> (communication ns, ns of it covered by compute on other streams).
+
+    Plain Python: for each communication kernel, the compute intervals (other
+    kernels and graph replays) of the same device on other streams that meet it,
+    clipped to it, merged, and measured.
+    """
+    rows = list(ops.iter_rows(named=True))
+    comm = [r for r in rows if r["kind"] == "kernel" and r["category"] == "communication"]
+    compute = [
+        r for r in rows if r["kind"] in ("kernel", "graph") and r["category"] != "communication"
+    ]
+    out: dict[tuple, tuple[int, int]] = {}
+    for c in comm:
+        clipped = sorted(
+            (max(x["start_ns"], c["start_ns"]), min(x["end_ns"], c["end_ns"]))
+            for x in compute
+            if x["device_id"] == c["device_id"] and x["stream_id"] != c["stream_id"]
+        )
+        covered, reach = 0, c["start_ns"]
+        for start, end in clipped:
+            if end > max(start, reach):
+                covered += end - max(start, reach)
+                reach = end
+        key = (c["device_id"], c["step"])
+        total, hidden = out.get(key, (0, 0))
+        out[key] = (total + c["dur_ns"], hidden + covered)
     return out

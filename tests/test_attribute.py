@@ -185,6 +185,9 @@ NAMES = (
     "nsysmap:bwd:Conv1D:h.{i}.c_fc",
     "aten::mm",
     "user range",
+    "Warm-up Step {i}",
+    "## forward ##",
+    "ProfilerStep#{i}",
 )
 
 

@@ -1,4 +1,7 @@
-"""`nsysmap attribute` over every real export: conservation, exactly-once, reference agreement."""
+"""`nsysmap attribute` over every real export: conservation, exactly-once, reference agreement.
+
+Both corpora: ../shared/corpus/nsys and the nsys exports of ../shared/corpus/real.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +12,8 @@ import pytest
 
 from nsysmap.cli import _invoke
 from nsysmap.pipeline import load_report
-from tests.corpus import NO_GPU_FILES, corpus_files, corpus_path, independent_gpu_totals
-from tests.reference import reference_attribution
+from tests.corpus import NO_GPU_FILES, all_export_files, corpus_path, independent_gpu_totals
+from tests.reference import reference_attribution, reference_overlap
 
 pytestmark = pytest.mark.corpus
 
@@ -32,7 +35,10 @@ def attributed(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return run
 
 
-@pytest.mark.parametrize("name", corpus_files())
+GPU_FILES = [n for n in all_export_files() if n not in NO_GPU_FILES]
+
+
+@pytest.mark.parametrize("name", all_export_files())
 def test_exit_code_and_outputs(name, attributed, capsys):
     code, out = attributed(name)
     err = capsys.readouterr().err.strip()
@@ -51,11 +57,19 @@ def test_exit_code_and_outputs(name, attributed, capsys):
         "by_module_phase",
         "by_kernel",
         "by_category",
+        "overlap",
+        "by_range",
+        "inferred",
+        "by_inferred_block",
     }
     assert manifest["input"]["sha256"] and manifest["output_schema_version"]
+    # Inferred blocks partition each device's time like every other summary.
+    inferred = pl.read_parquet(out / "by_inferred_block.parquet")
+    ops = pl.read_parquet(out / "ops.parquet")
+    assert inferred["time_ns"].sum() == ops["dur_ns"].sum()
 
 
-@pytest.mark.parametrize("name", [n for n in corpus_files() if n not in NO_GPU_FILES])
+@pytest.mark.parametrize("name", GPU_FILES)
 def test_time_is_conserved_per_device_against_independent_sql(name, attributed):
     code, out = attributed(name)
     assert code == 0
@@ -68,13 +82,14 @@ def test_time_is_conserved_per_device_against_independent_sql(name, attributed):
         .iter_rows()
     }
     assert got == independent_gpu_totals(corpus_path(name))
-    for table in ("by_phase", "by_module", "by_kernel", "by_category", "by_step", "coverage"):
+    tables = ("by_phase", "by_module", "by_kernel", "by_category", "by_step", "coverage")
+    for table in (*tables, "by_range"):
         summary = pl.read_parquet(out / f"{table}.parquet")
         sums = dict(summary.group_by("device_id").agg(pl.col("time_ns").sum()).iter_rows())
         assert sums == {dev: total for dev, (_, total) in got.items()}, table
 
 
-@pytest.mark.parametrize("name", [n for n in corpus_files() if n not in NO_GPU_FILES])
+@pytest.mark.parametrize("name", GPU_FILES)
 def test_innermost_range_and_status_match_reference(name, attributed):
     _, out = attributed(name)
     ops = pl.read_parquet(out / "ops.parquet")
@@ -85,6 +100,24 @@ def test_innermost_range_and_status_match_reference(name, attributed):
             expected[op_id]["range_id"],
             expected[op_id]["attribution"],
         ), op_id
+
+
+@pytest.mark.parametrize("name", GPU_FILES)
+def test_overlap_matches_reference_and_category_time(name, attributed):
+    _, out = attributed(name)
+    ops = pl.read_parquet(out / "ops.parquet")
+    overlap = pl.read_parquet(out / "overlap.parquet")
+    got = {
+        (d, s): (c, o)
+        for d, s, c, o in overlap.select("device_id", "step", "comm_ns", "overlapped_ns").rows()
+    }
+    assert got == reference_overlap(ops)
+    categories = pl.read_parquet(out / "by_category.parquet")
+    comm = categories.filter(pl.col("category") == "communication").select("device_id", "time_ns")
+    per_device = overlap.group_by("device_id").agg(pl.col("comm_ns").sum())
+    assert sorted(per_device.rows()) == sorted(comm.rows())
+    if name.startswith("fastvideo"):  # NCCL SendRecv on both GPUs
+        assert set(per_device["device_id"]) == {0, 1} and overlap["comm_ns"].min() > 0
 
 
 def test_two_gpu_training_capture(attributed, capsys):

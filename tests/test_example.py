@@ -51,6 +51,14 @@ def test_small_is_gpt2_124m(example):
     assert sum(p.numel() for p in model.parameters()) == 124_439_808  # published GPT-2 small
 
 
+def test_the_model_names_a_loss_transformers_knows(example):
+    """Otherwise transformers warns `loss_type=None ... unrecognized` on every run (make demo)."""
+    from transformers.loss.loss_utils import LOSS_MAPPING
+
+    model = example.build_model("tiny", "sdpa", torch.device("cpu"))
+    assert model.loss_type in LOSS_MAPPING
+
+
 @pytest.mark.slow
 def test_example_under_the_torch_launcher(tmp_path):
     out = tmp_path / "out"

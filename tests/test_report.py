@@ -120,6 +120,7 @@ def test_category_shares_of_step_time(report):
 def test_softmax_against_the_attention_matmuls_in_time(report):
     # attention modules per block and step: gemm 4 ms forward + 8 ms backward, softmax 2 + 2
     assert summary(report, "attention_softmax_to_matmul_time_ratio", "step") == 16 / 48
+    assert report.findings.attention_source == "modules"
     assert summary(report, "softmax_to_matmul_time_ratio", "step") == 24 / 222
     assert summary(report, "softmax_to_matmul_flop_ratio", "step") is None
 
@@ -341,3 +342,23 @@ def test_an_ops_table_of_another_format_is_refused_in_one_line(tmp_path):
     )
     pl.DataFrame({"a": [1]}).write_parquet(tmp_path / "ops.parquet")
     assert _invoke(["report", str(tmp_path)]) == 4
+
+
+def test_the_compared_run_is_named_for_what_it_is(outputs, report):
+    assert "(forward-only run), steps: 2" in report.markdown
+    assert "It is not known to be forward-only" not in report.markdown
+    # A training run given as the comparison is not called forward-only.
+    twice = build_report(read_run(outputs["train"]), read_run(outputs["train"]))
+    assert "forward-only run" not in twice.markdown
+    assert "(training run: backward is " in twice.markdown
+    assert "in the compared run's steps 73.0 %" in twice.markdown
+    assert "Compared run: It is not known to be forward-only" in twice.markdown
+
+
+def test_each_share_names_its_denominator(outputs, report):
+    """The report divides categories by the time in steps (304 ms); the attribute summary by
+    all GPU time (304 ms plus the NCCL kernel and the add outside the steps, 4 ms)."""
+    assert "Shares are of the time in steps (304.000 ms of 308.000 ms in all)" in report.markdown
+    text = analyse_file(SAMPLES / "gpt2_tiny_train.sqlite", outputs["train"]).summary_text
+    assert "Shares below are of all that time, devices together" in text
+    assert text.startswith(f"input {SAMPLES / 'gpt2_tiny_train.sqlite'}\n")  # labelled

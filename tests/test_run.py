@@ -427,3 +427,14 @@ def test_failure_messages_and_exit_codes(status, interrupted, steps, message, ex
         return
     assert isinstance(failure, ScriptFailed) and str(failure).startswith(message)
     assert failure.process_exit == exit_code
+
+
+def test_run_passes_the_users_name_rules_to_the_attribution(with_nsys, capfd):
+    rule = "warmup=^nsysmap:step:0$"  # the first step is a warm-up here
+    code, _, err = nsysmap(capfd, "run", "--phase", rule, "echo_args.py")
+    assert code == 0, err
+    out = Path("out/echo_args")
+    phases = dict(pl.read_parquet(out / "by_phase.parquet").select("phase", "time_ns").rows())
+    want = {"warmup": 17, "data": 1, "forward": 6, "loss": 1, "backward": 6, "optimizer": 3}
+    assert phases == {k: v * MS for k, v in want.items()}
+    assert _json(out / "manifest.json")["options"]["phase_rules"] == [rule]

@@ -19,7 +19,7 @@ from nsysmap.synth.tile import gpt_tables
 from tests.reference import reference_attribution
 
 TABLES = ("ops", "coverage", "by_phase", "by_step", "by_module", "by_module_phase")
-TABLES += ("by_kernel", "by_category")
+TABLES += ("by_kernel", "by_category", "by_range")
 
 
 @pytest.fixture(scope="module")

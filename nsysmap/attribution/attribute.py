@@ -14,7 +14,12 @@ The chain, each link a vectorised lookup:
        launch                    ^ kernel: module c_fc (own thread), phase backward (process)
 
 5. module still unknown and the aten range is a backward op with `stashed seq = N`
-   -> the module around the forward op with `seq = N` in the same process.
+   -> the module around the forward op with `seq = N` in the same process,
+   direction backward.
+6. inside a warm-up range (found like a phase, steps 3 and 4) -> phase `warmup`,
+   whatever phase ranges lie inside it.
+7. a kernel of a torch.compile'd graph -> the module Inductor compiled it from
+   (`nsysmap.attribution.compiled`, from the capture's compiled.json).
 
 No operation is dropped: `attribution` says how far the chain got
 ("range", "window", "no_range", "no_launch").
@@ -33,35 +38,60 @@ import polars as pl
 
 from nsysmap import schemas
 from nsysmap.attribution.categories import category_expr
-from nsysmap.attribution.forest import range_paths
+from nsysmap.attribution.compiled import apply_compiled, compiled_context
 from nsysmap.attribution.labels import name_labels
-from nsysmap.attribution.locate import ANCHORS, Scope, locate, queries, thread_keys
+from nsysmap.attribution.locate import ANCHORS, WARMUP, Scope, locate, queries, thread_keys
+from nsysmap.attribution.paths import range_paths
+from nsysmap.attribution.rules import BUILTIN, NameRules
 from nsysmap.model import Report
 
 
-def attribute(report: Report) -> pl.DataFrame:
-    """One OPS row per GPU operation of `report` (ranges must be nested)."""
-    return pl.concat(attribute_blocks(report, block_rows=None))
+def attribute(report: Report, rules: NameRules = BUILTIN) -> pl.DataFrame:
+    """One OPS row per GPU operation of `report` (ranges must be nested).
+
+    `rules` read step and phase names (nsysmap.attribution.rules).
+    """
+    return pl.concat(attribute_blocks(report, block_rows=None, rules=rules))
 
 
-def attribute_blocks(report: Report, *, block_rows: int | None) -> Iterator[pl.DataFrame]:
+def attribute_blocks(
+    report: Report, *, block_rows: int | None, rules: NameRules = BUILTIN
+) -> Iterator[pl.DataFrame]:
     """The OPS rows of `report` in op_id order, `block_rows` rows at a time (None: one block).
 
     The ranges are searched once for all operations; names, labels and range
     paths are materialised one block at a time.
     """
-    ops = _with_launches(report.gpu_ops, report.api_calls)
+    ops = _with_graphs(_with_launches(report.gpu_ops, report.api_calls), report.graph_links)
     if not ops["op_id"].is_sorted():
         ops = ops.sort("op_id")
-    keys = None if report.ranges.is_empty() else thread_keys(report.ranges, ops)
-    scope, found = None, _nothing_found(ops.height)
+    n, captures = ops.height, ops.select("pid", tid="capture_tid", launch_start_ns="capture_ns")
+    has_captures = captures["launch_start_ns"].is_not_null().any()
+    threads = ops.select("pid", "tid")  # launching threads, then capturing ones when any
+    if has_captures:
+        threads = pl.concat([threads, captures.select("pid", "tid")])
+    keys = None if report.ranges.is_empty() else thread_keys(report.ranges, threads)
+    scope, found, captured = None, _nothing_found(n), None
     if keys is not None:
-        scope = Scope.of(report.ranges, keys[0])
-        found = locate(scope, queries(ops, keys[1]), ops.height)
-    step = block_rows or max(ops.height, 1)
-    for first in range(0, max(ops.height, 1), step):
-        block = ops.slice(first, step)
-        yield _finish(_values(block, found.slice(first, step), scope))
+        scope = Scope.of(report.ranges, keys[0], rules)
+        found = locate(scope, queries(ops, keys[1].slice(0, n)), n)
+        if has_captures:
+            captured = locate(scope, queries(captures, keys[1].slice(n, n)), n)
+    compiled = compiled_context(report) if scope is not None else None
+    rank = pl.lit(_rank(report), pl.Int64).alias("rank")
+    step = block_rows or max(n, 1)
+    for first in range(0, max(n, 1), step):
+        block, at_capture = ops.slice(first, step), None
+        if captured is not None:
+            at_capture = captured.slice(first, step)
+        values = _values(block, found.slice(first, step), scope, at_capture)
+        yield _finish(apply_compiled(values, compiled).with_columns(rank))
+
+
+def _rank(report: Report) -> int | None:
+    """The rank the reader found (torch.profiler's distributedInfo), else None."""
+    value = report.meta_value("rank")
+    return int(value) if value is not None and value.lstrip("-").isdigit() else None
 
 
 def _nothing_found(n_ops: int) -> pl.DataFrame:
@@ -70,9 +100,28 @@ def _nothing_found(n_ops: int) -> pl.DataFrame:
     return pl.DataFrame({**nulls, "projected": pl.repeat(False, n_ops, eager=True)})
 
 
-def _values(ops: pl.DataFrame, found: pl.DataFrame, scope: Scope | None) -> pl.DataFrame:
-    """`ops` with range, step, phase, module, direction, aten op and shapes."""
+def _values(
+    ops: pl.DataFrame, found: pl.DataFrame, scope: Scope | None, at_capture: pl.DataFrame | None
+) -> pl.DataFrame:
+    """`ops` with range, step, phase, module, direction, aten op and shapes.
+
+    `at_capture` (positions found at the capture points of CUDA graph ops)
+    gives module, direction, aten op and shapes first, and capture_range_path.
+    """
     columns = _labels(found, scope) if scope is not None else _no_labels(ops.height)
+    capture_path = pl.repeat(None, ops.height, dtype=pl.String, eager=True)
+    if at_capture is not None and scope is not None:
+        captured = _labels(at_capture, scope)
+        capture_path = captured["range_path"]
+        columns = columns.with_columns(
+            pl.when(captured[pair[0]].is_not_null())
+            .then(captured[c])
+            .otherwise(columns[c])
+            .alias(c)
+            for pair in _FROM_CAPTURE
+            for c in pair
+        )
+    columns = columns.with_columns(capture_range_path=capture_path)
     out = pl.concat([ops, columns], how="horizontal").with_columns(category=_categories(ops))
     is_cpu = pl.col("kind") == "cpu_op"
     return out.with_columns(
@@ -97,14 +146,37 @@ def _labels(found: pl.DataFrame, scope: Scope) -> pl.DataFrame:
             "range_path": range_paths(scope.forest.parent, ranges["name"], ranges["depth"], inner),
             "range_depth": ranges["depth"].gather(inner),
             "step": scope.label(found["step"], "lbl_step"),
-            "phase": scope.label(found["phase"], "lbl_phase"),
+            "phase": _phase(scope, found),
             "module": _coalesce(own["lbl_module"], seq["lbl_module"]),
             "module_class": _coalesce(own["lbl_module_class"], seq["lbl_module_class"]),
-            "direction": _coalesce(aten["lbl_direction"], own["lbl_direction"]),
+            "direction": _coalesce(
+                aten["lbl_direction"], own["lbl_direction"], _backward_where(found["seq_module"])
+            ),
             "a_op": aten["lbl_aten_op"],
             "a_shapes": aten["lbl_shapes"],
         }
     )
+
+
+# What an op of a CUDA graph takes from where it was captured rather than replayed
+# (step and phase stay those of the replay: capture often runs in a warm-up step).
+# Each group is taken whole from the capture when its first column is known there.
+_FROM_CAPTURE = (("module", "module_class"), ("direction",), ("a_op", "a_shapes"))
+
+
+def _with_graphs(ops: pl.DataFrame, links: pl.DataFrame) -> pl.DataFrame:
+    """Ops with graph_id, graph_node_id and capture point (null outside CUDA graphs)."""
+    if links.is_empty():
+        nulls = ("graph_id", "graph_node_id", "capture_tid", "capture_ns")
+        return ops.with_columns(pl.lit(None, pl.Int64).alias(c) for c in nulls)
+    return ops.join(links, on="op_id", how="left", maintain_order="left")
+
+
+def _phase(scope: Scope, found: pl.DataFrame) -> pl.Series:
+    """The innermost phase, or `warmup` for anything inside a warm-up range."""
+    phase = scope.label(found["phase"], "lbl_phase")
+    warm = found[WARMUP].is_not_null()
+    return pl.select(pl.when(warm).then(pl.lit(WARMUP)).otherwise(phase)).to_series()
 
 
 def _no_labels(n_ops: int) -> pl.DataFrame:
@@ -114,6 +186,11 @@ def _no_labels(n_ops: int) -> pl.DataFrame:
 
 _LABELLED = ("range_id", "range_name", "range_path", "range_depth", "step", "phase")
 _LABELLED += ("module", "module_class", "direction")
+
+
+def _backward_where(seq_module: pl.Series) -> pl.Series:
+    """ "backward" where the module came through a backward node's `stashed seq` (rule 5)."""
+    return pl.select(pl.when(seq_module.is_not_null()).then(pl.lit("backward"))).to_series()
 
 
 def _coalesce(*series: pl.Series) -> pl.Series:
@@ -182,9 +259,13 @@ def _call_key(*frames: pl.DataFrame) -> pl.Expr | None:
             pl.col("correlation_id").min().alias("c0"),
             pl.col("correlation_id").max().alias("c1"),
         ).row(0)
-        if frame.height and not (bounds[0] >= 0 and bounds[1] < 1 << 24 and bounds[2] >= 0):
+        if not frame.height:
+            continue
+        if None in bounds:  # a column entirely null (an export without process ids)
             return None
-        if frame.height and bounds[3] >= 1 << 39:
+        if not (bounds[0] >= 0 and bounds[1] < 1 << 24 and bounds[2] >= 0):
+            return None
+        if bounds[3] >= 1 << 39:
             return None
     return pl.col("pid") * (1 << 39) + pl.col("correlation_id")
 

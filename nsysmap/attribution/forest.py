@@ -199,21 +199,86 @@ class Forest:
         self, cand: pl.Series, t: pl.Series, accept: Callable[[pl.Series], pl.Series] | None = None
     ) -> pl.Series:
         """From candidate positions, climb parent links to the first interval open at `t`
-        (and accepted by `accept`); null where none is."""
+        (and accepted by `accept`); null where none is.
+
+        Climbs are short in real profiles: up to CLIMB_ROUNDS steps are taken
+        one parent at a time; queries still climbing then finish by binary
+        lifting (`_lift`), so deep forests cost O(n log depth), not O(n depth).
+        """
         result = cand.cast(pl.UInt32)
         todo = result.is_not_null().arg_true()
-        while todo.len():
+        for _ in range(CLIMB_ROUNDS):
+            if not todo.len():
+                return result
             at = result.gather(todo)
             ok = self.end.gather(at) > t.gather(todo)
             if accept is not None:
                 ok = ok & accept(at).fill_null(False)
             if ok.all():
-                break
+                return result
             todo, at = todo.filter(~ok), at.filter(~ok)
             up = self.parent.gather(at)
             result = result.scatter(todo, up)
             todo = todo.filter(up.is_not_null())
-        return result
+        return self._lift(result, todo, t, accept) if todo.len() else result
+
+    def _lift(
+        self,
+        result: pl.Series,
+        todo: pl.Series,
+        t: pl.Series,
+        accept: Callable[[pl.Series], pl.Series] | None,
+    ) -> pl.Series:
+        """Finish the climbs of `todo` (positions in `result`, not yet checked).
+
+        Along a chain of ancestors ends never decrease (each contains the one
+        below), so "the first accepted ancestor open at t" is a monotone search:
+        on the accepted intervals' own parent links, jump by 2^k while the
+        interval reached is still closed at t.
+        """
+        n = self.end.len()
+        member = None
+        up = self.parent
+        if accept is not None:
+            member = accept(pl.int_range(n, dtype=pl.UInt32, eager=True)).fill_null(False)
+            up = _member_parents(self.parent, member)
+        cur, tq = result.gather(todo), t.gather(todo)
+        if member is not None:
+            cur = _pick(member.gather(cur).fill_null(False), cur, up.gather(cur))
+        closed = (self.end.gather(cur) <= tq).fill_null(False)
+        for jump in reversed(_jump_tables(up)):
+            ahead = jump.gather(cur)
+            move = closed & (self.end.gather(ahead) <= tq).fill_null(False)
+            cur = _pick(move, ahead, cur)
+        return result.scatter(todo, _pick(closed, up.gather(cur), cur))
+
+
+# Parent steps a climb takes one at a time before it switches to binary lifting.
+CLIMB_ROUNDS = 16
+
+
+def _pick(mask: pl.Series, yes: pl.Series, no: pl.Series) -> pl.Series:
+    return pl.select(pl.when(mask).then(yes).otherwise(no)).to_series()
+
+
+def _member_parents(parent: pl.Series, member: pl.Series) -> pl.Series:
+    """The nearest ancestor of each interval that is a member (pointer jumping, log depth)."""
+    nearest = parent
+    while True:
+        skip = (~member.gather(nearest)).fill_null(False)
+        if not skip.any():
+            return nearest
+        nearest = _pick(skip, nearest.gather(nearest), nearest)
+
+
+def _jump_tables(up: pl.Series) -> list[pl.Series]:
+    """up, up∘up, up∘up∘up∘up, ...: the 2^k-th ancestor, until none has one."""
+    tables = [up]
+    while True:
+        further = tables[-1].gather(tables[-1])
+        if further.null_count() == further.len():
+            return tables
+        tables.append(further)
 
 
 def _positions(ids: pl.Series, refs: pl.Series) -> pl.Series:
@@ -228,30 +293,3 @@ def _positions(ids: pl.Series, refs: pl.Series) -> pl.Series:
     lookup = pl.DataFrame({"id": ids}).with_row_index("pos")
     joined = pl.DataFrame({"id": refs}).join(lookup, on="id", how="left", maintain_order="left")
     return joined["pos"]
-
-
-def range_paths(
-    parent: pl.Series, names: pl.Series, depth: pl.Series, hits: pl.Series
-) -> pl.Series:
-    """For each hit position, the names from its outermost range down to it, joined by " > ".
-
-    Hits are taken by nesting depth: for the hits at depth d, d climbs collect
-    the names on their way up (a null name counts as ""), then one
-    concatenation writes each path once.
-    """
-    levels = depth.gather(hits)
-    missing = hits.is_null().arg_true().cast(pl.UInt32)
-    nulls = pl.repeat(None, missing.len(), dtype=pl.String, eager=True)
-    parts = [pl.DataFrame({"row": missing, "path": nulls})]
-    for level in levels.drop_nulls().unique().sort():
-        rows = (levels == level).arg_true().cast(pl.UInt32)
-        at, chain = hits.gather(rows), []
-        for _ in range(level):
-            chain.append(names.gather(at).fill_null(""))
-            at = parent.gather(at)
-        path = pl.select(pl.concat_str(chain[::-1], separator=PATH_SEPARATOR)).to_series()
-        parts.append(pl.DataFrame({"row": rows, "path": path}))
-    return pl.concat(parts).sort("row")["path"]
-
-
-PATH_SEPARATOR = " > "

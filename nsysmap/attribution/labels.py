@@ -7,8 +7,11 @@ Two families of names are understood:
 * Foreign styles seen in real reports: PyTorch's per-operator ranges
   (`emit_nvtx`, `nsys --pytorch`: `aten::addmm, seq = 12, sizes = [[..]]`,
   `stashed seq` on backward), FSDP hook ranges (`FSDP::pre_forward (blocks.3)`),
-  torch.profiler's own annotations (`ProfilerStep#3`, `Optimizer.step#AdamW.step`)
-  and common plain user names (`forward`, `backward`, `optimizer.step`, ...).
+  and the step and phase names of the rule table in
+  `nsysmap.attribution.rules` (`ProfilerStep#3`, `## forward ##`,
+  `Optimizer.step#AdamW.step`, `backward pass`, `warmup`, ...), and
+  the module ranges the torch.profiler reader makes from module frames
+  (`nn.Module: BertModel_0.BertLayer_3 (BertLayer)`).
 
 `name_labels` gives the `lbl_*` columns for a series of names; all are null when the
 name says nothing. Matching is by regular expression only.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from nsysmap.attribution.rules import BUILTIN, NameRules
 from nsysmap.naming import PREFIX as NSYSMAP
 from nsysmap.naming import naming_columns
 
@@ -35,60 +39,73 @@ LABELS = pl.Schema(
     }
 )
 
-# Plain range names that mean a training phase (matched case-insensitively on
-# the whole name). Order matters: the first match wins.
-FOREIGN_PHASES: tuple[tuple[str, str], ...] = (
-    ("zero_grad", r"(optimizer[._ ])?zero[_ ]?grad|Optimizer\.zero_grad#.*"),
-    ("optimizer", r"optimizer|optim|opt[_ ]step|optimizer[._ ]step|Optimizer\.step#.*"),
-    ("backward", r"backward|bwd|backward[_ ]pass|loss\.backward"),
-    ("forward", r"forward|fwd|forward[_ ]pass|model[._ ]forward"),
-    ("loss", r"loss|compute[_ ]loss|criterion"),
-    ("data", r"data|data[_ ]?load(ing|er)?|get[_ ]batch|next[_ ]batch|enumerate\(DataLoader\)#.*"),
-)
-_STEP_CORE = r"(?:ProfilerStep#|(?:train[_ ]?)?(?:step|iter|iteration)[ _#:=-]?)(\d+)"
-FOREIGN_STEP = f"(?i)^{_STEP_CORE}$"
-# Every foreign step or phase name matches this (whole-name alternatives).
-_FOREIGN_ANY = "(?i)^(?:" + "|".join([_STEP_CORE, *(f"(?:{p})" for _, p in FOREIGN_PHASES)]) + ")$"
 ATEN_OP = r"^([A-Za-z_][\w]*::[\w.]+)(?:,|$)"
 SEQ = r"(?:^|, )(?:stashed )?seq = (\d+)"
-SIZES = r"sizes = (\[.*\])"
+# One field of PyTorch's operator range names. The fields (`seq`, `stashed seq`,
+# `op_id`, `sizes`, `input_op_ids`) come in any order and any may be absent:
+#   aten::addmm, seq = 12, op_id = 88980, sizes = [[768], [2048, 768], [768, 768]],
+#     input_op_ids = [(88976,0), (88977,0)]
+# `sizes` is a bracketed list nested up to three deep (a tensor list's shapes).
+_BRACKETED = r"\[(?:[^\[\]]|\[(?:[^\[\]]|\[[^\[\]]*\])*\])*\]"
+SIZES = rf"(?:^|, )sizes = ({_BRACKETED})"
+# The per-call fields PyTorch's operator ranges carry after the operator name
+# (`aten::addmm, seq = 12, op_id = 88980, sizes = [...], input_op_ids = [...]`,
+# `BmmBackward0, stashed seq = 12, ...`), from the first such field to the end:
+# removed, the name is the same for every call of the operator (by_range paths).
+OPERATOR_CALL_FIELDS = r"(?s), (?:stashed seq|seq|op_id|sizes|input_op_ids) = .*$"
+# The number in a step range's name (`ProfilerStep#3`, `nsysmap:step:3`, `step 3`):
+# by_range paths write it as `*`, so that the ranges of every step group.
+STEP_NUMBER = r"\d+(\D*)$"
+# PyTorch's operator ranges once OPERATOR_CALL_FIELDS is removed: `aten::addmm`,
+# `autograd::engine::evaluate_function: BmmBackward0`, `BmmBackward0`.
+OPERATOR_RANGE = r"^(?:[A-Za-z_]\w*::|\w+Backward\d*$)"
 FSDP_HOOK = r"^FSDP::(pre|post)_(forward|backward) \(([^)]*)\)"
 FSDP_SPAN = r"^FSDP (forward|backward) \((.*)\)$"
+# Module ranges the torch.profiler reader makes from `nn.Module: Class_N` frames
+# (nsysmap.read.torch_modules): `nn.Module: <path> (<class>)`, direction forward.
+TRACE_MODULE_PREFIX = "nn.Module: "
+TRACE_MODULE = r"^nn\.Module: (\S+) \((\w+)\)$"
 
 
-def may_name_scope(name: pl.Expr) -> pl.Expr:
+def may_name_scope(name: pl.Expr, rules: NameRules = BUILTIN) -> pl.Expr:
     """False for names that certainly give no step, phase or module (a cheap, exact test).
 
     Those labels come only from nsysmap's own names, FSDP spans and the
-    whole-name foreign patterns; every other name can at most be an operator.
+    step and phase rules; every other name can at most be an operator.
     """
     scoped = name.str.starts_with(NSYSMAP) | name.str.starts_with("FSDP ")
-    return (scoped | name.str.contains(_FOREIGN_ANY)).fill_null(False)
+    scoped = scoped | name.str.starts_with(TRACE_MODULE_PREFIX)
+    return (scoped | name.str.contains(rules.any_regex())).fill_null(False)
 
 
-def name_labels(names: pl.Series, columns: list[str] | None = None) -> pl.DataFrame:
+def name_labels(
+    names: pl.Series, columns: list[str] | None = None, rules: NameRules = BUILTIN
+) -> pl.DataFrame:
     """The LABELS columns (or some of them) for each of `names`, in order.
 
     The full set of patterns runs only on names that `may_name_scope`; the
     others get the operator patterns alone (their step, phase and module
-    labels are null, their direction is the operator's).
+    labels are null, their direction is the operator's). `rules` are the
+    step and phase name rules (nsysmap.attribution.rules).
     """
     columns = columns or LABELS.names()
     frame = pl.DataFrame({"name": names})
-    scoped = frame.select(may_name_scope(pl.col("name"))).to_series()
+    scoped = frame.select(may_name_scope(pl.col("name"), rules)).to_series()
     rest = _operator_label_exprs(pl.col("name"))
-    out = frame.select(**{c: rest.get(c, pl.lit(None, LABELS[c])) for c in columns})
+    # with_columns, not select: literal-only columns still get one row per name.
+    out = frame.with_columns(**{c: rest.get(c, pl.lit(None, LABELS[c])) for c in columns})
+    out = out.select(columns)
     if scoped.any():
         rows = scoped.arg_true()
-        full = _distinct_labels(frame[rows], columns)
+        full = _distinct_labels(frame[rows], columns, rules)
         out = out.with_columns(out[c].scatter(rows, full[c]) for c in columns)
     return out
 
 
-def _distinct_labels(frame: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
+def _distinct_labels(frame: pl.DataFrame, columns: list[str], rules: NameRules) -> pl.DataFrame:
     """All patterns, run once per distinct name (scoped names repeat every step)."""
     distinct = frame.unique("name")
-    labelled = distinct.with_columns(_name_label_exprs(pl.col("name")))
+    labelled = distinct.with_columns(_name_label_exprs(pl.col("name"), rules))
     return frame.join(labelled, on="name", how="left", maintain_order="left").select(columns)
 
 
@@ -97,32 +114,36 @@ def _operator_label_exprs(name: pl.Expr) -> dict[str, pl.Expr]:
     return {
         "lbl_direction": _aten_direction(name),
         "lbl_aten_op": name.str.extract(ATEN_OP, 1),
-        "lbl_seq": name.str.extract(SEQ, 1).cast(pl.Int64),
+        "lbl_seq": name.str.extract(SEQ, 1).cast(pl.Int64, strict=False),
         "lbl_stashed": _stashed(name),
         "lbl_shapes": name.str.extract(SIZES, 1),
     }
 
 
-def _name_label_exprs(name: pl.Expr) -> list[pl.Expr]:
+def _name_label_exprs(name: pl.Expr, rules: NameRules) -> list[pl.Expr]:
     own = naming_columns(name)
     own_cols = {expr.meta.output_name(): expr for expr in own}
-    foreign_phase = _foreign_phase(name)
     is_module = own_cols["nsm_kind"] == "module"
+    trace_module = name.str.extract(TRACE_MODULE, 1)
     return [
-        pl.coalesce(own_cols["nsm_step"], name.str.extract(FOREIGN_STEP, 1).cast(pl.Int64)).alias(
-            "lbl_step"
-        ),
-        pl.coalesce(own_cols["nsm_phase"], foreign_phase).alias("lbl_phase"),
+        pl.coalesce(own_cols["nsm_step"], rules.step_expr(name)).alias("lbl_step"),
+        pl.coalesce(own_cols["nsm_phase"], rules.phase_expr(name)).alias("lbl_phase"),
         pl.when(is_module)
         .then(own_cols["nsm_module_path"])
-        .otherwise(name.str.extract(FSDP_SPAN, 2))
+        .otherwise(pl.coalesce(name.str.extract(FSDP_SPAN, 2), trace_module))
         .alias("lbl_module"),
-        pl.when(is_module).then(own_cols["nsm_module_class"]).alias("lbl_module_class"),
+        pl.when(is_module)
+        .then(own_cols["nsm_module_class"])
+        .otherwise(name.str.extract(TRACE_MODULE, 2))
+        .alias("lbl_module_class"),
         pl.coalesce(
-            own_cols["nsm_direction"], name.str.extract(FSDP_SPAN, 1), _aten_direction(name)
+            own_cols["nsm_direction"],
+            name.str.extract(FSDP_SPAN, 1),
+            pl.when(trace_module.is_not_null()).then(pl.lit("forward")),
+            _aten_direction(name),
         ).alias("lbl_direction"),
         name.str.extract(ATEN_OP, 1).alias("lbl_aten_op"),
-        name.str.extract(SEQ, 1).cast(pl.Int64).alias("lbl_seq"),
+        name.str.extract(SEQ, 1).cast(pl.Int64, strict=False).alias("lbl_seq"),
         _stashed(name).alias("lbl_stashed"),
         name.str.extract(SIZES, 1).alias("lbl_shapes"),
     ]
@@ -136,15 +157,6 @@ def _stashed(name: pl.Expr) -> pl.Expr:
         .when(name.str.contains(SEQ))
         .then(pl.lit(False))
     )
-
-
-def _foreign_phase(name: pl.Expr) -> pl.Expr:
-    expr = pl.lit(None, dtype=pl.String)
-    for phase, pattern in reversed(FOREIGN_PHASES):
-        expr = (
-            pl.when(name.str.contains(f"(?i)^(?:{pattern})$")).then(pl.lit(phase)).otherwise(expr)
-        )
-    return expr
 
 
 def _aten_direction(name: pl.Expr) -> pl.Expr:

@@ -18,11 +18,15 @@ import polars as pl
 from nsysmap.attribution.forest import Forest, group_index
 from nsysmap.attribution.labels import ATEN_OP, LABELS, SEQ, may_name_scope, name_labels
 from nsysmap.attribution.nesting import nest_repaired
+from nsysmap.attribution.rules import BUILTIN, NameRules
 
 SCOPE_FAMILIES = {"step": "lbl_step", "phase": "lbl_phase", "module": "lbl_module"}
-WINDOW_FAMILIES = ("step", "phase")
+# Warm-up ranges (phase `warmup`) outrank the phase ranges inside them, so
+# they are looked up as a family of their own.
+WARMUP = "warmup"
+WINDOW_FAMILIES = ("step", "phase", WARMUP)
 # Columns of `locate`: range positions (UInt32, null when none) and `projected`.
-ANCHORS = ("inner", "step", "phase", "module", "aten", "seq_module")
+ANCHORS = ("inner", "step", "phase", WARMUP, "module", "aten", "seq_module")
 
 
 @dataclass(frozen=True)
@@ -41,17 +45,21 @@ class Scope:
     members: dict[str, pl.Series]  # family -> Boolean per range
 
     @classmethod
-    def of(cls, ranges: pl.DataFrame, thread: pl.Series) -> Scope:
+    def of(cls, ranges: pl.DataFrame, thread: pl.Series, rules: NameRules = BUILTIN) -> Scope:
+        """The scope of `ranges`, whose step and phase names `rules` read."""
         names = ranges["name"]
-        maybe = pl.DataFrame({"name": names}).select(may_name_scope(pl.col("name"))).to_series()
+        frame = pl.DataFrame({"name": names})
+        maybe = frame.select(may_name_scope(pl.col("name"), rules)).to_series()
         pos = maybe.arg_true()
         code = names.gather(pos).cast(pl.Categorical).to_physical()
         distinct = pl.DataFrame({"code": code}).with_row_index("first").unique("code").sort("code")
-        table = name_labels(names.gather(pos.gather(distinct["first"])))
+        table = name_labels(names.gather(pos.gather(distinct["first"])), rules=rules)
         scoped = pl.DataFrame({"pos": pos, "name": distinct["code"].search_sorted(code)})
+        found = {f: table[label].is_not_null() for f, label in SCOPE_FAMILIES.items()}
+        found[WARMUP] = (table["lbl_phase"] == WARMUP).fill_null(False)
         members = {}
-        for family, label in SCOPE_FAMILIES.items():
-            hit = scoped.filter(table[label].is_not_null().gather(scoped["name"]))["pos"]
+        for family, hit_names in found.items():
+            hit = scoped.filter(hit_names.gather(scoped["name"]))["pos"]
             members[family] = pl.repeat(False, ranges.height, eager=True).scatter(hit, True)
         return cls(ranges, Forest.of(ranges, thread, "range_id"), scoped, table, members)
 
@@ -115,6 +123,9 @@ def locate(scope: Scope, q: Queries, n_ops: int) -> pl.DataFrame:
     forest = scope.forest
     inner = forest.innermost(q.thread, q.t)
     found = {f: forest.innermost(q.thread, q.t, scope.members[f]) for f in SCOPE_FAMILIES}
+    found[WARMUP] = pl.repeat(None, q.t.len(), dtype=pl.UInt32, eager=True)
+    if scope.members[WARMUP].any():
+        found[WARMUP] = forest.innermost(q.thread, q.t, scope.members[WARMUP])
     found["inner"] = inner
     found["aten"] = forest.climb(inner, q.t, scope.names_match(ATEN_OP))
     projected = pl.repeat(False, q.t.len(), eager=True)

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from nsysmap.attribution.forest import group_index, nest_positions
+from nsysmap.attribution.forest import Forest, group_index, nest_positions
 from nsysmap.naming import PREFIX as NSYSMAP_PREFIX
 
 MAX_REPAIR_ROUNDS = 32
@@ -234,3 +234,61 @@ def nest_ranges(ranges: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     )
     nested = nested.select(ranges.columns)
     return (nested if nested["range_id"].is_sorted() else nested.sort("range_id")), n_clipped
+
+
+def close_open_ranges(ranges: pl.DataFrame, api_calls: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """Give every range without an end (`end_ns` null) one, in one pass.
+
+    A range left open (an exception inside it, a capture that stopped
+    mid-range) ends where the innermost closed range around its start ends,
+    else at its thread's last event (range or API call on that thread)::
+
+        closed P  |------------|            thread's last event  v
+        open   A      |- - - - ->|          A ends with P         |
+        open   B                     |- - - - - - - - - - - - - ->|
+
+    Ranges left open inside each other then nest, each ending with its
+    closed container, whatever their number. Returns the ranges (same rows,
+    same order) and how many were closed.
+    """
+    is_open = ranges["end_ns"].is_null()
+    n_open = int(is_open.sum())
+    if not n_open:
+        return ranges, 0
+    closed, _ = nest_ranges(ranges.filter(~is_open))
+    opened = ranges.filter(is_open).with_row_index("_row").sort("start_ns", "range_id")
+    codes = group_index(
+        pl.concat([closed.select("pid", "tid"), opened.select("pid", "tid")]),
+        [
+            "pid",
+            "tid",
+        ],
+    )
+    if codes is None:  # unknown threads: only the thread's own last event can bound it
+        container = pl.repeat(None, opened.height, dtype=pl.Int64, eager=True)
+    else:
+        code = codes[0]
+        forest = Forest.of(closed, code.slice(0, closed.height), "range_id")
+        around = forest.innermost(code.slice(closed.height), opened["start_ns"])
+        container = closed["end_ns"].gather(around)
+    last = _thread_last_event(ranges, api_calls)
+    ends = (
+        opened.with_columns(_container=container)
+        .join(last, on=["pid", "tid"], how="left", nulls_equal=True)
+        .select(
+            "_row",
+            end=pl.coalesce("_container", pl.max_horizontal("_last", "start_ns")),
+        )
+        .sort("_row")["end"]
+    )
+    filled = ranges["end_ns"].scatter(is_open.arg_true(), ends)
+    return ranges.with_columns(end_ns=filled), n_open
+
+
+def _thread_last_event(ranges: pl.DataFrame, api_calls: pl.DataFrame) -> pl.DataFrame:
+    """pid, tid, `_last`: the latest start or end of a range or API call on each thread."""
+    times = [
+        frame.select("pid", "tid", t=pl.max_horizontal("start_ns", "end_ns"))
+        for frame in (ranges, api_calls)
+    ]
+    return pl.concat(times).group_by("pid", "tid").agg(_last=pl.col("t").max())

@@ -1,8 +1,9 @@
 """From what a reader returns to the normalised report attribution expects.
 
-Readers leave range nesting empty; this step adds synthetic spans for FSDP's
-paired hook ranges, fills `depth` and `parent_id`, and records in `meta` how
-many ranges had to be clipped because they crossed their parent.
+Readers leave range nesting empty, and ranges that were never closed without
+an end; this step closes those, adds synthetic spans for FSDP's paired hook
+ranges, fills `depth` and `parent_id`, and records in `meta` how many ranges
+were closed and how many had to be clipped because they crossed their parent.
 """
 
 from __future__ import annotations
@@ -10,20 +11,30 @@ from __future__ import annotations
 import polars as pl
 
 from nsysmap.attribution.labels import fsdp_spans
-from nsysmap.attribution.nesting import nest_ranges
+from nsysmap.attribution.nesting import close_open_ranges, nest_ranges
+from nsysmap.errors import NotAnExport
 from nsysmap.model import Report
 
 
 def normalise(raw: Report) -> Report:
-    """The report with FSDP spans added and ranges nested (pure)."""
+    """The report with FSDP spans added and ranges nested (pure).
+
+    Raises NotAnExport when a GPU operation's times are unusable (see
+    `check_op_times`).
+    """
+    check_op_times(raw.gpu_ops, raw.meta_value("source_path") or "report")
     ranges = raw.ranges
     first_id = int(ranges["range_id"].max() or 0) + 1 if ranges.height else 0
     spans = fsdp_spans(ranges, first_id)
-    nested, n_clipped = nest_ranges(pl.concat([ranges, spans]) if spans.height else ranges)
+    # Open ranges are closed with the spans in place, so none crosses a span.
+    closed, n_open = close_open_ranges(
+        pl.concat([ranges, spans]) if spans.height else ranges, raw.api_calls
+    )
+    nested, n_clipped = nest_ranges(closed)
     facts = pl.DataFrame(
         {
-            "key": ["ranges_clipped_to_parent", "synthetic_fsdp_spans"],
-            "value": [str(n_clipped), str(spans.height)],
+            "key": ["ranges_open_at_end", "ranges_clipped_to_parent", "synthetic_fsdp_spans"],
+            "value": [str(n_open), str(n_clipped), str(spans.height)],
         }
     )
     meta = pl.concat([raw.meta.filter(~pl.col("key").is_in(facts["key"].implode())), facts])
@@ -34,4 +45,47 @@ def normalise(raw: Report) -> Report:
         threads=raw.threads,
         devices=raw.devices,
         meta=meta,
+        graph_links=raw.graph_links,
     ).checked()
+
+
+MAX_TOTAL_NS = (1 << 63) - 1
+
+
+def check_op_times(gpu_ops: pl.DataFrame, source: str) -> None:
+    """Refuse operations without a usable duration, and devices whose total overflows.
+
+    An operation needs a start and an end (not NULL, not text), the end not
+    before the start, and `dur_ns = end - start` (for CPU operators, a self
+    time of at least 0). Each device's summed
+    duration must fit the 64-bit totals of the output tables: a sum beyond
+    2^63 - 1 ns (292 years) means corrupt times, never a real profile.
+    """
+    start, end, dur = pl.col("start_ns"), pl.col("end_ns"), pl.col("dur_ns")
+    own = pl.col("kind") == "cpu_op"  # a CPU operator's dur_ns is its self time
+    usable = (end >= start) & (dur >= 0) & (own | (dur == end - start))
+    bad = gpu_ops.filter(~usable.fill_null(False))
+    if bad.height:
+        first = bad.row(0, named=True)
+        raise NotAnExport(
+            f"{source}: {bad.height:,} GPU operation{'s' * (bad.height != 1)} without a usable "
+            f"duration (start {first['start_ns']}, end {first['end_ns']} for {first['kind']} "
+            f"{_short(first['name'])}): a missing or non-numeric time, or an end before the "
+            "start; the export is damaged"
+        )
+    totals = gpu_ops.group_by("device_id").agg(total=dur.cast(pl.Int128).sum())
+    over = totals.filter(pl.col("total") > MAX_TOTAL_NS)
+    if over.height:
+        device = over.row(0, named=True)
+        longest = gpu_ops.filter(pl.col("device_id").eq_missing(device["device_id"]))
+        worst = longest.sort("dur_ns", descending=True).row(0, named=True)
+        raise NotAnExport(
+            f"{source}: device {device['device_id']}'s GPU time adds up to more than 2^63-1 ns "
+            f"(292 years), which no capture holds: corrupt times (longest: {worst['kind']} "
+            f"{_short(worst['name'])}, {worst['dur_ns']:,} ns)"
+        )
+
+
+def _short(name: str | None, limit: int = 60) -> str:
+    text = repr(name) if name is not None else "(unnamed)"
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from nsysmap._version import __version__
+from nsysmap.attribution.rules import BUILTIN, NameRules
 from nsysmap.capture import nsys as nsys_tool
 from nsysmap.errors import (
     ExitCode,
@@ -39,6 +40,7 @@ from nsysmap.errors import (
     ScriptFailed,
 )
 from nsysmap.flops.model import attach_model_flops
+from nsysmap.output.placement import check_output_dir, remove_outputs, write_failed
 from nsysmap.output.writer import MANIFEST
 from nsysmap.pipeline import Analysis, analyse, load_report
 
@@ -64,6 +66,7 @@ class RunRequest:
     warmup_steps: int | None = None
     steps: int | None = None
     record_shapes: bool = True
+    rules: NameRules = BUILTIN  # step and phase name rules for the attribution
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,7 @@ def run(
     """
     script = _existing(request.script)
     backend, reason, nsys = choose_backend(request.backend)
-    out_dir = request.out_dir or default_out_dir(script)
+    out_dir = check_output_dir(request.out_dir or default_out_dir(script))
     capture = _fresh_capture_dir(out_dir)
     program = launcher_command(request, backend, capture, launcher)
     cmd = (
@@ -154,7 +157,10 @@ def _analyse_capture(
         raise _nothing_to_analyse(nothing_captured(request.script, record), record)
     options = _options(request, record)
     try:
-        analysis = analyse(load_report(captured), out_dir, options=options, input_path=captured)
+        report = load_report(captured)
+        analysis = analyse(
+            report, out_dir, options=options, input_path=captured, rules=request.rules
+        )
     except NoGpuData as exc:
         before = f"{request.script.name} exited with status {status}; " if status else ""
         raise _nothing_to_analyse(f"{before}nothing usable was captured: {exc}", record) from exc
@@ -324,14 +330,19 @@ def _existing(script: Path) -> Path:
 
 
 def _fresh_capture_dir(out_dir: Path) -> Path:
-    """DIR/capture, emptied of a previous run's files so none is analysed twice."""
+    """DIR/capture, emptied of a previous run's files so none is analysed twice;
+    the previous run's outputs in DIR are removed."""
     capture = out_dir / CAPTURE_DIR
-    capture.mkdir(parents=True, exist_ok=True)
     reports = (REPORT_BASE + suffix for suffix in (*nsys_tool.REPORT_SUFFIXES, ".sqlite"))
-    for name in (LAUNCH_RECORD, TRACE_FILE, *reports):
-        (capture / name).unlink(missing_ok=True)
-    for name in (RUN_RECORD, MANIFEST):
-        (out_dir / name).unlink(missing_ok=True)
+    try:
+        capture.mkdir(parents=True, exist_ok=True)
+        for name in (LAUNCH_RECORD, TRACE_FILE, *reports):
+            (capture / name).unlink(missing_ok=True)
+        # The previous run's outputs describe a capture that is gone: none may look current.
+        remove_outputs(out_dir)
+        (out_dir / RUN_RECORD).unlink(missing_ok=True)
+    except OSError as exc:
+        raise write_failed(out_dir, exc) from None
     return capture
 
 

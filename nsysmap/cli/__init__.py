@@ -2,8 +2,8 @@
 
 Each command lives in its own module and makes one library call, then renders.
 `main` turns every NsysmapError into one line on stderr and its documented exit
-code (docs/cli.md); anything else is reported as an internal error, with the
-traceback only when NSYSMAP_DEBUG=1.
+code (docs/cli.md); anything else is reported as an internal error, on one
+line too, with the traceback only when NSYSMAP_DEBUG=1.
 """
 
 from __future__ import annotations
@@ -15,10 +15,12 @@ import click
 
 from nsysmap._version import __version__
 from nsysmap.cli.attribute import attribute_command
+from nsysmap.cli.diff import diff_command
+from nsysmap.cli.export import export_command
 from nsysmap.cli.flops import flops_command
 from nsysmap.cli.report import report_command
 from nsysmap.cli.run import run_command
-from nsysmap.errors import ExitCode, NsysmapError
+from nsysmap.errors import ExitCode, NsysmapError, one_line
 
 
 @click.group()
@@ -31,6 +33,8 @@ cli.add_command(attribute_command)
 cli.add_command(run_command)
 cli.add_command(flops_command)
 cli.add_command(report_command)
+cli.add_command(export_command)
+cli.add_command(diff_command)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,7 +62,7 @@ def _invoke(argv: list[str] | None) -> int:
         if os.environ.get("NSYSMAP_DEBUG") == "1":
             raise
         click.echo(
-            f"nsysmap: internal error: {type(exc).__name__}: {exc} "
+            f"nsysmap: internal error: {type(exc).__name__}: {one_line(str(exc), 300)} "
             "(set NSYSMAP_DEBUG=1 for the traceback)",
             err=True,
         )

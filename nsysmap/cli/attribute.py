@@ -1,28 +1,150 @@
-"""`nsysmap attribute REPORT [-o DIR]`: attribute an existing report and write the outputs."""
+"""`nsysmap attribute REPORT... [-o DIR]`: attribute existing reports and write the outputs.
+
+One report file: the single-report flow (nsysmap.pipeline). Several files, a
+directory, a glob, or `--ranks`: one multi-rank output, each report attributed
+as a Dask task (nsysmap.many; docs/many.md).
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from nsysmap.cli.options import output_option
+from nsysmap.attribution.rules import NameRules, user_rules
+from nsysmap.cli.options import name_rule_options, output_option
+from nsysmap.errors import ExitCode, NsysmapError, SomeReportsFailed
 from nsysmap.pipeline import analyse_file
+
+if TYPE_CHECKING:
+    from nsysmap.many.task import Outcome
+
+_GLOB_CHARS = re.compile(r"[*?\[]")
+CLUSTER_OPTIONS = ("scheduler", "workers", "threads_per_worker", "memory_limit")
 
 
 @click.command("attribute")
-@click.argument("report", type=click.Path(path_type=Path))
-@output_option("out/<report name>")
+@click.argument(
+    "reports",
+    nargs=-1,
+    required=True,
+    metavar="REPORT...",
+    type=click.Path(path_type=Path, readable=False),
+)
+@output_option("out/<report name>; several reports: out/<directory name> or out/ranks")
+@name_rule_options
 @click.option("--quiet", is_flag=True, help="Do not print the summary.")
-def attribute_command(report: Path, out_dir: Path | None, quiet: bool) -> None:
+@click.option(
+    "--no-infer",
+    "no_infer",
+    is_flag=True,
+    help="Do not infer steps, phases and blocks from the repeating kernel sequence.",
+)
+@click.option(
+    "--ranks",
+    "as_ranks",
+    is_flag=True,
+    help="Write the multi-rank outputs even for one report (one rank per process).",
+)
+@click.option(
+    "--scheduler", metavar="ADDRESS", help="Run on this Dask scheduler (tcp://host:8786)."
+)
+@click.option(
+    "--workers", type=click.IntRange(min=1), help="Local Dask workers (default: sized to fit)."
+)
+@click.option(
+    "--threads-per-worker", type=click.IntRange(min=1), help="Threads per local worker (default 1)."
+)
+@click.option("--memory-limit", metavar="BYTES", help="Memory per local worker, e.g. 4GB.")
+def attribute_command(
+    reports: tuple[Path, ...],
+    out_dir: Path | None,
+    step_rules: tuple[str, ...],
+    phase_rules: tuple[str, ...],
+    quiet: bool,
+    no_infer: bool,
+    as_ranks: bool,
+    **cluster: object,
+) -> None:
     """Attribute every GPU operation in REPORT to its step, phase and module.
 
     REPORT is an nsys SQLite export (.sqlite), an nsys report (.nsys-rep,
     exported with `nsys export` when nsys is on PATH) or a torch.profiler
     trace (.json, .json.gz). Writes Parquet tables and manifest.json.
+    Several reports (files, a directory, a glob) are the ranks of one job:
+    see docs/many.md.
     """
+    rules = user_rules(step_rules, phase_rules)
+    if as_ranks or _several(reports):
+        _attribute_many(reports, out_dir, quiet, cluster, rules)
+        return
+    if any(cluster[name] is not None for name in CLUSTER_OPTIONS):
+        raise click.UsageError("--scheduler, --workers, ... apply to several reports (or --ranks)")
+    report = reports[0]
     target = out_dir or Path("out") / report.name.split(".")[0]
-    analysis = analyse_file(report, target, options={"command": "attribute"})
+    analysis = analyse_file(
+        report, target, options={"command": "attribute"}, rules=rules, infer=not no_infer
+    )
     if not quiet:
         click.echo(analysis.summary_text, nl=False)
     click.echo(f"Wrote {len(analysis.manifest['tables'])} tables and manifest.json to {target}")
+
+
+def _several(reports: tuple[Path, ...]) -> bool:
+    """More than one argument, a directory, or a pattern that names no file."""
+    if len(reports) > 1:
+        return True
+    one = reports[0]
+    return one.is_dir() or (not one.exists() and bool(_GLOB_CHARS.search(str(one))))
+
+
+def _attribute_many(
+    reports: tuple[Path, ...],
+    out_dir: Path | None,
+    quiet: bool,
+    cluster: dict[str, object],
+    rules: NameRules,
+) -> None:
+    from nsysmap.many import ClusterOptions, run_many
+
+    single_dir = len(reports) == 1 and reports[0].is_dir()
+    target = out_dir or Path("out") / (reports[0].resolve().name if single_dir else "ranks")
+    where = ClusterOptions(
+        scheduler=cluster["scheduler"],
+        workers=cluster["workers"],
+        threads_per_worker=cluster["threads_per_worker"],
+        memory_limit_bytes=_bytes(cluster["memory_limit"]),
+    )
+    options = {"command": "attribute", **{k: v for k, v in cluster.items() if v is not None}}
+    options.update(rules.options())
+    result = run_many(reports, target, where=where, options=options, rules=rules)
+    if not quiet:
+        click.echo(result.summary_text, nl=False)
+    n_tables = len(result.manifest["tables"])
+    click.echo(f"Wrote the ops dataset, {n_tables - 1} tables and manifest.json to {target}")
+    if result.failed:
+        raise _failure(result.failed, len(result.outcomes))
+
+
+def _failure(failed: list[Outcome], total: int) -> NsysmapError:
+    """Some failed: SOME_FAILED; every one failed, all alike: their own code."""
+    names = ", ".join(Path(o.path).name for o in failed)
+    message = f"{len(failed)} of {total} reports failed ({names}); the others were written"
+    codes = {o.exit_code for o in failed}
+    if len(failed) == total and len(codes) == 1:
+        return NsysmapError(f"every report failed ({names})", exit_code=ExitCode(codes.pop()))
+    return SomeReportsFailed(message)
+
+
+def _bytes(text: object) -> int | None:
+    """'4GB', '512MiB', '1e9' -> bytes (None when not given)."""
+    if text is None:
+        return None
+    from dask.utils import parse_bytes
+
+    try:
+        return int(parse_bytes(str(text)))
+    except ValueError as exc:
+        raise click.BadParameter(f"{text!r} is not a size", param_hint="--memory-limit") from exc

@@ -7,22 +7,26 @@ from pathlib import Path
 import click
 
 from nsysmap.flops.peaks import DTYPES
+from nsysmap.many.report import is_multi_rank, rank_report
+from nsysmap.output.placement import check_output_dir, check_output_file
 from nsysmap.report.answers import FLOP_SOURCES, ReportOptions, build_report
-from nsysmap.report.io import read_run, write_report
+from nsysmap.report.html.page import REPORT_HTML, report_page, write_page
+from nsysmap.report.io import REPORT_MD, read_run, write_report
 
 
 @click.command("report")
-@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.argument("run_dir", type=click.Path(path_type=Path, readable=False))
 @click.option(
     "--compare",
     "compare_dir",
-    type=click.Path(path_type=Path),
-    help="Output directory of a forward-only run to compare with.",
+    type=click.Path(path_type=Path, readable=False),
+    help="Output directory of another run to compare with, typically forward-only "
+    "(the report says what it is).",
 )
 @click.option(
     "-o",
     "--output",
-    type=click.Path(path_type=Path),
+    type=click.Path(path_type=Path, readable=False),
     help="Markdown file to write (default: DIR/report.md); the Parquet tables go to DIR.",
 )
 @click.option("--dtype", type=click.Choice(DTYPES), help="Compute dtype for the peak (MFU).")
@@ -35,17 +39,33 @@ from nsysmap.report.io import read_run, write_report
     show_default=True,
     help="Where FLOPs come from: recorded shapes, the model's FLOP document, or none.",
 )
+@click.option(
+    "--html",
+    "html_file",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[FILE]",
+    help="Also write the report as one self-contained HTML page (default: DIR/report.html).",
+)
 @click.option("--shapes", is_flag=True, help="Also list every module's operator shapes.")
 @click.option("--quiet", is_flag=True, help="Write the files without printing the Markdown.")
 def report_command(
     run_dir: Path,
     compare_dir: Path | None,
     output: Path | None,
+    html_file: str | None,
     quiet: bool,
     **options: object,
 ) -> None:
     """Answer what GPU time goes to, per phase, module and kernel, with FLOPs and MFU."""
+    if output is not None:
+        check_output_file(output)
+    if is_multi_rank(run_dir):  # several reports: the cross-rank section (docs/many.md)
+        _rank_report(run_dir, output, quiet)
+        return
     main = read_run(run_dir)
+    check_output_dir(run_dir)
     compare = read_run(compare_dir) if compare_dir is not None else None
     chosen = ReportOptions(
         dtype=options["dtype"],
@@ -59,3 +79,16 @@ def report_command(
     if not quiet:
         click.echo(result.markdown)
     click.echo(f"nsysmap: wrote {target} and {len(result.tables)} tables in {run_dir}", err=True)
+    if html_file is not None:
+        page = report_page(result.findings, result.compare)
+        written = write_page(page, Path(html_file) if html_file else run_dir / REPORT_HTML)
+        click.echo(f"nsysmap: wrote {written}", err=True)
+
+
+def _rank_report(run_dir: Path, output: Path | None, quiet: bool) -> None:
+    markdown = rank_report(run_dir)
+    target = output or run_dir / REPORT_MD
+    target.write_text(markdown)
+    if not quiet:
+        click.echo(markdown)
+    click.echo(f"nsysmap: wrote {target}", err=True)

@@ -6,15 +6,16 @@ from pathlib import Path
 
 import click
 
+from nsysmap.attribution.rules import user_rules
 from nsysmap.capture.run import BACKEND_NAMES, BACKENDS, RunRequest, run
-from nsysmap.cli.options import output_option
+from nsysmap.cli.options import name_rule_options, output_option
 
 
 @click.command(
     "run",
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
 )
-@click.argument("script", type=click.Path(path_type=Path))
+@click.argument("script", type=click.Path(path_type=Path, readable=False))
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @output_option("out/<script name>")
 @click.option(
@@ -35,6 +36,7 @@ from nsysmap.cli.options import output_option
     help="Steps to profile, 0 for all until the script ends (launcher default: 3).",
 )
 @click.option("--no-record-shapes", is_flag=True, help="Do not record operator input shapes.")
+@name_rule_options
 @click.option("--quiet", is_flag=True, help="Do not print the summary.")
 def run_command(
     script: Path,
@@ -44,6 +46,8 @@ def run_command(
     warmup_steps: int | None,
     steps: int | None,
     no_record_shapes: bool,
+    step_rules: tuple[str, ...],
+    phase_rules: tuple[str, ...],
     quiet: bool,
 ) -> None:
     """Run SCRIPT under a profiler and attribute its GPU work (or CPU operators).
@@ -62,6 +66,7 @@ def run_command(
         warmup_steps=warmup_steps,
         steps=steps,
         record_shapes=not no_record_shapes,
+        rules=user_rules(step_rules, phase_rules),
     )
     result = run(request, notify=lambda line: click.echo(line, err=True))
     if not quiet:

@@ -6,6 +6,12 @@ from collections.abc import Sequence
 
 import polars as pl
 
+from nsysmap.attribution.labels import OPERATOR_RANGE
+from nsysmap.attribution.paths import PATH_SEPARATOR
+from nsysmap.naming import PREFIX as NSYSMAP
+from nsysmap.output.graph_note import graph_line
+from nsysmap.output.overlap import overlap_line
+from nsysmap.output.ranges import FOLDED, is_user_range
 from nsysmap.output.summarize import Summaries
 
 TOP = 10
@@ -16,6 +22,20 @@ _REASONS = {
     "no_range": "launched outside any range",
     "no_launch": "no launch record in the capture",
 }
+# What gives steps, phases and modules to a profile that lacks them (docs/outputs.md).
+_HOW = {
+    "all": "`nsysmap run SCRIPT` (all three)",
+    "scopes": (
+        "NVTX / `record_function` ranges named `step N`, `forward`, `backward`, `optimizer` "
+        "(steps, phases)"
+    ),
+    "modules": "torch.profiler `with_modules=True` (modules)",
+    "modules_need_stack": (
+        "torch.profiler `with_stack=True` beside `with_modules=True` (this trace has "
+        "with_modules but no module frames: PyTorch writes them only with with_stack)"
+    ),
+    "operators": "`emit_nvtx` (operator ranges)",
+}
 
 
 def render_summary(summaries: Summaries, meta: dict[str, str], *, top: int = TOP) -> str:
@@ -24,12 +44,16 @@ def render_summary(summaries: Summaries, meta: dict[str, str], *, top: int = TOP
     unit = "CPU operator self time" if cpu else "GPU time"
     op_word = "operators" if cpu else "kernels"
     parts = [
-        _header(summaries, meta, unit),
-        _coverage(summaries.coverage, unit) + "\n" + _known_shares(summaries),
+        _header(summaries, meta, unit) + _notes(meta),
+        _coverage(summaries.coverage, unit) + "\n" + _contents(summaries, meta) + _closed(meta),
+        _compilation(meta, unit, int(summaries.coverage["time_ns"].sum())),
         _section(f"{unit} by phase", summaries.by_phase, ["phase"], top),
         _section("Top modules", summaries.by_module, ["module", "module_class"], top),
+        _ranges(summaries.by_range, top),
         _section(f"Top {op_word}", summaries.by_kernel, ["short_name", "category"], top),
         _section("Categories", summaries.by_category, ["category"], top),
+        graph_line(meta, int(summaries.coverage["time_ns"].sum())),
+        overlap_line(summaries.overlap),
     ]
     return "\n\n".join(p for p in parts if p) + "\n"
 
@@ -40,10 +64,19 @@ def _header(summaries: Summaries, meta: dict[str, str], unit: str) -> str:
     version = meta.get("nsys_version")
     backend = meta.get("backend", "?") + (f" (nsys {version})" if version else "")
     plural = "s" if devices != 1 else ""
+    source = meta.get("source_path") or "(not recorded)"
     return (
-        f"{meta.get('source_path', '')}\nbackend {backend} · {devices} device{plural} · "
+        f"input {source}\nbackend {backend} · {devices} device{plural} · "
         f"{int(cov['ops'].sum()):,} ops · {unit} {_ms(int(cov['time_ns'].sum()))} ms"
     )
+
+
+# Meta keys whose value is a sentence the reader wants shown (what it left out).
+NOTE_KEYS = ("events_skipped_detail",)
+
+
+def _notes(meta: dict[str, str]) -> str:
+    return "".join(f"\nNote: {meta[key]}." for key in NOTE_KEYS if meta.get(key))
 
 
 def _coverage(cov: pl.DataFrame, unit: str) -> str:
@@ -59,24 +92,148 @@ def _coverage(cov: pl.DataFrame, unit: str) -> str:
     return line + (" (" + "; ".join(details) + ")" if details else "") + "."
 
 
-def _known_shares(summaries: Summaries) -> str:
-    """How much of the time has a step, a phase and a module."""
-    parts = []
+def _closed(meta: dict[str, str]) -> str:
+    """A line on ranges that had no end, when there were any."""
+    n = int(meta.get("ranges_open_at_end") or 0)
+    if not n:
+        return ""
+    return (
+        f"\n{n:,} range{'s' * (n != 1)} had no end (left open at capture end or by an "
+        "exception); closed where the enclosing range ends, else at the thread's last event."
+    )
+
+
+def _compilation(meta: dict[str, str], unit: str, total: int) -> str:
+    """torch.compile: compilation inside the capture, kept apart (see docs/compile.md)."""
+    if "compile_events" not in meta:
+        return ""
+    events, wall = int(meta["compile_events"]), int(meta["compile_wall_ns"])
+    graphs = int(meta.get("compiled_graphs", "0"))
+    traced = f"{graphs} compiled graph{'s' * (graphs != 1)} traced to modules. " if graphs else ""
+    if events == 0:
+        return f"Compilation: {traced}No compilation inside the captured steps."
+    inside = int(meta.get("compile_op_ns", "0"))
+    share = _pct(inside, total) if total else "0.0%"
+    return (
+        f"Compilation: {traced}{events} compilation{'s' * (events != 1)} inside the captured "
+        f"steps, {_ms(wall)} ms wall; {_ms(inside)} ms ({share}) "
+        f"of {unit} ran inside them.\n"
+        "Warning: the profiled steps still compile (recompiles?); see docs/compile.md."
+    )
+
+
+def _contents(summaries: Summaries, meta: dict[str, str]) -> str:
+    """How much of the time has a step, a phase and a module; or, when the profile
+    lacks one of them, what it carries and how to get the rest (one line)."""
+    shares = {}
     for label, table, key in (
-        ("a step", summaries.by_step, "step"),
-        ("a phase", summaries.by_phase, "phase"),
-        ("a module", summaries.by_module, "module"),
+        ("step", summaries.by_step, "step"),
+        ("phase", summaries.by_phase, "phase"),
+        ("module", summaries.by_module, "module"),
     ):
         total = int(table["time_ns"].sum())
         known = int(table.filter(pl.col(key).is_not_null())["time_ns"].sum())
-        parts.append(f"{_pct(known, total) if total else '0.0%'} has {label}")
-    return "Of all time, " + ", ".join(parts) + "."
+        shares[label] = (known, total)
+    if all(known for known, _ in shares.values()):
+        parts = [f"{_pct(*shares[label])} has a {label}" for label in shares]
+        return (
+            "Of all time, " + ", ".join(parts) + ".\nShares below are of all that time, devices "
+            "together (`nsysmap report` divides by the time in steps)."
+        )
+    kinds = range_kinds(summaries)
+    has = [*kinds, *(f"{k}s ({_pct(*v)})" for k, v in shares.items() if v[0])]
+    lacks = [f"{k}s" for k, (known, _) in shares.items() if not known]
+    how = [_HOW["all"]]
+    if not (shares["step"][0] and shares["phase"][0]):
+        how.append(_HOW["scopes"])
+    if not shares["module"][0]:
+        how.append(_HOW["modules_need_stack"] if _modules_without_stack(meta) else _HOW["modules"])
+    if "PyTorch operator ranges" not in kinds:
+        how.append(_HOW["operators"])
+    carried = ", ".join(has) if has else "no ranges"
+    return f"Profile: {carried}; no {', no '.join(lacks)}. To get them: {', '.join(how)}."
+
+
+def _modules_without_stack(meta: dict[str, str]) -> bool:
+    """A trace recorded with_modules=True but no module frames (with_stack was off)."""
+    return meta.get("with_modules") == "1" and meta.get("module_source") is None
+
+
+def range_kinds(summaries: Summaries) -> list[str]:
+    """The kinds of range the profile's operations were launched in, as words."""
+    names = summaries.by_range["range_name"].drop_nulls()
+    names = names.filter(names != FOLDED)
+    if names.is_empty():
+        launched = summaries.coverage.filter(pl.col("attribution") == "range")["ops"].sum()
+        return ["ranges"] if launched else []
+    kinds = pl.DataFrame({"name": names}).select(
+        own=pl.col("name").str.starts_with(NSYSMAP).any(),
+        user=is_user_range(pl.col("name")).any(),
+        operator=pl.col("name").str.contains(OPERATOR_RANGE).any(),
+    )
+    own, user, operator = kinds.row(0)
+    found = {"nsysmap's ranges": own, "user ranges": user, "PyTorch operator ranges": operator}
+    return [kind for kind, present in found.items() if present]
+
+
+def _ranges(table: pl.DataFrame, top: int) -> str:
+    """The user's ranges with the most time inside them.
+
+    Shown when the profile has ranges of the user's own, or only operator
+    ranges; not for nsysmap's ranges (with or without operator ranges), which
+    the phase and module tables already show.
+    """
+    named = table.filter(pl.col("range_path").is_not_null() & (pl.col("range_name") != FOLDED))
+    name = pl.col("range_name")
+    user = is_user_range(name)
+    kinds = named.select(
+        own=name.str.starts_with(NSYSMAP).any(),
+        user=user.any(),
+        op=name.str.contains(OPERATOR_RANGE).any(),
+    )
+    has_own, has_user, has_operator = kinds.row(0) if named.height else (False, False, False)
+    if not (has_user or (has_operator and not has_own)):
+        return ""
+    shown = named.filter(user) if has_user else named
+    total = int(table["time_ns"].sum())
+    merged = (
+        shown.group_by("range_path")
+        .agg(pl.col("calls", "time_ns", "inclusive_ns").sum())
+        .sort(["inclusive_ns", "range_path"], descending=[True, False])
+    )
+    rows = [
+        [
+            _path_label(r["range_path"]),
+            f"{r['calls']:,}",
+            _ms(r["time_ns"]),
+            _ms(r["inclusive_ns"]),
+            _pct(r["inclusive_ns"], total) if total else "0.0%",
+        ]
+        for r in merged.head(top).iter_rows(named=True)
+    ]
+    headers = ["calls", "own ms", "inside ms", "share"]
+    text = _grid("Top ranges (inside: with the ranges below)", headers, rows)
+    more = named.group_by("range_path").len().height - min(top, merged.height)
+    return text + (f"\n  ... {more} more in by_range.parquet" if more > 0 else "")
+
+
+def _path_label(path: str) -> str:
+    """A range path cut from the left at a separator to fit MAX_LABEL characters."""
+    if len(path) <= MAX_LABEL:
+        return path
+    names, kept = path.split(PATH_SEPARATOR), []
+    while names and len(PATH_SEPARATOR.join(["…", names[-1], *kept])) <= MAX_LABEL:
+        kept.insert(0, names.pop())
+    if not kept:  # the last name alone is too long: its beginning
+        head = "" if len(names) == 1 else "…" + PATH_SEPARATOR
+        return head + names[-1][: MAX_LABEL - len(head) - 1].rstrip() + "…"
+    return PATH_SEPARATOR.join(["…", *kept])
 
 
 def _section(title: str, table: pl.DataFrame, keys: Sequence[str], top: int) -> str:
     """Sum over devices, then show the `top` rows by time with their share."""
-    if table.is_empty():
-        return ""
+    if table.is_empty() or table[keys[0]].is_null().all():
+        return ""  # nothing but the null group
     merged = (
         table.group_by(keys)
         .agg(pl.col("ops").sum(), pl.col("time_ns").sum())

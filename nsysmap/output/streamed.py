@@ -24,15 +24,23 @@ from polars.io.plugins import register_io_source
 
 from nsysmap import schemas
 from nsysmap.attribution.attribute import attribute_blocks
+from nsysmap.attribution.rules import BUILTIN, NameRules
 from nsysmap.model import Report
-from nsysmap.output.summarize import Summaries, combine_summaries, partial_summaries
+from nsysmap.output.summarize import (
+    Summaries,
+    combine_summaries,
+    partial_summaries,
+    with_overlap,
+)
 from nsysmap.output.writer import PARQUET
 from nsysmap.stages import Stages
 
 BLOCK_ROWS = 250_000  # OPS rows materialised at a time (more: a higher peak, no faster)
 
 
-def stream_ops(report: Report, target: Path, stages: Stages) -> tuple[int, Summaries]:
+def stream_ops(
+    report: Report, target: Path, stages: Stages, rules: NameRules = BUILTIN
+) -> tuple[int, Summaries]:
     """Write the OPS rows of `report` to `target`; returns their number and the summaries.
 
     Adds the time spent to `stages` as "attribute", "summarise" and "write".
@@ -41,7 +49,7 @@ def stream_ops(report: Report, target: Path, stages: Stages) -> tuple[int, Summa
     spent = {"attribute": 0.0, "summarise": 0.0}
 
     def blocks(*_: object) -> Iterator[pl.DataFrame]:
-        rows = attribute_blocks(report, block_rows=BLOCK_ROWS)
+        rows = attribute_blocks(report, block_rows=BLOCK_ROWS, rules=rules)
         while True:
             start = time.perf_counter()
             block = next(rows, None)
@@ -63,6 +71,6 @@ def stream_ops(report: Report, target: Path, stages: Stages) -> tuple[int, Summa
         stages.add(name, seconds)
     stages.add("write", total - sum(spent.values()))
     with stages.stage("summarise", "summarising"):
-        summaries = combine_summaries(parts)
+        summaries = with_overlap(combine_summaries(parts, report.ranges), pl.scan_parquet(target))
     rows = int(summaries.coverage["ops"].sum())
     return rows, summaries

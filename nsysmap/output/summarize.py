@@ -7,11 +7,13 @@ device's total and `time_share` to 1.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import polars as pl
 
 from nsysmap import schemas
+from nsysmap.output.overlap import overlap_table
+from nsysmap.output.ranges import by_range, combine_leaves, range_leaves
 
 COVERAGE = pl.Schema(
     {
@@ -35,6 +37,9 @@ class Summaries:
     by_module_phase: pl.DataFrame
     by_kernel: pl.DataFrame
     by_category: pl.DataFrame
+    by_range: pl.DataFrame
+    # Communication overlap (not a partition of GPU time; nsysmap.output.overlap).
+    overlap: pl.DataFrame = field(default_factory=lambda: schemas.empty(schemas.OVERLAP))
 
     def tables(self) -> dict[str, pl.DataFrame]:
         """Name -> frame, in a fixed order."""
@@ -49,7 +54,16 @@ SUMMARY_SCHEMAS: dict[str, pl.Schema] = {
     "by_module_phase": schemas.BY_MODULE_PHASE,
     "by_kernel": schemas.BY_KERNEL,
     "by_category": schemas.BY_CATEGORY,
+    "by_range": schemas.BY_RANGE,
+    "overlap": schemas.OVERLAP,
 }
+# The partial results of by_range (see nsysmap.output.ranges) in `partial_summaries`.
+LEAVES = "range_leaves"
+
+
+# Summary tables that do not split the device's GPU time (overlap covers only
+# communication kernels), so they do not add up to it.
+NOT_PARTITIONS = ("overlap",)
 
 
 # Group keys of each table (after device_id).
@@ -80,9 +94,18 @@ EXTRA = {
 }
 
 
-def summarize(ops: pl.DataFrame) -> Summaries:
-    """All summary tables for an OPS frame."""
-    return combine_summaries([partial_summaries(ops)])
+def summarize(ops: pl.DataFrame, ranges: pl.DataFrame | None = None) -> Summaries:
+    """All summary tables for an OPS frame.
+
+    by_range needs the report's nested ranges (`report.ranges`); without
+    them it is left empty.
+    """
+    return with_overlap(combine_summaries([partial_summaries(ops)], ranges), ops)
+
+
+def with_overlap(summaries: Summaries, ops: pl.DataFrame | pl.LazyFrame) -> Summaries:
+    """`summaries` with the communication overlap of `ops` (all of them at once)."""
+    return replace(summaries, overlap=overlap_table(ops))
 
 
 def partial_summaries(ops: pl.DataFrame) -> dict[str, pl.DataFrame]:
@@ -92,7 +115,7 @@ def partial_summaries(ops: pl.DataFrame) -> dict[str, pl.DataFrame]:
     their union (`combine_summaries`), so large reports can be summarised
     block by block.
     """
-    return {
+    partial = {
         name: ops.group_by(["device_id", *keys]).agg(
             pl.len().cast(pl.Int64).alias("ops"),
             pl.col("dur_ns").sum().alias("time_ns"),
@@ -100,10 +123,16 @@ def partial_summaries(ops: pl.DataFrame) -> dict[str, pl.DataFrame]:
         )
         for name, keys in KEYS.items()
     }
+    return {**partial, LEAVES: range_leaves(ops)}
 
 
-def combine_summaries(parts: list[dict[str, pl.DataFrame]]) -> Summaries:
-    """The summary tables from the partial results of disjoint sets of ops."""
+def combine_summaries(
+    parts: list[dict[str, pl.DataFrame]], ranges: pl.DataFrame | None = None
+) -> Summaries:
+    """The summary tables from the partial results of disjoint sets of ops.
+
+    by_range needs the report's nested ranges; without them it is left empty.
+    """
     frames = {}
     for name, keys in KEYS.items():
         how = {"sum": pl.Expr.sum, "min": pl.Expr.min, "max": pl.Expr.max}
@@ -120,6 +149,9 @@ def combine_summaries(parts: list[dict[str, pl.DataFrame]]) -> Summaries:
         frames[name] = _finished(grouped, keys, SUMMARY_SCHEMAS[name], name)
     frames["by_step"] = frames["by_step"].sort("device_id", "step", nulls_last=True)
     frames["by_module"] = _with_inclusive(frames["by_module"])
+    leaves = combine_leaves([part[LEAVES] for part in parts])
+    empty = schemas.empty(schemas.BY_RANGE)
+    frames["by_range"] = empty if ranges is None else by_range(leaves, ranges)
     return Summaries(**frames)
 
 

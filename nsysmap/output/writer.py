@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,12 +16,13 @@ import polars as pl
 from nsysmap import schemas
 from nsysmap._version import __version__
 from nsysmap.model import Report
+from nsysmap.output.placement import MANIFEST, STAGING_MARK, commit, staging, write_failed
 from nsysmap.output.summarize import Summaries
 
-MANIFEST = "manifest.json"
 # zstd level 1: as small as the default level here, and faster to write.
 PARQUET: dict[str, Any] = {"compression": "zstd", "compression_level": 1, "statistics": True}
 _HASH_CHUNK = 1 << 20
+OPS_FILE = "ops.parquet"
 
 
 def file_sha256(path: Path, stop: threading.Event | None = None) -> str | None:
@@ -76,12 +79,33 @@ def build_manifest(
     }
 
 
-def write_outputs(tables: dict[str, pl.DataFrame], manifest: dict[str, Any], out_dir: Path) -> Path:
-    """Write each table as `<name>.parquet` and the manifest into `out_dir`."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name, df in tables.items():
-        df.write_parquet(out_dir / f"{name}.parquet", **PARQUET)
-    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+def write_outputs(
+    tables: dict[str, pl.DataFrame],
+    manifest: dict[str, Any],
+    out_dir: Path,
+    *,
+    ops_file: Path | None = None,
+) -> Path:
+    """Write each table as `<name>.parquet` and the manifest, replacing `out_dir`'s outputs.
+
+    Everything is written into a staging folder and then moved into place as
+    a whole (`nsysmap.output.placement`). `ops_file`: an ops.parquet written
+    already (streamed), moved along from a staging folder, else copied.
+    """
+    out_dir = Path(out_dir)
+    with staging(out_dir) as folder:
+        try:
+            if ops_file is not None and STAGING_MARK in ops_file.parent.name:
+                os.replace(ops_file, folder / OPS_FILE)
+            elif ops_file is not None:
+                shutil.copyfile(ops_file, folder / OPS_FILE)
+            for name, df in tables.items():
+                df.write_parquet(folder / f"{name}.parquet", **PARQUET)
+            text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+            (folder / MANIFEST).write_text(text)
+        except OSError as exc:
+            raise write_failed(out_dir, exc) from None
+        commit(folder, out_dir)
     return out_dir
 
 

@@ -17,7 +17,9 @@ import polars as pl
 from nsysmap.flops.peaks import normalise_dtype, peak_tflops
 from nsysmap.flops.shapes import with_shape_flops
 from nsysmap.report import flops as rf
+from nsysmap.report import ranges as rr
 from nsysmap.report import tables as rt
+from nsysmap.report.blocks import blocks as block_parts
 from nsysmap.report.shapes import asked_shapes, shapes_table, softmax_flops
 
 FLOP_SOURCES = ("auto", "shapes", "model", "none")
@@ -49,6 +51,8 @@ class RunData:
     manifest: dict[str, Any]
     model_flops: pl.DataFrame | None = None
     model_info: dict[str, Any] | None = None
+    by_range: pl.DataFrame | None = None  # None: written by an nsysmap without it
+    by_inferred_block: pl.DataFrame | None = None  # None: not inferred (--no-infer)
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,11 @@ class Findings:
     steps: int | None
     forward_passes: int | None
     wall: dict[str, float | None]
+    ranges: pl.DataFrame | None = None  # REPORT_RANGES; None without by_range
+    attention_source: str | None = None  # "modules", "ranges" or None
     notes: list[str] = field(default_factory=list)
+    blocks: pl.DataFrame = field(default_factory=pl.DataFrame)  # REPORT_BLOCKS
+    kind: str = ""  # what the run is: see run_kind
 
 
 @dataclass(frozen=True)
@@ -143,6 +151,12 @@ def device_peaks(run: RunData, options: ReportOptions, dtype: str | None) -> pl.
     return pl.DataFrame(rows, schema=REPORT_DEVICES, orient="row")
 
 
+def _reader_meta(run: RunData) -> dict[str, Any]:
+    """What the reader recorded (a torch.profiler trace's compute dtype, ...)."""
+    meta = run.manifest.get("report_meta")
+    return meta if isinstance(meta, dict) else {}
+
+
 def analyse_run(run: RunData, options: ReportOptions, label: str = "main") -> Findings:
     """All tables and numbers for one run."""
     ops_f = with_shape_flops(run.ops)
@@ -150,8 +164,10 @@ def analyse_run(run: RunData, options: ReportOptions, label: str = "main") -> Fi
     model = run.model_flops if source == "model" else None
     info = run.model_info or {}
     dtype = normalise_dtype(options.dtype) or normalise_dtype(info.get("compute_dtype"))
+    dtype = dtype or normalise_dtype(_reader_meta(run).get("compute_dtype"))
     devices = device_peaks(run, options, dtype)
     module_phase = rf.module_phase(ops_f, model, source, devices)
+    softmax_time, attention_source = rr.attention_from(run.ops)
     shapes = shapes_table(ops_f)
     findings = Findings(
         run=run,
@@ -162,6 +178,7 @@ def analyse_run(run: RunData, options: ReportOptions, label: str = "main") -> Fi
         devices=devices,
         module_phase=module_phase,
         layers=rf.layers(module_phase),
+        blocks=block_parts(module_phase),
         phases=rf.phases(module_phase),
         categories=rf.categories(ops_f, model, source),
         top=rt.top_kernels(run.ops, label),
@@ -169,13 +186,48 @@ def analyse_run(run: RunData, options: ReportOptions, label: str = "main") -> Fi
         shapes=shapes,
         asked=asked_shapes(shapes),
         matmul=rt.matmul_shares(run.ops),
-        softmax_time=rt.softmax_times(run.ops),
+        softmax_time=softmax_time,
         softmax_flop=softmax_flops(ops_f, model, source),
         steps=rt.passes(rt.scope_filter(run.ops, "step")),
         forward_passes=rt.passes(rt.scope_filter(run.ops, "forward")),
         wall=rf.step_wall(ops_f, module_phase, source),
+        ranges=rr.range_table(run.by_range),
+        attention_source=attention_source,
     )
-    return replace(findings, notes=limitations(findings))
+    return replace(findings, notes=limitations(findings), kind=run_kind(run.ops))
+
+
+FORWARD_ONLY = "forward-only run"
+
+
+def run_kind(ops: pl.DataFrame) -> str:
+    """What a run is, from its operations: forward-only, training, or unknown.
+
+    A run with any operation in a backward phase or of backward direction is
+    not forward-only, whatever it was given as.
+    """
+    backward = ops.filter((pl.col("phase") == "backward") | (pl.col("direction") == "backward"))
+    total = int(ops["dur_ns"].sum())
+    if backward.height:
+        share = int(backward["dur_ns"].sum()) / total if total else 0.0
+        return f"training run: backward is {100 * share:.1f} % of its time"
+    if ops["phase"].is_null().all() and ops["direction"].is_null().all():
+        return "run without phase ranges: forward-only or not is unknown"
+    return FORWARD_ONLY
+
+
+def run_label(f: Findings) -> str:
+    """The compared run's name in tables: "forward-only run" only when it is one."""
+    return FORWARD_ONLY if f.kind == FORWARD_ONLY else "compared run"
+
+
+def _compare_notes(c: Findings) -> list[str]:
+    if c.kind == FORWARD_ONLY:
+        return c.notes
+    return [
+        f"It is not known to be forward-only ({c.kind}); its numbers are compared as they are.",
+        *c.notes,
+    ]
 
 
 def limitations(f: Findings) -> list[str]:
@@ -197,6 +249,7 @@ def limitations(f: Findings) -> list[str]:
     elif f.source is not None and f.devices["peak_tflops"].is_null().all():
         reasons = sorted(set(f.devices["peak_note"].drop_nulls().to_list()))
         notes.append("No MFU: " + "; ".join(reasons) + ".")
+    notes += rr.structure_notes(f.run.ops)
     if f.softmax_time["fused_attention"]:
         notes.append(
             "Fused attention kernels compute their softmax inside: softmax time there is "
@@ -241,7 +294,8 @@ def _float(value: Any) -> float | None:
 def build_report(
     main: RunData, compare: RunData | None = None, options: ReportOptions | None = None
 ) -> ReportResult:
-    """All report tables and the Markdown for `main` (and a forward-only `compare` run)."""
+    """All report tables and the Markdown for `main` (and a `compare` run, typically
+    forward-only: the report says what it is)."""
     from nsysmap.report.markdown import render
 
     options = options or ReportOptions()
@@ -249,6 +303,8 @@ def build_report(
         raise ValueError(f"flops must be one of {FLOP_SOURCES}")
     f = analyse_run(main, options)
     c = analyse_run(compare, options, "compare") if compare is not None else None
+    if c is not None:
+        c = replace(c, notes=_compare_notes(c))
     summary = [summary_rows(f, "main")] + ([summary_rows(c, "compare")] if c else [])
     top = [f.top] + ([c.top] if c else [])
     tables = {
@@ -256,10 +312,13 @@ def build_report(
         "report_devices": f.devices,
         "report_module_phase": f.module_phase,
         "report_layers": f.layers,
+        "report_blocks": f.blocks,
         "report_phases": f.phases,
         "report_category": f.categories,
         "report_top_kernels": pl.concat(top),
         "report_non_matmul": f.non_matmul,
         "report_shapes": f.shapes,
     }
+    if f.ranges is not None:
+        tables["report_ranges"] = f.ranges
     return ReportResult(tables, render(f, c, options), f, c)

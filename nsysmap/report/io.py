@@ -9,9 +9,10 @@ import polars as pl
 
 from nsysmap.errors import InputNotFound, NotAnExport
 from nsysmap.flops.model import load_flops, load_flops_description
+from nsysmap.output.placement import write_failed
 from nsysmap.output.writer import MANIFEST
 from nsysmap.report.answers import ReportResult, RunData
-from nsysmap.schemas import OPS, SchemaMismatch, conform
+from nsysmap.schemas import BY_INFERRED_BLOCK, BY_RANGE, OPS, SchemaMismatch, conform
 
 REPORT_MD = "report.md"
 
@@ -30,27 +31,54 @@ def read_run(run_dir: str | Path) -> RunData:
         ) from exc
     except (ValueError, KeyError, TypeError) as exc:
         raise NotAnExport(f"{run_dir / MANIFEST}: not an nsysmap manifest") from exc
-    try:
-        ops = conform(pl.read_parquet(run_dir / ops_file), OPS, "ops")
-    except SchemaMismatch as exc:
-        raise NotAnExport(f"{run_dir / ops_file}: not an ops table of this nsysmap") from exc
-    except (OSError, pl.exceptions.PolarsError) as exc:
-        raise NotAnExport(f"{run_dir / ops_file}: unreadable ops table: {exc}") from exc
+    ranges_file = (manifest["tables"].get("by_range") or {}).get("file")
+    inferred_file = (manifest["tables"].get("by_inferred_block") or {}).get("file")
     return RunData(
         label=str(run_dir),
-        ops=ops,
+        ops=_table(run_dir / ops_file, OPS, "ops"),
         manifest=manifest,
         model_flops=load_flops(run_dir),
         model_info=load_flops_description(run_dir, manifest),
+        by_range=_table(run_dir / ranges_file, BY_RANGE, "by_range") if ranges_file else None,
+        by_inferred_block=(
+            _table(run_dir / inferred_file, BY_INFERRED_BLOCK, "by_inferred_block")
+            if inferred_file
+            else None
+        ),
     )
+
+
+def _table(path: Path, schema: pl.Schema, name: str) -> pl.DataFrame:
+    """One output table, checked against its schema (NotAnExport when it is not one)."""
+    try:
+        return conform(_with_later_columns(pl.read_parquet(path), schema), schema, name)
+    except SchemaMismatch as exc:
+        article = "an" if name[0] in "aeiou" else "a"
+        raise NotAnExport(f"{path}: not {article} {name} table of this nsysmap") from exc
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        raise NotAnExport(f"{path}: unreadable {name} table: {exc}") from exc
 
 
 def write_report(result: ReportResult, out_dir: Path, markdown: Path | None = None) -> Path:
     """Write every report table as Parquet into `out_dir`, and the Markdown; returns its path."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name, frame in result.tables.items():
-        frame.write_parquet(out_dir / f"{name}.parquet", statistics=True)
     target = markdown or out_dir / REPORT_MD
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(result.markdown)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, frame in result.tables.items():
+            frame.write_parquet(out_dir / f"{name}.parquet", statistics=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(result.markdown)
+    except OSError as exc:
+        raise write_failed(target if exc.filename == str(target) else out_dir, exc) from None
     return target
+
+
+# OPS columns added after output schema 1.0: older outputs read them as null.
+LATER_COLUMNS = ("rank", "graph_id", "graph_node_id", "capture_range_path")
+LATER_COLUMNS += ("compiled_graph", "fused_modules")
+
+
+def _with_later_columns(frame: pl.DataFrame, schema: pl.Schema) -> pl.DataFrame:
+    """`frame` with the LATER_COLUMNS of `schema` it lacks, as nulls."""
+    missing = [c for c in LATER_COLUMNS if c in schema and c not in frame.columns]
+    return frame.with_columns(pl.lit(None, schema[c]).alias(c) for c in missing)

@@ -6,17 +6,32 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from nsysmap.report.answers import run_label
+from nsysmap.report.block_section import blocks_section
 from nsysmap.report.format import flop, kernel_names, ms, num, pct, table
+from nsysmap.report.inferred_section import inferred_section
 from nsysmap.report.sections import (
     categories_section,
     layers_section,
     phases_section,
+    ranges_section,
     shapes_section,
 )
 from nsysmap.report.tables import SCOPES, scope_label, share, softmax_time
 
 if TYPE_CHECKING:
     from nsysmap.report.answers import Findings, ReportOptions
+
+
+_ATTENTION_FROM = {
+    "modules": "attention modules are those whose class name says attention.",
+    "ranges": (
+        "no attention module, so from the profile's own ranges: time launched inside a\n"
+        "range whose name mentions softmax (attention softmax), or matmul or scores (attention\n"
+        "matmuls), within a range whose name mentions attention, whatever its kernels."
+    ),
+    None: "no attention module and no range named for attention: attention rows are 0.",
+}
 
 
 def render(f: Findings, c: Findings | None, options: ReportOptions) -> str:
@@ -30,6 +45,9 @@ def render(f: Findings, c: Findings | None, options: ReportOptions) -> str:
         _softmax(f),
         phases_section(f),
         layers_section(f),
+        ranges_section(f),
+        blocks_section(f),
+        inferred_section(f),
         categories_section(f),
         shapes_section(f, options.show_shapes),
     ]
@@ -52,7 +70,7 @@ def _header(f: Findings, c: Findings | None) -> list[str]:
         f"- Peak: {'; '.join(sorted(set(f.devices['peak_note'].drop_nulls().to_list()))) or '–'}",
     ]
     if c is not None:
-        lines.append(f"- Compared with: `{c.run.label}` (forward-only run), steps: {_steps(c)}")
+        lines.append(f"- Compared with: `{c.run.label}` ({c.kind}), steps: {_steps(c)}")
     return [*lines, ""]
 
 
@@ -77,7 +95,7 @@ def _limits(f: Findings, c: Findings | None) -> list[str]:
 
 
 def _matmul_share(f: Findings, c: Findings | None) -> list[str]:
-    rows, runs = [], [("this run", f)] + ([("forward-only run", c)] if c else [])
+    rows, runs = [], [("this run", f)] + ([(run_label(c), c)] if c else [])
     for label, run in runs:
         for scope in scopes(run):
             matmul, total = run.matmul[scope]
@@ -99,7 +117,7 @@ def _matmul_share(f: Findings, c: Findings | None) -> list[str]:
     answer = f"In the {where} {pct(share(*step))} of the time is matrix multiplication"
     answer += f"; in the forward phase {pct(share(*fwd))}" if fwd[1] else ""
     if c is not None:
-        answer += f"; in the forward-only run's steps {pct(share(*c.matmul['step']))}"
+        answer += f"; in the {run_label(c)}'s steps {pct(share(*c.matmul['step']))}"
     return [*lines, answer + ".", "", *table(["run", "scope", "time", "matmul", "share"], rows)]
 
 
@@ -114,22 +132,25 @@ def _top_kernel(f: Findings, c: Findings | None) -> list[str]:
     )
     rows = [
         [
-            "this run" if r["run"] == "main" else "forward-only run",
+            "this run" if r["run"] == "main" else run_label(c),
             scope_label((f if r["run"] == "main" else c).run.ops, r["scope"]),
             label,
             r["category"] or "–",
             str(r["calls"]),
             num(r["calls_per_pass"]),
+            num(r["forward_calls_per_pass"]),
             ms(r["time_ns"]),
             pct(r["time_share"]),
         ]
         for r, label in zip(firsts.iter_rows(named=True), kernel_names(firsts), strict=True)
     ]
-    header = ["run", "scope", "kernel", "category", "calls", "calls per pass", "time", "share"]
+    header = ["run", "scope", "kernel", "category", "calls", "calls per pass"]
+    header += ["calls per forward pass", "time", "share"]
     lines += table(header, rows)
     lines.append(_same_kernel(f, c))
     lines.append("A pass is one step on one device with operations in the scope; calls per")
-    lines.append("forward pass = calls in the forward phase / forward passes.")
+    lines.append("forward pass = the kernel's calls in the forward phase / forward passes,")
+    lines.append("whatever the scope.")
     return [*lines, ""]
 
 
@@ -144,7 +165,7 @@ def _same_kernel(f: Findings, c: Findings | None) -> str:
     text = "Same top kernel with backward included: " + ("yes." if fwd == both else "no.")
     if c is not None and top(c, "step") is not None:
         same = top(c, "step") == top(f, "step")
-        text += " Same top kernel in the forward-only run's steps as in this run's full step: "
+        text += f" Same top kernel in the {run_label(c)}'s steps as in this run's full step: "
         text += "yes." if same else "no."
     return text + "\n"
 
@@ -172,8 +193,9 @@ def _softmax(f: Findings) -> list[str]:
     st, sf = f.softmax_time, f.softmax_flop
     per = "" if f.source != "model" else " (per step)"
     rows = []
+    where = "attention ranges" if f.attention_source == "ranges" else "attention modules"
     for label, key, den in (
-        ("attention modules", "attention_softmax", "attention_matmul"),
+        (where, "attention_softmax", "attention_matmul"),
         ("everywhere", "softmax", "matmul"),
     ):
         soft = softmax_time(st, key)
@@ -187,7 +209,7 @@ def _softmax(f: Findings) -> list[str]:
             [f"FLOPs, {label}{per}", flop(sf[key]), flop(sf[den]), num(share(sf[key], sf[den]), 4)]
         )
     lines = ["## Softmax versus the attention matmuls", ""]
-    where = scope_label(f.run.ops, "step").capitalize()
-    lines.append(f"{where}; attention modules are those whose class name says attention.")
+    scope = scope_label(f.run.ops, "step").capitalize()
+    lines.append(f"{scope}; {_ATTENTION_FROM[f.attention_source]}")
     lines.append("Softmax FLOPs are estimates (5 per element forward, 4 backward).")
     return [*lines, "", *table(["", "softmax", "matmul", "softmax / matmul"], rows)]

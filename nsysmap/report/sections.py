@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import polars as pl
+
 from nsysmap.report.flops import totals
-from nsysmap.report.format import flop, ms, num, pct, table
+from nsysmap.report.format import flop, kernel, ms, num, pct, table
+from nsysmap.report.ranges import shown_ranges
 
 if TYPE_CHECKING:
     from nsysmap.report.answers import Findings
 
 LAYER_ROWS = 20
+RANGE_ROWS = 15  # ranges by time inside them
+OWN_ROWS = 10  # range paths by own time
 
 
 def phases_section(f: Findings) -> list[str]:
@@ -27,7 +32,19 @@ def phases_section(f: Findings) -> list[str]:
         for r in f.phases.iter_rows(named=True)
     ]
     header = ["phase", "ops", "time", "share", "matmul FLOPs", "TFLOP/s", "MFU"]
-    return ["## Where the time goes: by phase", "", *_utilisation(f), *table(header, rows)]
+    lines = ["## Where the time goes: by phase", "", denominator(f.phases["time_ns"].sum(), f), ""]
+    return [*lines, *_utilisation(f), *table(header, rows)]
+
+
+def denominator(total: int | None, f: Findings) -> str:
+    """The sentence naming what a section's shares divide by."""
+    total, everything = int(total or 0), int(f.run.ops["dur_ns"].sum())
+    if total == everything:
+        return f"Shares are of all operations' time ({ms(total)}), devices together."
+    return (
+        f"Shares are of the time in steps ({ms(total)} of {ms(everything)} in all), devices "
+        "together; the summary of `nsysmap attribute` divides by all of it."
+    )
 
 
 def _utilisation(f: Findings) -> list[str]:
@@ -111,7 +128,8 @@ def categories_section(f: Findings) -> list[str]:
         "other FLOPs ≈",
         "FLOP share",
     ]
-    return ["## Kernel categories: share of time and share of FLOPs", "", *table(header, rows)]
+    lines = ["## Kernel categories: share of time and share of FLOPs", ""]
+    return [*lines, denominator(f.categories["time_ns"].sum(), f), "", *table(header, rows)]
 
 
 def _per_call(r: dict[str, Any]) -> str:
@@ -162,3 +180,52 @@ def _every_module(f: Findings) -> list[str]:
     ]
     header = ["module", "operator", "direction", "input shapes", "calls"]
     return ["### Every module", "", *table(header, rows)]
+
+
+def ranges_section(f: Findings) -> list[str]:
+    """Time per range path: the user's ranges by time inside them, every path by own time."""
+    lines = ["## Where the time goes: by range", ""]
+    if f.ranges is None:
+        note = "No by_range.parquet here (written by an older nsysmap): run `nsysmap attribute`"
+        return [*lines, note + " again for this section.", ""]
+    if f.ranges.is_empty():
+        return [*lines, "No operation was launched inside a range.", ""]
+    lines.append("Whole capture, devices pooled. *Inside*: the range and every range below it;")
+    lines.append("*own*: operations whose innermost range it is (they add up to all time);")
+    lines.append("*GPU span*: first GPU start to last GPU end of each call, summed.")
+    return [*lines, "", *_inside(f.ranges), *_own(f.ranges)]
+
+
+def _inside(ranges: pl.DataFrame) -> list[str]:
+    shown = shown_ranges(ranges)
+    which = "The profile's own ranges" if shown.height < ranges.height else "Ranges"
+    rows = [
+        [
+            kernel(r["range_path"], 100),
+            str(r["calls"]),
+            ms(r["time_ns"]),
+            ms(r["inclusive_ns"]),
+            pct(r["inclusive_share"]),
+            ms(r["span_ns"]),
+        ]
+        for r in shown.head(RANGE_ROWS).iter_rows(named=True)
+    ]
+    header = ["range", "calls", "own", "inside", "share inside", "GPU span"]
+    return [f"{which} with the most time inside them:", "", *table(header, rows)]
+
+
+def _own(ranges: pl.DataFrame) -> list[str]:
+    own = ranges.filter(pl.col("time_ns") > 0)
+    own = own.sort(["time_ns", "range_path"], descending=[True, False]).head(OWN_ROWS)
+    rows = [
+        [
+            kernel(r["range_path"], 100),
+            str(r["calls"]),
+            str(r["ops"]),
+            ms(r["time_ns"]),
+            pct(r["time_share"]),
+        ]
+        for r in own.iter_rows(named=True)
+    ]
+    header = ["range", "calls", "ops", "own", "share"]
+    return ["Range paths with the most own time:", "", *table(header, rows)]

@@ -2,7 +2,8 @@
 
 Scopes select operations of ops.parquet by phase:
 
-    step              every operation inside a step (all of them when no step is known)
+    step              every operation inside a step but not in the `warmup` phase
+                      (all of them when no step is known)
     forward           phase "forward"
     forward_backward  phases "forward", "loss" and "backward"
 
@@ -24,6 +25,7 @@ SCOPE_LABELS = {
     "step": "full step",
 }
 MATMUL_CATEGORIES = ("gemm", "attention")
+WARMUP = "warmup"  # the phase of warm-up work, left out of per-step figures
 ATTENTION_CLASS = r"(?i)attention|attn"
 TOP_N = 5
 NON_MATMUL_MIN_SHARE = 0.01
@@ -42,6 +44,7 @@ TOP_KERNELS = pl.Schema(
         "time_share": pl.Float64,  # of the scope's time
         "passes": pl.Int64,  # (device, step) pairs in the scope; null without steps
         "calls_per_pass": pl.Float64,
+        "forward_calls_per_pass": pl.Float64,  # calls in phase forward / forward passes
     }
 )
 NON_MATMUL = pl.Schema(
@@ -65,7 +68,10 @@ def has_steps(ops: pl.DataFrame) -> bool:
 def scope_filter(ops: pl.DataFrame, scope: str) -> pl.DataFrame:
     """The operations of one scope (see the module docstring)."""
     if scope == "step":
-        return ops.filter(pl.col("step").is_not_null()) if has_steps(ops) else ops
+        if not has_steps(ops):
+            return ops
+        measured = (pl.col("phase") != WARMUP).fill_null(True)
+        return ops.filter(pl.col("step").is_not_null() & measured)
     phases = ["forward"] if scope == "forward" else ["forward", "loss", "backward"]
     return ops.filter(pl.col("phase").is_in(phases))
 
@@ -107,6 +113,13 @@ def matmul_shares(ops: pl.DataFrame) -> dict[str, tuple[int, int]]:
 
 def top_kernels(ops: pl.DataFrame, run: str = "main", n: int = TOP_N) -> pl.DataFrame:
     """The `n` operations (by name) with the most cumulative time in each scope."""
+    forward = scope_filter(ops, "forward")
+    forward_passes = passes(forward)
+    per_forward = forward.group_by("name").agg(
+        (pl.len() / forward_passes if forward_passes else pl.lit(None, pl.Float64)).alias(
+            "forward_calls_per_pass"
+        )
+    )
     frames = []
     for scope in SCOPES:
         rows = scope_filter(ops, scope)
@@ -126,6 +139,9 @@ def top_kernels(ops: pl.DataFrame, run: str = "main", n: int = TOP_N) -> pl.Data
                 calls_per_pass=pl.col("calls") / count if count else pl.lit(None, pl.Float64),
             )
         )
+        top = top.join(per_forward, on="name", how="left", nulls_equal=True).sort("rank")
+        if forward_passes:
+            top = top.with_columns(pl.col("forward_calls_per_pass").fill_null(0.0))
         frames.append(top.with_columns(pl.col("kind").cast(pl.String)).select(TOP_KERNELS.names()))
     return pl.concat(frames).cast(dict(TOP_KERNELS))
 

@@ -42,14 +42,23 @@ _BUILT = {
     "StringIds": "id value",
     "CUPTI_ACTIVITY_KIND_KERNEL": (
         "start end deviceId contextId streamId correlationId globalPid demangledName"
-        " shortName mangledName gridX gridY gridZ blockX blockY blockZ"
+        " shortName mangledName gridX gridY gridZ blockX blockY blockZ graphNodeId graphId"
     ),
     "CUPTI_ACTIVITY_KIND_RUNTIME": "start end eventClass globalTid correlationId nameId",
     "CUPTI_ACTIVITY_KIND_MEMCPY": (
-        "start end deviceId contextId streamId correlationId globalPid bytes copyKind"
+        "start end deviceId contextId streamId correlationId globalPid bytes copyKind graphNodeId"
     ),
     "CUPTI_ACTIVITY_KIND_MEMSET": (
-        "start end deviceId contextId streamId correlationId globalPid value bytes"
+        "start end deviceId contextId streamId correlationId globalPid value bytes graphNodeId"
+    ),
+    "CUPTI_ACTIVITY_KIND_GRAPH_TRACE": (
+        "start end deviceId contextId streamId correlationId globalPid graphId graphExecId"
+    ),
+    "CUDA_GRAPH_EVENTS": (
+        "start end eventClass globalTid nameId graphId originalGraphId graphExecId"
+    ),
+    "CUDA_GRAPH_NODE_EVENTS": (
+        "start end eventClass globalTid nameId graphNodeId originalGraphNodeId"
     ),
     "NVTX_EVENTS": "start end eventType rangeId text globalTid endGlobalTid textId domainId",
     "ThreadNames": "nameId priority globalTid",
@@ -218,11 +227,19 @@ class SynthExport:
         short_name: Text | None = None,
         grid: tuple[int, int, int] = (1, 1, 1),
         block: tuple[int, int, int] = (128, 1, 1),
+        graph_node: int | None = None,
+        graph: int | None = None,
     ) -> None:
-        """A kernel execution; `name` is its demangled name."""
+        """A kernel execution; `name` is its demangled name.
+
+        A kernel replayed as a node of a CUDA graph (`--cuda-graph-trace=node`)
+        carries `graph_node` (and, from nsys 2025.5, `graph`); its `corr` is
+        that of the cudaGraphLaunch call.
+        """
         ids = self.string_id(name), self.string_id(name if short_name is None else short_name)
         row = (*self._gpu_row(pid, device, stream, start_ms, end_ms, corr), *ids, None)
-        self._rows["CUPTI_ACTIVITY_KIND_KERNEL"].append((*row, *grid, *block))
+        graph_ids = (graph_node, graph)
+        self._rows["CUPTI_ACTIVITY_KIND_KERNEL"].append((*row, *grid, *block, *graph_ids))
 
     def memcpy(
         self,
@@ -235,10 +252,11 @@ class SynthExport:
         *,
         nbytes: int = 1024,
         copy_kind: int = 1,
+        graph_node: int | None = None,
     ) -> None:
         """A memory copy; copy_kind as in ENUM_CUDA_MEMCPY_OPER (1 = HtoD)."""
         row = (*self._gpu_row(pid, device, stream, start_ms, end_ms, corr), nbytes, copy_kind)
-        self._rows["CUPTI_ACTIVITY_KIND_MEMCPY"].append(row)
+        self._rows["CUPTI_ACTIVITY_KIND_MEMCPY"].append((*row, graph_node))
 
     def memset(
         self,
@@ -250,10 +268,60 @@ class SynthExport:
         corr: int | None,
         *,
         nbytes: int = 1024,
+        graph_node: int | None = None,
     ) -> None:
         """A memset of `nbytes` bytes to 0."""
         row = (*self._gpu_row(pid, device, stream, start_ms, end_ms, corr), 0, nbytes)
-        self._rows["CUPTI_ACTIVITY_KIND_MEMSET"].append(row)
+        self._rows["CUPTI_ACTIVITY_KIND_MEMSET"].append((*row, graph_node))
+
+    def graph_replay(
+        self,
+        pid: int,
+        device: int,
+        stream: int,
+        start_ms: float,
+        end_ms: float,
+        corr: int | None,
+        *,
+        graph: int,
+        exec_id: int,
+    ) -> None:
+        """One replay of a CUDA graph traced as a whole (`--cuda-graph-trace=graph`).
+
+        Launched by a cudaGraphLaunch call with the same `corr` (see `launch`).
+        """
+        row = (*self._gpu_row(pid, device, stream, start_ms, end_ms, corr), graph, exec_id)
+        self._rows["CUPTI_ACTIVITY_KIND_GRAPH_TRACE"].append(row)
+
+    def graph_event(
+        self,
+        pid: int,
+        tid: int,
+        at_ms: float,
+        graph: int,
+        *,
+        original: int | None = None,
+        exec_id: int | None = None,
+        what: str = "Graph Creation",
+    ) -> None:
+        """A CUDA_GRAPH_EVENTS row: a graph created, cloned from `original`, or instantiated."""
+        row = (_ns(at_ms), _ns(at_ms), 0, global_tid(pid, tid), self.string_id(what), graph)
+        self._rows["CUDA_GRAPH_EVENTS"].append((*row, original, exec_id))
+
+    def graph_node_event(
+        self,
+        pid: int,
+        tid: int,
+        at_ms: float,
+        node: int,
+        *,
+        original: int | None = None,
+        what: str = "Graph Node Creation",
+    ) -> None:
+        """A CUDA_GRAPH_NODE_EVENTS row: node created (during capture, on the capturing
+        thread) or, with `original`, cloned from that node when its graph is instantiated."""
+        row = (_ns(at_ms), _ns(at_ms), 0, global_tid(pid, tid), self.string_id(what), node)
+        self._rows["CUDA_GRAPH_NODE_EVENTS"].append((*row, original))
 
     def _gpu_row(
         self, pid: int, device: int, stream: int, start_ms: float, end_ms: float, corr: int | None

@@ -71,6 +71,19 @@ _COLUMNS = {
     "ENUM_NSYS_EVENT_TYPE": "id:i!* name:t label:t",
     "ENUM_CUDA_MEMCPY_OPER": "id:i!* name:t label:t",
     "ANALYSIS_DETAILS": "globalVid:i! duration:i! startTime:i! stopTime:i!",
+    # CUDA graphs (the node events table as nsys 2022 to 2023 called it
+    # CUDA_GRAPH_EVENTS; write it under that name with `exact_columns`).
+    "CUPTI_ACTIVITY_KIND_GRAPH_TRACE": (
+        "start:i! end:i! deviceId:i! contextId:i! greenContextId:i streamId:i! correlationId:i"
+        " globalPid:i graphId:i! graphExecId:i!"
+    ),
+    "CUDA_GRAPH_EVENTS": (
+        "start:i! end:i! eventClass:i! globalTid:i nameId:i! graphId:i! originalGraphId:i"
+        " graphExecId:i"
+    ),
+    "CUDA_GRAPH_NODE_EVENTS": (
+        "start:i! end:i! eventClass:i! globalTid:i nameId:i! graphNodeId:i! originalGraphNodeId:i"
+    ),
 }
 _SQL_TYPES = {"i": "INTEGER", "t": "TEXT", "r": "REAL"}
 # A table's content: a frame, or None for a table with no rows.

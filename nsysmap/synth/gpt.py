@@ -165,9 +165,9 @@ def _path(prefix: str, name: str) -> str:
     return f"{prefix}.{name}" if prefix and name else prefix or name
 
 
-def step_template(n_layer: int, rnd: random.Random) -> Template:
-    """One training step of one process; costs drawn from `rnd`."""
-    tr, seqs, model = Tracer(rnd), {}, gpt2(n_layer)
+def step_template(n_layer: int, rnd: random.Random, tracer: Tracer | None = None) -> Template:
+    """One training step of one process; costs drawn from `rnd` (or by `tracer`'s own)."""
+    tr, seqs, model = tracer or Tracer(rnd), {}, gpt2(n_layer)
 
     def phase(name: str) -> object:
         return tr.range(MAIN, f"nsysmap:phase:{name}", registered=NSYSMAP_DOMAIN)

@@ -17,7 +17,7 @@ always give the same export.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import polars as pl
 
@@ -39,10 +39,18 @@ _DEVICE = "NVIDIA H100 80GB HBM3"
 class Plan:
     """The templates, string ids and step offsets of one export."""
 
-    def __init__(self, n_kernels: int, *, seed: int, n_layer: int, processes: int) -> None:
+    def __init__(
+        self,
+        n_kernels: int,
+        *,
+        seed: int,
+        n_layer: int,
+        processes: int,
+        template: Callable[[int, random.Random], gpt.Template] = gpt.step_template,
+    ) -> None:
         rnd = random.Random(seed)
         seeds = [rnd.random() for _ in range(VARIANTS)]
-        self.templates = [gpt.step_template(n_layer, random.Random(s)) for s in seeds]
+        self.templates = [template(n_layer, random.Random(s)) for s in seeds]
         first = self.templates[0]
         self.processes = processes
         self.kernels_per_step = sum(g["kind"] == "kernel" for g in first.gpu) * processes
@@ -204,10 +212,20 @@ def _gpu(plan: Plan, kind: str) -> Iterator[pl.DataFrame]:
 
 
 def gpt_tables(
-    n_kernels: int, *, seed: int = 0, n_layer: int = 12, processes: int = 2, twins: bool = False
+    n_kernels: int,
+    *,
+    seed: int = 0,
+    n_layer: int = 12,
+    processes: int = 2,
+    twins: bool = False,
+    template: Callable[[int, random.Random], gpt.Template] = gpt.step_template,
 ) -> dict[str, Frame | Iterator[pl.DataFrame]]:
-    """The tables of a GPT-2-like export with about `n_kernels` kernels (whole steps)."""
-    plan = Plan(n_kernels, seed=seed, n_layer=n_layer, processes=processes)
+    """The tables of a GPT-2-like export with about `n_kernels` kernels (whole steps).
+
+    `template` builds one step of one process (variants of the step draw
+    their costs from the random generator it is given).
+    """
+    plan = Plan(n_kernels, seed=seed, n_layer=n_layer, processes=processes, template=template)
     strings = [*plan.strings, *(f"nsysmap:step:{s}" for s in range(plan.steps))]
     threads = [
         (plan.strings[name], global_tid(FIRST_PID + p, FIRST_PID + p + offset))

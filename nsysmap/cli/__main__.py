@@ -1,0 +1,5 @@
+"""`python -m nsysmap.cli ...`: the `nsysmap` command without the console script."""
+
+from nsysmap.cli import main
+
+main()

@@ -1,0 +1,76 @@
+"""The check every run makes before it writes: nothing lost, nothing counted twice.
+
+Per device, the input's GPU operations (rows and summed durations) must
+equal the OPS rows and every summary table's `ops` and `time_ns` totals.
+Sums are taken in 128 bits, so a total that wrapped around in 64 bits shows
+as a mismatch. A failure is a TotalsMismatch (exit 11): one line, and no
+output is written, never a wrong table.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from nsysmap.errors import TotalsMismatch
+from nsysmap.output.summarize import NOT_PARTITIONS, Summaries
+
+_WIDE = pl.Int128
+
+
+def check_conservation(
+    gpu_ops: pl.DataFrame,
+    summaries: Summaries,
+    ops: pl.DataFrame | None,
+    n_ops: int,
+    source: str | None = None,
+) -> None:
+    """Raise TotalsMismatch unless every table adds up to the input, per device.
+
+    `ops` is the OPS frame when held (None when it was streamed); `n_ops` its
+    row count.
+    """
+    where = f"{source}: " if source else ""
+    if n_ops != gpu_ops.height:
+        raise _mismatch(where, f"{n_ops:,} operation rows for {gpu_ops.height:,} input rows")
+    expected = _totals(gpu_ops.select("device_id", "dur_ns"), rows=True)
+    tables = (
+        {"ops": _totals(ops.select("device_id", "dur_ns"), rows=True)} if ops is not None else {}
+    )
+    for name, table in summaries.tables().items():
+        if name in NOT_PARTITIONS:
+            continue
+        tables[name] = _totals(table.select("device_id", "ops", dur_ns="time_ns"), rows=False)
+    for name, got in tables.items():
+        diff = _first_difference(expected, got)
+        if diff is not None:
+            raise _mismatch(where, f"{name}: {diff}")
+
+
+def _totals(frame: pl.DataFrame, *, rows: bool) -> pl.DataFrame:
+    """device_id, n (operations), time (summed ns, 128 bits), sorted by device."""
+    count = pl.len().cast(_WIDE) if rows else pl.col("ops").cast(_WIDE).sum()
+    return (
+        frame.group_by("device_id")
+        .agg(n=count, time=pl.col("dur_ns").cast(_WIDE).sum())
+        .sort("device_id", nulls_last=True)
+    )
+
+
+def _first_difference(expected: pl.DataFrame, got: pl.DataFrame) -> str | None:
+    both = expected.join(got, on="device_id", how="full", nulls_equal=True, coalesce=True)
+    both = both.with_columns(pl.col("n", "n_right", "time", "time_right").fill_null(0))
+    bad = both.filter((pl.col("n") != pl.col("n_right")) | (pl.col("time") != pl.col("time_right")))
+    if bad.is_empty():
+        return None
+    row = bad.row(0, named=True)
+    return (
+        f"device {row['device_id']}: {row['n_right']:,} ops and {row['time_right']:,} ns "
+        f"where the input has {row['n']:,} ops and {row['time']:,} ns"
+    )
+
+
+def _mismatch(where: str, what: str) -> TotalsMismatch:
+    return TotalsMismatch(
+        f"{where}totals do not add up ({what}); nothing was written. This is a bug in "
+        "nsysmap or an input it misread: please report it with NSYSMAP_DEBUG=1 output"
+    )

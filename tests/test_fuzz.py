@@ -1,0 +1,64 @@
+"""Fuzzing `nsysmap attribute` (tests/fuzz.py): every input gets a right answer.
+
+Each case must end without a traceback or an internal error, within its time
+limit, with one line on stderr when it fails, and with its totals conserved
+against an independent sum when it succeeds. The quick set runs in the suite
+(under a minute on 2 cores); the larger run is marked slow and sized by
+NSYSMAP_FUZZ_CASES (docs/cli.md gives the command and its latest figures).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import pytest
+
+from tests.fuzz import Case, cases, problems, run_cases
+
+SEED = 16
+QUICK_CASES = 150
+
+
+def _param(case: Case) -> pytest.param:
+    return pytest.param(case, id=case.id)
+
+
+QUICK = cases(SEED, QUICK_CASES)
+
+
+@pytest.fixture(scope="module")
+def quick_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    return run_cases(QUICK, tmp_path_factory.mktemp("fuzz"))
+
+
+@pytest.mark.parametrize("case", [_param(c) for c in QUICK])
+def test_fuzz_case(case: Case, quick_results: dict[str, dict]) -> None:
+    assert problems(quick_results[case.id]) == []
+
+
+def test_fuzz_set_covers_every_mutation() -> None:
+    """The quick set is not all one kind: each misuse, and most mutations of each input kind."""
+    kinds = Counter((c.is_trace, c.mutation) for c in QUICK)
+    assert len(kinds) >= 25, kinds
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    "NSYSMAP_FUZZ_CASES" not in os.environ,
+    reason="the larger fuzz run: set NSYSMAP_FUZZ_CASES (docs/cli.md, Fuzzing)",
+)
+def test_fuzz_larger_run(tmp_path: pytest.TempPathFactory) -> None:
+    """NSYSMAP_FUZZ_CASES cases (1,600 documented) of another seed over every corpus file."""
+    count = int(os.environ["NSYSMAP_FUZZ_CASES"])
+    seed = int(os.environ.get("NSYSMAP_FUZZ_SEED", str(SEED + 1)))
+    selected = cases(seed, count, every_file=True)
+    results = run_cases(selected, tmp_path)
+    codes = Counter(r["code"] for r in results.values())
+    slowest = max(r.get("seconds") or 0.0 for r in results.values())
+    failed = {case.id: found for case in selected if (found := problems(results[case.id]))}
+    print(f"\nfuzz seed {seed}: {count} cases, exit codes {dict(sorted(codes.items(), key=str))}")
+    print(f"slowest case {slowest:.1f} s; {len(failed)} cases with problems")
+    for case_id, found in list(failed.items())[:40]:
+        print(f"FAILED {case_id}: {found[0][:300]}")
+    assert failed == {}
