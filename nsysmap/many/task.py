@@ -72,8 +72,9 @@ def attribute_one(
     common = {"index": index, "path": path, "worker": f"{socket.gethostname()}:{os.getpid()}"}
     try:
         target = Path(work_dir) / f"{index:06d}"
+        # Several reports at once are not inferred (docs/inference.md, Limits).
         analysis = analyse_file(
-            path, target, options=options, rules=rules, stages=Stages(progress=False)
+            path, target, options=options, rules=rules, stages=Stages(progress=False), infer=False
         )
         units, tables = split_by_process(analysis, target)
         outcome = Outcome(
