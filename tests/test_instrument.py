@@ -11,8 +11,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import instrument
-from instrument import naming
-from instrument.session import annotate
+from instrument.ranges import naming
+from instrument.ranges.session import annotate
 from tests.test_instrument_support import FailBackward, Recorder
 
 VOCAB, WIDTH = 16, 8
@@ -323,7 +323,7 @@ def test_annotate_is_idempotent_nested_and_as_decorator():
 
 
 def test_uninstall_restores_torch_exactly():
-    from instrument.session import LOSS_FUNCTIONS
+    from instrument.ranges.session import LOSS_FUNCTIONS
 
     def snapshot():
         dl = torch.utils.data.dataloader._BaseDataLoaderIter
@@ -408,7 +408,7 @@ def test_off_emits_nothing_hooks_only_the_root_and_still_counts_steps():
 
 
 def test_make_emitter_choices():
-    from instrument.emitters import TorchEmitter, make_emitter, nvtx_domain
+    from instrument.ranges.emitters import TorchEmitter, make_emitter, nvtx_domain
 
     assert make_emitter("off") is None
     assert isinstance(make_emitter("torch"), TorchEmitter)
@@ -452,7 +452,7 @@ class FakeDomain:
 def test_nvtx_emission_goes_to_the_nsysmap_domain_when_a_tool_listens(monkeypatch):
     import nvtx
 
-    from instrument.emitters import BothEmitter, NvtxEmitter, make_emitter
+    from instrument.ranges.emitters import BothEmitter, NvtxEmitter, make_emitter
 
     domains = {}
     monkeypatch.setattr(nvtx, "get_domain", lambda name: domains.setdefault(name, FakeDomain(name)))
@@ -492,7 +492,7 @@ def test_auto_emits_nvtx_always_and_torch_annotations_while_profiling(monkeypatc
 
 
 def test_stacks_close_only_recent_backward_frames_and_reach_engine_threads():
-    from instrument import _state
+    from instrument.ranges import _state
 
     rec = Recorder()
     stacks = _state.Stacks(rec)

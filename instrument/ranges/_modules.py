@@ -26,9 +26,9 @@ from typing import Any
 
 import torch
 
-from instrument._names import Names, is_descendant
-from instrument._phases import Phases
-from instrument._state import AWAIT, BWD, EXTRA, FWD, KEY, KIND, Stacks, ThreadState
+from instrument.ranges._names import Names, is_descendant
+from instrument.ranges._phases import Phases
+from instrument.ranges._state import AWAIT, BWD, EXTRA, FWD, KEY, KIND, Stacks, ThreadState
 
 
 class ModuleHooks:

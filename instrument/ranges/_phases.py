@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
-from instrument._state import KEY, KIND, PHASE, STEP, TAIL, Frame, Stacks, ThreadState
-from instrument.naming import phase_range, step_range
+from instrument.ranges._state import KEY, KIND, PHASE, STEP, TAIL, Frame, Stacks, ThreadState
+from instrument.ranges.naming import phase_range, step_range
 
 StepListener = Callable[[int], None]
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from instrument.emitters import Emitter
+from instrument.ranges.emitters import Emitter
 
 KIND, KEY, TOKEN, EXTRA = 0, 1, 2, 3
 STEP, PHASE, TAIL, FWD, BWD, AWAIT = range(6)
