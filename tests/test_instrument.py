@@ -498,14 +498,14 @@ def test_stacks_close_only_recent_backward_frames_and_reach_engine_threads():
     stacks = _state.Stacks(rec)
     ts = stacks.get()
     stacks.push(ts, _state.STEP, 0, "step")
-    stacks.push(ts, _state.BWD, "old", "bwd-old", extra=1)
-    stacks.push(ts, _state.BWD, "new", "bwd-new", extra=2)
+    stacks.push(ts, _state.BWD, "old", "bwd-old", epoch=1)
+    stacks.push(ts, _state.BWD, "new", "bwd-new", epoch=2)
     stacks.push(ts, _state.FWD, "recompute", "fwd-recompute")
     stacks.close_backward_frames(ts, since_epoch=2)
     assert rec.open_ranges() == ["step", "bwd-old"] and ts.fwd_depth == 0
     # A thread with no accelerator device cannot be reached: its frames are forgotten.
     other = _state.ThreadState(ident=-1)
-    other.stack.append((_state.BWD, "x", None, 5))
+    other.stack.append(_state.Frame(_state.BWD, "x", None, epoch=5))
     stacks.threads[-1] = other
     stacks.close_foreign(since_epoch=3)
     assert other.stack == [] and rec.open_ranges() == ["step", "bwd-old"]
