@@ -24,7 +24,7 @@ import torch
 from torch.nn.modules import module as nn_module
 
 import instrument
-from instrument import emitters
+from instrument.ranges import emitters
 
 
 def _chain(n_modules: int) -> torch.nn.Module:

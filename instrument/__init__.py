@@ -7,6 +7,13 @@
 `install()`/`uninstall()` do the same without a `with` block (the launcher,
 `python -m instrument.launch`, uses them). Importing this package does not
 import torch; the names below load it on first use.
+
+Subpackages: `ranges` (the session, its hooks and emitters, range names),
+`launch` (the launcher: profile window, the model's first call, compiled-kernel
+provenance), `flops` (FLOP counting on fake tensors). `contract` (the capture
+directory and launch.json) and `compiled_doc` (compiled.json) are the formats
+nsysmap reads back; like `ranges.naming` and `flops.estimates` they import
+neither torch nor polars.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ __all__ = ["active", "annotate", "install", "uninstall"]
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from instrument import session
+        from instrument.ranges import session
 
         return getattr(session, name)
     raise AttributeError(f"module 'instrument' has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """`compiled.json`: which modules each compiled kernel came from (the contract).
 
-Written by instrument/provenance.py at capture time, read by
+Written by instrument/launch/provenance.py at capture time, read by
 nsysmap/attribution/compiled.py; this module is the one both import, so it
 imports neither torch nor polars. Documented in docs/compile.md.
 
@@ -30,7 +30,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-FILE = "compiled.json"
+from instrument.contract import COMPILED
+
+FILE = COMPILED  # the capture directory's name for it (instrument/contract.py)
 FORMAT = "nsysmap.compiled"
 VERSION = 1
 DIRECTIONS = ("forward", "backward")

@@ -1,6 +1,6 @@
 """Parsing range names that instrument/ emits: the other half of the naming contract.
 
-See instrument/naming.py for the grammar; tests/test_naming_roundtrip.py binds
+See instrument/ranges/naming.py for the grammar; tests/test_naming_roundtrip.py binds
 the two. `parse_range_name` reads one name (for tests and tools);
 `naming_columns` is the vectorised form used on whole range tables. Names are
 only ever matched with regular expressions, never evaluated.

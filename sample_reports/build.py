@@ -4,7 +4,7 @@
     python -m sample_reports.build --golden   # ... and the expected outputs
 
 The samples are SYNTHETIC: nsysmap's own builder (`nsysmap.synth`) writes
-them in the nsys SQLite schema, with range names from `instrument.naming`,
+them in the nsys SQLite schema, with range names from `instrument.ranges.naming`,
 whole-millisecond timings and made-up kernel names in the style of PyTorch's
 CUDA kernels. They were not captured on a GPU. The timeline mimics what
 `nsysmap run` records for a 2-block GPT-2: phases and forward ranges on the
@@ -18,7 +18,7 @@ import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from instrument import naming
+from instrument.ranges import naming
 from nsysmap.synth import SynthExport
 
 HERE = Path(__file__).parent

@@ -27,7 +27,7 @@ try:
     import torch
     import transformers  # noqa: F401
 
-    from instrument.flops_models import SpecError, gpt2_factory
+    from instrument.flops.models import SpecError, gpt2_factory
 except ImportError:  # the nsysmap-side tests still run
     torch = None
 needs_torch = pytest.mark.skipif(torch is None, reason="torch and transformers are not installed")
@@ -228,7 +228,7 @@ def test_estimates_follow_the_documented_factors():
 def test_sdpa_parts_sum_to_torch_formulas():
     from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
 
-    from instrument.flops_ops import sdpa_backward_parts, sdpa_forward_parts
+    from instrument.flops.ops import sdpa_backward_parts, sdpa_forward_parts
 
     q, kv = torch.empty(2, 8, 96, 64, device="meta"), torch.empty(2, 2, 80, 64, device="meta")
     shapes = (q.shape, kv.shape, kv.shape)
@@ -250,7 +250,7 @@ def test_exclusive_rows_sum_to_the_inclusive_root():
 def test_model_is_never_materialised():
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-    from instrument.flops_run import materialise
+    from instrument.flops.run import materialise
 
     with FakeTensorMode(allow_non_fake_inputs=True):
         model = materialise(gpt2_factory("small"))

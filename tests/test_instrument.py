@@ -11,8 +11,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import instrument
-from instrument import naming
-from instrument.session import annotate
+from instrument.ranges import naming
+from instrument.ranges.session import annotate
 from tests.test_instrument_support import FailBackward, Recorder
 
 VOCAB, WIDTH = 16, 8
@@ -323,7 +323,7 @@ def test_annotate_is_idempotent_nested_and_as_decorator():
 
 
 def test_uninstall_restores_torch_exactly():
-    from instrument.session import LOSS_FUNCTIONS
+    from instrument.ranges.session import LOSS_FUNCTIONS
 
     def snapshot():
         dl = torch.utils.data.dataloader._BaseDataLoaderIter
@@ -408,7 +408,7 @@ def test_off_emits_nothing_hooks_only_the_root_and_still_counts_steps():
 
 
 def test_make_emitter_choices():
-    from instrument.emitters import TorchEmitter, make_emitter, nvtx_domain
+    from instrument.ranges.emitters import TorchEmitter, make_emitter, nvtx_domain
 
     assert make_emitter("off") is None
     assert isinstance(make_emitter("torch"), TorchEmitter)
@@ -452,7 +452,7 @@ class FakeDomain:
 def test_nvtx_emission_goes_to_the_nsysmap_domain_when_a_tool_listens(monkeypatch):
     import nvtx
 
-    from instrument.emitters import BothEmitter, NvtxEmitter, make_emitter
+    from instrument.ranges.emitters import BothEmitter, NvtxEmitter, make_emitter
 
     domains = {}
     monkeypatch.setattr(nvtx, "get_domain", lambda name: domains.setdefault(name, FakeDomain(name)))
@@ -492,20 +492,20 @@ def test_auto_emits_nvtx_always_and_torch_annotations_while_profiling(monkeypatc
 
 
 def test_stacks_close_only_recent_backward_frames_and_reach_engine_threads():
-    from instrument import _state
+    from instrument.ranges import _state
 
     rec = Recorder()
     stacks = _state.Stacks(rec)
     ts = stacks.get()
     stacks.push(ts, _state.STEP, 0, "step")
-    stacks.push(ts, _state.BWD, "old", "bwd-old", extra=1)
-    stacks.push(ts, _state.BWD, "new", "bwd-new", extra=2)
+    stacks.push(ts, _state.BWD, "old", "bwd-old", epoch=1)
+    stacks.push(ts, _state.BWD, "new", "bwd-new", epoch=2)
     stacks.push(ts, _state.FWD, "recompute", "fwd-recompute")
     stacks.close_backward_frames(ts, since_epoch=2)
     assert rec.open_ranges() == ["step", "bwd-old"] and ts.fwd_depth == 0
     # A thread with no accelerator device cannot be reached: its frames are forgotten.
     other = _state.ThreadState(ident=-1)
-    other.stack.append((_state.BWD, "x", None, 5))
+    other.stack.append(_state.Frame(_state.BWD, "x", None, epoch=5))
     stacks.threads[-1] = other
     stacks.close_foreign(since_epoch=3)
     assert other.stack == [] and rec.open_ranges() == ["step", "bwd-old"]

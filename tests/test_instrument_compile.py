@@ -1,5 +1,5 @@
 """instrument/ and torch.compile, without compiling: naming, hook suspension, the
-settling warm-up window and the compiled.json capture (instrument/_compile.py,
+settling warm-up window and the compiled.json capture (instrument/ranges/_compile.py,
 _window.py, provenance.py). Compiling for real is in tests/test_compiled_run.py.
 """
 
@@ -14,8 +14,8 @@ from torch.nn.modules import module as nn_module
 
 import instrument
 from instrument import compiled_doc
-from instrument._window import SETTLE_LIMIT, ProfileWindow
-from instrument.provenance import Provenance
+from instrument.launch._window import SETTLE_LIMIT, ProfileWindow
+from instrument.launch.provenance import Provenance
 from nsysmap.read.compiled import read_compiled
 from tests.test_instrument_support import Recorder
 
@@ -189,7 +189,7 @@ def test_provenance_binds_kernels_to_modules_and_nsysmap_reads_it_back(tmp_path,
             },
         ]
     )
-    monkeypatch.setattr("instrument.provenance._kernel_information", lambda: next(records))
+    monkeypatch.setattr("instrument.launch.provenance._kernel_information", lambda: next(records))
     prov = Provenance()
     prov.compile_started()
     try:

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import instrument
-from instrument import naming
-from instrument.session import annotate
+from instrument.ranges import naming
+from instrument.ranges.session import annotate
 from tests.test_instrument_support import Recorder
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -7,8 +7,8 @@ import threading
 import pytest
 import torch
 
-from instrument import naming
-from instrument.session import annotate
+from instrument.ranges import naming
+from instrument.ranges.session import annotate
 from tests.test_instrument import VOCAB, Net
 from tests.test_instrument_support import FailBackward, Recorder
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from instrument import naming as fmt
+from instrument.ranges import naming as fmt
 from nsysmap import naming as parse
 from nsysmap.attribution.labels import name_labels
 

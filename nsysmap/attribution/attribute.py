@@ -43,6 +43,7 @@ from nsysmap.attribution.labels import name_labels
 from nsysmap.attribution.locate import ANCHORS, WARMUP, Scope, locate, queries, thread_keys
 from nsysmap.attribution.paths import range_paths
 from nsysmap.attribution.rules import BUILTIN, NameRules
+from nsysmap.launch_keys import call_key, first_calls
 from nsysmap.model import Report
 
 
@@ -222,14 +223,14 @@ def _categories(ops: pl.DataFrame) -> pl.Series:
 def _with_launches(gpu_ops: pl.DataFrame, api_calls: pl.DataFrame) -> pl.DataFrame:
     """GPU ops with the launching call's tid, api name and start (left join).
 
-    Of calls sharing (pid, correlation_id), the one that started first wins.
+    Of calls sharing (pid, correlation_id), the one `first_calls` keeps
+    (nsysmap/launch_keys.py: the one that started first).
     """
     calls = api_calls.filter(pl.col("correlation_id").is_not_null())
-    key = _call_key(calls, gpu_ops)
-    if key is None or not calls.select(key.is_unique().all()).item():
-        calls = calls.sort("start_ns", "tid").unique(
-            subset=["pid", "correlation_id"], keep="first", maintain_order=True
-        )
+    first = first_calls(calls)
+    if not first.all():
+        calls = calls.filter(first)
+    key = call_key(calls, gpu_ops)
     launches = calls.select(
         "pid",
         "correlation_id",
@@ -248,26 +249,6 @@ def _with_launches(gpu_ops: pl.DataFrame, api_calls: pl.DataFrame) -> pl.DataFra
         maintain_order="left",
     )
     return joined.drop("_k")
-
-
-def _call_key(*frames: pl.DataFrame) -> pl.Expr | None:
-    """(pid, correlation_id) packed into one Int64 when both fit (None otherwise)."""
-    for frame in frames:
-        bounds = frame.select(
-            pl.col("pid").min().alias("p0"),
-            pl.col("pid").max().alias("p1"),
-            pl.col("correlation_id").min().alias("c0"),
-            pl.col("correlation_id").max().alias("c1"),
-        ).row(0)
-        if not frame.height:
-            continue
-        if None in bounds:  # a column entirely null (an export without process ids)
-            return None
-        if not (bounds[0] >= 0 and bounds[1] < 1 << 24 and bounds[2] >= 0):
-            return None
-        if bounds[3] >= 1 << 39:
-            return None
-    return pl.col("pid") * (1 << 39) + pl.col("correlation_id")
 
 
 def _finish(ops: pl.DataFrame) -> pl.DataFrame:

@@ -28,6 +28,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from instrument import contract
+from instrument.contract import CAPTURE_DIR, LAUNCH_RECORD, REPORT_BASE
+from instrument.contract import TRACE as TRACE_FILE
 from nsysmap._version import __version__
 from nsysmap.attribution.rules import BUILTIN, NameRules
 from nsysmap.capture import nsys as nsys_tool
@@ -47,11 +50,9 @@ from nsysmap.pipeline import Analysis, analyse, load_report
 LAUNCHER_MODULE = "instrument.launch"
 BACKENDS = ("auto", "nsys", "torch")
 BACKEND_NAMES = {"nsys": "Nsight Systems", "torch": "torch.profiler"}
-CAPTURE_DIR = "capture"
-LAUNCH_RECORD = "launch.json"
 RUN_RECORD = "run.json"
-TRACE_FILE = "trace.json"
-REPORT_BASE = "report"
+# launch.json fields (instrument/contract.py) that manifest.json's options repeat.
+LAUNCH_OPTIONS = ("steps_seen", "profiled_steps", "torch_version", "cuda_device")
 Notify = Callable[[str], None]
 
 
@@ -250,11 +251,7 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
 
 def read_launch_record(capture: Path) -> dict[str, Any]:
     """The launcher's launch.json ({} when it is missing or unreadable)."""
-    try:
-        record = json.loads((capture / LAUNCH_RECORD).read_text())
-    except (OSError, ValueError):
-        return {}
-    return record if isinstance(record, dict) else {}
+    return contract.read_launch_record(capture)
 
 
 def script_status(launch: dict[str, Any], child_status: int) -> int:
@@ -312,14 +309,13 @@ def nothing_captured(script: Path, record: dict[str, Any]) -> str:
 def _options(request: RunRequest, record: dict[str, Any]) -> dict[str, Any]:
     """The run's settings and outcome, as recorded in manifest.json."""
     own = ("backend", "backend_reason", "script", "script_args", "exit_status", "interrupted")
-    launched = ("steps_seen", "profiled_steps", "torch_version", "cuda_device")
     return {
         "command": "run",
         **{key: record[key] for key in own},
         "warmup_steps": request.warmup_steps,
         "steps": request.steps,
         "record_shapes": request.record_shapes,
-        **{key: record["launch"].get(key) for key in launched},
+        **{key: record["launch"].get(key) for key in LAUNCH_OPTIONS},
     }
 
 
@@ -348,7 +344,4 @@ def _fresh_capture_dir(out_dir: Path) -> Path:
 
 def step_count(profiled: Any) -> int | None:
     """How many steps the launcher profiled: it records [first, last], inclusive."""
-    pair = isinstance(profiled, list) and len(profiled) == 2
-    if pair and all(type(i) is int for i in profiled):
-        return profiled[1] - profiled[0] + 1
-    return None
+    return contract.profiled_step_count(profiled)

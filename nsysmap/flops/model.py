@@ -18,12 +18,12 @@ from typing import Any
 
 import polars as pl
 
+from instrument.contract import CAPTURE_DIR
+from instrument.contract import FLOPS as FLOPS_JSON
 from nsysmap.flops.tables import FlopsFormatError, flops_table
 from nsysmap.output.writer import MANIFEST
 
-FLOPS_JSON = "flops.json"
 FLOPS_TABLE = "flops"
-CAPTURE_DIR = "capture"
 _BULKY = ("rows", "modules", "flop_counter")
 
 

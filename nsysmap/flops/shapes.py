@@ -11,12 +11,12 @@ call to call and are never part of the shapes; nsysmap.attribution.labels):
                                                                  + 1024·2304 bias adds
 
 **Exact** (`matmul_flop`, 2·m·k·n per matmul, the formulas of
-`torch.utils.flop_counter` that instrument/flops_ops.py uses): `mm`, `addmm`,
+`torch.utils.flop_counter` that instrument/flops/ops.py uses): `mm`, `addmm`,
 `bmm`, `baddbmm`, `addbmm`, `matmul`, `linear`, and the fused attention
 operators (forward: Q·Kᵀ and P·V; backward: five matmuls, of which the
 recomputed scores are also reported as `recompute_flop`). **Estimated**
-(`other_flop_estimate`): elements × the factors of instrument/flops_ops.py
-(`ESTIMATES` below is a copy of its table, checked equal by the tests), one
+(`other_flop_estimate`): elements × the factors of `ESTIMATES`
+(instrument/flops/estimates.py, the table instrument/flops/ops.py uses too), one
 per output element for pointwise operators, one per input element for
 reductions, the bias term of addmm/baddbmm/addbmm/linear. Anything else
 (convolutions included: their output size needs strides the shapes lack)
@@ -40,33 +40,9 @@ from typing import Any
 
 import polars as pl
 
+from instrument.flops.estimates import ESTIMATES, OUT
 from nsysmap.attribution.labels import ATEN_OP
 
-OUT = -1  # "whose elements": the output's (the broadcast of the tensor inputs)
-# name -> (kind, FLOPs per element, index of the positional input or OUT).
-# A copy of instrument/flops_ops.py's ESTIMATES (tests/test_report_shapes.py checks it).
-ESTIMATES: dict[str, tuple[str, int, int]] = {
-    "aten::_softmax": ("softmax", 5, 0),
-    "aten::_safe_softmax": ("softmax", 5, 0),
-    "aten::_log_softmax": ("softmax", 5, 0),
-    "aten::_softmax_backward_data": ("softmax", 4, 0),
-    "aten::_log_softmax_backward_data": ("softmax", 4, 0),
-    "aten::native_layer_norm": ("norm", 7, 0),
-    "aten::native_layer_norm_backward": ("norm", 12, 0),
-    "aten::_fused_rms_norm": ("norm", 5, 0),
-    "aten::native_batch_norm": ("norm", 7, 0),
-    "aten::native_batch_norm_backward": ("norm", 12, 0),
-    "aten::native_group_norm": ("norm", 7, 0),
-    "aten::native_group_norm_backward": ("norm", 12, 0),
-    "aten::gelu": ("pointwise", 8, OUT),
-    "aten::gelu_backward": ("pointwise", 12, OUT),
-    "aten::native_dropout": ("dropout", 2, OUT),
-    "aten::native_dropout_backward": ("dropout", 1, OUT),
-    "aten::nll_loss_forward": ("loss", 1, 1),
-    "aten::nll_loss_backward": ("loss", 1, 2),
-    "aten::embedding_dense_backward": ("embedding", 1, 0),
-    "aten::embedding": ("embedding", 0, OUT),
-}
 _POINTWISE_NAMES = (
     "add sub mul div neg exp log pow sqrt rsqrt tanh tanh_backward sigmoid sigmoid_backward "
     "relu threshold_backward silu silu_backward where masked_fill addcmul addcdiv lerp clamp "

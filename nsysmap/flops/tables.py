@@ -100,7 +100,7 @@ class FlopsFormatError(NsysmapError):
     exit_code = ExitCode.NOT_AN_EXPORT
 
 
-# Exit statuses of `python -m instrument.flops` (instrument/flops.py).
+# Exit statuses of `python -m instrument.flops` (instrument/flops/).
 _COUNTER_ERRORS: dict[int, type[NsysmapError]] = {
     2: FlopsSpecError,
     3: FlopsToolMissing,

@@ -1,6 +1,6 @@
 """Reading `compiled.json` (which modules each torch.compile'd kernel came from).
 
-`nsysmap run` captures it next to the trace (instrument/provenance.py); the
+`nsysmap run` captures it next to the trace (instrument/launch/provenance.py); the
 format is instrument/compiled_doc.py, the module both sides share. A trace
 read from a capture directory picks it up (`attach_compiled`).
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import polars as pl
 
-from instrument import compiled_doc
+from instrument import compiled_doc, contract
 from nsysmap import schemas
 from nsysmap.errors import NotAnExport
 from nsysmap.model import Report
@@ -30,7 +30,7 @@ def read_compiled(path: Path) -> pl.DataFrame:
 
 def attach_compiled(report: Report, trace: Path) -> Report:
     """The report with the compiled.json found next to `trace`, if there is one."""
-    doc = trace.parent / compiled_doc.FILE
+    doc = trace.parent / contract.COMPILED
     if not doc.is_file():
         return report
     return replace(report, compiled=read_compiled(doc)).checked()

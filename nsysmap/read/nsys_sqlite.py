@@ -21,6 +21,7 @@ from functools import partial
 import polars as pl
 
 from nsysmap.errors import NoGpuData
+from nsysmap.launch_keys import first_calls
 from nsysmap.model import Report, meta_frame
 from nsysmap.read import nsys_sql as sql
 from nsysmap.read.nsys_env import rank_facts
@@ -186,18 +187,18 @@ def _api_calls(
     """API calls without backtrace twins; also (twins dropped, duplicates dropped).
 
     A twin (eventClass 67) is dropped when a real row has its (pid,
-    correlation id); of real rows sharing one, the first in the file is kept.
-    Rows without a correlation id are all kept.
+    correlation id); of real rows sharing one, the one that `first_calls`
+    (nsysmap/launch_keys.py) keeps. Rows without a correlation id are all kept.
     """
     calls = sql.RUNTIME.empty_if_none(runtime).with_columns(pid=sql.process_id("globalTid"))
     twin = calls["eventClass"].eq(TWIN_EVENT_CLASS).fill_null(False)
     twins, real = _split(calls, twin)
     key = ["pid", "correlationId"]
-    first = _call_key(calls).is_first_distinct() | pl.col("correlationId").is_null()
-    kept, _ = _split(real, real.select(first).to_series())
+    kept, _ = _split(real, _first_calls(real))
     duplicates = real.height - kept.height
     if not twins.is_empty():  # keep a twin only when its real row is missing
-        kept = pl.concat([kept, twins.join(real, on=key, how="anti").filter(first)])
+        orphans = twins.join(real, on=key, how="anti")
+        kept = pl.concat([kept, orphans.filter(_first_calls(orphans))])
     twins_dropped = calls.height - kept.height - duplicates
     frame = kept.select(
         "pid",
@@ -210,16 +211,9 @@ def _api_calls(
     return frame, twins_dropped, duplicates
 
 
-def _call_key(calls: pl.DataFrame) -> pl.Expr:
-    """(pid, correlation id) as one key: a packed Int64 when the ids fit.
-
-    pid < 2**24 and CUPTI's correlation ids are 32-bit, so pid * 2**39 + id is
-    exact; hashing it takes a fifth of the memory a struct key takes.
-    """
-    low, high = calls["correlationId"].min(), calls["correlationId"].max()
-    if low is None or (low >= 0 and high < 1 << 39):
-        return pl.col("pid") * (1 << 39) + pl.col("correlationId")
-    return pl.struct("pid", "correlationId")
+def _first_calls(calls: pl.DataFrame) -> pl.Series:
+    """The rows that win their (pid, correlation id), on the raw runtime columns."""
+    return first_calls(calls, corr="correlationId", start="start", tid="globalTid")
 
 
 def _split(frame: pl.DataFrame, mask: pl.Series) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -10,8 +10,9 @@ GPU operations they launch. Per step::
     stream 7       memcpy memset   kernels ...                      kernels ...       adam
     stream 20                                                       nccl all-reduce
 
-Names follow the grammar of `instrument.naming` (`nsysmap:fwd:Conv1D:transformer.h.3.attn.c_attn`)
-and PyTorch's NVTX style (`aten::addmm, seq = 12, op_id = 40, sizes = [[...]]`,
+Names follow the grammar of `instrument.ranges.naming`
+(`nsysmap:fwd:Conv1D:transformer.h.3.attn.c_attn`) and PyTorch's NVTX style
+(`aten::addmm, seq = 12, op_id = 40, sizes = [[...]]`,
 `aten::mm, stashed seq = 12, op_id = 99` on the autograd thread). Sequence
 numbers, operator ids and correlation ids are step-local here; the tiler
 offsets them per step. The template has a few hundred rows, so plain Python

@@ -23,13 +23,13 @@ from torch.nn.modules import module as nn_module
 from torch.optim import optimizer as optim_module
 from torch.utils.data import dataloader
 
-from instrument._compile import CompileWatch, Suspender, wrapper_hooks
-from instrument._modules import ModuleHooks
-from instrument._names import Names
-from instrument._patch import Patches
-from instrument._phases import Phases
-from instrument._state import Stacks
-from instrument.emitters import Emitter, make_emitter
+from instrument.ranges._compile import CompileWatch, Suspender, wrapper_hooks
+from instrument.ranges._modules import ModuleHooks
+from instrument.ranges._names import Names
+from instrument.ranges._patch import Patches
+from instrument.ranges._phases import Phases
+from instrument.ranges._state import Stacks
+from instrument.ranges.emitters import Emitter, make_emitter
 
 LOSS_FUNCTIONS = (
     "binary_cross_entropy",

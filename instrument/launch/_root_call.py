@@ -6,7 +6,7 @@ its first tensor input, whether grad was enabled and the compute dtype, keeps
 a reference to the model (the module itself for `torch.compile(model)`) and
 removes itself. After profiling, `write` counts
 one forward (and backward, if grad was enabled) of a meta-device copy of the
-model on fake tensors (instrument/flops.py: no weights copied, no kernels
+model on fake tensors (instrument/flops/: no weights copied, no kernels
 run) and writes the FLOP document, with `compute_dtype` and `source` added,
 to DIR/flops.json. Counting never raises: a failure becomes a note.
 """
@@ -21,9 +21,8 @@ from typing import Any
 
 import torch
 
-from instrument._compile import unwrap
-
-FLOPS_JSON = "flops.json"
+from instrument import contract
+from instrument.ranges._compile import unwrap
 
 
 class RootCall:
@@ -94,7 +93,7 @@ class RootCall:
         doc.update(
             model=doc["model_class"], compute_dtype=self.compute_dtype, source="instrument.launch"
         )
-        (out_dir / FLOPS_JSON).write_text(json.dumps(doc) + "\n")
+        (out_dir / contract.FLOPS).write_text(json.dumps(doc) + "\n")
         return None
 
 

@@ -25,7 +25,8 @@ from typing import Any
 
 import torch
 
-TRACE_NAME = "trace.json"
+from instrument import contract
+
 SETTLE_LIMIT = 5  # most steps the window waits beyond N for compilation to settle
 
 
@@ -149,8 +150,8 @@ class ProfileWindow:
         if self.backend == "torch" and self._torch_profiler is not None:
             profiler, self._torch_profiler = self._torch_profiler, None
             profiler.stop()
-            profiler.export_chrome_trace(str(self.out / TRACE_NAME))
-            self.trace = TRACE_NAME
+            profiler.export_chrome_trace(str(self.out / contract.TRACE))
+            self.trace = contract.TRACE
         elif self.backend == "nsys" and torch.cuda.is_available():
             torch.cuda.synchronize()
             torch.cuda.profiler.stop()

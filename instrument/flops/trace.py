@@ -28,7 +28,7 @@ from torch.nn.modules.module import (
 )
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from instrument.flops_ops import op_flops, op_name, shapes_text
+from instrument.flops.ops import op_flops, op_name, shapes_text
 
 Owner = tuple[str, str] | None  # (module path, module class); None outside modules
 RowKey = tuple[Owner, str, str, str, str, str]  # owner, direction, op, part, kind, shapes

@@ -1,4 +1,4 @@
-"""FLOP rules per aten operator, for instrument/flops.py.
+"""FLOP rules per aten operator, for instrument/flops/.
 
 Two numbers per operator call:
 
@@ -10,7 +10,8 @@ Two numbers per operator call:
   `grad_probs` (dO·Vᵀ), `grad_values` (Pᵀ·dO), `grad_query` (dS·K) and
   `grad_key` (dSᵀ·Q).
 * `other` FLOPs, an estimate from element counts and a fixed factor per
-  operator kind (`ESTIMATES`, documented in docs/flops.md).
+  operator kind (`ESTIMATES` in instrument/flops/estimates.py, shared with
+  nsysmap/flops/shapes.py; documented in docs/flops.md).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Any
 
 import torch
 from torch.utils import flop_counter
+
+from instrument.flops.estimates import ESTIMATES, OUT
 
 aten = torch.ops.aten
 
@@ -43,31 +46,6 @@ SDPA_BACKWARD = {
 _BIASED = {aten.addmm, aten.baddbmm, aten.addbmm}
 _CONVOLUTIONS = {aten.convolution, aten._convolution}  # bias is the third argument
 
-# name -> (kind, FLOPs per element, whose elements: index of the positional
-# argument, or OUT for the (first) output).
-OUT = -1
-ESTIMATES: dict[str, tuple[str, int, int]] = {
-    "aten::_softmax": ("softmax", 5, 0),  # max, subtract, exp, sum, divide
-    "aten::_safe_softmax": ("softmax", 5, 0),
-    "aten::_log_softmax": ("softmax", 5, 0),
-    "aten::_softmax_backward_data": ("softmax", 4, 0),  # y·(g − Σ g·y)
-    "aten::_log_softmax_backward_data": ("softmax", 4, 0),
-    "aten::native_layer_norm": ("norm", 7, 0),  # mean, centre, square, sum, scale, affine
-    "aten::native_layer_norm_backward": ("norm", 12, 0),
-    "aten::_fused_rms_norm": ("norm", 5, 0),
-    "aten::native_batch_norm": ("norm", 7, 0),
-    "aten::native_batch_norm_backward": ("norm", 12, 0),
-    "aten::native_group_norm": ("norm", 7, 0),
-    "aten::native_group_norm_backward": ("norm", 12, 0),
-    "aten::gelu": ("pointwise", 8, OUT),  # tanh approximation: ~8 operations
-    "aten::gelu_backward": ("pointwise", 12, OUT),
-    "aten::native_dropout": ("dropout", 2, OUT),  # compare with the mask, scale
-    "aten::native_dropout_backward": ("dropout", 1, OUT),
-    "aten::nll_loss_forward": ("loss", 1, 1),  # per target
-    "aten::nll_loss_backward": ("loss", 1, 2),
-    "aten::embedding_dense_backward": ("embedding", 1, 0),  # scatter-add
-    "aten::embedding": ("embedding", 0, OUT),  # a gather
-}
 # Operators that move, copy, create or reinterpret data: no arithmetic.
 MOVEMENT = {
     "aten::clone",

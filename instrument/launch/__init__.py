@@ -18,7 +18,6 @@ and which module each compiled kernel came from goes to DIR/compiled.json
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import runpy
 import signal
@@ -33,13 +32,13 @@ from typing import Any
 import torch
 
 import instrument
-from instrument import compiled_doc
-from instrument._root_call import FLOPS_JSON, RootCall
-from instrument._window import ProfileWindow
-from instrument.provenance import Provenance
+from instrument import contract
+from instrument.contract import CompileRecord, LaunchRecord
+from instrument.launch._root_call import RootCall
+from instrument.launch._window import ProfileWindow
+from instrument.launch.provenance import Provenance
 
 EMIT = {"nsys": "nvtx", "torch": "torch", "off": "off"}
-LAUNCH_JSON = "launch.json"
 _FLAGS = {"--no-record-shapes", "--no-flops", "-h", "--help"}
 
 
@@ -128,13 +127,13 @@ def _print_script_traceback(exc: BaseException, script: str) -> None:
 
 def _root_call(opts: argparse.Namespace, session: Any) -> RootCall | None:
     """The recorder of the model's first call, unless FLOPs are off; no stale flops.json."""
-    (opts.out / FLOPS_JSON).unlink(missing_ok=True)
+    (opts.out / contract.FLOPS).unlink(missing_ok=True)
     return None if opts.backend == "off" or opts.no_flops else RootCall(session)
 
 
 def _provenance(opts: argparse.Namespace, session: Any) -> Provenance | None:
     """The kernel-provenance recorder (not for backend off); no stale compiled.json."""
-    (opts.out / compiled_doc.FILE).unlink(missing_ok=True)
+    (opts.out / contract.COMPILED).unlink(missing_ok=True)
     if opts.backend == "off":
         return None
     provenance = Provenance()
@@ -197,30 +196,30 @@ def run(opts: argparse.Namespace, script: str, args: list[str]) -> int:
     compiled = _write_provenance(provenance, opts.out, window.notes)
     flops_written = _count_flops(root_call, opts.out, error, window.notes)
     status, line, interrupted = _outcome(error, script)
-    record = {
-        "backend": opts.backend,
-        "script": script,
-        "argv": [script, *args],
-        "exit_status": status,
-        "exception": line,
-        "interrupted": interrupted,
-        "steps_seen": session.steps_completed,
-        "profiled_steps": window.profiled if opts.backend != "off" else None,
-        "trace": window.trace,
-        "flops": FLOPS_JSON if flops_written else None,
-        "compile": {
-            "compilations": compiles,
-            "profiled_compilations": window.compiles_profiled,
-            "profiled_compile_s": round(window.compile_ns_profiled / 1e9, 6),
-            "warmup_waited_steps": window.waited,
-            "provenance": compiled,
-        },
-        "torch_version": torch.__version__,
-        "cuda_device": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-        "wall_s": round(wall_s, 6),
-        "notes": window.notes,
-    }
-    (opts.out / LAUNCH_JSON).write_text(json.dumps(record, indent=2) + "\n")
+    record = LaunchRecord(
+        backend=opts.backend,
+        script=script,
+        argv=[script, *args],
+        exit_status=status,
+        exception=line,
+        interrupted=interrupted,
+        steps_seen=session.steps_completed,
+        profiled_steps=window.profiled if opts.backend != "off" else None,
+        trace=window.trace,
+        flops=contract.FLOPS if flops_written else None,
+        compile=CompileRecord(
+            compilations=compiles,
+            profiled_compilations=window.compiles_profiled,
+            profiled_compile_s=round(window.compile_ns_profiled / 1e9, 6),
+            warmup_waited_steps=window.waited,
+            provenance=compiled,
+        ),
+        torch_version=torch.__version__,
+        cuda_device=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        wall_s=round(wall_s, 6),
+        notes=window.notes,
+    )
+    contract.write_launch_record(opts.out, record)
     for note in window.notes:
         print(f"instrument.launch: {note}", file=sys.stderr)
     return status
@@ -230,7 +229,3 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m instrument.launch`."""
     opts, script, args = parse(sys.argv[1:] if argv is None else argv)
     return run(opts, script, args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
-from instrument._state import KEY, KIND, PHASE, STEP, TAIL, Frame, Stacks, ThreadState
-from instrument.naming import phase_range, step_range
+from instrument.ranges._state import PHASE, STEP, TAIL, Frame, Stacks, ThreadState
+from instrument.ranges.naming import phase_range, step_range
 
 StepListener = Callable[[int], None]
 
@@ -70,20 +70,20 @@ class Phases:
     def to_tail(self, ts: ThreadState, frame: Frame) -> None:
         """Leave a phase open past its scope until the next phase (see module doc)."""
         if ts.stack and ts.stack[-1] is frame:
-            ts.stack[-1] = (TAIL, *frame[1:])
+            ts.stack[-1] = frame._replace(kind=TAIL)
 
     @staticmethod
     def current(ts: ThreadState) -> str | None:
         """The innermost open phase on this thread."""
         for frame in reversed(ts.stack):
-            if frame[KIND] in (PHASE, TAIL):
-                return frame[KEY]
+            if frame.kind in (PHASE, TAIL):
+                return frame.key
         return None
 
     def _close_tails(self, ts: ThreadState) -> None:
         stack = ts.stack
         index = len(stack)
-        while index and stack[index - 1][KIND] == TAIL:
+        while index and stack[index - 1].kind == TAIL:
             index -= 1
         self.stacks.pop_to(ts, index)
 
@@ -103,7 +103,7 @@ class Phases:
             return
         self.step_ts = None
         for i in range(len(ts.stack) - 1, -1, -1):
-            if ts.stack[i][KIND] == STEP:
+            if ts.stack[i].kind == STEP:
                 self.stacks.pop_to(ts, i)
                 break
         self.next_step += 1

@@ -1,7 +1,7 @@
 """Per-thread stacks of the ranges instrument/ has open, and how they get closed.
 
-Every range is a *frame* `(kind, key, token, extra)` on the stack of the
-thread that opened it; the emitter token closes it on that same thread. Frames
+Every range is a `Frame` (kind, key, emitter token, and what its kind needs)
+on the stack of the thread that opened it; the emitter token closes it on that same thread. Frames
 close in LIFO order: closing one first closes everything above it, so a frame
 left open by an interrupted hook can never outlive its parent:
 
@@ -16,17 +16,29 @@ by running a one-node backward on its device (`close_foreign`).
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
-from instrument.emitters import Emitter
+from instrument.ranges.emitters import Emitter
 
-KIND, KEY, TOKEN, EXTRA = 0, 1, 2, 3
 STEP, PHASE, TAIL, FWD, BWD, AWAIT = range(6)
 BACKWARD_KINDS = (BWD, AWAIT)
+# The hooks build frames with `new_frame(Frame, (all six fields))`: a third of
+# the cost of calling the NamedTuple's own constructor, on every module call.
+new_frame = tuple.__new__
 
-Frame = tuple[int, Any, Any, Any]
+
+class Frame(NamedTuple):
+    """One open range. A tuple: the hooks create one per module call."""
+
+    kind: int  # STEP, PHASE, TAIL (a phase left open past its scope), FWD, BWD, AWAIT
+    key: Any  # STEP: the step index; PHASE, TAIL: the phase name; else the module
+    token: Any  # the emitter's, to close the range
+    phase: Frame | None = None  # FWD of a root module: the forward phase frame it opened
+    epoch: int = 0  # BWD, AWAIT: the backward call it belongs to (Stacks.epoch)
+    pending: set[int] | None = None  # AWAIT: ids of parameters not yet accumulated
+
 
 _ORIGINAL_BACKWARD = torch.autograd.backward
 
@@ -73,10 +85,18 @@ class Stacks:
             payload = self._payloads[name] = self.emitter.prepare(name)
         return payload
 
-    def push(self, ts: ThreadState, kind: int, key: Any, payload: Any, extra: Any = None) -> int:
+    def push(
+        self,
+        ts: ThreadState,
+        kind: int,
+        key: Any,
+        payload: Any,
+        phase: Frame | None = None,
+        epoch: int = 0,
+    ) -> int:
         """Open a range on this thread; returns its stack index."""
         token = self.emitter.push(payload) if self.emitter is not None else None
-        ts.stack.append((kind, key, token, extra))
+        ts.stack.append(Frame(kind, key, token, phase, epoch))
         if kind == FWD:
             ts.fwd_depth += 1
         return len(ts.stack) - 1
@@ -85,13 +105,14 @@ class Stacks:
         """Close frames from the top until only `index` frames remain."""
         stack, emitter = ts.stack, self.emitter
         while len(stack) > index:
-            kind, _, token, _ = stack.pop()
+            frame = stack.pop()
+            kind = frame.kind
             if kind == FWD:
                 ts.fwd_depth -= 1
             elif kind == AWAIT:
                 ts.awaiting -= 1
             if emitter is not None:
-                emitter.pop(token)
+                emitter.pop(frame.token)
 
     @staticmethod
     def find(ts: ThreadState, kinds: tuple[int, ...], key: Any) -> int:
@@ -99,14 +120,14 @@ class Stacks:
         stack = ts.stack
         for i in range(len(stack) - 1, -1, -1):
             frame = stack[i]
-            if frame[KEY] is key and frame[KIND] in kinds:
+            if frame.key is key and frame.kind in kinds:
                 return i
         return -1
 
     def close_backward_frames(self, ts: ThreadState, since_epoch: int) -> None:
         """Close the lowest backward frame of epoch >= since_epoch and all above it."""
         for index, frame in enumerate(ts.stack):
-            if frame[KIND] in BACKWARD_KINDS and _frame_epoch(frame) >= since_epoch:
+            if frame.kind in BACKWARD_KINDS and frame.epoch >= since_epoch:
                 self.pop_to(ts, index)
                 return
 
@@ -135,13 +156,8 @@ class Stacks:
         self.local = threading.local()
 
 
-def _frame_epoch(frame: Frame) -> int:
-    extra = frame[EXTRA]
-    return extra[0] if frame[KIND] == AWAIT else extra
-
-
 def _has_backward_frames(ts: ThreadState, since_epoch: int) -> bool:
-    return any(f[KIND] in BACKWARD_KINDS and _frame_epoch(f) >= since_epoch for f in ts.stack)
+    return any(f.kind in BACKWARD_KINDS and f.epoch >= since_epoch for f in ts.stack)
 
 
 class _RunInBackward(torch.autograd.Function):

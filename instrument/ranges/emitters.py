@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import torch
 
-from instrument.naming import DOMAIN
+from instrument.ranges.naming import DOMAIN
 
 EMIT_CHOICES = ("auto", "nvtx", "torch", "off")
 

@@ -26,9 +26,9 @@ from typing import Any
 
 import torch
 
-from instrument._names import Names, is_descendant
-from instrument._phases import Phases
-from instrument._state import AWAIT, BWD, EXTRA, FWD, KEY, KIND, Stacks, ThreadState
+from instrument.ranges._names import Names, is_descendant
+from instrument.ranges._phases import Phases
+from instrument.ranges._state import AWAIT, BWD, FWD, Frame, Stacks, ThreadState, new_frame
 
 
 class ModuleHooks:
@@ -58,7 +58,7 @@ class ModuleHooks:
                 slow_pre(module, ts, info)
                 return
             token = emitter.push(info.fwd) if emitter is not None else None
-            ts.stack.append((FWD, module, token, None))
+            ts.stack.append(new_frame(Frame, (FWD, module, token, None, 0, None)))
             ts.fwd_depth += 1
 
         def forward_post(module: Any, args: Any, output: Any) -> None:
@@ -69,11 +69,11 @@ class ModuleHooks:
             stack = ts.stack
             if stack:
                 top = stack[-1]
-                if top[1] is module and top[0] == FWD and top[3] is None:
+                if top.key is module and top.kind == FWD and top.phase is None:
                     stack.pop()
                     ts.fwd_depth -= 1
                     if emitter is not None:
-                        emitter.pop(top[2])
+                        emitter.pop(top.token)
                     return
             slow_post(module, ts, output)
 
@@ -94,7 +94,7 @@ class ModuleHooks:
         index = self.stacks.find(ts, (FWD,), module)
         if index < 0:
             return
-        phase_frame = ts.stack[index][EXTRA]
+        phase_frame = ts.stack[index].phase
         self.stacks.pop_to(ts, index)
         if phase_frame is not None:
             # Forward hooks with always_call run inside torch's `except` when forward raised.
@@ -103,8 +103,8 @@ class ModuleHooks:
 
     def _caller_path(self, ts: ThreadState) -> str:
         for frame in reversed(ts.stack):
-            if frame[KIND] == FWD:
-                return self.names.path_of(frame[KEY])
+            if frame.kind == FWD:
+                return self.names.path_of(frame.key)
         return ""
 
     # -- backward ---------------------------------------------------------
@@ -128,7 +128,8 @@ class ModuleHooks:
                 ts.device = _device_of(grad_output)
             if ts.awaiting:
                 close_awaits(ts, info.path)
-            ts.stack.append((BWD, module, emitter.push(info.bwd), stacks.epoch))
+            token = emitter.push(info.bwd)
+            ts.stack.append(new_frame(Frame, (BWD, module, token, None, stacks.epoch, None)))
 
         def backward_post(module: Any, grad_input: Any, grad_output: Any) -> None:
             try:
@@ -137,7 +138,7 @@ class ModuleHooks:
                 return
             stack = ts.stack
             last = len(stack) - 1
-            if last >= 0 and stack[last][1] is module and stack[last][0] == BWD:
+            if last >= 0 and stack[last].key is module and stack[last].kind == BWD:
                 index = last
             else:
                 index = find(ts, (BWD,), module)
@@ -160,8 +161,7 @@ class ModuleHooks:
             if id(param) not in self._acc_handles:
                 handle = param.register_post_accumulate_grad_hook(self._accumulated)
                 self._acc_handles[id(param)] = handle
-        _, key, token, epoch = ts.stack[-1]
-        ts.stack[-1] = (AWAIT, key, token, (epoch, {id(p) for p in params}))
+        ts.stack[-1] = ts.stack[-1]._replace(kind=AWAIT, pending={id(p) for p in params})
         ts.awaiting += 1
 
     def _accumulated(self, param: torch.Tensor) -> None:
@@ -172,10 +172,10 @@ class ModuleHooks:
         key = id(param)
         stack = ts.stack
         for frame in stack:
-            if frame[KIND] == AWAIT:
-                frame[EXTRA][1].discard(key)
+            if frame.kind == AWAIT and frame.pending is not None:
+                frame.pending.discard(key)
         index = len(stack)
-        while index and stack[index - 1][KIND] == AWAIT and not stack[index - 1][EXTRA][1]:
+        while index and stack[index - 1].kind == AWAIT and not stack[index - 1].pending:
             index -= 1
         self.stacks.pop_to(ts, index)
 
@@ -183,8 +183,8 @@ class ModuleHooks:
         """A new backward range begins: close awaiting frames it does not nest in."""
         stack, path_of = ts.stack, self.names.path_of
         index = len(stack)
-        while index and stack[index - 1][KIND] == AWAIT:
-            if is_descendant(path, path_of(stack[index - 1][KEY])):
+        while index and stack[index - 1].kind == AWAIT:
+            if is_descendant(path, path_of(stack[index - 1].key)):
                 break
             index -= 1
         self.stacks.pop_to(ts, index)

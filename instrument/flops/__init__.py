@@ -6,7 +6,7 @@ The model is built and run on fake tensors (no storage, no kernels) and every
 aten operator is recorded under the innermost module that ran it, forward and
 backward apart: calls, input shapes, exact matmul-class FLOPs and an estimate
 for the rest. Module paths are those of `named_modules()` ("" is the root), as
-in instrument/naming.py, so that FLOPs join with measured time by module.
+in instrument/ranges/naming.py, so that FLOPs join with measured time by module.
 `nsysmap flops` runs this module in a subprocess and renders its JSON; the
 document is described in docs/flops.md.
 
@@ -46,8 +46,8 @@ def count_flops(
     """
     import torch
 
-    from instrument.flops_models import SpecError
-    from instrument.flops_run import count
+    from instrument.flops.models import SpecError
+    from instrument.flops.run import count
 
     dtype = getattr(torch, input_dtype, None)
     if not isinstance(dtype, torch.dtype):
@@ -78,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _factory(args: argparse.Namespace) -> tuple[Any, str]:
-    from instrument import flops_models as models
+    from instrument.flops import models
 
     if args.gpt2:
         factory = models.gpt2_factory(
@@ -103,7 +103,7 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
         try:
             shape = tuple(int(n) for n in args.input_shape.split(","))
         except ValueError as exc:
-            from instrument.flops_models import SpecError
+            from instrument.flops.models import SpecError
 
             raise SpecError(f"--input-shape {args.input_shape!r} is not sizes") from exc
     doc = count_flops(
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import torch  # noqa: F401
 
-        from instrument.flops_models import SpecError
+        from instrument.flops.models import SpecError
     except ModuleNotFoundError as exc:
         return _fail(EXIT_MISSING, f"{exc.name} is not installed for {sys.executable}")
     try:
@@ -155,7 +155,3 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(EXIT_FAILED, f"counting failed: {type(exc).__name__}: {exc}")
     print(json.dumps(doc) if args.json else _summary(doc))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -26,9 +26,9 @@ from typing import Any
 
 import torch
 
-from instrument._compile import is_compiled_wrapper, unwrap
-from instrument._state import Stacks
-from instrument.naming import module_range
+from instrument.ranges._compile import is_compiled_wrapper, unwrap
+from instrument.ranges._state import Stacks
+from instrument.ranges.naming import module_range
 
 
 class ModInfo:

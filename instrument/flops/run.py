@@ -1,4 +1,4 @@
-"""Run one forward (and backward) on fake tensors and count it, for instrument/flops.py.
+"""Run one forward (and backward) on fake tensors and count it, for instrument/flops/.
 
 FakeTensorMode gives every tensor a shape, dtype and device but no storage,
 and runs each operator's shape function instead of its kernel: a 124M-
@@ -21,9 +21,9 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from instrument.flops_models import Factory, SpecError
-from instrument.flops_ops import EXTRA_FORMULAS
-from instrument.flops_trace import ModuleClock, OpRecorder, row_dicts
+from instrument.flops.models import Factory, SpecError
+from instrument.flops.ops import EXTRA_FORMULAS
+from instrument.flops.trace import ModuleClock, OpRecorder, row_dicts
 
 FORMAT = "nsysmap-flops"
 VERSION = 1

@@ -41,16 +41,16 @@ from typing import Any
 CompileListener = Callable[[int, int], None]  # (start_ns, end_ns) of one compilation
 # Modules whose code runs from hooks and patches inside the training process.
 RUNTIME_MODULES = (
-    "instrument._compile",
-    "instrument._modules",
-    "instrument._names",
-    "instrument._patch",
-    "instrument._phases",
-    "instrument._root_call",
-    "instrument._state",
-    "instrument._window",
-    "instrument.emitters",
-    "instrument.session",
+    "instrument.launch._root_call",
+    "instrument.launch._window",
+    "instrument.ranges._compile",
+    "instrument.ranges._modules",
+    "instrument.ranges._names",
+    "instrument.ranges._patch",
+    "instrument.ranges._phases",
+    "instrument.ranges._state",
+    "instrument.ranges.emitters",
+    "instrument.ranges.session",
 )
 
 
