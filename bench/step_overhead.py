@@ -32,7 +32,7 @@ from torch.profiler import ProfilerActivity, profile
 import instrument
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from train_gpt2 import DEFAULT_SEQ_LEN, SIZES, build_model
+from train_gpt2 import SIZES, fixed_batch
 
 
 def _sync(device: torch.device) -> None:
@@ -86,13 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model first")
     args = parser.parse_args(argv)
-    cuda = torch.cuda.is_available() if args.device == "auto" else args.device == "cuda"
-    device = torch.device("cuda" if cuda else "cpu")
-    torch.manual_seed(0)
-    model = build_model(args.size, "sdpa", device)
-    seq_len = args.seq_len or DEFAULT_SEQ_LEN[args.size]
-    tokens = torch.randint(0, SIZES[args.size]["vocab_size"], (args.batch, seq_len), device=device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    device, model, tokens, optimizer = fixed_batch(args.size, args.batch, args.seq_len, args.device)
     if args.compile:
         model = torch.compile(model)
 
@@ -101,9 +95,10 @@ def main(argv: list[str] | None = None) -> None:
         model(tokens, labels=tokens).loss.backward()
         optimizer.step()
 
+    cuda = device.type == "cuda"
     where = torch.cuda.get_device_name(device) if cuda else platform.processor() or "CPU"
     size = args.size + " compiled" * args.compile
-    print(f"GPT-2 {size}, batch {args.batch}x{seq_len}, {where}, torch {torch.__version__}")
+    print(f"GPT-2 {size}, batch {args.batch}x{tokens.shape[1]}, {where}, torch {torch.__version__}")
     print(f"{'condition':28} {'median ms':>10} {'min':>8} {'max':>8} {'vs plain':>9}")
     base = None
     for name in CONDITIONS:

@@ -20,7 +20,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_gpt2 import DEFAULT_SEQ_LEN, SIZES, build_model
+from train_gpt2 import SIZES, fixed_batch
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -44,14 +44,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    cuda = torch.cuda.is_available() if args.device == "auto" else args.device == "cuda"
-    device = torch.device("cuda" if cuda else "cpu")
-    torch.manual_seed(0)
-    model = build_model(args.size, "sdpa", device)
-    seq_len = args.seq_len or DEFAULT_SEQ_LEN[args.size]
-    tokens = torch.randint(0, SIZES[args.size]["vocab_size"], (args.batch, seq_len), device=device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    device, model, tokens, optimizer = fixed_batch(args.size, args.batch, args.seq_len, args.device)
+    activities = [ProfilerActivity.CPU]
+    activities += [ProfilerActivity.CUDA] if device.type == "cuda" else []
     plan = schedule(wait=0, warmup=args.warmup, active=args.steps, repeat=1)
     with profile(
         activities=activities,

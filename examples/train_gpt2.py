@@ -78,6 +78,19 @@ def build_model(size: str, attn: str, device: torch.device) -> GPT2LMHeadModel:
     return model.to(device)
 
 
+def fixed_batch(
+    size: str, batch: int, seq_len: int | None, device_choice: str
+) -> tuple[torch.device, GPT2LMHeadModel, torch.Tensor, torch.optim.Optimizer]:
+    """Device, seeded model, one random batch and AdamW: the setup of repeated-step scripts."""
+    cuda = torch.cuda.is_available() if device_choice == "auto" else device_choice == "cuda"
+    device = torch.device("cuda" if cuda else "cpu")
+    torch.manual_seed(0)
+    model = build_model(size, "sdpa", device)
+    length = seq_len or DEFAULT_SEQ_LEN[size]
+    tokens = torch.randint(0, SIZES[size]["vocab_size"], (batch, length), device=device)
+    return device, model, tokens, torch.optim.AdamW(model.parameters(), lr=3e-4)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     device = torch.device(
