@@ -13,8 +13,6 @@ from nsysmap.output.writer import read_outputs
 from nsysmap.pipeline import analyse_file
 
 CHARTS = "report_charts.json"
-# Columns that depend on where the sample lives, left out of the golden files.
-UNSTABLE = {"ops": ()}
 
 
 def attributed_tables(report: Path) -> dict[str, pl.DataFrame]:

@@ -54,11 +54,6 @@ RUNTIME_MODULES = (
 )
 
 
-def dynamo_loaded() -> bool:
-    """True once `torch._dynamo` has been imported (by torch.compile or the script)."""
-    return "torch._dynamo" in sys.modules
-
-
 def is_compiled_wrapper(module: Any) -> bool:
     """True for the `OptimizedModule` that `torch.compile(module)` returns."""
     eval_frame = sys.modules.get("torch._dynamo.eval_frame")
