@@ -22,7 +22,7 @@ from nsysmap.attribution.attribute import attribute
 from nsysmap.attribution.normalise import normalise
 from nsysmap.attribution.rules import BUILTIN, NameRules
 from nsysmap.errors import NoGpuData
-from nsysmap.infer.summary import INFER_COLUMNS, Inferred, infer_ops
+from nsysmap.infer.summary import INFER_COLUMNS, LAYER_INDEX, Inferred, infer_ops
 from nsysmap.model import Report
 from nsysmap.output.conservation import check_conservation
 from nsysmap.output.placement import check_output_dir, staging
@@ -169,13 +169,19 @@ def _analysis(
     tables |= inferred.tables() if inferred is not None else {}
     manifest = build_manifest(report, tables, options=options or {}, source=source)
     meta = dict(zip(report.meta["key"], report.meta["value"], strict=True))
-    text = render_summary(summaries, meta) + inferred_text(inferred)
+    text = render_summary(summaries, meta) + inferred_text(inferred, summaries.by_module)
     return Analysis(report, ops, summaries, manifest, text, out_dir, inferred=inferred)
 
 
-def inferred_text(inferred: Inferred | None) -> str:
-    """The terminal summary's inferred-block lines (empty without inference)."""
-    return "".join(f"\n{line}\n" for line in inferred.lines()) if inferred is not None else ""
+def inferred_text(inferred: Inferred | None, by_module: pl.DataFrame) -> str:
+    """The terminal summary's inferred-block lines.
+
+    Empty without inference, and when the profile's own modules already name
+    its blocks (`transformer.h.3`): the inferred tables are still written.
+    """
+    if inferred is None or by_module["module"].str.contains(LAYER_INDEX).any():
+        return ""
+    return "".join(f"\n{line}\n" for line in inferred.lines())
 
 
 def _streamed(
