@@ -17,6 +17,7 @@ the file to put it in the page cache:
 | --- | --- |
 | parse (json) | read the file and `json.loads` it (standard library) |
 | parse (orjson) | read the file and `orjson.loads` it (skipped when orjson is missing) |
+| parse (orjson, collector off) | the same, Python's cyclic collector off (as nsysmap reads) |
 | nsysmap | `analyse_file`, what `nsysmap attribute` runs, with its stage timings |
 
 The floor is the faster parse. Prints a Markdown table and writes
@@ -26,6 +27,7 @@ bench/results/torch-latest.json. Not a test.
 from __future__ import annotations
 
 import argparse
+import gc
 import gzip
 import json
 import re
@@ -51,6 +53,13 @@ _MARK = re.compile(r'"\\u0000([-0-9.eE+]+)\\u0000"')
 ENGINES = (
     Engine("parse (json)", "parse", "bench.torch_trace", ("--parse", "json")),
     Engine("parse (orjson)", "parse", "bench.torch_trace", ("--parse", "orjson"), ("orjson",)),
+    Engine(
+        "parse (orjson, collector off)",
+        "parse",
+        "bench.torch_trace",
+        ("--parse", "orjson", "--no-gc"),
+        ("orjson",),
+    ),
     Engine("nsysmap", "nsysmap", "bench.nsysmap_run"),
 )
 
@@ -122,8 +131,10 @@ def tiled(source: Path, tiles: int) -> Path:
     return out
 
 
-def parse_only(path: Path, parser: str) -> None:
+def parse_only(path: Path, parser: str, collector: bool = True) -> None:
     """The floor: read the file and parse it, nothing else; prints one JSON line."""
+    if not collector:
+        gc.disable()
     start = time.perf_counter()
     raw = path.read_bytes()
     if parser == "orjson":
@@ -154,9 +165,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=RESULTS / "torch-latest.json")
     parser.add_argument("--parse", choices=("json", "orjson"), help=argparse.SUPPRESS)
     parser.add_argument("--file", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--no-gc", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.parse:  # a child run of one parse engine
-        parse_only(args.file, args.parse)
+        parse_only(args.file, args.parse, collector=not args.no_gc)
         return
     path = tiled(args.trace, args.tiles)
     n_ops = _gpu_ops(path)
