@@ -33,7 +33,12 @@ test: $(BIN)/.installed chromium
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
 
-bench: $(BIN)/.installed
+# The benchmark's optional engines (connectorx, orjson): the `bench` extra.
+$(BIN)/.bench-installed: $(BIN)/.installed
+	$(BIN)/python -m pip install --quiet -e ".[bench]"
+	touch $@
+
+bench: $(BIN)/.bench-installed
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 samples: $(BIN)/.installed

@@ -18,7 +18,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import adbc_driver_sqlite.dbapi as adbc
 import pyarrow as pa
 
 THREADS = 2
@@ -37,6 +36,8 @@ SPLIT = ("NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTI
 
 
 def _adbc(path: Path, sql: str, params: tuple[int, int] | None) -> pa.Table:
+    import adbc_driver_sqlite.dbapi as adbc
+
     with adbc.connect(f"file:{path}?mode=ro&immutable=1") as conn, conn.cursor() as cur:
         cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(1 << 16)})
         cur.execute(sql, parameters=params)

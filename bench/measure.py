@@ -79,5 +79,13 @@ def machine() -> dict[str, object]:
         "memory_gb": round(mem_kb / 1024**2, 1),
         "python": platform.python_version(),
         "sqlite (stdlib)": sqlite3.sqlite_version,
-        **{name: metadata.version(name) for name in packages},
+        **{name: _version(name) for name in packages},
     }
+
+
+def _version(package: str) -> str:
+    """The installed version of `package`, or "not installed"."""
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"

@@ -27,11 +27,13 @@ import time
 from pathlib import Path
 
 from bench import compare, generate
+from bench.engines import ENGINES as ALL_ENGINES
+from bench.engines import Engine, available
 from bench.measure import machine, run_child, summary, warm
 from bench.report import markdown
 
 RESULTS = Path(__file__).parent / "results"
-ENGINES = ("floor", "nsysmap", "sql")
+ENGINES = ("floor", "nsysmap", "sql")  # families, for --engines
 LARGE = 10_000_000  # sizes from here on use the --large-* run counts
 
 
@@ -56,25 +58,28 @@ def _plan(args: argparse.Namespace, n: int) -> dict[str, int]:
     }
 
 
-def bench_size(args: argparse.Namespace, n: int) -> dict:
-    """All runs at one size."""
+def _child_args(engine: Engine, path: Path, work: Path) -> tuple[str, ...]:
+    """The command line of one run of `engine` on the export at `path`."""
+    if engine.family == "floor":
+        return (str(path), *engine.args)
+    if engine.family == "nsysmap":
+        return (str(path), str(work / "nsysmap"), *engine.args)
+    return (str(path), str(work), *engine.args)
+
+
+def bench_size(args: argparse.Namespace, n: int, engines: list[Engine]) -> dict:
+    """All runs at one size, with the engines whose packages are installed."""
     path = generate.export(n, args.seed)
     work = generate.CACHE / f"work-{n}"
     record = {"size": n, **_counts(path), "runs": {}, "stages": {}}
     warm(path)
     plan, runs = _plan(args, n), {}
     for i in range(max(plan.values())):
-        if i < plan["floor"]:
-            for reader in ("adbc", "connectorx"):
-                runs.setdefault(f"floor ({reader})", []).append(
-                    run_child("bench.floor", str(path), "--reader", reader)
+        for engine in engines:
+            if i < plan[engine.family]:
+                runs.setdefault(engine.name, []).append(
+                    run_child(engine.module, *_child_args(engine, path, work))
                 )
-        if i < plan["nsysmap"]:
-            runs.setdefault("nsysmap", []).append(
-                run_child("bench.nsysmap_run", str(path), str(work / "nsysmap"))
-            )
-        if i < plan["sql"]:
-            runs.setdefault("sql", []).append(run_child("bench.sql_engine", str(path), str(work)))
         print(f"  {n:,} kernels: round {i + 1} done", flush=True)
     for engine, done in runs.items():
         record["runs"][engine] = {
@@ -120,9 +125,13 @@ def main(argv: list[str] | None = None) -> None:
         "argv": vars(args) | {"engines": sorted(args.engines), "out": str(args.out)},
         "sizes": [],
     }
+    engines, skipped = available(e for e in ALL_ENGINES if e.family in args.engines)
+    for line in skipped:
+        print(line, flush=True)
+    results["skipped"] = skipped
     for n in sizes:
         print(f"{n:,} kernels ...", flush=True)
-        results["sizes"].append(bench_size(args, n))
+        results["sizes"].append(bench_size(args, n, engines))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=1) + "\n")
     table = markdown(results)

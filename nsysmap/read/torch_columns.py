@@ -9,14 +9,21 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Sequence
 from functools import lru_cache
+from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 import polars as pl
 
-from nsysmap.read.torch_events import int_ok
+from nsysmap.read.torch_events import Number, int_ok
 
 MAX_DIMS_DEPTH = 6  # "Input Dims" nest tensor lists at most a few levels deep
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1  # int_ok's bounds, inlined in the hot loops
+_INT_OR_NONE = {int, type(None)}
+_TEXT_OR_NONE = {Number, str, type(None)}
+_CHECKED = ("ts", "dur", "pid", "tid", "cat")  # present in every checked event
 
 
 @lru_cache(maxsize=4096)
@@ -32,24 +39,53 @@ def text_id(value: str) -> int:
     return -2 - zlib.crc32(text.encode())
 
 
-def ids(values: list[Any]) -> pl.Series:
+def ids(values: Sequence[Any]) -> pl.Series:
     """pid/tid values (ints, or text in some traces) as Int64."""
+    if set(map(type, values)) <= _INT_OR_NONE:
+        try:
+            return pl.Series(values, dtype=pl.Int64)
+        except (TypeError, OverflowError):  # beyond Int64: the general path
+            pass
     return pl.Series(
-        [v if int_ok(v) or v is None else text_id(str(v)) for v in values],
+        [
+            v if v is None or (type(v) is int and _I64_MIN <= v <= _I64_MAX) else text_id(str(v))
+            for v in values
+        ],
         dtype=pl.Int64,
     )
 
 
-def ns_from_us(values: list[Any]) -> pl.Series:
+def int_series(name: str, values: Sequence[Any]) -> pl.Series:
+    """Each value as Int64 if it is an integer that fits (`int_ok`), else null."""
+    if set(map(type, values)) <= _INT_OR_NONE:  # the usual case: checked in C
+        try:
+            return pl.Series(name, values, dtype=pl.Int64)
+        except (TypeError, OverflowError):
+            pass
+    return pl.Series(name, int_values(values), dtype=pl.Int64)
+
+
+def int_values(values: Sequence[Any]) -> list[int | None]:
+    """Each value if it is an integer that fits Int64 (`int_ok`), else None."""
+    return [v if type(v) is int and _I64_MIN <= v <= _I64_MAX else None for v in values]
+
+
+def ns_from_us(values: Sequence[Any]) -> pl.Series:
     """Microsecond values (decimal text or ints) to integer nanoseconds.
 
     "12.3456" -> 12346 (half up); exponent forms such as "1e-05" go through a
     float; anything unreadable or too large for Int64 is null.
     """
-    text = pl.Series([None if v is None else str(v) for v in values], dtype=pl.String)
-    whole = text.str.extract(r"^(\d{1,16})(?:\.\d*)?$", 1).cast(pl.Int64)
-    frac = text.str.extract(r"^\d+\.(\d*)$", 1).fill_null("").str.pad_end(4, "0")
+    if set(map(type, values)) <= _TEXT_OR_NONE:  # parsed decimals: text already
+        text = pl.Series(values, dtype=pl.String)
+    else:
+        text = pl.Series([None if v is None else str(v) for v in values], dtype=pl.String)
+    parts = text.str.extract_groups(r"^(\d{1,16})(?:\.(\d*))?$")  # whole, fraction
+    whole = parts.struct.field("1").cast(pl.Int64)
+    frac = parts.struct.field("2").fill_null("").str.pad_end(4, "0")
     exact = whole * 1000 + (frac.str.slice(0, 4).cast(pl.Int64) + 5) // 10
+    if not whole.null_count():  # every value plain decimal text: no float needed
+        return exact
     scaled = text.cast(pl.Float64, strict=False) * 1000.0
     approx = scaled.round(0).cast(pl.Int64, strict=False)
     approx = pl.select(pl.when(scaled.abs() < 9.2e18).then(approx)).to_series()
@@ -58,38 +94,69 @@ def ns_from_us(values: list[Any]) -> pl.Series:
 
 def event_frame(evs: list[dict[str, Any]]) -> pl.DataFrame:
     """name, cat (lower case), pid, tid, start_ns, end_ns of checked complete events."""
-    start = ns_from_us([e.get("ts") for e in evs])
-    dur = ns_from_us([e.get("dur", 0) for e in evs]).fill_null(0).clip(lower_bound=0)
+    try:  # checked events hold these keys, their category as text
+        ts, dur, pid, tid, cats = (list(map(itemgetter(k), evs)) for k in _CHECKED)
+        lower = {c: str(c).lower() for c in set(cats)}
+    except (KeyError, TypeError):
+        ts, pid, tid = ([e.get(k) for e in evs] for k in ("ts", "pid", "tid"))
+        dur = [e.get("dur", 0) for e in evs]
+        cats = [str(e.get("cat", "")) for e in evs]
+        lower = {c: c.lower() for c in set(cats)}
+    names = list(map(dict.get, evs, repeat("name"), repeat("")))
+    if not set(map(type, names)) <= {str}:
+        names = [n if type(n) is str else str(n) for n in names]
+    start = ns_from_us(ts)
+    dur_ns = ns_from_us(dur).fill_null(0).clip(lower_bound=0)
     return pl.DataFrame(
         {
-            "name": pl.Series([str(e.get("name", "")) for e in evs], dtype=pl.String),
-            "cat": pl.Series([str(e.get("cat", "")).lower() for e in evs], dtype=pl.String),
-            "pid": ids([e.get("pid") for e in evs]),
-            "tid": ids([e.get("tid") for e in evs]),
+            "name": pl.Series(names, dtype=pl.String),
+            "cat": pl.Series([lower[c] for c in cats], dtype=pl.String),
+            "pid": ids(pid),
+            "tid": ids(tid),
             "start_ns": start,
-            "end_ns": start + dur,
+            "end_ns": start + dur_ns,
         }
     )
 
 
 def args_of(evs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each event's "args" object ({} when absent or not an object)."""
-    return [a if isinstance(a := e.get("args"), dict) else {} for e in evs]
+    args = list(map(dict.get, evs, repeat("args")))
+    if set(map(type, args)) <= {dict}:
+        return args
+    return [a if isinstance(a, dict) else {} for a in args]
 
 
 def arg_column(args: list[dict[str, Any]], key: str, dtype: pl.DataType) -> pl.Series:
     """One argument across events as Int64 or List(Int64); anything else is null."""
-    values = [a.get(key) for a in args]
+    values = list(map(dict.get, args, repeat(key)))
     if dtype == pl.Int64:
-        return pl.Series(key, [v if int_ok(v) else None for v in values], dtype=pl.Int64)
+        return int_series(key, values)
     ok = [v if isinstance(v, list) and all(int_ok(x) for x in v) else None for v in values]
     return pl.Series(key, ok, dtype=pl.List(pl.Int64))
 
 
+def axis_columns(args: list[dict[str, Any]], key: str, axes: tuple[str, ...]) -> list[pl.Series]:
+    """A list-of-integers argument ("grid": [4, 106, 1]) as one Int64 column per axis
+    (`key_x`, ...): null where the value is not a list of Int64 integers or is too short."""
+    values = list(map(dict.get, args, repeat(key)))
+    ok = [
+        v
+        if type(v) is list and all(type(x) is int and _I64_MIN <= x <= _I64_MAX for x in v)
+        else ()
+        for v in values
+    ]
+    return [
+        pl.Series(f"{key}_{axis}", [v[i] if len(v) > i else None for v in ok], dtype=pl.Int64)
+        for i, axis in enumerate(axes)
+    ]
+
+
 def first_arg(args: list[dict[str, Any]], keys: tuple[str, ...]) -> pl.Series:
     """The first of `keys` present in each event's args, as Int64 (null otherwise)."""
-    values = [next((a[k] for k in keys if k in a), None) for a in args]
-    return pl.Series(keys[0], [v if int_ok(v) else None for v in values], dtype=pl.Int64)
+    first, *rest = keys
+    values = [a[first] if first in a else next((a[k] for k in rest if k in a), None) for a in args]
+    return int_series(first, values)
 
 
 def dims_text(value: Any) -> str | None:

@@ -34,11 +34,12 @@ from nsysmap.naming import PREFIX as NSYSMAP
 from nsysmap.read.torch_columns import (
     arg_column,
     args_of,
+    axis_columns,
     dims_text,
     event_frame,
     first_arg,
 )
-from nsysmap.read.torch_events import Skipped, load_events, split_events
+from nsysmap.read.torch_events import Buckets, Skipped, load_events, paused_gc, split_events
 from nsysmap.read.torch_links import (
     autograd_ranges,
     flow_frame,
@@ -51,7 +52,6 @@ from nsysmap.read.torch_modules import module_ranges
 _GPU_KIND = {"kernel": "kernel", "memcpy": "memcpy", "memset": "memset"}
 _EXTERNAL_ID = ("External id", "external id")  # the second spelling: old traces' GPU events
 _DIMS = ("x", "y", "z")
-_AXES = tuple(enumerate(_DIMS))
 _NULL = pl.lit(None, pl.Int64)
 _BASE = ["name", "pid", "tid", "start_ns", "end_ns", "kind"]
 
@@ -64,9 +64,17 @@ def read_trace(path: str | Path) -> Report:
     Events with unreadable fields are skipped and counted in `meta`.
     """
     path = Path(path)
-    header, events = load_events(path)
-    buckets, thread_events, skipped = split_events(events)
-    del events
+    with paused_gc():  # millions of acyclic objects: collections would find nothing
+        header, events = load_events(path)
+        buckets, thread_events, skipped = split_events(events)
+        del events
+        return _report(path, header, buckets, thread_events, skipped)
+
+
+def _report(
+    path: Path, header: dict[str, Any], buckets: Buckets, thread_events: list, skipped: Skipped
+) -> Report:
+    """The Report from the checked events (`split_events`)."""
     cpu, links = link_operators(_cpu_frame(buckets["cpu"]), flow_frame(buckets["fwdbwd"]))
     annotations = _base(event_frame(buckets["range"]), "push_pop")
     modules, module_facts = _modules(buckets["module"], annotations)
@@ -161,8 +169,8 @@ def _device_frame(evs: list[dict[str, Any]], flows: pl.DataFrame) -> pl.DataFram
         arg_column(args, "correlation", pl.Int64),
         first_arg(args, _EXTERNAL_ID).alias("external_id"),
         arg_column(args, "bytes", pl.Int64),
-        arg_column(args, "grid", pl.List(pl.Int64)),
-        arg_column(args, "block", pl.List(pl.Int64)),
+        *axis_columns(args, "grid", _DIMS),
+        *axis_columns(args, "block", _DIMS),
     )
     frame = with_flow_correlation(frame, flows, "f")
     return frame.rename({"correlation": "correlation_id"})
@@ -198,8 +206,8 @@ def _device_ops(
         (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
         "name",
         short_kernel_name(pl.col("name")).alias("short_name"),
-        *(pl.col("grid").list.get(i, null_on_oob=True).alias(f"grid_{d}") for i, d in _AXES),
-        *(pl.col("block").list.get(i, null_on_oob=True).alias(f"block_{d}") for i, d in _AXES),
+        *(f"grid_{d}" for d in _DIMS),
+        *(f"block_{d}" for d in _DIMS),
         "bytes",
         "input_shapes",
     )
