@@ -25,9 +25,10 @@ import shutil
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 from bench import compare, generate
-from bench.measure import machine, run_child, summary, warm
+from bench.measure import Run, machine, run_child, summary, warm
 from bench.report import markdown
 
 RESULTS = Path(__file__).parent / "results"
@@ -60,9 +61,9 @@ def bench_size(args: argparse.Namespace, n: int) -> dict:
     """All runs at one size."""
     path = generate.export(n, args.seed)
     work = generate.CACHE / f"work-{n}"
-    record = {"size": n, **_counts(path), "runs": {}, "stages": {}}
+    record: dict[str, Any] = {"size": n, **_counts(path), "runs": {}, "stages": {}}
     warm(path)
-    plan, runs = _plan(args, n), {}
+    plan, runs = _plan(args, n), dict[str, list[Run]]()
     for i in range(max(plan.values())):
         if i < plan["floor"]:
             for reader in ("adbc", "connectorx"):
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     args.engines = set(args.engines.split(","))
     sizes = [int(float(s)) for s in args.sizes.split(",")]
     started = time.strftime("%Y-%m-%d %H:%M:%S")
-    results = {
+    results: dict[str, Any] = {
         "started": started,
         "machine": machine(),
         "argv": vars(args) | {"engines": sorted(args.engines), "out": str(args.out)},

@@ -128,7 +128,8 @@ class ModuleHooks:
                 ts.device = _device_of(grad_output)
             if ts.awaiting:
                 close_awaits(ts, info.path)
-            ts.stack.append((BWD, module, emitter.push(info.bwd), stacks.epoch))
+            token = emitter.push(info.bwd) if emitter is not None else None
+            ts.stack.append((BWD, module, token, stacks.epoch))
 
         def backward_post(module: Any, grad_input: Any, grad_output: Any) -> None:
             try:

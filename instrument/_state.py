@@ -16,13 +16,17 @@ by running a one-node backward on its device (`close_foreign`).
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Final
 
 import torch
 
 from instrument.emitters import Emitter
 
-KIND, KEY, TOKEN, EXTRA = 0, 1, 2, 3
+# Frame fields; Final so that a Frame indexed by one has that field's type.
+KIND: Final = 0
+KEY: Final = 1
+TOKEN: Final = 2
+EXTRA: Final = 3
 STEP, PHASE, TAIL, FWD, BWD, AWAIT = range(6)
 BACKWARD_KINDS = (BWD, AWAIT)
 

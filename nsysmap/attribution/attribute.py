@@ -180,10 +180,12 @@ def _phase(scope: Scope, found: pl.DataFrame) -> pl.Series:
 
 
 def _no_labels(n_ops: int) -> pl.DataFrame:
-    schema = {**{c: schemas.OPS[c] for c in _LABELLED}, "a_op": pl.String, "a_shapes": pl.String}
+    labelled = {c: schemas.OPS[c] for c in _LABELLED}
+    schema = schemas.declare({**labelled, "a_op": pl.String, "a_shapes": pl.String})
     return pl.DataFrame(schema=schema).clear(n_ops)
 
 
+_LABELLED: tuple[str, ...]
 _LABELLED = ("range_id", "range_name", "range_path", "range_depth", "step", "phase")
 _LABELLED += ("module", "module_class", "direction")
 

@@ -11,6 +11,7 @@ positions into values, a block of operations at a time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import polars as pl
@@ -78,7 +79,7 @@ class Scope:
         name = pl.select(pl.when(positions.is_not_null()).then(name)).to_series()
         return {c: self.table[c].gather(name) for c in columns}
 
-    def names_match(self, pattern: str) -> callable:
+    def names_match(self, pattern: str) -> Callable[[pl.Series], pl.Series]:
         """A test on positions: does the range's name match `pattern`?"""
         names = self.ranges["name"]
         return lambda pos: names.gather(pos).str.contains(pattern)

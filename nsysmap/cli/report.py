@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -56,7 +57,7 @@ def report_command(
     output: Path | None,
     html_file: str | None,
     quiet: bool,
-    **options: object,
+    **options: Any,  # click has checked each against its option type
 ) -> None:
     """Answer what GPU time goes to, per phase, module and kernel, with FLOPs and MFU."""
     if output is not None:

@@ -35,6 +35,7 @@ from nsysmap.read.nsys_frames import (
 )
 from nsysmap.read.nsys_graphs import split_graphs
 from nsysmap.read.nsys_specs import LAUNCH_ENV
+from nsysmap.scalars import opt_int
 
 GPU_SPECS = (sql.KERNEL, sql.MEMCPY, sql.MEMSET)
 # Tables of GPU work: the core ones and CUDA graph replays traced as a whole.
@@ -51,7 +52,7 @@ SPLIT_SPECS = (sql.NVTX, sql.KERNEL, sql.RUNTIME)
 Raw = dict[str, pl.DataFrame | None]
 
 
-def read_sqlite(path: str | os.PathLike, *, require_gpu: bool = True) -> Report:
+def read_sqlite(path: str | os.PathLike[str], *, require_gpu: bool = True) -> Report:
     """The export at `path` as a Report of normalised frames.
 
     Raises InputNotFound, NotAnExport, or (with require_gpu, when the export
@@ -112,14 +113,15 @@ def _parts(export: sql.Export, spec: sql.TableSpec) -> list[tuple[int, int] | No
 
 def _joined(parts: list[pl.DataFrame | None]) -> pl.DataFrame | None:
     """The parts of one table, in rowid order, integers in one chunk."""
-    if parts[0] is None:
+    frames = [part for part in parts if part is not None]
+    if not frames:
         return None
-    return sql.rechunked(pl.concat(parts, rechunk=False))
+    return sql.rechunked(pl.concat(frames, rechunk=False))
 
 
 def _require_gpu_ops(export: sql.Export, raw: Raw) -> None:
     """Raise NoGpuData when no kernel, memcpy, memset or graph replay was recorded."""
-    if sum(0 if raw.get(s.table) is None else raw[s.table].height for s in GPU_WORK_SPECS):
+    if sum(frame.height for s in GPU_WORK_SPECS if (frame := raw.get(s.table)) is not None):
         return
     missing = "/".join(s.table.split("_KIND_")[1] for s in GPU_SPECS if not export.has(s.table))
     what = f"CUPTI_ACTIVITY_KIND_{missing} absent" if missing else "GPU activity tables empty"
@@ -216,8 +218,8 @@ def _call_key(calls: pl.DataFrame) -> pl.Expr:
     pid < 2**24 and CUPTI's correlation ids are 32-bit, so pid * 2**39 + id is
     exact; hashing it takes a fifth of the memory a struct key takes.
     """
-    low, high = calls["correlationId"].min(), calls["correlationId"].max()
-    if low is None or (low >= 0 and high < 1 << 39):
+    low, high = opt_int(calls["correlationId"].min()), opt_int(calls["correlationId"].max())
+    if low is None or high is None or (low >= 0 and high < 1 << 39):
         return pl.col("pid") * (1 << 39) + pl.col("correlationId")
     return pl.struct("pid", "correlationId")
 

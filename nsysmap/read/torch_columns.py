@@ -15,6 +15,7 @@ from typing import Any
 import polars as pl
 
 from nsysmap.read.torch_events import int_ok
+from nsysmap.schemas import ColumnType
 
 MAX_DIMS_DEPTH = 6  # "Input Dims" nest tensor lists at most a few levels deep
 
@@ -77,7 +78,7 @@ def args_of(evs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [a if isinstance(a := e.get("args"), dict) else {} for e in evs]
 
 
-def arg_column(args: list[dict[str, Any]], key: str, dtype: pl.DataType) -> pl.Series:
+def arg_column(args: list[dict[str, Any]], key: str, dtype: ColumnType) -> pl.Series:
     """One argument across events as Int64 or List(Int64); anything else is null."""
     values = [a.get(key) for a in args]
     if dtype == pl.Int64:

@@ -74,6 +74,7 @@ def write_report(result: ReportResult, out_dir: Path, markdown: Path | None = No
 
 
 # OPS columns added after output schema 1.0: older outputs read them as null.
+LATER_COLUMNS: tuple[str, ...]
 LATER_COLUMNS = ("rank", "graph_id", "graph_node_id", "capture_range_path")
 LATER_COLUMNS += ("compiled_graph", "fused_modules")
 
