@@ -112,7 +112,7 @@ def _read_raw(path: Path) -> Report:
 
         return read_trace(path)
     if name.endswith(".nsys-rep") or name.endswith(".qdrep"):
-        from nsysmap.capture.nsys import export_sqlite
+        from nsysmap.nsys_tool import export_sqlite
 
         path = export_sqlite(path, path.with_suffix(".sqlite"))
     from nsysmap.read.nsys_sqlite import read_sqlite

@@ -16,7 +16,8 @@ import pytest
 from nsysmap.diff.compare import compare
 from nsysmap.diff.figures import diff_page
 from nsysmap.pipeline import analyse_file
-from nsysmap.report.answers import ReportOptions, build_report
+from nsysmap.report.answers import ReportOptions
+from nsysmap.report.build import build_report
 from nsysmap.report.html.browser import Chromium, find_chromium, png_size
 from nsysmap.report.html.page import report_page, write_page
 from nsysmap.report.io import read_run

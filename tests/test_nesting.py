@@ -6,8 +6,8 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsysmap.attribution.forest import Forest
-from nsysmap.attribution.nesting import nest_intervals, nest_ranges, nest_repaired
+from nsysmap.intervals.forest import Forest
+from nsysmap.intervals.nesting import nest_intervals, nest_ranges, nest_repaired
 from tests import reference as ref
 from tests.strategies import crossing_intervals, distinct_crossing_intervals, threads_of_ranges
 
@@ -89,7 +89,7 @@ def test_repair_clips_crossings_into_a_proper_forest(rows):
 
 
 def test_repair_fallback_still_gives_a_proper_forest(monkeypatch):
-    import nsysmap.attribution.nesting as nesting
+    import nsysmap.intervals.nesting as nesting
 
     monkeypatch.setattr(nesting, "MAX_REPAIR_ROUNDS", 0)
     rows = [(0, 0, 10), (1, 5, 15), (2, 12, 20), (3, 14, 30)]

@@ -30,7 +30,8 @@ from click.testing import CliRunner
 from nsysmap.cli import _invoke, cli
 from nsysmap.flops.model import attach_model_flops
 from nsysmap.pipeline import analyse_file
-from nsysmap.report.answers import ReportOptions, build_report
+from nsysmap.report.answers import ReportOptions
+from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run
 from tests.corpus import CORPUS, needs_corpus
 

@@ -12,7 +12,8 @@ import instrument
 from instrument import launch
 from nsysmap.flops.model import attach_model_flops, load_flops
 from nsysmap.pipeline import analyse_file
-from nsysmap.report.answers import ReportOptions, build_report
+from nsysmap.report.answers import ReportOptions
+from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run
 
 ROOT = Path(__file__).resolve().parent.parent

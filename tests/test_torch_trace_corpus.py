@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 
 from nsysmap.pipeline import Analysis, analyse_file
-from nsysmap.report.answers import build_report
+from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run
 
 REAL = (Path(__file__).parents[1] / ".." / "shared" / "corpus" / "real").resolve()

@@ -25,7 +25,7 @@ No operation is dropped: `attribution` says how far the chain got
 ("range", "window", "no_range", "no_launch").
 
 How: `nsysmap.attribution.locate` finds range positions for all operations at once
-(as-of joins and parent climbs, `nsysmap.attribution.forest`); this module turns them
+(as-of joins and parent climbs, `nsysmap.intervals.forest`); this module turns them
 into names and labels a block of operations at a time, so that a caller can
 write large reports block by block (`attribute_blocks`).
 """

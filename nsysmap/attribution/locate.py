@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from nsysmap.attribution.forest import Forest, group_index
 from nsysmap.attribution.labels import ATEN_OP, LABELS, SEQ, may_name_scope, name_labels
-from nsysmap.attribution.nesting import nest_repaired
 from nsysmap.attribution.rules import BUILTIN, NameRules
+from nsysmap.intervals.forest import Forest, group_index
+from nsysmap.intervals.nesting import nest_repaired
 
 SCOPE_FAMILIES = {"step": "lbl_step", "phase": "lbl_phase", "module": "lbl_module"}
 # Warm-up ranges (phase `warmup`) outrank the phase ranges inside them, so

@@ -11,8 +11,8 @@ from __future__ import annotations
 import polars as pl
 
 from nsysmap.attribution.labels import fsdp_spans
-from nsysmap.attribution.nesting import close_open_ranges, nest_ranges
 from nsysmap.errors import NotAnExport
+from nsysmap.intervals.nesting import close_open_ranges, nest_ranges
 from nsysmap.model import Report
 from nsysmap.scalars import to_int
 

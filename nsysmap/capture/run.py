@@ -28,9 +28,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from nsysmap import nsys_tool
 from nsysmap._version import __version__
 from nsysmap.attribution.rules import BUILTIN, NameRules
-from nsysmap.capture import nsys as nsys_tool
 from nsysmap.errors import (
     ExitCode,
     InputNotFound,

@@ -10,7 +10,8 @@ import click
 from nsysmap.flops.peaks import DTYPES
 from nsysmap.many.report import is_multi_rank, rank_report
 from nsysmap.output.placement import check_output_dir, check_output_file
-from nsysmap.report.answers import FLOP_SOURCES, ReportOptions, build_report
+from nsysmap.report.answers import FLOP_SOURCES, ReportOptions
+from nsysmap.report.build import build_report
 from nsysmap.report.html.page import REPORT_HTML, report_page, write_page
 from nsysmap.report.io import REPORT_MD, read_run, write_report
 

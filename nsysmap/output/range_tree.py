@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from nsysmap.attribution.forest import group_index, sorted_order
+from nsysmap.intervals.forest import group_index, sorted_order
 from nsysmap.scalars import opt_int, to_int
 
 _END_OF_TIME = (1 << 63) - 1

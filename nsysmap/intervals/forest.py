@@ -1,6 +1,6 @@
 """Interval forests addressed by row position: nesting and innermost lookups.
 
-The vectorised core under `nesting` and `attribute` (this package). Rows are
+The vectorised core under `nesting` (this package) and `nsysmap.attribution`. Rows are
 referred to by position, so a parent link or an answer is a `gather` away and
 no join on ids is needed.
 
@@ -18,7 +18,7 @@ that started at or before t (in nesting order), then parent links are
 climbed until an interval still open at t is reached. In a proper forest
 that is the innermost one: every interval open at t is an ancestor of it.
 
-Intervals are half-open, [start, end); see `nsysmap.attribution.nesting` for ties.
+Intervals are half-open, [start, end); see `nsysmap.intervals.nesting` for ties.
 """
 
 from __future__ import annotations
