@@ -165,6 +165,7 @@ NAMES = (
 )
 
 
+@pytest.mark.slow  # a property test against the reference: seconds
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

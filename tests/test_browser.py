@@ -25,10 +25,13 @@ from nsysmap.synth.bulk import write_export
 from nsysmap.synth.tile import gpt_tables
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_reports"
-pytestmark = pytest.mark.skipif(
-    find_chromium() is None,
-    reason="no Chromium on PATH: run `make chromium` (apt-get install chromium) as root",
-)
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        find_chromium() is None,
+        reason="no Chromium on PATH: run `make chromium` (apt-get install chromium) as root",
+    ),
+]
 # Sorts the top kernels' table by rank twice: first cell and row count after each click.
 SORT = """(() => {
   const th = document.querySelector("#sec-top_kernels th");

@@ -142,6 +142,7 @@ def _reference_innermost(rows, member, queries):
     return [finder.at((1, tid), t) for tid, t in queries]
 
 
+@pytest.mark.slow  # a property test against the reference: seconds
 @settings(max_examples=150, deadline=None)
 @given(
     threads_of_ranges(),

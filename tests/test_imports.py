@@ -323,6 +323,7 @@ def _is_package(name: str) -> bool:
     return (ROOT / Path(*name.split(".")) / "__init__.py").is_file()
 
 
+@pytest.mark.fresh
 @pytest.mark.parametrize("package", ["nsysmap", "instrument"])
 def test_every_module_imports_in_a_fresh_interpreter(package):
     batches = _batches(package)

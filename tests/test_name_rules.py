@@ -245,6 +245,7 @@ def chains(draw: st.DrawFn) -> list[tuple[int, int]]:
     return out
 
 
+@pytest.mark.slow  # a property test against the reference: seconds
 @settings(max_examples=100, deadline=None)
 @given(
     st.data(),

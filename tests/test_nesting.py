@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -72,6 +73,7 @@ def test_nesting_and_innermost_match_reference(rows, queries):
     assert got == [finder.at((1, tid), t) for tid, t in queries]
 
 
+@pytest.mark.slow  # a property test against the reference: seconds
 @settings(max_examples=150, deadline=None)
 @given(crossing_intervals())
 def test_repair_clips_crossings_into_a_proper_forest(rows):
@@ -103,6 +105,7 @@ def test_repair_fallback_still_gives_a_proper_forest(monkeypatch):
             assert r["end_ns"] <= ends[r["parent_id"]]
 
 
+@pytest.mark.slow  # a property test against the reference: seconds
 @settings(max_examples=150, deadline=None)
 @given(distinct_crossing_intervals(), st.data())
 def test_repair_with_priority_cuts_the_lower_ranked_interval(rows, data):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import polars as pl
+import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -118,6 +119,7 @@ op = st.tuples(
 )
 
 
+@pytest.mark.slow  # a property test against the reference: seconds
 @settings(max_examples=200, deadline=None)
 @given(st.lists(op, max_size=25))
 def test_random_overlaps_match_the_reference(rows):

@@ -21,6 +21,8 @@ from nsysmap.pipeline import Analysis, analyse_file
 from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run
 
+pytestmark = pytest.mark.corpus  # the real traces of ../shared/corpus
+
 REAL = (Path(__file__).parents[1] / ".." / "shared" / "corpus" / "real").resolve()
 _ABSENT = f"the real-profile corpus is not at {REAL}"
 GPU_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
