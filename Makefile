@@ -1,12 +1,15 @@
 # Two entry points (see README): `make demo` runs the main job, `make test` runs
 # lint and the test suite. Both create .venv and install what they need.
+# `make check` is the fast tier for while you work: lint, then `pytest --fast`
+# (the modules listed in tests/conftest.py, without their tests marked slow,
+# corpus, browser, dask or fresh), in under 30 s.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # The CPU build of PyTorch; pinned so that pip does not pull CUDA packages.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test lint bench samples screenshots chromium clean
+.PHONY: demo test lint check bench samples screenshots chromium clean
 
 $(BIN)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,10 +31,19 @@ chromium:
 	      echo "chromium could not be installed: the browser tests will skip"; \
 	  else echo "chromium is not installed and we are not root: the browser tests will skip"; fi
 
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
 test: $(BIN)/.installed chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
+
+check: lint
+	$(BIN)/python -m pytest -q --fast
 
 # The benchmark's optional engines (connectorx, orjson): the `bench` extra.
 $(BIN)/.bench-installed: $(BIN)/.installed
@@ -53,4 +65,4 @@ screenshots: $(BIN)/.installed chromium
 	  docs/images/report.png --width 1200 --max-height 2600
 
 clean:
-	rm -rf $(VENV) out .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) out .pytest_cache .ruff_cache .mypy_cache .hypothesis

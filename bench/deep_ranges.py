@@ -28,6 +28,7 @@ from pathlib import Path
 import polars as pl
 
 from nsysmap.pipeline import analyse_file
+from nsysmap.scalars import to_int
 from nsysmap.stages import Stages
 from nsysmap.synth.bulk import global_pid, global_tid, write_export
 
@@ -111,8 +112,8 @@ def main() -> None:
         analysis = analyse_file(path, CACHE / "deep-out", stages=Stages(progress=False))
         total = time.perf_counter() - start
         ops = analysis.ops
-        depth = int(analysis.report.ranges["depth"].max() or 0)
-        longest = int(ops["range_path"].str.split(" > ").list.len().max() or 0)
+        depth = to_int(analysis.report.ranges["depth"].max() or 0)
+        longest = to_int(ops["range_path"].str.split(" > ").list.len().max() or 0)
         stages = " ".join(f"{k} {v:.2f}" for k, v in analysis.timings.items() if k != "hash")
         print(
             f"{name:<11} {args.ranges:>8,} {ops.height:>7,} {depth:>7,} {longest:>7} "

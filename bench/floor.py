@@ -46,7 +46,7 @@ def _adbc(path: Path, sql: str, params: tuple[int, int] | None) -> pa.Table:
 
 def _tasks(path: Path) -> list[tuple[str, tuple[int, int] | None]]:
     """(SQL, rowid bounds) per part, biggest tables first."""
-    tasks = []
+    tasks: list[tuple[str, tuple[int, int] | None]] = []
     for table, columns in COLUMNS.items():
         sql = f'SELECT {columns} FROM "{table}"'
         if table not in SPLIT:

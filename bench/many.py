@@ -30,6 +30,7 @@ import psutil
 from nsysmap.many import ClusterOptions, run_many
 from nsysmap.many.cluster import task_bytes
 from nsysmap.many.render import findings, slow_layer
+from nsysmap.scalars import to_float
 from nsysmap.synth.ranks import Job, rank_file, write_rank
 
 CACHE = Path(__file__).parent / "cache"
@@ -113,7 +114,7 @@ def one_run(directory: Path, workers: int, job: Job) -> dict:
         "input_bytes": sum(sizes),
         "slowest_rank": found.slowest["rank"] if found.slowest else None,
         "slow_layer": layer["module"] if layer else None,
-        "straggler_cost_ms": result.tables["stragglers"]["straggler_cost_ns"].sum() / 1e6,
+        "straggler_cost_ms": to_float(result.tables["stragglers"]["straggler_cost_ns"].sum()) / 1e6,
         "load_average_1min": os.getloadavg()[0],
         "found_as_designed": bool(
             found.slowest

@@ -31,6 +31,7 @@ def run_child(module: str, *args: str) -> Run:
         proc = subprocess.Popen(
             [sys.executable, "-m", module, *args], stdout=subprocess.PIPE, stderr=err, text=True
         )
+        assert proc.stdout is not None  # stdout=PIPE
         out = proc.stdout.read()
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start

@@ -25,11 +25,12 @@ import shutil
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 from bench import compare, generate
 from bench.engines import ENGINES as ALL_ENGINES
 from bench.engines import Engine, available
-from bench.measure import machine, run_child, summary, warm
+from bench.measure import Run, machine, run_child, summary, warm
 from bench.report import markdown
 
 RESULTS = Path(__file__).parent / "results"
@@ -71,9 +72,9 @@ def bench_size(args: argparse.Namespace, n: int, engines: list[Engine]) -> dict:
     """All runs at one size, with the engines whose packages are installed."""
     path = generate.export(n, args.seed)
     work = generate.CACHE / f"work-{n}"
-    record = {"size": n, **_counts(path), "runs": {}, "stages": {}}
+    record: dict[str, Any] = {"size": n, **_counts(path), "runs": {}, "stages": {}}
     warm(path)
-    plan, runs = _plan(args, n), {}
+    plan, runs = _plan(args, n), dict[str, list[Run]]()
     for i in range(max(plan.values())):
         for engine in engines:
             if i < plan[engine.family]:
@@ -81,8 +82,8 @@ def bench_size(args: argparse.Namespace, n: int, engines: list[Engine]) -> dict:
                     run_child(engine.module, *_child_args(engine, path, work))
                 )
         print(f"  {n:,} kernels: round {i + 1} done", flush=True)
-    for engine, done in runs.items():
-        record["runs"][engine] = {
+    for name, done in runs.items():
+        record["runs"][name] = {
             "wall_s": summary([r.wall_s for r in done]),
             "peak_rss_gb": summary([r.peak_rss_bytes / 1e9 for r in done]),
             "outputs": [r.output for r in done],
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     args.engines = set(args.engines.split(","))
     sizes = [int(float(s)) for s in args.sizes.split(",")]
     started = time.strftime("%Y-%m-%d %H:%M:%S")
-    results = {
+    results: dict[str, Any] = {
         "started": started,
         "machine": machine(),
         "argv": vars(args) | {"engines": sorted(args.engines), "out": str(args.out)},

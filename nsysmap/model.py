@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -49,8 +50,8 @@ class Report:
         )
 
 
-def meta_frame(items: dict[str, str | None]) -> pl.DataFrame:
-    """A META frame from a dict, leaving out keys whose value is None."""
+def meta_frame(items: Mapping[str, object]) -> pl.DataFrame:
+    """A META frame from a dict (values as text), leaving out keys whose value is None."""
     kept = {k: v for k, v in items.items() if v is not None}
     return pl.DataFrame(
         {"key": list(kept), "value": [str(v) for v in kept.values()]}, schema=schemas.META

@@ -66,7 +66,13 @@ class Analysis:
         """One OPS row per GPU operation (read from ops.parquet if it was streamed)."""
         if self.held_ops is not None:
             return self.held_ops
-        return pl.read_parquet(Path(self.out_dir) / "ops.parquet")
+        return pl.read_parquet(self.streamed_ops_file())
+
+    def streamed_ops_file(self) -> Path:
+        """ops.parquet of a streamed analysis, which was written into `out_dir`."""
+        if self.out_dir is None:
+            raise ValueError("a streamed analysis has no output directory")
+        return Path(self.out_dir) / OPS_FILE
 
 
 def load_report(path: str | Path, *, stages: Stages | None = None) -> Report:
@@ -106,7 +112,7 @@ def _read_raw(path: Path) -> Report:
 
         return read_trace(path)
     if name.endswith(".nsys-rep") or name.endswith(".qdrep"):
-        from nsysmap.capture.nsys import export_sqlite
+        from nsysmap.nsys_tool import export_sqlite
 
         path = export_sqlite(path, path.with_suffix(".sqlite"))
     from nsysmap.read.nsys_sqlite import read_sqlite
@@ -209,7 +215,7 @@ def write_analysis(analysis: Analysis, out_dir: Path, *, stages: Stages | None =
     with stages.stage("write", "writing"):
         ops_file = None
         if analysis.held_ops is None:  # ops.parquet was streamed into analysis.out_dir
-            tables, ops_file = analysis.summaries.tables(), Path(analysis.out_dir) / OPS_FILE
+            tables, ops_file = analysis.summaries.tables(), analysis.streamed_ops_file()
         else:
             tables = output_tables(analysis.ops, analysis.summaries)
         if analysis.inferred is not None:

@@ -9,7 +9,19 @@ in docs/outputs.md and versioned by `OUTPUT_SCHEMA_VERSION`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import polars as pl
+
+# A column's type as the declarations below write it: a dtype class (pl.Int64)
+# or instance (pl.Enum(...)).
+ColumnType = pl.DataType | type[pl.DataType]
+
+
+def declare(columns: Mapping[str, ColumnType]) -> pl.Schema:
+    """The Schema of `columns` (one signature that takes dtype classes and instances alike)."""
+    return pl.Schema(columns)
+
 
 OUTPUT_SCHEMA_VERSION = "1.2"
 
@@ -28,7 +40,7 @@ Attribution = pl.Enum(ATTRIBUTION)
 # ---------------------------------------------------------------- normalised
 # One row per GPU operation (kernel, memcpy, memset) or, for the
 # torch.profiler CPU backend, per CPU operator (dur_ns is then its self time).
-GPU_OPS = pl.Schema(
+GPU_OPS = declare(
     {
         "op_id": pl.Int64,  # unique within the report
         "kind": OpKind,
@@ -55,7 +67,7 @@ GPU_OPS = pl.Schema(
 # CPU-side calls that launch GPU work (CUDA runtime / driver API), one row per
 # call after removing backtrace twins. For the CPU backend, one row per
 # operator: the operator "launches" itself on its own thread.
-API_CALLS = pl.Schema(
+API_CALLS = declare(
     {
         "pid": pl.Int64,
         "tid": pl.Int64,
@@ -68,7 +80,7 @@ API_CALLS = pl.Schema(
 
 # Annotation ranges (NVTX, or torch.profiler user annotations). depth is 1 for
 # a range with no enclosing range on its thread; parent_id is then null.
-RANGES = pl.Schema(
+RANGES = declare(
     {
         "range_id": pl.Int64,
         "pid": pl.Int64,
@@ -86,7 +98,7 @@ RANGES = pl.Schema(
 # Operations that ran in or as a CUDA graph (nsys only): the graph, the node,
 # and the point where the graph or node was captured (the thread and time of
 # its creation, following clones back to the original), null when unknown.
-GRAPH_LINKS = pl.Schema(
+GRAPH_LINKS = declare(
     {
         "op_id": pl.Int64,  # a GPU_OPS row
         "graph_id": pl.Int64,
@@ -96,11 +108,11 @@ GRAPH_LINKS = pl.Schema(
     }
 )
 
-THREADS = pl.Schema({"pid": pl.Int64, "tid": pl.Int64, "thread_name": pl.String})
+THREADS = declare({"pid": pl.Int64, "tid": pl.Int64, "thread_name": pl.String})
 
 # Kernel calls of torch.compile'd graphs and the modules they came from, one row
 # per call site (from the capture's compiled.json, instrument/compiled_doc.py).
-COMPILED_KERNELS = pl.Schema(
+COMPILED_KERNELS = declare(
     {
         "graph": pl.String,  # Inductor FX graph key, as in "## Call CompiledFxGraph <key> ##"
         "graph_direction": Direction,
@@ -113,7 +125,7 @@ COMPILED_KERNELS = pl.Schema(
     }
 )
 
-DEVICES = pl.Schema(
+DEVICES = declare(
     {
         "device_id": pl.Int64,
         "name": pl.String,
@@ -123,10 +135,10 @@ DEVICES = pl.Schema(
     }
 )
 
-META = pl.Schema({"key": pl.String, "value": pl.String})
+META = declare({"key": pl.String, "value": pl.String})
 
 # ------------------------------------------------------------------- outputs
-OPS = pl.Schema(
+OPS = declare(
     {
         "op_id": pl.Int64,
         "kind": OpKind,
@@ -166,9 +178,9 @@ OPS = pl.Schema(
 
 _SUMMARY_TAIL = {"ops": pl.Int64, "time_ns": pl.Int64, "time_share": pl.Float64}
 
-BY_PHASE = pl.Schema({"device_id": pl.Int64, "phase": pl.String, **_SUMMARY_TAIL})
-BY_CATEGORY = pl.Schema({"device_id": pl.Int64, "category": pl.String, **_SUMMARY_TAIL})
-BY_STEP = pl.Schema(
+BY_PHASE = declare({"device_id": pl.Int64, "phase": pl.String, **_SUMMARY_TAIL})
+BY_CATEGORY = declare({"device_id": pl.Int64, "category": pl.String, **_SUMMARY_TAIL})
+BY_STEP = declare(
     {
         "device_id": pl.Int64,
         "step": pl.Int64,
@@ -177,7 +189,7 @@ BY_STEP = pl.Schema(
         "last_end_ns": pl.Int64,
     }
 )
-BY_MODULE = pl.Schema(
+BY_MODULE = declare(
     {
         "device_id": pl.Int64,
         "module": pl.String,
@@ -188,7 +200,7 @@ BY_MODULE = pl.Schema(
         "inclusive_ns": pl.Int64,  # this module and every module below it
     }
 )
-BY_MODULE_PHASE = pl.Schema(
+BY_MODULE_PHASE = declare(
     {
         "device_id": pl.Int64,
         "module": pl.String,
@@ -197,7 +209,7 @@ BY_MODULE_PHASE = pl.Schema(
         **_SUMMARY_TAIL,
     }
 )
-BY_KERNEL = pl.Schema(
+BY_KERNEL = declare(
     {
         "device_id": pl.Int64,
         "kind": OpKind,
@@ -214,7 +226,7 @@ BY_KERNEL = pl.Schema(
 # Communication kernels per device and step, and how much of their time
 # compute on other streams of the same device covered (not a partition of
 # the device's GPU time: see docs/outputs.md).
-OVERLAP = pl.Schema(
+OVERLAP = declare(
     {
         "device_id": pl.Int64,
         "step": pl.Int64,
@@ -228,7 +240,7 @@ OVERLAP = pl.Schema(
 )
 
 # GPU time per range path (nsysmap.output.ranges); range_path null: outside every range.
-BY_RANGE = pl.Schema(
+BY_RANGE = declare(
     {
         "device_id": pl.Int64,
         "range_path": pl.String,  # names outermost first, joined by " > "
@@ -275,10 +287,10 @@ def empty(schema: pl.Schema) -> pl.DataFrame:
 # gains a leading `rank`; these tables compare the ranks (docs/outputs.md).
 def with_rank(schema: pl.Schema) -> pl.Schema:
     """`schema` with a leading `rank` column."""
-    return pl.Schema({"rank": pl.Int64, **schema})
+    return declare({"rank": pl.Int64, **schema})
 
 
-RANKS = pl.Schema(
+RANKS = declare(
     {
         "rank": pl.Int64,
         "input": pl.String,  # the report file
@@ -290,7 +302,7 @@ RANKS = pl.Schema(
         "time_ns": pl.Int64,
     }
 )
-RANK_STEPS = pl.Schema(
+RANK_STEPS = declare(
     {
         "rank": pl.Int64,
         "step": pl.Int64,
@@ -304,7 +316,7 @@ RANK_STEPS = pl.Schema(
         "collective_wait_ns": pl.Int64,  # comm_ns minus the least of any rank in this step
     }
 )
-STRAGGLERS = pl.Schema(
+STRAGGLERS = declare(
     {
         "step": pl.Int64,
         "ranks": pl.Int64,
@@ -316,7 +328,7 @@ STRAGGLERS = pl.Schema(
         "straggler_cost_ns": pl.Int64,  # the fastest rank's collective wait
     }
 )
-RANK_MODULE_PHASE = pl.Schema(
+RANK_MODULE_PHASE = declare(
     {
         "module": pl.String,
         "module_class": pl.String,
@@ -330,7 +342,7 @@ RANK_MODULE_PHASE = pl.Schema(
         "excess_ns": pl.Float64,  # max_ns - median_ns
     }
 )
-RANK_MODULE = pl.Schema(
+RANK_MODULE = declare(
     {
         "module": pl.String,
         "module_class": pl.String,
@@ -341,7 +353,7 @@ RANK_MODULE = pl.Schema(
         },
     }
 )
-RANK_COMM = pl.Schema(
+RANK_COMM = declare(
     {
         "rank": pl.Int64,
         "ops": pl.Int64,
@@ -358,7 +370,7 @@ RANK_COMM = pl.Schema(
 
 # ------------------------------------------------------- inferred (nsysmap.infer)
 # Kept apart from measured attribution: inferred.parquet, keyed by op_id.
-INFERRED = pl.Schema(
+INFERRED = declare(
     {
         "op_id": pl.Int64,
         "device_id": pl.Int64,
@@ -369,7 +381,7 @@ INFERRED = pl.Schema(
         "inferred_confidence": pl.Float64,  # per step: share of its kernels that repeat
     }
 )
-BY_INFERRED_BLOCK = pl.Schema(
+BY_INFERRED_BLOCK = declare(
     {
         "device_id": pl.Int64,
         "inferred_phase": pl.String,

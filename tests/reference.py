@@ -1,6 +1,6 @@
 """A deliberately simple, loop-based reference of nesting and attribution.
 
-The engine (nsysmap.attribution.nesting, nsysmap.attribution.attribute) uses sorts, cumulative sums
+The engine (nsysmap.intervals.nesting, nsysmap.attribution.attribute) uses sorts, cumulative sums
 and as-of joins; this module uses a stack and parent walks, one interval at a
 time. Tests compare the two on random and real inputs. It follows the
 documented rules only: half-open intervals, longer-first and lower-id-first

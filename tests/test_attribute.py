@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -191,6 +192,7 @@ NAMES = (
 )
 
 
+@pytest.mark.slow  # a property test against the reference: seconds
 @settings(max_examples=120, deadline=None)
 @given(
     st.data(),

@@ -11,10 +11,11 @@ import os
 
 import polars as pl
 import pytest
+from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nsysmap.cli import _invoke
+from nsysmap.cli import _invoke, cli
 from nsysmap.pipeline import analyse_file, load_report
 from nsysmap.synth import SynthExport
 from tests import fake_nsys
@@ -164,6 +165,7 @@ NAMES = (
 )
 
 
+@pytest.mark.slow  # a property test against the reference: seconds
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -201,7 +203,7 @@ def test_random_nestings_match_the_reference_through_sqlite(tmp_path_factory, da
     assert _device_totals(ops) == independent_gpu_totals(path)
 
 
-def test_an_nsys_rep_is_exported_with_nsys_then_attributed(tmp_path, monkeypatch, capsys):
+def test_an_nsys_rep_is_exported_with_nsys_then_attributed(tmp_path, monkeypatch):
     exe = fake_nsys.install(tmp_path / "bin")
     monkeypatch.setenv("PATH", f"{exe.parent}{os.pathsep}{os.environ.get('PATH', '')}")
     monkeypatch.delenv("NSYS", raising=False)
@@ -211,7 +213,8 @@ def test_an_nsys_rep_is_exported_with_nsys_then_attributed(tmp_path, monkeypatch
     monkeypatch.setenv("FAKE_NSYS_EXPORT_FROM", str(prepared))
     rep = tmp_path / "run.nsys-rep"
     rep.write_bytes(b"an nsys report")
-    assert _invoke(["attribute", str(rep), "-o", str(tmp_path / "out")]) == 0
-    assert "Coverage: 61.1% of GPU time attributed to ranges" in capsys.readouterr().out
+    result = CliRunner().invoke(cli, ["attribute", str(rep), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "Coverage: 61.1% of GPU time attributed to ranges" in result.stdout
     assert (tmp_path / "run.sqlite").is_file()
     assert pl.read_parquet(tmp_path / "out" / "ops.parquet").height == 8

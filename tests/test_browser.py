@@ -16,7 +16,8 @@ import pytest
 from nsysmap.diff.compare import compare
 from nsysmap.diff.figures import diff_page
 from nsysmap.pipeline import analyse_file
-from nsysmap.report.answers import ReportOptions, build_report
+from nsysmap.report.answers import ReportOptions
+from nsysmap.report.build import build_report
 from nsysmap.report.html.browser import Chromium, find_chromium, png_size
 from nsysmap.report.html.page import report_page, write_page
 from nsysmap.report.io import read_run
@@ -24,10 +25,13 @@ from nsysmap.synth.bulk import write_export
 from nsysmap.synth.tile import gpt_tables
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_reports"
-pytestmark = pytest.mark.skipif(
-    find_chromium() is None,
-    reason="no Chromium on PATH: run `make chromium` (apt-get install chromium) as root",
-)
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        find_chromium() is None,
+        reason="no Chromium on PATH: run `make chromium` (apt-get install chromium) as root",
+    ),
+]
 # Sorts the top kernels' table by rank twice: first cell and row count after each click.
 SORT = """(() => {
   const th = document.querySelector("#sec-top_kernels th");

@@ -265,6 +265,7 @@ def nested_ranges(draw: st.DrawFn, lo: int = 0, hi: int = 100, depth: int = 4) -
     return out
 
 
+@pytest.mark.slow  # a property test against the reference: seconds
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     nested_ranges(),

@@ -11,7 +11,8 @@ from polars.testing import assert_frame_equal
 from nsysmap import pipeline
 from nsysmap.output import streamed
 from nsysmap.pipeline import analyse_file, analyse_report, load_report
-from nsysmap.report.answers import RunData, build_report
+from nsysmap.report.answers import RunData
+from nsysmap.report.build import build_report
 from nsysmap.stages import Stages
 from tests.corpus import independent_gpu_totals
 from tests.test_by_range import reference_by_range

@@ -19,6 +19,8 @@ import pytest
 
 from nsysmap.pipeline import analyse_file
 
+pytestmark = pytest.mark.slow  # conservation checks over every recorded trace
+
 DATA = Path(__file__).parent / "data" / "cuda"
 TRACES = sorted(p.name for p in DATA.glob("*.json.gz"))
 GPU_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}

@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import nsysmap.attribution.forest as forest_module
+import nsysmap.intervals.forest as forest_module
 from nsysmap.attribution.attribute import attribute
-from nsysmap.attribution.forest import Forest
-from nsysmap.attribution.nesting import nest_intervals
 from nsysmap.attribution.paths import PATH_HEAD, PATH_TAIL
+from nsysmap.intervals.forest import Forest
+from nsysmap.intervals.nesting import nest_intervals
 from nsysmap.output.render import render_summary
 from nsysmap.output.summarize import summarize
 from tests import reference as ref
@@ -142,6 +142,7 @@ def _reference_innermost(rows, member, queries):
     return [finder.at((1, tid), t) for tid, t in queries]
 
 
+@pytest.mark.slow  # a property test against the reference: seconds
 @settings(max_examples=150, deadline=None)
 @given(
     threads_of_ranges(),

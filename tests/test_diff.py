@@ -14,8 +14,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from click.testing import CliRunner
 
-from nsysmap.cli import _invoke
+from nsysmap.cli import _invoke, cli
 from nsysmap.diff.compare import DIFF, compare
 from nsysmap.diff.figures import diff_charts
 from nsysmap.diff.render import render, summary, unmatched
@@ -115,10 +116,11 @@ def test_diff_charts_show_each_block(slower):
     assert charts["diff_phase"].figure["data"][0]["x"][:2] == ["data", "forward"]
 
 
-def test_diff_command_writes_text_parquet_and_html(runs, tmp_path, capsys):
+def test_diff_command_writes_text_parquet_and_html(runs, tmp_path):
     args = ["diff", str(runs["train"]), str(runs["slow"]), "-o", str(tmp_path)]
-    assert _invoke([*args, "--html", str(tmp_path / "diff.html")]) == 0
-    out = capsys.readouterr().out
+    result = CliRunner().invoke(cli, [*args, "--html", str(tmp_path / "diff.html")])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
     assert "B is 6.000 ms per step slower than A" in out
     table = pl.read_parquet(tmp_path / "diff.parquet")
     assert set(table["level"]) == {"phase", "module", "category", "kernel"}

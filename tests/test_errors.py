@@ -173,6 +173,7 @@ def test_a_new_run_replaces_every_output_of_the_old_one(tmp_path, capsys):
     assert pl.read_parquet(out / "by_step.parquet")["step"].unique().to_list() == [7]
 
 
+@pytest.mark.slow  # runs a script under the launcher
 def test_run_failing_before_capture_leaves_no_previous_outputs_looking_current(tmp_path, capsys):
     out = tmp_path / "out"
     assert _run(capsys, "attribute", _export(tmp_path / "a.sqlite"), "-o", out)[0] == 0

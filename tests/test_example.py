@@ -14,6 +14,8 @@ import torch
 import instrument
 from instrument import launch
 
+pytestmark = pytest.mark.slow  # the example trains
+
 EXAMPLE = Path(__file__).parents[1] / "examples" / "train_gpt2.py"
 pytest.importorskip("transformers")
 

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from click.testing import CliRunner
 
-from nsysmap.cli import _invoke
+from nsysmap.cli import _invoke, cli
 from nsysmap.export.perfetto import Selection, op_tracks, trace_text
 from nsysmap.export.spans import SPAN, nest
 from nsysmap.pipeline import analyse_file
@@ -68,7 +69,8 @@ def runs(tmp_path_factory) -> dict[str, Path]:
 
 def export(run: Path, tmp_path: Path, *options: str) -> dict:
     target = tmp_path / "trace.json"
-    assert _invoke(["export", str(run), "--perfetto", str(target), *options]) == 0
+    result = CliRunner().invoke(cli, ["export", str(run), "--perfetto", str(target), *options])
+    assert result.exit_code == 0, result.output
     return json.loads(target.read_text())
 
 

@@ -22,6 +22,8 @@ from nsysmap.cli import _invoke
 from nsysmap.errors import ExitCode
 from nsysmap.flops import tables as flops
 
+pytestmark = pytest.mark.slow  # FLOP counting imports torch and runs models on fake tensors
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 try:
     import torch

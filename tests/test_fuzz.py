@@ -16,6 +16,8 @@ import pytest
 
 from tests.fuzz import Case, cases, problems, run_cases
 
+pytestmark = pytest.mark.slow  # the seeded fuzz cases run the CLI on every corpus file and misuse
+
 SEED = 16
 QUICK_CASES = 150
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
+from click.testing import CliRunner
 
-from nsysmap.cli import _invoke
+from nsysmap.cli import cli
 from nsysmap.pipeline import analyse_file, load_report
 from nsysmap.read.nsys_graphs import capture_points
 from nsysmap.synth import SynthExport
@@ -111,9 +112,10 @@ def test_untimed_replay_leaves_the_capture_window_alone(graph_trace):
     assert (meta["graph_replays"], meta["graph_replay_time_ns"]) == ("5", str(80 * MS))
 
 
-def test_summary_names_graph_time_and_how_to_see_inside(graph_trace, tmp_path, capsys):
-    assert _invoke(["attribute", str(graph_trace), "-o", str(tmp_path / "out")]) == 0
-    text = capsys.readouterr().out
+def test_summary_names_graph_time_and_how_to_see_inside(graph_trace, tmp_path):
+    result = CliRunner().invoke(cli, ["attribute", str(graph_trace), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    text = result.stdout
     lines = [line for line in text.splitlines() if line.startswith("CUDA graphs:")]
     assert lines == [
         "CUDA graphs: 5 replays, 80.000 ms (97.6% of GPU time), traced whole: no per-kernel"
@@ -178,9 +180,10 @@ def test_graph_node_kernels_take_module_from_capture_and_step_from_replay(node_m
     )
 
 
-def test_node_mode_conserves_time_and_says_so(node_mode, tmp_path, capsys):
-    assert _invoke(["attribute", str(node_mode), "-o", str(tmp_path / "out")]) == 0
-    text = capsys.readouterr().out
+def test_node_mode_conserves_time_and_says_so(node_mode, tmp_path):
+    result = CliRunner().invoke(cli, ["attribute", str(node_mode), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    text = result.stdout
     ops = pl.read_parquet(tmp_path / "out" / "ops.parquet")
     expected = {0: (8, 17 * MS)}  # 2 replays x (4 + 2 + 1) ms, 1 ms dangling, 2 ms eager
     assert _device_totals(ops) == independent_gpu_totals(node_mode) == expected

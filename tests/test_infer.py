@@ -22,7 +22,8 @@ from nsysmap.infer.label import _steps
 from nsysmap.infer.motif import motif_regions, step_period
 from nsysmap.infer.summary import infer_ops
 from nsysmap.pipeline import analyse, analyse_report, load_report
-from nsysmap.report.answers import ReportOptions, build_report
+from nsysmap.report.answers import ReportOptions
+from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run
 from nsysmap.report.markdown import render
 from nsysmap.synth.bulk import write_export

@@ -19,6 +19,8 @@ from instrument.launch.provenance import Provenance
 from nsysmap.read.compiled import read_compiled
 from tests.test_instrument_support import Recorder
 
+pytestmark = pytest.mark.slow  # torch.compile
+
 dynamo = pytest.importorskip("torch._dynamo")
 
 

@@ -14,6 +14,7 @@ from tests.test_instrument_support import FailBackward, Recorder
 
 pytestmark = [
     pytest.mark.gpu,
+    pytest.mark.slow,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
 

@@ -14,6 +14,8 @@ import torch
 import instrument
 from instrument import launch
 
+pytestmark = pytest.mark.slow  # launcher runs in child processes
+
 # A small training script; argv: steps [crash_at] [how: raise|interrupt|exit]
 SCRIPT = """
 import json, sys

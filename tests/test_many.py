@@ -26,6 +26,8 @@ from nsysmap.output.summarize import SUMMARY_SCHEMAS
 from nsysmap.synth.ranks import Job, rank_file, write_rank_exports
 from tests.corpus import independent_gpu_totals
 
+pytestmark = pytest.mark.dask  # a local Dask cluster per test
+
 WORLD, SLOW_RANK, CORRUPT_RANK = 8, 3, 6
 SLOW_LAYER = "transformer.h.1"
 JOB = Job(world=WORLD, slow_rank=SLOW_RANK, slow_module=SLOW_LAYER, module_factor=3.0, n_layer=2)

@@ -13,13 +13,14 @@ import re
 
 import polars as pl
 import pytest
+from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nsysmap.attribution.attribute import attribute
 from nsysmap.attribution.labels import name_labels
 from nsysmap.attribution.rules import PHASE_NAMES, RULES, BadNameRule, NameRule, user_rules
-from nsysmap.cli import _invoke
+from nsysmap.cli import _invoke, cli
 from nsysmap.errors import ExitCode
 from nsysmap.report.tables import passes, scope_filter
 from nsysmap.synth import SynthExport
@@ -244,6 +245,7 @@ def chains(draw: st.DrawFn) -> list[tuple[int, int]]:
     return out
 
 
+@pytest.mark.slow  # a property test against the reference: seconds
 @settings(max_examples=100, deadline=None)
 @given(
     st.data(),
@@ -278,12 +280,13 @@ def _user_named_export(path) -> None:
     b.write(path)
 
 
-def test_attribute_applies_the_users_rules_and_records_them(tmp_path, capsys):
+def test_attribute_applies_the_users_rules_and_records_them(tmp_path):
     path, out = tmp_path / "user.sqlite", tmp_path / "out"
     _user_named_export(path)
     args = ["attribute", str(path), "-o", str(out), "--quiet"]
     rules = ["--step", r"batch (\d+)", "--phase", "forward=^fwd_"]
-    assert _invoke([*args, *rules]) == 0
+    result = CliRunner().invoke(cli, [*args, *rules])
+    assert result.exit_code == 0, result.output
     ops = pl.read_parquet(out / "ops.parquet").sort("op_id")
     assert ops.select("name", "step", "phase").rows() == [
         ("k1", 3, "forward"),
@@ -295,7 +298,8 @@ def test_attribute_applies_the_users_rules_and_records_them(tmp_path, capsys):
         "step_rules": [r"batch (\d+)"],
         "phase_rules": ["forward=^fwd_"],
     }
-    assert _invoke(args) == 0  # without the rules: neither name is known
+    result = CliRunner().invoke(cli, args)  # without the rules: neither name is known
+    assert result.exit_code == 0, result.output
     ops = pl.read_parquet(out / "ops.parquet").sort("op_id")
     assert ops.select("step", "phase").rows() == [(None, None), (None, "backward")]
     assert "step_rules" not in json.loads((out / "manifest.json").read_text())["options"]

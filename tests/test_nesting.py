@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsysmap.attribution.forest import Forest
-from nsysmap.attribution.nesting import nest_intervals, nest_ranges, nest_repaired
+from nsysmap.intervals.forest import Forest
+from nsysmap.intervals.nesting import nest_intervals, nest_ranges, nest_repaired
 from tests import reference as ref
 from tests.strategies import crossing_intervals, distinct_crossing_intervals, threads_of_ranges
 
@@ -72,6 +73,7 @@ def test_nesting_and_innermost_match_reference(rows, queries):
     assert got == [finder.at((1, tid), t) for tid, t in queries]
 
 
+@pytest.mark.slow  # a property test against the reference: seconds
 @settings(max_examples=150, deadline=None)
 @given(crossing_intervals())
 def test_repair_clips_crossings_into_a_proper_forest(rows):
@@ -89,7 +91,7 @@ def test_repair_clips_crossings_into_a_proper_forest(rows):
 
 
 def test_repair_fallback_still_gives_a_proper_forest(monkeypatch):
-    import nsysmap.attribution.nesting as nesting
+    import nsysmap.intervals.nesting as nesting
 
     monkeypatch.setattr(nesting, "MAX_REPAIR_ROUNDS", 0)
     rows = [(0, 0, 10), (1, 5, 15), (2, 12, 20), (3, 14, 30)]
@@ -103,6 +105,7 @@ def test_repair_fallback_still_gives_a_proper_forest(monkeypatch):
             assert r["end_ns"] <= ends[r["parent_id"]]
 
 
+@pytest.mark.slow  # a property test against the reference: seconds
 @settings(max_examples=150, deadline=None)
 @given(distinct_crossing_intervals(), st.data())
 def test_repair_with_priority_cuts_the_lower_ranked_interval(rows, data):

@@ -1,4 +1,4 @@
-"""nsys command lines and the nsys wrapper (nsysmap.capture.nsys), against a stand-in nsys."""
+"""nsys command lines and the nsys wrapper (nsysmap.nsys_tool), against a stand-in nsys."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nsysmap.capture import nsys as nsys_tool
+from nsysmap import nsys_tool
 from nsysmap.errors import ExitCode, InputNotFound, ProfilerFailed, ToolMissing
 from tests import fake_nsys
 

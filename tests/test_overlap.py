@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import polars as pl
+import pytest
+from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsysmap.cli import _invoke
+from nsysmap.cli import cli
 from nsysmap.output.overlap import overlap_line, overlap_table
 from nsysmap.synth import SynthExport
 from tests.reference import reference_overlap
@@ -67,15 +69,16 @@ EXPECTED = [
 ]
 
 
-def test_known_overlap_through_an_export(tmp_path, capsys):
+def test_known_overlap_through_an_export(tmp_path):
     path = _two_stream_export().write(tmp_path / "nccl.sqlite")
-    assert _invoke(["attribute", str(path), "-o", str(tmp_path / "out")]) == 0
+    result = CliRunner().invoke(cli, ["attribute", str(path), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
     overlap = pl.read_parquet(tmp_path / "out" / "overlap.parquet")
     keys = ["device_id", "step", "comm_ops", "comm_ns", "overlapped_ns", "exposed_ns"]
     assert overlap.select(keys).rows() == EXPECTED
     assert overlap["overlapped_share"].to_list() == [18 / 32, 4 / 10, 0.0]
     assert overlap["exposed_share"].to_list() == [14 / 32, 6 / 10, 1.0]
-    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("Communication"))
+    line = next(x for x in result.stdout.splitlines() if x.startswith("Communication"))
     assert line == (
         "Communication 52.000 ms: 22.000 ms (42.3%) overlapped by compute on other streams,"
         " 30.000 ms (57.7%) exposed (exposed: device 0 47.6%, device 1 100.0%)."
@@ -84,7 +87,10 @@ def test_known_overlap_through_an_export(tmp_path, capsys):
 
 def test_communication_time_matches_the_category_table(tmp_path):
     path = _two_stream_export().write(tmp_path / "nccl.sqlite")
-    assert _invoke(["attribute", "--quiet", str(path), "-o", str(tmp_path / "out")]) == 0
+    result = CliRunner().invoke(
+        cli, ["attribute", "--quiet", str(path), "-o", str(tmp_path / "out")]
+    )
+    assert result.exit_code == 0, result.output
     overlap = pl.read_parquet(tmp_path / "out" / "overlap.parquet")
     categories = pl.read_parquet(tmp_path / "out" / "by_category.parquet")
     comm = categories.filter(pl.col("category") == "communication")
@@ -113,6 +119,7 @@ op = st.tuples(
 )
 
 
+@pytest.mark.slow  # a property test against the reference: seconds
 @settings(max_examples=200, deadline=None)
 @given(st.lists(op, max_size=25))
 def test_random_overlaps_match_the_reference(rows):

@@ -25,11 +25,13 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from click.testing import CliRunner
 
-from nsysmap.cli import _invoke
+from nsysmap.cli import _invoke, cli
 from nsysmap.flops.model import attach_model_flops
 from nsysmap.pipeline import analyse_file
-from nsysmap.report.answers import ReportOptions, build_report
+from nsysmap.report.answers import ReportOptions
+from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run
 from tests.corpus import CORPUS, needs_corpus
 
@@ -248,11 +250,12 @@ def test_flops_source_can_be_forced_and_said_missing(outputs):
     assert "no FLOP document of the model" in result.findings.source_note
 
 
-def test_command_writes_markdown_and_tables(outputs, tmp_path, capsys):
+def test_command_writes_markdown_and_tables(outputs, tmp_path):
     target = tmp_path / "answers.md"
     argv = ["report", str(outputs["train"]), "--compare", str(outputs["infer"]), "-o", str(target)]
-    assert _invoke(argv) == 0
-    printed = capsys.readouterr().out
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 0, result.output
+    printed = result.stdout
     assert target.read_text() in printed + "\n" and printed.startswith("# nsysmap report")
     for name in ("report_summary", "report_module_phase", "report_category", "report_shapes"):
         assert pl.read_parquet(outputs["train"] / f"{name}.parquet").width > 0

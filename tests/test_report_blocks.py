@@ -18,8 +18,8 @@ import polars as pl
 import pytest
 
 from nsysmap.pipeline import analyse_file
-from nsysmap.report.answers import build_report
 from nsysmap.report.blocks import block_of, block_totals, part_of
+from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_reports"

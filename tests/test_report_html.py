@@ -13,10 +13,12 @@ from pathlib import Path
 import plotly.graph_objects as go
 import polars as pl
 import pytest
+from click.testing import CliRunner
 
-from nsysmap.cli import _invoke
+from nsysmap.cli import cli
 from nsysmap.pipeline import analyse_file
-from nsysmap.report.answers import ReportOptions, build_report
+from nsysmap.report.answers import ReportOptions
+from nsysmap.report.build import build_report
 from nsysmap.report.html.figures import missing_charts, report_charts
 from nsysmap.report.html.names import distinct_labels, middle
 from nsysmap.report.html.page import plotly_js, report_page
@@ -203,8 +205,12 @@ def test_page_is_self_contained(train):
 
 
 def test_report_html_option_writes_the_page(runs, tmp_path):
-    assert _invoke(["report", str(runs["infer"]), "--quiet", "--html"]) == 0
+    result = CliRunner().invoke(cli, ["report", str(runs["infer"]), "--quiet", "--html"])
+    assert result.exit_code == 0, result.output
     assert (runs["infer"] / "report.html").read_text().startswith("<!DOCTYPE html>")
     target = tmp_path / "r.html"
-    assert _invoke(["report", str(runs["infer"]), "--quiet", "--html", str(target)]) == 0
+    result = CliRunner().invoke(
+        cli, ["report", str(runs["infer"]), "--quiet", "--html", str(target)]
+    )
+    assert result.exit_code == 0, result.output
     assert "Time by phase in each step" in target.read_text()

@@ -12,8 +12,11 @@ import instrument
 from instrument import launch
 from nsysmap.flops.model import attach_model_flops, load_flops
 from nsysmap.pipeline import analyse_file
-from nsysmap.report.answers import ReportOptions, build_report
+from nsysmap.report.answers import ReportOptions
+from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run
+
+pytestmark = pytest.mark.slow  # real launcher runs
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "train_gpt2.py"

@@ -7,7 +7,8 @@ import json
 import polars as pl
 
 from nsysmap.pipeline import analyse_file, analyse_report
-from nsysmap.report.answers import RunData, build_report
+from nsysmap.report.answers import RunData
+from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run
 from nsysmap.synth import SynthExport
 from tests.frames import MS, Frames

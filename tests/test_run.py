@@ -27,6 +27,8 @@ from nsysmap.errors import ExitCode, ScriptFailed
 from nsysmap.synth import SynthExport
 from tests import fake_nsys
 
+pytestmark = pytest.mark.slow  # end-to-end runs of scripts under the launcher
+
 MS = 1_000_000
 NASTY = ["--lr", "3e-4", "two words", 'it\'s "quoted"', "a; echo no", "$(touch pwned)", "`id`", ""]
 

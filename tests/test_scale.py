@@ -18,6 +18,8 @@ from nsysmap.synth.bulk import bulk_tables, write_export
 from nsysmap.synth.tile import gpt_tables
 from tests.reference import reference_attribution
 
+pytestmark = pytest.mark.slow  # large synthetic exports
+
 TABLES = ("ops", "coverage", "by_phase", "by_step", "by_module", "by_module_phase")
 TABLES += ("by_kernel", "by_category", "by_range")
 

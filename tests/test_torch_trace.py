@@ -411,6 +411,7 @@ def nested_ops(draw) -> list[tuple[int, int, int, int, int | None]]:
     return [tuple(row) for row in out]
 
 
+@pytest.mark.slow  # a property test against the reference: seconds
 @settings(max_examples=200, deadline=None)
 @given(nested_ops())
 def test_self_times_match_a_stack_walk_and_conserve_time(rows):

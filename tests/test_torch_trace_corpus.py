@@ -18,8 +18,10 @@ import polars as pl
 import pytest
 
 from nsysmap.pipeline import Analysis, analyse_file
-from nsysmap.report.answers import build_report
+from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run
+
+pytestmark = pytest.mark.corpus  # the real traces of ../shared/corpus
 
 REAL = (Path(__file__).parents[1] / ".." / "shared" / "corpus" / "real").resolve()
 _ABSENT = f"the real-profile corpus is not at {REAL}"

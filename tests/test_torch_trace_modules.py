@@ -31,7 +31,7 @@ import pytest
 from nsysmap.attribution.labels import name_labels
 from nsysmap.pipeline import analyse_file, analyse_report, load_report
 from nsysmap.read.torch_trace import read_trace
-from nsysmap.report.answers import build_report
+from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run
 from tests.torch_traces import AUTOGRAD, complete, flow, kernel, launch, module, op, write_trace
 

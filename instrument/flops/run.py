@@ -140,6 +140,7 @@ def _seed(output: Any) -> torch.Tensor:
     if isinstance(loss, torch.Tensor):
         return loss
     values = output.values() if isinstance(output, dict) else output
+    first: torch.Tensor | None
     if isinstance(values, torch.Tensor):
         first = values
     else:

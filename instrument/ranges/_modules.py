@@ -128,7 +128,7 @@ class ModuleHooks:
                 ts.device = _device_of(grad_output)
             if ts.awaiting:
                 close_awaits(ts, info.path)
-            token = emitter.push(info.bwd)
+            token = emitter.push(info.bwd) if emitter is not None else None
             ts.stack.append(new_frame(Frame, (BWD, module, token, None, stacks.epoch, None)))
 
         def backward_post(module: Any, grad_input: Any, grad_output: Any) -> None:

@@ -247,7 +247,8 @@ class Session:
             self._patches.undo()
             for entry in self._filters:
                 with contextlib.suppress(ValueError):
-                    warnings.filters.remove(entry)
+                    # typeshed declares `filters` a Sequence; it is the module's list
+                    warnings.filters.remove(entry)  # type: ignore[attr-defined]
             self._filters.clear()
             self.names.clear()
             self.stacks.forget_threads()

@@ -25,7 +25,7 @@ No operation is dropped: `attribution` says how far the chain got
 ("range", "window", "no_range", "no_launch").
 
 How: `nsysmap.attribution.locate` finds range positions for all operations at once
-(as-of joins and parent climbs, `nsysmap.attribution.forest`); this module turns them
+(as-of joins and parent climbs, `nsysmap.intervals.forest`); this module turns them
 into names and labels a block of operations at a time, so that a caller can
 write large reports block by block (`attribute_blocks`).
 """
@@ -181,10 +181,12 @@ def _phase(scope: Scope, found: pl.DataFrame) -> pl.Series:
 
 
 def _no_labels(n_ops: int) -> pl.DataFrame:
-    schema = {**{c: schemas.OPS[c] for c in _LABELLED}, "a_op": pl.String, "a_shapes": pl.String}
+    labelled = {c: schemas.OPS[c] for c in _LABELLED}
+    schema = schemas.declare({**labelled, "a_op": pl.String, "a_shapes": pl.String})
     return pl.DataFrame(schema=schema).clear(n_ops)
 
 
+_LABELLED: tuple[str, ...]
 _LABELLED = ("range_id", "range_name", "range_path", "range_depth", "step", "phase")
 _LABELLED += ("module", "module_class", "direction")
 

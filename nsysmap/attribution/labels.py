@@ -218,4 +218,4 @@ def fsdp_spans(ranges: pl.DataFrame, first_id: int) -> pl.DataFrame:
         pl.lit("synthetic").alias("kind"),
         pl.lit(None, pl.Int32).alias("depth"),
         pl.lit(None, pl.Int64).alias("parent_id"),
-    ).cast(dict(ranges.schema))
+    ).cast(ranges.schema)

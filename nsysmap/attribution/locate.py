@@ -11,14 +11,15 @@ positions into values, a block of operations at a time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import polars as pl
 
-from nsysmap.attribution.forest import Forest, group_index
 from nsysmap.attribution.labels import ATEN_OP, LABELS, SEQ, may_name_scope, name_labels
-from nsysmap.attribution.nesting import nest_repaired
 from nsysmap.attribution.rules import BUILTIN, NameRules
+from nsysmap.intervals.forest import Forest, group_index
+from nsysmap.intervals.nesting import nest_repaired
 
 SCOPE_FAMILIES = {"step": "lbl_step", "phase": "lbl_phase", "module": "lbl_module"}
 # Warm-up ranges (phase `warmup`) outrank the phase ranges inside them, so
@@ -78,7 +79,7 @@ class Scope:
         name = pl.select(pl.when(positions.is_not_null()).then(name)).to_series()
         return {c: self.table[c].gather(name) for c in columns}
 
-    def names_match(self, pattern: str) -> callable:
+    def names_match(self, pattern: str) -> Callable[[pl.Series], pl.Series]:
         """A test on positions: does the range's name match `pattern`?"""
         names = self.ranges["name"]
         return lambda pos: names.gather(pos).str.contains(pattern)

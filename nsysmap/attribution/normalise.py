@@ -11,9 +11,10 @@ from __future__ import annotations
 import polars as pl
 
 from nsysmap.attribution.labels import fsdp_spans
-from nsysmap.attribution.nesting import close_open_ranges, nest_ranges
 from nsysmap.errors import NotAnExport
+from nsysmap.intervals.nesting import close_open_ranges, nest_ranges
 from nsysmap.model import Report
+from nsysmap.scalars import to_int
 
 
 def normalise(raw: Report) -> Report:
@@ -24,7 +25,7 @@ def normalise(raw: Report) -> Report:
     """
     check_op_times(raw.gpu_ops, raw.meta_value("source_path") or "report")
     ranges = raw.ranges
-    first_id = int(ranges["range_id"].max() or 0) + 1 if ranges.height else 0
+    first_id = to_int(ranges["range_id"].max() or 0) + 1 if ranges.height else 0
     spans = fsdp_spans(ranges, first_id)
     # Open ranges are closed with the spans in place, so none crosses a span.
     closed, n_open = close_open_ranges(

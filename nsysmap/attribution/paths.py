@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from nsysmap.scalars import to_int
+
 # A range path names at most PATH_HEAD + PATH_TAIL ranges: deeper paths keep the
 # PATH_HEAD outermost and PATH_TAIL innermost names with an elision between
 # (" > … 3936 ranges … > "), so that paths cost the same whatever the depth.
@@ -41,7 +43,7 @@ def range_paths(
 def _paths_of(at: pl.Series, parent: pl.Series, names: pl.Series, depth: pl.Series) -> pl.Series:
     """The path of each position in `at` (no nulls)."""
     levels = depth.gather(at).fill_null(1)
-    deepest = int(levels.max() or 0)
+    deepest = to_int(levels.max() or 0)
     full = _name_chain(at, parent, names, min(deepest, PATH_HEAD + PATH_TAIL))
     if deepest <= PATH_HEAD + PATH_TAIL:
         return full
@@ -72,7 +74,7 @@ def _name_chain(at: pl.Series, parent: pl.Series, names: pl.Series, steps: int) 
 def _ancestors_at(at: pl.Series, steps: pl.Series, parent: pl.Series) -> pl.Series:
     """The ancestor `steps` levels above each position (binary lifting over `parent`)."""
     jump, cur, bit = parent.cast(pl.UInt32), at.cast(pl.UInt32), 0
-    remaining = int(steps.max() or 0)
+    remaining = to_int(steps.max() or 0)
     while remaining >> bit:
         take = (steps // (1 << bit)) % 2 == 1
         cur = pl.select(pl.when(take).then(jump.gather(cur)).otherwise(cur)).to_series()

@@ -31,9 +31,9 @@ from typing import Any
 from instrument import contract
 from instrument.contract import CAPTURE_DIR, LAUNCH_RECORD, REPORT_BASE
 from instrument.contract import TRACE as TRACE_FILE
+from nsysmap import nsys_tool
 from nsysmap._version import __version__
 from nsysmap.attribution.rules import BUILTIN, NameRules
-from nsysmap.capture import nsys as nsys_tool
 from nsysmap.errors import (
     ExitCode,
     InputNotFound,

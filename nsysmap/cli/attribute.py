@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -66,7 +66,7 @@ def attribute_command(
     quiet: bool,
     no_infer: bool,
     as_ranks: bool,
-    **cluster: object,
+    **cluster: Any,  # click has checked each against its option type
 ) -> None:
     """Attribute every GPU operation in REPORT to its step, phase and module.
 
@@ -104,7 +104,7 @@ def _attribute_many(
     reports: tuple[Path, ...],
     out_dir: Path | None,
     quiet: bool,
-    cluster: dict[str, object],
+    cluster: dict[str, Any],
     rules: NameRules,
 ) -> None:
     from nsysmap.many import ClusterOptions, run_many
@@ -134,7 +134,9 @@ def _failure(failed: list[Outcome], total: int) -> NsysmapError:
     message = f"{len(failed)} of {total} reports failed ({names}); the others were written"
     codes = {o.exit_code for o in failed}
     if len(failed) == total and len(codes) == 1:
-        return NsysmapError(f"every report failed ({names})", exit_code=ExitCode(codes.pop()))
+        (code,) = codes
+        if code is not None:  # always: a failed outcome carries its code
+            return NsysmapError(f"every report failed ({names})", exit_code=ExitCode(code))
     return SomeReportsFailed(message)
 
 

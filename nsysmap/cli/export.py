@@ -60,10 +60,10 @@ def export_command(
 ) -> None:
     """Write the attributed GPU operations of DIR as a timeline for Perfetto."""
     run = read_run(run_dir)
-    devices = {
-        d.get("device_id"): d.get("name")
+    devices: dict[int, str | None] = {
+        d["device_id"]: d.get("name")
         for d in run.manifest.get("devices") or []
-        if isinstance(d, dict)
+        if isinstance(d, dict) and isinstance(d.get("device_id"), int)
     }
     text, count = trace_text(run.ops, devices, Selection(steps, window), str(run_dir))
     if not count:

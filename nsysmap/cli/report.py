@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
 from nsysmap.flops.peaks import DTYPES
 from nsysmap.many.report import is_multi_rank, rank_report
 from nsysmap.output.placement import check_output_dir, check_output_file
-from nsysmap.report.answers import FLOP_SOURCES, ReportOptions, build_report
+from nsysmap.report.answers import FLOP_SOURCES, ReportOptions
+from nsysmap.report.build import build_report
 from nsysmap.report.html.page import REPORT_HTML, report_page, write_page
 from nsysmap.report.io import REPORT_MD, read_run, write_report
 
@@ -56,7 +58,7 @@ def report_command(
     output: Path | None,
     html_file: str | None,
     quiet: bool,
-    **options: object,
+    **options: Any,  # click has checked each against its option type
 ) -> None:
     """Answer what GPU time goes to, per phase, module and kernel, with FLOPs and MFU."""
     if output is not None:

@@ -108,7 +108,7 @@ def level_rows(level: str, a: Side, b: Side) -> pl.DataFrame:
     ordered = out.sort(
         [pl.col("change_ns_per_step").abs(), "key"], descending=[True, False], nulls_last=True
     )
-    return ordered.select(DIFF.names()).cast(dict(DIFF))
+    return ordered.select(DIFF.names()).cast(DIFF)
 
 
 @dataclass(frozen=True)

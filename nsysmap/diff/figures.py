@@ -71,7 +71,8 @@ def changes(diff: Diff, level: str, title: str, caption: str) -> Chart | None:
     labels = distinct_labels(names(diff, level, rows), 60)
     values = [ms(v) for v in rows["change_ns_per_step"]]
     trace = bar("change", values[::-1], labels[::-1], None, orientation="h")
-    trace["marker"] = {"color": [UP if v > 0 else DOWN for v in values[::-1]]}
+    signs = rows["change_ns_per_step"].to_list()[::-1]
+    trace["marker"] = {"color": [UP if v > 0 else DOWN for v in signs]}
     figure = {
         "data": [trace],
         "layout": layout(

@@ -21,6 +21,7 @@ import polars as pl
 
 from nsysmap._version import __version__
 from nsysmap.export.spans import module_spans, nest, phase_spans, step_spans
+from nsysmap.scalars import to_int
 
 # Chrome's reserved colour names (`cname`), per kernel category and per phase.
 CATEGORY_CNAME = {
@@ -72,9 +73,14 @@ def _us(column: str, origin_ns: int) -> pl.Expr:
 def op_tracks(ops: pl.DataFrame) -> pl.DataFrame:
     """`ops` with `lane` (0, or n for the n-th overlapping layer of its stream) and `track` name."""
     key = pl.coalesce("stream_id", "tid", pl.lit(-1))
-    label = pl.when(pl.col("stream_id").is_not_null()).then(pl.format("stream {}", "stream_id"))
-    label = label.when(pl.col("tid").is_not_null()).then(pl.format("thread {}", "tid"))
-    rows = ops.with_columns(_key=key, _label=label.otherwise(pl.lit("operations")), lane=pl.lit(0))
+    label = (
+        pl.when(pl.col("stream_id").is_not_null())
+        .then(pl.format("stream {}", "stream_id"))
+        .when(pl.col("tid").is_not_null())
+        .then(pl.format("thread {}", "tid"))
+        .otherwise(pl.lit("operations"))
+    )
+    rows = ops.with_columns(_key=key, _label=label, lane=pl.lit(0))
     pending, done = rows, [rows.clear().with_columns(_overlaps=pl.lit(False))]
     while not pending.is_empty():
         ordered = pending.sort("device_id", "_key", "start_ns", "op_id")
@@ -163,7 +169,7 @@ def trace_text(
     ops: pl.DataFrame, devices: dict[int, str | None], selection: Selection, source: str = ""
 ) -> tuple[str, int]:
     """The trace as JSON text, and the number of operations in it."""
-    origin = int(ops["start_ns"].min() or 0)
+    origin = to_int(ops["start_ns"].min() or 0)
     chosen = op_tracks(selection.apply(ops, origin))
     tracks = chosen.select("device_id", "track", "_key", "lane").unique()
     tids = (

@@ -108,7 +108,7 @@ def _spans(frame: pl.DataFrame, track: str, name: pl.Expr, depth: int | None) ->
         if column not in out.columns:
             out = out.with_columns(pl.lit(None).alias(column))
     ordered = out.sort("device_id", "start_ns", "depth", "name", nulls_last=True)
-    return ordered.select(SPAN.names()).cast(dict(SPAN))
+    return ordered.select(SPAN.names()).cast(SPAN)
 
 
 def nest(spans: pl.DataFrame) -> pl.DataFrame:

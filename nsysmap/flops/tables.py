@@ -22,13 +22,13 @@ from typing import Any
 import polars as pl
 
 from nsysmap.errors import ExitCode, NsysmapError, ToolMissing
-from nsysmap.schemas import DIRECTIONS, Direction, conform
+from nsysmap.schemas import DIRECTIONS, Direction, conform, declare
 
 FORMAT = "nsysmap-flops"
 VERSION = 1
 
 # One row per (module, direction, operator, part, input shapes).
-FLOPS = pl.Schema(
+FLOPS = declare(
     {
         "module": pl.String,  # fully qualified module path, "" for the root, null for none
         "module_class": pl.String,
@@ -42,8 +42,8 @@ FLOPS = pl.Schema(
         "other_flop_estimate": pl.Int64,  # estimate: elements × a factor per kind
     }
 )
-MODULES = pl.Schema({"module": pl.String, "module_class": pl.String, "depth": pl.Int64})
-MODULE_FLOPS = pl.Schema(
+MODULES = declare({"module": pl.String, "module_class": pl.String, "depth": pl.Int64})
+MODULE_FLOPS = declare(
     {
         "module": pl.String,
         "module_class": pl.String,
@@ -54,7 +54,7 @@ MODULE_FLOPS = pl.Schema(
         "backward_other_flop_estimate": pl.Int64,
     }
 )
-DIRECTION_FLOPS = pl.Schema(
+DIRECTION_FLOPS = declare(
     {
         "direction": Direction,
         "matmul_flop": pl.Int64,
@@ -62,7 +62,7 @@ DIRECTION_FLOPS = pl.Schema(
         "other_flop_estimate": pl.Int64,
     }
 )
-BLOCK_FLOPS = pl.Schema(
+BLOCK_FLOPS = declare(
     {
         "parent": pl.String,  # e.g. "transformer.h"
         "module_class": pl.String,
@@ -153,7 +153,7 @@ def _checked(doc: Any) -> dict[str, Any]:
 def flops_table(doc: dict[str, Any]) -> pl.DataFrame:
     """The document's rows as a FLOPS table (exclusive counts)."""
     rows = _checked(doc).get("rows", [])
-    raw = {**FLOPS, "direction": pl.String}
+    raw = declare({**FLOPS, "direction": pl.String})
     try:
         frame = pl.DataFrame(rows, schema=raw)
     except (TypeError, ValueError, pl.exceptions.PolarsError) as exc:

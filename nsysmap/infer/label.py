@@ -45,7 +45,7 @@ def infer(ops: pl.DataFrame) -> tuple[pl.DataFrame, list[Found]]:
         found.append(what)
     if not frames:
         return pl.DataFrame(schema=INFERRED), []
-    return pl.concat(frames).select(INFERRED.names()).cast(dict(INFERRED)), found
+    return pl.concat(frames).select(INFERRED.names()).cast(INFERRED), found
 
 
 def _sequences(ops: pl.DataFrame) -> pl.DataFrame:

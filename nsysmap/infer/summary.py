@@ -42,6 +42,7 @@ class Inferred:
 
 
 # The OPS columns inference reads (the streamed path loads only these back).
+INFER_COLUMNS: tuple[str, ...]
 INFER_COLUMNS = ("op_id", "device_id", "pid", "stream_id", "kind", "category", "name")
 INFER_COLUMNS += ("start_ns", "end_ns", "launch_start_ns", "dur_ns", "short_name")
 INFER_COLUMNS += ("step", "phase", "module")
@@ -72,7 +73,7 @@ def by_inferred_block(joined: pl.DataFrame) -> pl.DataFrame:
         table.join(top, on=keys, how="left", nulls_equal=True)
         .with_columns(time_share=pl.col("time_ns") / total)
         .select(BY_INFERRED_BLOCK.names())
-        .cast(dict(BY_INFERRED_BLOCK))
+        .cast(BY_INFERRED_BLOCK)
         .sort(["device_id", "inferred_phase", "inferred_block"], nulls_last=True)
     )
 

@@ -56,4 +56,4 @@ def exposed_communication(ops: pl.LazyFrame) -> pl.DataFrame:
     out = per_pid.with_columns(
         (pl.col("comm_busy_ns") - pl.col("exposed_ns")).alias("overlapped_ns")
     ).collect()
-    return out.select(OVERLAP.names()).cast(dict(OVERLAP)).sort("pid")
+    return out.select(OVERLAP.names()).cast(OVERLAP).sort("pid")

@@ -54,6 +54,7 @@ def assign_ranks(outcomes: Sequence[Outcome]) -> tuple[list[RankOf], str]:
         ranks = [
             RankOf(rank, o.index, o.path, o.units[0], DECLARED, rank)
             for o, rank in zip(ok, declared, strict=True)
+            if rank is not None  # always: a missing rank is a reason above
         ]
         return sorted(ranks, key=lambda r: r.rank), "declared by each report"
     return _in_order(outcomes), f"numbered in input order ({reason})"
@@ -70,7 +71,8 @@ def _why_not_declared(ok: list[Outcome], declared: list[int | None]) -> str | No
     if missing:
         return f"{_name(missing[0])} declares no rank"
     seen: dict[int, Outcome] = {}
-    for o, d in zip(ok, declared, strict=True):
+    known = [(o, d) for o, d in zip(ok, declared, strict=True) if d is not None]
+    for o, d in known:
         if d in seen:
             return f"{_name(seen[d])} and {_name(o)} both declare rank {d}"
         seen[d] = o

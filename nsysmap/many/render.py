@@ -12,6 +12,8 @@ from typing import Any
 
 import polars as pl
 
+from nsysmap.scalars import to_float
+
 MS = 1e6
 SHOWN_RANKS = 16  # more ranks than this: the slowest ones only
 SHOWN_MODULES = 5
@@ -38,7 +40,7 @@ def findings(manifest: dict[str, Any], tables: dict[str, pl.DataFrame]) -> Findi
     slowest = None
     if not comm.is_empty():
         top = comm.sort(["compute_ns", "rank"], descending=[True, False]).row(0, named=True)
-        slowest = {**top, "median_ns": float(comm["compute_ns"].median())}
+        slowest = {**top, "median_ns": to_float(comm["compute_ns"].median())}
     modules = tables["rank_module_phase"].filter(pl.col("excess_ns") > 0).head(SHOWN_MODULES)
     layer = slow_layer(tables["rank_module"])
     return Findings(manifest, comm, tables["stragglers"], modules, slowest, layer)
@@ -49,7 +51,7 @@ def slow_layer(rank_module: pl.DataFrame) -> dict[str, Any] | None:
     found = rank_module.filter(pl.col("module").is_not_null() & (pl.col("excess_ns") > 0))
     if found.is_empty():
         return None
-    near = found.filter(pl.col("excess_ns") >= LAYER_SHARE * found["excess_ns"].max())
+    near = found.filter(pl.col("excess_ns") >= LAYER_SHARE * to_float(found["excess_ns"].max()))
     depth = (
         pl.when(pl.col("module") == "")
         .then(0)
@@ -115,7 +117,7 @@ def straggler_line(f: Findings) -> str | None:
     steps = f.stragglers.filter(pl.col("ranks") > 1)
     if steps.is_empty():
         return None
-    cost = steps["straggler_cost_ns"].sum()
+    cost = to_float(steps["straggler_cost_ns"].sum())
     counts = steps["slowest_rank"].value_counts(sort=True)
     rank, times = counts.row(0)
     fastest = steps["fastest_rank"].mode().sort()[0]

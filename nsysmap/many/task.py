@@ -19,6 +19,7 @@ import resource
 import socket
 import time
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,8 @@ def attribute_one(
 ) -> Outcome:
     """Attribute report `path` (input number `index`) into `work_dir`/<index>/."""
     start = time.perf_counter()
-    common = {"index": index, "path": path, "worker": f"{socket.gethostname()}:{os.getpid()}"}
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+    common = partial(Outcome, index=index, path=path, worker=worker)
     try:
         target = Path(work_dir) / f"{index:06d}"
         # Several reports at once are not inferred (docs/inference.md, Limits).
@@ -77,8 +79,7 @@ def attribute_one(
             path, target, options=options, rules=rules, stages=Stages(progress=False), infer=False
         )
         units, tables = split_by_process(analysis, target)
-        outcome = Outcome(
-            **common,
+        outcome = common(
             status=OK,
             units=units,
             tables=tables,
@@ -86,10 +87,10 @@ def attribute_one(
             source=analysis.manifest.get("input", {}),
         )
     except NsysmapError as exc:
-        outcome = Outcome(**common, status=FAILED, error=str(exc), exit_code=int(exc.exit_code))
+        outcome = common(status=FAILED, error=str(exc), exit_code=int(exc.exit_code))
     except Exception as exc:  # one report's bug must not lose the others
         message = f"internal error: {type(exc).__name__}: {exc}"
-        outcome = Outcome(**common, status=FAILED, error=message, exit_code=ExitCode.INTERNAL)
+        outcome = common(status=FAILED, error=message, exit_code=ExitCode.INTERNAL)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return _finished(outcome, time.perf_counter() - start, peak)
 

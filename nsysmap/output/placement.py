@@ -31,7 +31,7 @@ MANIFEST = "manifest.json"
 STAGING_MARK = ".nsysmap-"
 
 
-def check_output_dir(out_dir: str | os.PathLike) -> Path:
+def check_output_dir(out_dir: str | os.PathLike[str]) -> Path:
     """`out_dir` as a Path, once it is or can become a writable directory (nothing is created)."""
     target = Path(out_dir)
     _check_length(target)
@@ -53,7 +53,7 @@ def check_output_dir(out_dir: str | os.PathLike) -> Path:
     return target
 
 
-def check_output_file(path: str | os.PathLike) -> Path:
+def check_output_file(path: str | os.PathLike[str]) -> Path:
     """`path` as a Path, once a file can be written there (nothing is created)."""
     target = Path(path)
     _check_length(target)

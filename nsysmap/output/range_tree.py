@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from nsysmap.attribution.forest import group_index, sorted_order
+from nsysmap.intervals.forest import group_index, sorted_order
+from nsysmap.scalars import opt_int, to_int
 
 _END_OF_TIME = (1 << 63) - 1
 
@@ -36,7 +37,7 @@ def preorder(ranges: pl.DataFrame) -> pl.DataFrame:
     usable = usable.with_columns(pl.col("start_ns").fill_null(pl.col("start_ns").min()))
     codes = group_index(usable, ["pid", "tid"])
     g, n_groups = codes if codes is not None else (pl.Series("g", [], pl.UInt32), 0)
-    last = max(usable["start_ns"].max() or 0, usable["end_ns"].max() or 0)
+    last = max(opt_int(usable["start_ns"].max()) or 0, opt_int(usable["end_ns"].max()) or 0)
     frame = usable.select("row", "range_id", "start_ns", "depth", "parent_id", g=g).with_columns(
         end=usable["end_ns"].fill_null(last + 1 if last < _END_OF_TIME else last)
     )
@@ -56,8 +57,8 @@ def _packed_preorder(frame: pl.DataFrame, n_groups: int) -> pl.DataFrame | None:
         return frame.with_row_index("pos").with_columns(stop=pl.col("pos"))
     if frame["start_ns"].null_count():
         return None
-    t0 = int(frame["start_ns"].min())
-    t_bits = (int(frame["end"].max()) - t0).bit_length()
+    t0 = to_int(frame["start_ns"].min())
+    t_bits = (to_int(frame["end"].max()) - t0).bit_length()
     if max(1, (n_groups - 1).bit_length()) + t_bits > 62:
         return None
     end = frame["end"]
@@ -148,7 +149,7 @@ def window_extrema(
     high_out = pl.repeat(None, n, dtype=pl.Int64, eager=True)
     width = (hi.cast(pl.Int64) - lo.cast(pl.Int64)).alias("w")
     low, high, step = first, last, 1
-    widest = width.max() if n else 0
+    widest = to_int(width.max()) if n else 0
     while step <= widest:
         rows = ((width >= step) & (width < 2 * step)).arg_true()
         if rows.len():

@@ -41,6 +41,7 @@ from nsysmap.attribution.labels import (
 from nsysmap.attribution.paths import PATH_SEPARATOR
 from nsysmap.naming import PREFIX as NSYSMAP
 from nsysmap.output.range_tree import instances, preorder
+from nsysmap.scalars import to_int
 
 MAX_PATH_DEPTH = 64
 FOLDED = "…"
@@ -131,7 +132,7 @@ def _paths(
         domain=ranges["domain"].gather(picked["row"]),
     )
     node_path, paths = [_NO_NODES], [_NO_PATHS]
-    for depth in range(1, int(picked["depth"].max() or 0) + 1):
+    for depth in range(1, to_int(picked["depth"].max() or 0) + 1):
         level = picked.filter(pl.col("depth") == depth)
         if depth == 1:
             level, above = level.with_columns(up=pl.lit(None, pl.Int64)), pl.lit("")

@@ -221,7 +221,7 @@ def _path_label(path: str) -> str:
     """A range path cut from the left at a separator to fit MAX_LABEL characters."""
     if len(path) <= MAX_LABEL:
         return path
-    names, kept = path.split(PATH_SEPARATOR), []
+    names, kept = path.split(PATH_SEPARATOR), list[str]()
     while names and len(PATH_SEPARATOR.join(["…", names[-1], *kept])) <= MAX_LABEL:
         kept.insert(0, names.pop())
     if not kept:  # the last name alone is too long: its beginning

@@ -15,7 +15,7 @@ from nsysmap import schemas
 from nsysmap.output.overlap import overlap_table
 from nsysmap.output.ranges import by_range, combine_leaves, range_leaves
 
-COVERAGE = pl.Schema(
+COVERAGE = schemas.declare(
     {
         "device_id": pl.Int64,
         "attribution": schemas.Attribution,

@@ -21,7 +21,7 @@ _KINDS = (
 )
 
 
-def regular_file(path: str | os.PathLike, what: str) -> Path:
+def regular_file(path: str | os.PathLike[str], what: str) -> Path:
     """`path` as a Path once it is a readable regular file; `what` names the expected input."""
     file = Path(path)
     try:

@@ -15,6 +15,7 @@ import polars as pl
 
 # Variables naming the global rank and the world size, most specific first:
 # torch.distributed, Open MPI, PMI/PMIx (MPICH, Slurm's PMI), Cray PALS, Slurm.
+RANK_VARIABLES: tuple[str, ...]
 RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "PALS_RANKID")
 RANK_VARIABLES += ("SLURM_PROCID",)
 WORLD_VARIABLES = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")

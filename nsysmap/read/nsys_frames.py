@@ -16,6 +16,7 @@ DOMAIN_CREATE = 75
 PUSH_POP, START_END = 59, 60  # the NVTX event types of ranges
 RANGE_KINDS = (PUSH_POP, START_END)
 # Copy kinds for exports without ENUM_CUDA_MEMCPY_OPER (that enum's ids).
+COPY_KINDS: tuple[str, ...]
 COPY_KINDS = ("Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH")
 COPY_KINDS += ("PtoP", "Unified HtoD", "Unified DtoH", "Unified DtoD")
 MAX_RANGE_RUNS = 64  # range rows in more runs than this are filtered (copied)
@@ -109,8 +110,11 @@ def _copy_label(column: str) -> pl.Expr:
     kind = pl.col(column).str.strip_prefix("CUDA_MEMCPY_KIND_")
     core = kind.str.strip_prefix("UVM_")
     pair = core.str.contains(r"^[A-Z]TO[A-Z]$")
-    label = pl.when(pair).then(core.str.replace(r"^(.)TO(.)$", "${1}to${2}"))
-    label = label.otherwise(core.str.to_titlecase())
+    label = (
+        pl.when(pair)
+        .then(core.str.replace(r"^(.)TO(.)$", "${1}to${2}"))
+        .otherwise(core.str.to_titlecase())
+    )
     return pl.when(kind.str.starts_with("UVM_")).then("Unified " + label).otherwise(label)
 
 

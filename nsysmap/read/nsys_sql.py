@@ -53,6 +53,7 @@ from nsysmap.read.nsys_specs import (  # noqa: F401 (the reader uses them throug
     THREAD_NAMES,
     TableSpec,
 )
+from nsysmap.scalars import opt_int
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _ID_MASK = 0xFFFFFF
@@ -131,10 +132,10 @@ class Export:
                 value = _arrow(conn, query)["n"][0]
         except BACKEND_ERRORS:
             return None
-        return value.as_py()
+        return opt_int(value.as_py())
 
 
-def open_export(path: str | os.PathLike) -> Export:
+def open_export(path: str | os.PathLike[str]) -> Export:
     """Check the export at `path` and probe its tables (opened read-only)."""
     file = check_file(path)
     uri = f"file:{quote(str(file.resolve()))}?mode=ro&immutable=1"
@@ -160,7 +161,7 @@ def _unreadable(file: Path, exc: BaseException) -> NotAnExport:
     return NotAnExport(f"{file}: unreadable SQLite database ({detail})")
 
 
-def check_file(path: str | os.PathLike) -> Path:
+def check_file(path: str | os.PathLike[str]) -> Path:
     """`path` as a Path, once its first bytes look like a complete SQLite file."""
     file = regular_file(path, "an nsys .sqlite export")
     try:

@@ -52,7 +52,7 @@ SPLIT_SPECS = (sql.NVTX, sql.KERNEL, sql.RUNTIME)
 Raw = dict[str, pl.DataFrame | None]
 
 
-def read_sqlite(path: str | os.PathLike, *, require_gpu: bool = True) -> Report:
+def read_sqlite(path: str | os.PathLike[str], *, require_gpu: bool = True) -> Report:
     """The export at `path` as a Report of normalised frames.
 
     Raises InputNotFound, NotAnExport, or (with require_gpu, when the export
@@ -113,14 +113,15 @@ def _parts(export: sql.Export, spec: sql.TableSpec) -> list[tuple[int, int] | No
 
 def _joined(parts: list[pl.DataFrame | None]) -> pl.DataFrame | None:
     """The parts of one table, in rowid order, integers in one chunk."""
-    if parts[0] is None:
+    frames = [part for part in parts if part is not None]
+    if not frames:
         return None
-    return sql.rechunked(pl.concat(parts, rechunk=False))
+    return sql.rechunked(pl.concat(frames, rechunk=False))
 
 
 def _require_gpu_ops(export: sql.Export, raw: Raw) -> None:
     """Raise NoGpuData when no kernel, memcpy, memset or graph replay was recorded."""
-    if sum(0 if raw.get(s.table) is None else raw[s.table].height for s in GPU_WORK_SPECS):
+    if sum(frame.height for s in GPU_WORK_SPECS if (frame := raw.get(s.table)) is not None):
         return
     missing = "/".join(s.table.split("_KIND_")[1] for s in GPU_SPECS if not export.has(s.table))
     what = f"CUPTI_ACTIVITY_KIND_{missing} absent" if missing else "GPU activity tables empty"

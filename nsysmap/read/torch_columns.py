@@ -18,6 +18,7 @@ from typing import Any
 import polars as pl
 
 from nsysmap.read.torch_events import Number, int_ok
+from nsysmap.schemas import ColumnType
 
 MAX_DIMS_DEPTH = 6  # "Input Dims" nest tensor lists at most a few levels deep
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1  # int_ok's bounds, inlined in the hot loops
@@ -121,13 +122,13 @@ def event_frame(evs: list[dict[str, Any]]) -> pl.DataFrame:
 
 def args_of(evs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each event's "args" object ({} when absent or not an object)."""
-    args = list(map(dict.get, evs, repeat("args")))
+    args: list[Any] = list(map(dict.get, evs, repeat("args")))
     if set(map(type, args)) <= {dict}:
         return args
     return [a if isinstance(a, dict) else {} for a in args]
 
 
-def arg_column(args: list[dict[str, Any]], key: str, dtype: pl.DataType) -> pl.Series:
+def arg_column(args: list[dict[str, Any]], key: str, dtype: ColumnType) -> pl.Series:
     """One argument across events as Int64 or List(Int64); anything else is null."""
     values = list(map(dict.get, args, repeat(key)))
     if dtype == pl.Int64:

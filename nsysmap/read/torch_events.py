@@ -265,7 +265,7 @@ def time_ok(value: Any) -> bool:
     """A time in microseconds nsysmap can convert: an int, or decimal text, of sane size."""
     kind = type(value)
     if kind is int:
-        return -MAX_US < value < MAX_US
+        return bool(-MAX_US < value < MAX_US)
     if kind is Number or (kind is str and _DECIMAL.fullmatch(value)):
         return abs(float(value)) < MAX_US  # "1e400" -> inf
     return False

@@ -30,7 +30,7 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap.attribution.nesting import nest_repaired
+from nsysmap.intervals.nesting import nest_repaired
 from nsysmap.read.torch_columns import event_frame
 from nsysmap.read.torch_events import MODULE_PREFIX
 

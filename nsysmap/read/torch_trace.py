@@ -27,8 +27,8 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap.attribution.nesting import nest_intervals
 from nsysmap.errors import NoGpuData
+from nsysmap.intervals.nesting import nest_intervals
 from nsysmap.model import Report
 from nsysmap.naming import PREFIX as NSYSMAP
 from nsysmap.read.torch_columns import (
@@ -72,7 +72,11 @@ def read_trace(path: str | Path) -> Report:
 
 
 def _report(
-    path: Path, header: dict[str, Any], buckets: Buckets, thread_events: list, skipped: Skipped
+    path: Path,
+    header: dict[str, Any],
+    buckets: Buckets,
+    thread_events: list[dict[str, Any]],
+    skipped: Skipped,
 ) -> Report:
     """The Report from the checked events (`split_events`)."""
     cpu, links = link_operators(_cpu_frame(buckets["cpu"]), flow_frame(buckets["fwdbwd"]))
@@ -273,7 +277,7 @@ def self_times(ops: pl.DataFrame) -> pl.DataFrame:
     """op_id -> dur_ns: each operator's duration less its direct children's.
 
     `ops` has op_id, pid, tid, start_ns, end_ns; operators on one thread nest
-    (`nsysmap.attribution.nesting`). Children are clipped to their parent, so events that
+    (`nsysmap.intervals.nesting`). Children are clipped to their parent, so events that
     overlap by a rounding error never make a time negative:
 
         aten::linear  [0 ............ 10)   self = 10 - 7 = 3

@@ -97,16 +97,6 @@ class Findings:
     kind: str = ""  # what the run is: see run_kind
 
 
-@dataclass(frozen=True)
-class ReportResult:
-    """The report's tables (name -> frame) and its Markdown text."""
-
-    tables: dict[str, pl.DataFrame]
-    markdown: str
-    findings: Findings
-    compare: Findings | None = None
-
-
 def choose_source(
     ops_f: pl.DataFrame, model: pl.DataFrame | None, requested: str
 ) -> tuple[str | None, str]:
@@ -221,7 +211,7 @@ def run_label(f: Findings) -> str:
     return FORWARD_ONLY if f.kind == FORWARD_ONLY else "compared run"
 
 
-def _compare_notes(c: Findings) -> list[str]:
+def compare_notes(c: Findings) -> list[str]:
     if c.kind == FORWARD_ONLY:
         return c.notes
     return [
@@ -289,36 +279,3 @@ def summary_rows(f: Findings, run: str) -> pl.DataFrame:
 
 def _float(value: Any) -> float | None:
     return None if value is None else float(value)
-
-
-def build_report(
-    main: RunData, compare: RunData | None = None, options: ReportOptions | None = None
-) -> ReportResult:
-    """All report tables and the Markdown for `main` (and a `compare` run, typically
-    forward-only: the report says what it is)."""
-    from nsysmap.report.markdown import render
-
-    options = options or ReportOptions()
-    if options.flops not in FLOP_SOURCES:
-        raise ValueError(f"flops must be one of {FLOP_SOURCES}")
-    f = analyse_run(main, options)
-    c = analyse_run(compare, options, "compare") if compare is not None else None
-    if c is not None:
-        c = replace(c, notes=_compare_notes(c))
-    summary = [summary_rows(f, "main")] + ([summary_rows(c, "compare")] if c else [])
-    top = [f.top] + ([c.top] if c else [])
-    tables = {
-        "report_summary": pl.concat(summary),
-        "report_devices": f.devices,
-        "report_module_phase": f.module_phase,
-        "report_layers": f.layers,
-        "report_blocks": f.blocks,
-        "report_phases": f.phases,
-        "report_category": f.categories,
-        "report_top_kernels": pl.concat(top),
-        "report_non_matmul": f.non_matmul,
-        "report_shapes": f.shapes,
-    }
-    if f.ranges is not None:
-        tables["report_ranges"] = f.ranges
-    return ReportResult(tables, render(f, c, options), f, c)

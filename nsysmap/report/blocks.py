@@ -98,7 +98,7 @@ def blocks(module_phase: pl.DataFrame) -> pl.DataFrame:
     ordered = named.sort(
         ["_list", "block_index", "time_ns", "part"], descending=[False, False, True, False]
     )
-    return ordered.select(REPORT_BLOCKS.names()).cast(dict(REPORT_BLOCKS))
+    return ordered.select(REPORT_BLOCKS.names()).cast(REPORT_BLOCKS)
 
 
 BLOCK_TOTALS = pl.Schema(
@@ -115,7 +115,7 @@ def block_totals(module_phase: pl.DataFrame) -> pl.DataFrame:
         _classes(module_phase, "block", "block_class"), on="block", how="left"
     )
     ordered = named.sort(["_list", "block_index"])
-    return ordered.select(BLOCK_TOTALS.names()).cast(dict(BLOCK_TOTALS))
+    return ordered.select(BLOCK_TOTALS.names()).cast(BLOCK_TOTALS)
 
 
 def part_order(table: pl.DataFrame) -> list[str]:

@@ -174,7 +174,7 @@ def module_phase(
     ordered = frame.sort(
         ["time_ns", "device_id", "module", "phase"], descending=[True] + [False] * 3
     )
-    return ordered.select(REPORT_MODULE_PHASE.names()).cast(dict(REPORT_MODULE_PHASE))
+    return ordered.select(REPORT_MODULE_PHASE.names()).cast(REPORT_MODULE_PHASE)
 
 
 def pooled(
@@ -220,7 +220,7 @@ def layers(frame: pl.DataFrame) -> pl.DataFrame:
         rows, ["layer", "module_class"], [pl.col("module").n_unique().alias("modules"), *phase_time]
     )
     ordered = grouped.sort(["time_ns", "layer"], descending=[True, False])
-    return ordered.select(REPORT_LAYERS.names()).cast(dict(REPORT_LAYERS))
+    return ordered.select(REPORT_LAYERS.names()).cast(REPORT_LAYERS)
 
 
 def phases(frame: pl.DataFrame) -> pl.DataFrame:
@@ -229,7 +229,7 @@ def phases(frame: pl.DataFrame) -> pl.DataFrame:
     total = grouped["time_ns"].sum()
     grouped = grouped.with_columns(time_share=pl.col("time_ns") / total if total else None)
     ordered = grouped.sort(["time_ns", "phase"], descending=[True, False], nulls_last=True)
-    return ordered.select(REPORT_PHASES.names()).cast(dict(REPORT_PHASES))
+    return ordered.select(REPORT_PHASES.names()).cast(REPORT_PHASES)
 
 
 def categories(ops_f: pl.DataFrame, model: pl.DataFrame | None, source: str | None) -> pl.DataFrame:
@@ -260,7 +260,7 @@ def categories(ops_f: pl.DataFrame, model: pl.DataFrame | None, source: str | No
         flop_share=both / all_flop if all_flop and source else None,
     )
     ordered = out.sort(["time_ns", "category"], descending=[True, False], nulls_last=True)
-    return ordered.select(REPORT_CATEGORY.names()).cast(dict(REPORT_CATEGORY))
+    return ordered.select(REPORT_CATEGORY.names()).cast(REPORT_CATEGORY)
 
 
 def step_wall(

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from nsysmap.report.format import kernel, ms, pct, table
+from nsysmap.scalars import to_float
 
 if TYPE_CHECKING:
     from nsysmap.report.answers import Findings
@@ -28,7 +29,7 @@ def inferred_section(f: Findings) -> list[str]:
         "",
     ]
     for device, rows in blocks.group_by("device_id", maintain_order=True):
-        placed = rows.filter(pl.col("inferred_block").is_not_null())["time_share"].sum()
+        placed = to_float(rows.filter(pl.col("inferred_block").is_not_null())["time_share"].sum())
         lines += [f"Device {device[0]}: {pct(placed)} of GPU time in inferred blocks.", ""]
         cells = [
             [

@@ -11,7 +11,8 @@ from nsysmap.errors import InputNotFound, NotAnExport
 from nsysmap.flops.model import load_flops, load_flops_description
 from nsysmap.output.placement import write_failed
 from nsysmap.output.writer import MANIFEST
-from nsysmap.report.answers import ReportResult, RunData
+from nsysmap.report.answers import RunData
+from nsysmap.report.build import ReportResult
 from nsysmap.schemas import BY_INFERRED_BLOCK, BY_RANGE, OPS, SchemaMismatch, conform
 
 REPORT_MD = "report.md"
@@ -74,6 +75,7 @@ def write_report(result: ReportResult, out_dir: Path, markdown: Path | None = No
 
 
 # OPS columns added after output schema 1.0: older outputs read them as null.
+LATER_COLUMNS: tuple[str, ...]
 LATER_COLUMNS = ("rank", "graph_id", "graph_node_id", "capture_range_path")
 LATER_COLUMNS += ("compiled_graph", "fused_modules")
 

@@ -130,10 +130,11 @@ def _top_kernel(f: Findings, c: Findings | None) -> list[str]:
             if x is not None
         ]
     )
+    runs = {"main": f} if c is None else {"main": f, "compare": c}
     rows = [
         [
-            "this run" if r["run"] == "main" else run_label(c),
-            scope_label((f if r["run"] == "main" else c).run.ops, r["scope"]),
+            "this run" if r["run"] == "main" else run_label(runs[r["run"]]),
+            scope_label(runs[r["run"]].run.ops, r["scope"]),
             label,
             r["category"] or "–",
             str(r["calls"]),

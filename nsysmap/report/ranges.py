@@ -134,7 +134,7 @@ def range_table(by_range: pl.DataFrame | None) -> pl.DataFrame | None:
         )
         .sort(["inclusive_ns", "range_path"], descending=[True, False])
     )
-    return pooled.select(REPORT_RANGES.names()).cast(dict(REPORT_RANGES))
+    return pooled.select(REPORT_RANGES.names()).cast(REPORT_RANGES)
 
 
 def shown_ranges(table: pl.DataFrame) -> pl.DataFrame:

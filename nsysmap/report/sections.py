@@ -9,6 +9,7 @@ import polars as pl
 from nsysmap.report.flops import totals
 from nsysmap.report.format import flop, kernel, ms, num, pct, table
 from nsysmap.report.ranges import shown_ranges
+from nsysmap.scalars import to_int
 
 if TYPE_CHECKING:
     from nsysmap.report.answers import Findings
@@ -32,7 +33,8 @@ def phases_section(f: Findings) -> list[str]:
         for r in f.phases.iter_rows(named=True)
     ]
     header = ["phase", "ops", "time", "share", "matmul FLOPs", "TFLOP/s", "MFU"]
-    lines = ["## Where the time goes: by phase", "", denominator(f.phases["time_ns"].sum(), f), ""]
+    total = to_int(f.phases["time_ns"].sum())
+    lines = ["## Where the time goes: by phase", "", denominator(total, f), ""]
     return [*lines, *_utilisation(f), *table(header, rows)]
 
 
@@ -129,7 +131,7 @@ def categories_section(f: Findings) -> list[str]:
         "FLOP share",
     ]
     lines = ["## Kernel categories: share of time and share of FLOPs", ""]
-    return [*lines, denominator(f.categories["time_ns"].sum(), f), "", *table(header, rows)]
+    return [*lines, denominator(to_int(f.categories["time_ns"].sum()), f), "", *table(header, rows)]
 
 
 def _per_call(r: dict[str, Any]) -> str:

@@ -55,7 +55,7 @@ def shapes_table(ops_f: pl.DataFrame) -> pl.DataFrame:
         descending=[False, False, False, True, False],
         nulls_last=True,
     )
-    return ordered.select(REPORT_SHAPES.names()).cast(dict(REPORT_SHAPES))
+    return ordered.select(REPORT_SHAPES.names()).cast(REPORT_SHAPES)
 
 
 def asked_shapes(shapes: pl.DataFrame) -> pl.DataFrame:

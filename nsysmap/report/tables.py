@@ -143,7 +143,7 @@ def top_kernels(ops: pl.DataFrame, run: str = "main", n: int = TOP_N) -> pl.Data
         if forward_passes:
             top = top.with_columns(pl.col("forward_calls_per_pass").fill_null(0.0))
         frames.append(top.with_columns(pl.col("kind").cast(pl.String)).select(TOP_KERNELS.names()))
-    return pl.concat(frames).cast(dict(TOP_KERNELS))
+    return pl.concat(frames).cast(TOP_KERNELS)
 
 
 def non_matmul_kernels(ops: pl.DataFrame, min_share: float = NON_MATMUL_MIN_SHARE) -> pl.DataFrame:
@@ -160,7 +160,7 @@ def non_matmul_kernels(ops: pl.DataFrame, min_share: float = NON_MATMUL_MIN_SHAR
         .filter(pl.col("time_share") >= min_share)
         .sort(["time_ns", "name"], descending=[True, False])
     )
-    return grouped.select(NON_MATMUL.names()).cast(dict(NON_MATMUL))
+    return grouped.select(NON_MATMUL.names()).cast(NON_MATMUL)
 
 
 def softmax_times(ops: pl.DataFrame) -> dict[str, int]:

@@ -101,7 +101,7 @@ class SynthExport:
     ) -> None:
         self._rows: dict[str, list[tuple]] = {t: [] for t in _BUILT}
         self._strings: dict[Text, int] = {}
-        self._domains: dict[tuple[int, str], int] = {}
+        self._domains: dict[tuple[int, Text], int] = {}
         self._extra: list[tuple[str, str, object]] = []
         self._tables: dict[str, Frame] = {}
         self._range_id = 0
@@ -342,7 +342,7 @@ class SynthExport:
 
     def tables(self) -> dict[str, Frame]:
         """The export as frames, ready for `write_export`."""
-        out: dict[str, Frame] = {}
+        out: dict[str, pl.DataFrame] = {}
         for table, rows in self._rows.items():
             if rows or table in _ALWAYS:
                 out[table] = _frame(table, rows)
@@ -353,7 +353,7 @@ class SynthExport:
 
     def write(
         self,
-        path: str | os.PathLike,
+        path: str | os.PathLike[str],
         *,
         omit: Collection[str] = (),
         exact_columns: Collection[str] = (),

@@ -15,6 +15,7 @@ import re
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeAlias
 
 import adbc_driver_sqlite.dbapi as adbc
 import polars as pl
@@ -87,7 +88,7 @@ _COLUMNS = {
 }
 _SQL_TYPES = {"i": "INTEGER", "t": "TEXT", "r": "REAL"}
 # A table's content: a frame, or None for a table with no rows.
-Frame = pl.DataFrame | pa.Table | None
+Frame: TypeAlias = pl.DataFrame | pa.Table | None
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _INGEST_BATCH_ROWS = 1 << 20
 
@@ -114,7 +115,7 @@ def known_columns(table: str) -> list[Column]:
 
 
 def write_export(
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     tables: Mapping[str, Frame | Iterable[Frame]],
     *,
     exact_columns: Collection[str] = (),
@@ -185,7 +186,9 @@ def _arrow(frame: Frame) -> pa.Table | None:
 
 def _table_columns(table: str, data: pa.Table | None, *, exact: bool) -> list[Column]:
     known = {c.name: c for c in known_columns(table)}
-    names = [] if data is None else data.column_names
+    if data is None:
+        return [] if exact else list(known.values())
+    names = data.column_names
     if not exact and known:
         extra = [n for n in names if n not in known]
         return [*known.values(), *(_inferred(n, data.schema.field(n).type) for n in extra)]
@@ -296,7 +299,10 @@ def _bulk_kernels(n_kernels: int, pid: int) -> pl.DataFrame:
         demangledName=names,
         shortName=names + _KERNEL_NAMES,
         gridX=i % 1024 + 1,
-        **dict.fromkeys(("gridY", "gridZ", "blockY", "blockZ"), 1),
+        gridY=1,
+        gridZ=1,
+        blockY=1,
+        blockZ=1,
         blockX=256,
     )
     return frame.cast(pl.Int64)

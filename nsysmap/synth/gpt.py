@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 
 from nsysmap.synth.kernels import KERNELS
@@ -168,9 +168,9 @@ def _path(prefix: str, name: str) -> str:
 
 def step_template(n_layer: int, rnd: random.Random, tracer: Tracer | None = None) -> Template:
     """One training step of one process; costs drawn from `rnd` (or by `tracer`'s own)."""
-    tr, seqs, model = tracer or Tracer(rnd), {}, gpt2(n_layer)
+    tr, seqs, model = tracer or Tracer(rnd), dict[int, int](), gpt2(n_layer)
 
-    def phase(name: str) -> object:
+    def phase(name: str) -> AbstractContextManager[None]:
         return tr.range(MAIN, f"nsysmap:phase:{name}", registered=NSYSMAP_DOMAIN)
 
     with tr.range(MAIN, "nsysmap:step:", registered=NSYSMAP_DOMAIN, step_range=True):

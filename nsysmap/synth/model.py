@@ -86,6 +86,7 @@ def _attention() -> Mod:
         "SplitBackward0",
         (("aten::cat", ("cat",)),),
     )
+    sdpa_chain: tuple[str, ...]
     sdpa_chain = ("aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention")
     sdpa_chain += ("aten::_flash_attention_forward",)
     grads = (("aten::_flash_attention_backward", ("flash_bwd", "flash_bwd_dq")),)
@@ -94,6 +95,7 @@ def _attention() -> Mod:
     contiguous = Op(
         ("aten::contiguous", "aten::clone", "aten::copy_"), ("copy",), f"[{_X}]", "CloneBackward0"
     )
+    items: tuple[Mod | Op, ...]
     items = (_conv1d("c_attn", f"[[{C * 4 * 2}], [{B * T}, {C}], {_W3}, [], []]"), split)
     items += (*(_view() for _ in range(3)), *(_transpose() for _ in range(3)), sdpa, _transpose())
     items += (
@@ -151,6 +153,7 @@ def gpt2(n_layer: int) -> Mod:
     The position embedding's backward hook does not fire either (its input needs
     no gradient), so its backward kernels lie outside every module range.
     """
+    inner: tuple[Mod | Op, ...]
     inner = (_embedding("wte", True), _embedding("wpe", False), _add(), _dropout("drop"))
     inner += (*(_block(i) for i in range(n_layer)), _layer_norm("ln_f"))
     mm = ("aten::mm", ("gemm_nn",))

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -120,7 +121,7 @@ def _rank_template(job: Job, slow: bool) -> Callable[[int, random.Random], gpt.T
     return template
 
 
-def _same(state: object) -> random.Random:
+def _same(state: tuple[Any, ...]) -> random.Random:
     rnd = random.Random()
     rnd.setstate(state)
     return rnd

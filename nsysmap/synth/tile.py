@@ -187,14 +187,15 @@ def _gpu(plan: Plan, kind: str) -> Iterator[pl.DataFrame]:
             "globalPid": global_pid(0) + pl.col("pid") * (1 << 24),
         }
         if kind == "kernel":
-            names = {"demangledName": 0, "shortName": 1}
-            extra = {
+            texts = {
+                "demangledName": [v[0] for v in gpt.KERNELS.values()],
+                "shortName": [v[1] for v in gpt.KERNELS.values()],
+            }
+            extra: dict[str, pl.Expr | int] = {
                 col: pl.col("kernel").replace_strict(
-                    list(gpt.KERNELS),
-                    [plan.strings[v[i]] for v in gpt.KERNELS.values()],
-                    return_dtype=pl.Int64,
+                    list(gpt.KERNELS), [plan.strings[t] for t in names], return_dtype=pl.Int64
                 )
-                for col, i in names.items()
+                for col, names in texts.items()
             }
             extra |= {
                 "gridX": pl.lit(1024, pl.Int64),

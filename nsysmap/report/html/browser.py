@@ -117,9 +117,10 @@ class Chromium:
     """A headless Chromium for the duration of a `with` block."""
 
     def __init__(self, executable: str | None = None, timeout_s: float = 30.0) -> None:
-        self.executable = executable or find_chromium()
-        if self.executable is None:
+        found = executable or find_chromium()
+        if found is None:
             raise ToolMissing("no Chromium on PATH (apt-get install chromium)")
+        self.executable = found
         self.timeout_s = timeout_s
         self._ids = 0
         self._inbox: queue.Queue[dict[str, Any] | None] = queue.Queue()

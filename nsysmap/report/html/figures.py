@@ -52,9 +52,9 @@ def matmul_chart(f: Findings, c: Findings | None) -> Chart:
             if not total:
                 continue
             label = rt.scope_label(x.run.ops, scope) + (" (forward-only run)" if x is c else "")
-            share = rt.share(mm, total)
+            share = mm / total
             labels.append(label)
-            matmul.append(ratio(share))
+            matmul.append(round(share, 6))  # ratio(share), never None here
             other.append(ratio(1 - share))
             rows.append([run, rt.scope_label(x.run.ops, scope), ms(total), ms(mm), ratio(share)])
     text = [f"{100 * s:.1f} %" for s in matmul]

@@ -107,4 +107,4 @@ def tree(own: pl.DataFrame, joiner: str, skip: int = 0, limit: int = MAX_NODES) 
         .otherwise(pl.when(size > 1).then(pl.col("node").list.last()).otherwise(pl.lit(""))),
     )
     ordered = out.sort([size, "inclusive_ns", "id"], descending=[False, True, False])
-    return ordered.select(TREE.names()).cast(dict(TREE))
+    return ordered.select(TREE.names()).cast(TREE)

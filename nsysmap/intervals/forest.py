@@ -1,6 +1,6 @@
 """Interval forests addressed by row position: nesting and innermost lookups.
 
-The vectorised core under `nesting` and `attribute` (this package). Rows are
+The vectorised core under `nesting` (this package) and `nsysmap.attribution`. Rows are
 referred to by position, so a parent link or an answer is a `gather` away and
 no join on ids is needed.
 
@@ -18,7 +18,7 @@ that started at or before t (in nesting order), then parent links are
 climbed until an interval still open at t is reached. In a proper forest
 that is the innermost one: every interval open at t is an ancestor of it.
 
-Intervals are half-open, [start, end); see `nsysmap.attribution.nesting` for ties.
+Intervals are half-open, [start, end); see `nsysmap.intervals.nesting` for ties.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from functools import partial
 
 import polars as pl
+
+from nsysmap.scalars import to_int
 
 # Packed event keys: group bits, time bits and 2 class bits in 62 bits.
 _KEY_BITS = 62
@@ -44,14 +46,14 @@ def group_index(frame: pl.DataFrame, by: list[str]) -> tuple[pl.Series, int] | N
     if keys.null_count().sum_horizontal().item():
         return None
     if all(dtype.is_integer() for dtype in keys.dtypes) and len(by) <= 2:
-        lows = [keys[c].min() for c in by]
-        highs = [keys[c].max() for c in by]
+        lows = [to_int(keys[c].min()) for c in by]
+        highs = [to_int(keys[c].max()) for c in by]
         if all(lo >= 0 and hi < 1 << 31 for lo, hi in zip(lows, highs, strict=True)):
             key = keys[by[0]].cast(pl.Int64)
             if len(by) == 2:
                 key = key * (1 << 31) + keys[by[1]]
-            distinct = key.unique().sort()
-            return distinct.search_sorted(key).cast(pl.UInt32), distinct.len()
+            distinct_keys = key.unique().sort()
+            return distinct_keys.search_sorted(key).cast(pl.UInt32), distinct_keys.len()
     distinct = keys.unique().with_row_index("_code")
     codes = keys.join(distinct, on=by, how="left", maintain_order="left")["_code"]
     return codes.cast(pl.UInt32), distinct.height
@@ -81,8 +83,8 @@ def _event_keys(
     group: pl.Series, n_groups: int, start: pl.Series, end: pl.Series
 ) -> pl.Series | None:
     """(group, time, class) packed into one Int64 per event: starts, then ends."""
-    t_min = min(start.min(), end.min())
-    t_bits = (max(start.max(), end.max()) - t_min).bit_length()
+    t_min = min(to_int(start.min()), to_int(end.min()))
+    t_bits = (max(to_int(start.max()), to_int(end.max())) - t_min).bit_length()
     g_bits = max(1, (n_groups - 1).bit_length())
     if g_bits + t_bits + 2 > _KEY_BITS:
         return None

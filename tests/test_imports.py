@@ -1,0 +1,337 @@
+"""Import structure: no cycles between modules or packages, and every package above its floor.
+
+The graph is built statically from every `import` statement of `nsysmap/`
+(inside functions and `if TYPE_CHECKING:` blocks too: a type-only import still
+says which module knows about which). Floors are declared below as data; the
+fresh-interpreter test then imports every module of `nsysmap` and `instrument`
+and checks that the heavy libraries each side must not load stay unloaded.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# What each part of nsysmap may not import (prefixes of module names). A
+# prefix matches the module itself and everything below it.
+FLOORS: dict[str, tuple[str, ...]] = {
+    # Leaves: shared by everything, know nothing of the flow.
+    "nsysmap.schemas": ("nsysmap.",),
+    "nsysmap.errors": ("nsysmap.",),
+    "nsysmap.naming": ("nsysmap.",),
+    "nsysmap.scalars": ("nsysmap.",),
+    "nsysmap.nsys_tool": ("nsysmap.read", "nsysmap.attribution", "nsysmap.pipeline"),
+    "nsysmap.intervals": (
+        "nsysmap.read",
+        "nsysmap.attribution",
+        "nsysmap.output",
+        "nsysmap.infer",
+        "nsysmap.report",
+        "nsysmap.pipeline",
+        "nsysmap.cli",
+    ),
+    # Readers: files in, normalised frames out.
+    "nsysmap.read": (
+        "nsysmap.attribution",
+        "nsysmap.output",
+        "nsysmap.infer",
+        "nsysmap.report",
+        "nsysmap.pipeline",
+        "nsysmap.capture",
+        "nsysmap.many",
+        "nsysmap.cli",
+    ),
+    # The pure middle.
+    "nsysmap.attribution": (
+        "nsysmap.read",
+        "nsysmap.output",
+        "nsysmap.infer",
+        "nsysmap.report",
+        "nsysmap.pipeline",
+        "nsysmap.capture",
+        "nsysmap.many",
+        "nsysmap.cli",
+    ),
+    "nsysmap.infer": (
+        "nsysmap.read",
+        "nsysmap.output",
+        "nsysmap.report",
+        "nsysmap.pipeline",
+        "nsysmap.capture",
+        "nsysmap.many",
+        "nsysmap.cli",
+    ),
+    "nsysmap.output": (
+        "nsysmap.read",
+        "nsysmap.report",
+        "nsysmap.pipeline",
+        "nsysmap.capture",
+        "nsysmap.many",
+        "nsysmap.cli",
+    ),
+    # The flow and what works on its outputs: nothing below the CLI imports it.
+    "nsysmap.pipeline": ("nsysmap.capture", "nsysmap.many", "nsysmap.report", "nsysmap.cli"),
+    "nsysmap.report": ("nsysmap.capture", "nsysmap.many.run", "nsysmap.cli"),
+    "nsysmap.capture": ("nsysmap.cli",),
+    "nsysmap.many": ("nsysmap.cli",),
+    "nsysmap.flops": ("nsysmap.cli",),
+    "nsysmap.diff": ("nsysmap.cli",),
+    "nsysmap.export": ("nsysmap.cli",),
+    "nsysmap.synth": ("nsysmap.cli",),
+}
+
+# Libraries each side must never load, directly or through anything it imports.
+NEVER_LOADED = {"nsysmap": ("torch",), "instrument": ("polars", "pyarrow", "nsysmap")}
+
+
+def module_files(package: str, root: Path = ROOT) -> dict[str, Path]:
+    """Module name -> file for every .py file of `package` (a package is its __init__)."""
+    found = {}
+    for path in sorted((root / package).rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def imported_modules(name: str, path: Path, known: Iterable[str]) -> set[str]:
+    """The modules of `known` that module `name` imports anywhere in its text.
+
+    `from p import x` is an import of p.x when that is a module, else of p.
+    """
+    known = set(known)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, *([node.module] if node.module else [])])
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.add(sub if sub in known else base)
+    return (found & known) - {name}
+
+
+def import_graph(package: str, root: Path = ROOT) -> dict[str, set[str]]:
+    """Module -> the modules of the same package it imports."""
+    files = module_files(package, root)
+    return {name: imported_modules(name, path, files) for name, path in files.items()}
+
+
+def find_cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """Every strongly connected component of more than one node (or with a self-loop), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(root: str) -> None:  # Tarjan's algorithm, iterative
+        work = [(root, iter(graph.get(root, ())))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            child = next(edges, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(graph.get(child, ()))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1 or node in graph.get(node, ()):
+                    cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(cycles)
+
+
+def package_graph(graph: Mapping[str, Iterable[str]], depth: int = 2) -> dict[str, set[str]]:
+    """The module graph folded to packages: nsysmap.read.x -> nsysmap.read (depth 2)."""
+
+    def fold(name: str) -> str:
+        return ".".join(name.split(".")[:depth])
+
+    folded: dict[str, set[str]] = {}
+    for node, targets in graph.items():
+        edges = folded.setdefault(fold(node), set())
+        edges.update(fold(t) for t in targets if fold(t) != fold(node))
+    return folded
+
+
+def _within(name: str, prefix: str) -> bool:
+    return name == prefix.rstrip(".") or name.startswith(
+        prefix if prefix.endswith(".") else prefix + "."
+    )
+
+
+def floor_violations(
+    graph: Mapping[str, Iterable[str]], floors: Mapping[str, tuple[str, ...]]
+) -> list[str]:
+    """'importer -> imported (floor of ...)' for every import below a declared floor."""
+    found = []
+    for node, targets in sorted(graph.items()):
+        for owner, forbidden in floors.items():
+            if not _within(node, owner):
+                continue
+            for target in sorted(targets):
+                if any(_within(target, f) and not _within(target, owner) for f in forbidden):
+                    found.append(f"{node} -> {target} (floor of {owner})")
+    return found
+
+
+# ------------------------------------------------------------ the finders
+
+
+def test_find_cycles_on_a_toy_graph():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}, "f": set()}
+    assert find_cycles(graph) == [["a", "b", "c"], ["e"]]
+    assert find_cycles({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
+    graph["c"] = set()  # break it
+    assert find_cycles(graph) == [["e"]]
+
+
+def test_cycle_introduced_in_a_package_is_found(tmp_path: Path):
+    pkg = tmp_path / "toy"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from toy.sub import b\n")
+    (pkg / "sub" / "b.py").write_text("def f():\n    from toy import a\n")  # lazy still counts
+    (pkg / "c.py").write_text("from . import a\nfrom .sub.b import f\n")
+    graph = import_graph("toy", tmp_path)
+    assert graph["toy.c"] == {"toy.a", "toy.sub.b"}
+    assert find_cycles(graph) == [["toy.a", "toy.sub.b"]]
+    assert find_cycles(package_graph(graph)) == [["toy.a", "toy.sub"]]
+
+
+def test_floor_violations_on_a_toy_graph():
+    graph = {"p.read.x": {"p.attribution.y", "p.schemas"}, "p.attribution.y": {"p.schemas"}}
+    floors = {"p.read": ("p.attribution",), "p.schemas": ("p.",)}
+    assert floor_violations(graph, floors) == ["p.read.x -> p.attribution.y (floor of p.read)"]
+
+
+# ------------------------------------------------------------ the real tree
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    return import_graph("nsysmap")
+
+
+def test_no_module_cycles(graph):
+    assert find_cycles(graph) == []
+
+
+def test_no_package_cycles(graph):
+    assert find_cycles(package_graph(graph)) == []
+
+
+def test_floors_hold(graph):
+    assert set(FLOORS) <= set(graph), "a floor names a module that does not exist"
+    assert floor_violations(graph, FLOORS) == []
+
+
+def test_instrument_imports_no_nsysmap():
+    files = module_files("instrument")
+    for name, path in files.items():
+        imports = imported_modules(name, path, [*files, *module_files("nsysmap")])
+        assert not [m for m in imports if _within(m, "nsysmap")], name
+
+
+# Imports every module given on the command line, each one in turn, and prints
+# the heavy libraries then loaded.
+_IMPORT_ALL = """
+import importlib, json, sys
+for name in sys.argv[2:]:
+    importlib.import_module(name)
+print(json.dumps(sorted(m for m in json.loads(sys.argv[1]) if m in sys.modules)))
+"""
+
+
+def _import_in_fresh_interpreter(names: list[str], watched: tuple[str, ...]) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORT_ALL, json.dumps(watched), *names],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, f"importing {names[0]} ...: {done.stderr[-2000:]}"
+    return json.loads(done.stdout)
+
+
+def _batches(package: str) -> list[list[str]]:
+    """One batch per subpackage (and one for the top-level modules), importers first.
+
+    Each batch starts from a fresh interpreter. Any nsysmap import first runs
+    nsysmap/__init__ (the public API: the core flow), so a batch's own modules
+    are what it loads fresh; importing those that nothing imports first means a
+    module that only works after some other module was imported fails here.
+    (`__main__` modules are entry points, run rather than imported.)
+    """
+    names = sorted(n for n in module_files(package) if not n.endswith(".__main__"))
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        parts = name.split(".")
+        key = (
+            ".".join(parts[:2])
+            if len(parts) > 2 or (len(parts) == 2 and _is_package(name))
+            else package
+        )
+        groups.setdefault(key, []).append(name)
+    graph = import_graph(package)
+    batches = []
+    for members in groups.values():
+        importers = {m: sum(m in graph[o] for o in members) for m in members}
+        batches.append(sorted(members, key=lambda m: (importers[m], m)))
+    return batches
+
+
+def _is_package(name: str) -> bool:
+    return (ROOT / Path(*name.split(".")) / "__init__.py").is_file()
+
+
+@pytest.mark.fresh
+@pytest.mark.parametrize("package", ["nsysmap", "instrument"])
+def test_every_module_imports_in_a_fresh_interpreter(package):
+    batches = _batches(package)
+    entry_points = [n for n in module_files(package) if n.endswith(".__main__")]
+    assert sum(map(len, batches)) + len(entry_points) == len(module_files(package))
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        loaded = list(
+            pool.map(lambda b: _import_in_fresh_interpreter(b, NEVER_LOADED[package]), batches)
+        )
+    for batch, libraries in zip(batches, loaded, strict=True):
+        assert libraries == [], f"{batch[0]} and its batch load {libraries}"
