@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 
 from nsysmap.attribution.attribute import attribute
-from nsysmap.attribution.labels import name_labels
+from nsysmap.attribution.labels import OPERATOR_CALL_FIELDS, name_labels, without_call_fields
 from nsysmap.flops.shapes import with_shape_flops
 from nsysmap.pipeline import load_report
 from nsysmap.report.shapes import shapes_table
@@ -63,6 +63,26 @@ OPERATOR_NAMES = [
 def test_operator_fields_in_any_order(name, expected):
     columns = ["lbl_aten_op", "lbl_seq", "lbl_stashed", "lbl_shapes"]
     assert name_labels(pl.Series([name]), columns).row(0) == expected
+
+
+def test_call_fields_are_cut_exactly_as_the_pattern_removes_them():
+    """The byte cut of `without_call_fields` equals the regular-expression replacement,
+    for non-ASCII names, fields over several lines, nulls and names without fields."""
+    names = pl.Series(
+        [name for name, _ in OPERATOR_NAMES]
+        + [
+            "käfer::op, seq = 4, sizes = [[2]]",
+            "aten::add, op_id = 1\n, sizes = [[1]]",
+            "nsysmap:module:h.0 (Block), seq = ",
+            "my, range, op_id = 3",
+            "seq = 5",
+            "",
+            None,
+        ]
+    )
+    expected = names.str.replace(OPERATOR_CALL_FIELDS, "")
+    assert without_call_fields(names).to_list() == expected.to_list()
+    assert without_call_fields(names)[0] == "aten::addmm"
 
 
 def test_repeated_calls_with_new_style_names_group_and_count_flops():

@@ -53,6 +53,8 @@ SIZES = rf"(?:^|, )sizes = ({_BRACKETED})"
 # `BmmBackward0, stashed seq = 12, ...`), from the first such field to the end:
 # removed, the name is the same for every call of the operator (by_range paths).
 OPERATOR_CALL_FIELDS = r"(?s), (?:stashed seq|seq|op_id|sizes|input_op_ids) = .*$"
+# Where those fields start: the text before the first match is the name without them.
+OPERATOR_CALL_START = r", (?:stashed seq|seq|op_id|sizes|input_op_ids) = "
 # The number in a step range's name (`ProfilerStep#3`, `nsysmap:step:3`, `step 3`):
 # by_range paths write it as `*`, so that the ranges of every step group.
 STEP_NUMBER = r"\d+(\D*)$"
@@ -219,3 +221,14 @@ def fsdp_spans(ranges: pl.DataFrame, first_id: int) -> pl.DataFrame:
         pl.lit(None, pl.Int32).alias("depth"),
         pl.lit(None, pl.Int64).alias("parent_id"),
     ).cast(ranges.schema)
+
+
+def without_call_fields(names: pl.Series) -> pl.Series:
+    """`names` with OPERATOR_CALL_FIELDS removed (the same as replacing them by "").
+
+    The fields run to the end of the name, so the name is cut at the first
+    OPERATOR_CALL_START: one search and a byte slice, several times faster
+    than a regular-expression replacement over millions of names.
+    """
+    cut = names.str.find(OPERATOR_CALL_START).fill_null(names.str.len_bytes())
+    return names.cast(pl.Binary).bin.head(cut).cast(pl.String)

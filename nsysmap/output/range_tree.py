@@ -43,9 +43,30 @@ def preorder(ranges: pl.DataFrame) -> pl.DataFrame:
     )
     ordered = _packed_preorder(frame, n_groups)
     ordered = ordered if ordered is not None else _sorted_preorder(frame)
-    parents = ordered.select(pl.col("range_id").alias("parent_id"), pl.col("pos").alias("parent"))
-    ordered = ordered.join(parents, on="parent_id", how="left", maintain_order="left")
-    return ordered.select("pos", "row", "range_id", "g", "depth", "parent", "stop")
+    parent = _parent_positions(ordered, ranges["range_id"])
+    return ordered.with_columns(parent=parent).select(
+        "pos", "row", "range_id", "g", "depth", "parent", "stop"
+    )
+
+
+def _parent_positions(ordered: pl.DataFrame, ids: pl.Series) -> pl.Series:
+    """The pos of each range's parent (null: none, or a parent left out), by gathers.
+
+    `row` is each range's row in the report's ranges, whose `ids` are unique;
+    when they are sorted (as `nest_ranges` leaves them) the parent's row is a
+    binary search away and its pos a gather of the inverse pre-order, else a join.
+    """
+    refs = ordered["parent_id"]
+    increasing = not ids.null_count() and bool((ids.diff().drop_nulls() > 0).all())
+    if ordered.is_empty() or not increasing:
+        parents = ordered.select(parent_id="range_id", parent="pos")
+        joined = ordered.join(parents, on="parent_id", how="left", maintain_order="left")
+        return joined["parent"]
+    at = ids.search_sorted(refs.fill_null(0)).clip(0, ids.len() - 1)
+    found = refs.is_not_null() & (ids.gather(at) == refs).fill_null(False)
+    pos_of_row = pl.repeat(None, ids.len(), dtype=pl.UInt32, eager=True)
+    pos_of_row = pos_of_row.scatter(ordered["row"], ordered["pos"])
+    return pl.select(pl.when(found).then(pos_of_row.gather(at))).to_series().alias("parent")
 
 
 def _packed_preorder(frame: pl.DataFrame, n_groups: int) -> pl.DataFrame | None:

@@ -37,6 +37,7 @@ from nsysmap.attribution.labels import (
     OPERATOR_RANGE,
     STEP_NUMBER,
     name_labels,
+    without_call_fields,
 )
 from nsysmap.attribution.paths import PATH_SEPARATOR
 from nsysmap.naming import PREFIX as NSYSMAP
@@ -101,7 +102,7 @@ def _placed(leaves: pl.DataFrame, forest: pl.DataFrame) -> pl.DataFrame:
 def path_keys(names: pl.Series) -> pl.Series:
     """Range names as paths write them: PyTorch's per-call operator fields removed,
     step numbers as `*` (`ProfilerStep#*`)."""
-    keys = names.str.replace(OPERATOR_CALL_FIELDS, "").fill_null("")
+    keys = without_call_fields(names).fill_null("")
     distinct = keys.unique()
     step = name_labels(distinct, ["lbl_aten_op", "lbl_step"])["lbl_step"]
     steps = distinct.filter(step.is_not_null())
@@ -200,7 +201,7 @@ def _path_rows(
     """
     keys = ["device_id", "path_id", "domain"]
     calls = (
-        inside.join(node_path, on="pos")
+        _with_path(inside, "pos", node_path)
         .group_by(keys)
         .agg(
             pl.len().cast(pl.Int64).alias("calls"),
@@ -209,12 +210,30 @@ def _path_rows(
             pl.col("span_ns").sum(),
         )
     )
-    placed = own.join(node_path, left_on="node", right_on="pos")
+    placed = _with_path(own, "node", node_path)
     mine = placed.filter(~pl.col("folded")).group_by(keys).agg(pl.col("ops", "time_ns").sum())
     rows = calls.join(mine, on=keys, how="left", nulls_equal=True).with_columns(
         pl.col("ops", "time_ns").fill_null(0)
     )
     return pl.concat([rows, _folded_rows(placed, n_paths).select(rows.columns)])
+
+
+def _with_path(frame: pl.DataFrame, at: str, node_path: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with the path_id and domain of the node at column `at` (an inner join
+    on pos, by gathers: node_path holds each pos once)."""
+    if frame.is_empty() or node_path.is_empty():
+        return frame.join(node_path, left_on=at, right_on="pos")
+    size = max(to_int(node_path["pos"].max()), to_int(frame[at].max())) + 1
+    where = pl.repeat(None, size, dtype=pl.UInt32, eager=True)
+    where = where.scatter(
+        node_path["pos"], pl.int_range(node_path.height, dtype=pl.UInt32, eager=True)
+    )
+    found = where.gather(frame[at])
+    hit = found.is_not_null()
+    columns = node_path.select("path_id", "domain")
+    if hit.all():
+        return pl.concat([frame, columns[found]], how="horizontal")
+    return pl.concat([frame.filter(hit), columns[found.filter(hit)]], how="horizontal")
 
 
 def _folded_rows(placed: pl.DataFrame, n_paths: int) -> pl.DataFrame:
