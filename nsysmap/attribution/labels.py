@@ -231,4 +231,6 @@ def without_call_fields(names: pl.Series) -> pl.Series:
     than a regular-expression replacement over millions of names.
     """
     cut = names.str.find(OPERATOR_CALL_START).fill_null(names.str.len_bytes())
-    return names.cast(pl.Binary).bin.head(cut).cast(pl.String)
+    raw = pl.DataFrame({"raw": names.cast(pl.Binary), "cut": cut})
+    kept = raw.select(pl.col("raw").bin.head(pl.col("cut")).cast(pl.String))
+    return kept.to_series().alias(names.name)
