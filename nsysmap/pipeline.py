@@ -23,7 +23,7 @@ from nsysmap.attribution.normalise import normalise
 from nsysmap.attribution.rules import BUILTIN, NameRules
 from nsysmap.errors import NoGpuData
 from nsysmap.infer.summary import INFER_COLUMNS, LAYER_INDEX, Inferred, infer_ops
-from nsysmap.model import Report
+from nsysmap.model import NestedReport, Report
 from nsysmap.output.conservation import check_conservation
 from nsysmap.output.placement import check_output_dir, staging
 from nsysmap.output.render import render_summary
@@ -52,7 +52,7 @@ STREAM_OPS = 2_000_000
 class Analysis:
     """Everything one run of the flow produced."""
 
-    report: Report
+    report: NestedReport
     held_ops: pl.DataFrame | None  # None: the ops were streamed to out_dir/ops.parquet
     summaries: Summaries
     manifest: dict[str, Any]
@@ -75,8 +75,8 @@ class Analysis:
         return Path(self.out_dir) / OPS_FILE
 
 
-def load_report(path: str | Path, *, stages: Stages | None = None) -> Report:
-    """Read a report of any supported kind and normalise it.
+def load_report(path: str | Path, *, stages: Stages | None = None) -> NestedReport:
+    """Read a report of any supported kind and normalise it (read, then nest its ranges).
 
     `.sqlite` nsys exports, `.nsys-rep` reports (exported with `nsys export`
     next to the input), and torch.profiler traces (`.json`, `.json.gz`).
@@ -121,7 +121,7 @@ def _read_raw(path: Path) -> Report:
 
 
 def analyse_report(
-    report: Report,
+    report: NestedReport,
     *,
     options: dict[str, Any] | None = None,
     source: dict[str, Any] | None = None,
@@ -160,7 +160,7 @@ def _require_ops(report: Report) -> None:
 
 
 def _analysis(
-    report: Report,
+    report: NestedReport,
     ops: pl.DataFrame | None,
     n_ops: int,
     summaries: Summaries,
@@ -191,7 +191,7 @@ def inferred_text(inferred: Inferred | None, by_module: pl.DataFrame) -> str:
 
 
 def _streamed(
-    report: Report,
+    report: NestedReport,
     out_dir: Path,
     options: dict[str, Any] | None,
     stages: Stages,
@@ -225,7 +225,7 @@ def write_analysis(analysis: Analysis, out_dir: Path, *, stages: Stages | None =
 
 
 def analyse(
-    report: Report,
+    report: NestedReport,
     out_dir: Path,
     *,
     options: dict[str, Any] | None = None,

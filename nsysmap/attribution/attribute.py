@@ -44,11 +44,11 @@ from nsysmap.attribution.locate import ANCHORS, WARMUP, Scope, locate, queries, 
 from nsysmap.attribution.paths import range_paths
 from nsysmap.attribution.rules import BUILTIN, NameRules
 from nsysmap.launch_keys import call_key, first_calls
-from nsysmap.model import Report
+from nsysmap.model import NestedReport, Report
 
 
-def attribute(report: Report, rules: NameRules = BUILTIN) -> pl.DataFrame:
-    """One OPS row per GPU operation of `report` (ranges must be nested).
+def attribute(report: NestedReport, rules: NameRules = BUILTIN) -> pl.DataFrame:
+    """One OPS row per GPU operation of `report` (nested by `normalise`).
 
     `rules` read step and phase names (nsysmap.attribution.rules).
     """
@@ -56,7 +56,7 @@ def attribute(report: Report, rules: NameRules = BUILTIN) -> pl.DataFrame:
 
 
 def attribute_blocks(
-    report: Report, *, block_rows: int | None, rules: NameRules = BUILTIN
+    report: NestedReport, *, block_rows: int | None, rules: NameRules = BUILTIN
 ) -> Iterator[pl.DataFrame]:
     """The OPS rows of `report` in op_id order, `block_rows` rows at a time (None: one block).
 
