@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
@@ -34,6 +35,7 @@ from nsysmap.output.writer import (
     build_manifest,
     input_identity,
     output_tables,
+    table_entries,
     write_outputs,
 )
 from nsysmap.read.inputs import regular_file
@@ -55,11 +57,19 @@ class Analysis:
     report: NestedReport
     held_ops: pl.DataFrame | None  # None: the ops were streamed to out_dir/ops.parquet
     summaries: Summaries
-    manifest: dict[str, Any]
-    summary_text: str
+    manifest: dict[str, Any]  # what manifest.json will say: every table written is listed
     out_dir: Path | None = None
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
     inferred: Inferred | None = None  # steps, phases, blocks from the kernel sequence
+    # Tables from outside the flow written with it (the profiled model's FLOPs, `with_tables`)
+    extra_tables: dict[str, pl.DataFrame] = field(default_factory=dict)
+
+    @property
+    def summary_text(self) -> str:
+        """The terminal summary, rendered when asked for (the CLI prints it)."""
+        meta = dict(zip(self.report.meta["key"], self.report.meta["value"], strict=True))
+        by_module = self.summaries.by_module
+        return render_summary(self.summaries, meta) + inferred_text(self.inferred, by_module)
 
     @property
     def ops(self) -> pl.DataFrame:
@@ -174,9 +184,23 @@ def _analysis(
     tables = {"ops": ops if ops is not None else n_ops, **summaries.tables()}
     tables |= inferred.tables() if inferred is not None else {}
     manifest = build_manifest(report, tables, options=options or {}, source=source)
-    meta = dict(zip(report.meta["key"], report.meta["value"], strict=True))
-    text = render_summary(summaries, meta) + inferred_text(inferred, summaries.by_module)
-    return Analysis(report, ops, summaries, manifest, text, out_dir, inferred=inferred)
+    return Analysis(report, ops, summaries, manifest, out_dir, inferred=inferred)
+
+
+def with_tables(
+    analysis: Analysis, tables: Mapping[str, pl.DataFrame], **manifest: Any
+) -> Analysis:
+    """The analysis with `tables` to be written with it and listed in its manifest (pure).
+
+    `manifest` items are added to the manifest as they are (say, what the
+    tables describe); the manifest is still written once, by `write_analysis`.
+    """
+    listed = {**analysis.manifest["tables"], **table_entries(tables)}
+    return replace(
+        analysis,
+        extra_tables={**analysis.extra_tables, **tables},
+        manifest={**analysis.manifest, **manifest, "tables": listed},
+    )
 
 
 def inferred_text(inferred: Inferred | None, by_module: pl.DataFrame) -> str:
@@ -220,6 +244,7 @@ def write_analysis(analysis: Analysis, out_dir: Path, *, stages: Stages | None =
             tables = output_tables(analysis.ops, analysis.summaries)
         if analysis.inferred is not None:
             tables |= analysis.inferred.tables()
+        tables |= analysis.extra_tables
         write_outputs(tables, analysis.manifest, out_dir, ops_file=ops_file)
     return replace(analysis, out_dir=out_dir, timings={**analysis.timings, **stages.timings})
 

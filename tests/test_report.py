@@ -20,7 +20,6 @@ inference sample has data + forward only: 54 ms per step, gemm 37 ms.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import polars as pl
@@ -29,7 +28,7 @@ from click.testing import CliRunner
 
 from nsysmap.cli import _invoke, cli
 from nsysmap.flops.model import attach_model_flops
-from nsysmap.pipeline import analyse_file
+from nsysmap.pipeline import analyse_file, analyse_report, load_report, write_analysis
 from nsysmap.report.answers import ReportOptions
 from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run
@@ -187,12 +186,13 @@ def flop_document() -> dict:
 
 
 @pytest.fixture(scope="module")
-def with_model_flops(outputs, tmp_path_factory) -> Path:
+def with_model_flops(tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("flops") / "train"
-    shutil.copytree(outputs["train"], run)
-    (run / "capture").mkdir()
+    (run / "capture").mkdir(parents=True)
     (run / "capture" / "flops.json").write_text(json.dumps(flop_document()))
-    assert attach_model_flops(run / "capture", run) == run / "flops.parquet"
+    analysis = analyse_report(load_report(SAMPLES / "gpt2_tiny_train.sqlite"))
+    write_analysis(attach_model_flops(analysis, run / "capture"), run)
+    assert (run / "flops.parquet").is_file()
     return run
 
 
