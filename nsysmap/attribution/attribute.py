@@ -22,7 +22,7 @@ The chain, each link a vectorised lookup:
    (`nsysmap.attribution.compiled`, from the capture's compiled.json).
 
 No operation is dropped: `attribution` says how far the chain got
-("range", "window", "no_range", "no_launch").
+("range", "other_thread", "no_range", "no_launch").
 
 How: `nsysmap.attribution.locate` finds range positions for all operations at once
 (as-of joins and parent climbs, `nsysmap.intervals.forest`); this module turns them
@@ -261,7 +261,7 @@ def _finish(ops: pl.DataFrame) -> pl.DataFrame:
         .when(pl.col("range_id").is_not_null())
         .then(pl.lit("range"))
         .when(pl.col("projected"))
-        .then(pl.lit("window"))
+        .then(pl.lit("other_thread"))
         .otherwise(pl.lit("no_range"))
     )
     out = ops.with_columns(status.alias("attribution"))
