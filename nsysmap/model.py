@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Self
 
 import polars as pl
 
@@ -12,10 +13,13 @@ from nsysmap import schemas
 
 @dataclass(frozen=True)
 class Report:
-    """A profile in normalised form, whatever produced it.
+    """A profile as read, in normalised tables, whatever produced it.
 
     Built by `nsysmap.read.nsys_sqlite` (nsys SQLite) or `nsysmap.read.torch_trace`
     (torch.profiler); every frame conforms to its schema in `nsysmap.schemas`.
+    Its ranges are not nested yet (`depth`, `parent_id` empty, open ranges
+    without an end): `nsysmap.attribution.normalise.normalise` makes the
+    `NestedReport` that attribution takes.
     `meta` holds key/value facts: `backend` ("nsys" or "torch.profiler"),
     `nsys_version`, `export_schema_version`, `source_path`, ... when known.
     `graph_links` says which GPU operations ran in or as a CUDA graph (nsys).
@@ -36,9 +40,10 @@ class Report:
         hit = self.meta.filter(pl.col("key") == key)
         return None if hit.is_empty() else hit["value"][0]
 
-    def checked(self) -> Report:
-        """This report with every frame conformed to its declared schema."""
-        return Report(
+    def checked(self) -> Self:
+        """This report (of the same type) with every frame conformed to its declared schema."""
+        return replace(
+            self,
             gpu_ops=schemas.conform(self.gpu_ops, schemas.GPU_OPS, "gpu_ops"),
             api_calls=schemas.conform(self.api_calls, schemas.API_CALLS, "api_calls"),
             ranges=schemas.conform(self.ranges, schemas.RANGES, "ranges"),
@@ -48,6 +53,22 @@ class Report:
             graph_links=schemas.conform(self.graph_links, schemas.GRAPH_LINKS, "graph_links"),
             compiled=schemas.conform(self.compiled, schemas.COMPILED_KERNELS, "compiled"),
         )
+
+
+@dataclass(frozen=True)
+class NestedReport(Report):
+    """A Report ready for attribution: open ranges closed, FSDP spans added, ranges nested.
+
+    Every range has its `depth` and `parent_id` (null for a root). Made by
+    `nsysmap.attribution.normalise.normalise`, the only step that nests; the
+    attribution (`nsysmap.attribution.attribute.attribute`) takes nothing else,
+    so type checking rejects a report straight from a reader.
+    """
+
+    def __post_init__(self) -> None:
+        ranges = self.ranges
+        if "depth" not in ranges.columns or ranges["depth"].null_count():
+            raise TypeError("NestedReport: ranges without depth; nest them with normalise()")
 
 
 def meta_frame(items: Mapping[str, object]) -> pl.DataFrame:

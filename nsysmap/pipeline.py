@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
@@ -23,7 +24,7 @@ from nsysmap.attribution.normalise import normalise
 from nsysmap.attribution.rules import BUILTIN, NameRules
 from nsysmap.errors import NoGpuData
 from nsysmap.infer.summary import INFER_COLUMNS, LAYER_INDEX, Inferred, infer_ops
-from nsysmap.model import Report
+from nsysmap.model import NestedReport, Report
 from nsysmap.output.conservation import check_conservation
 from nsysmap.output.placement import check_output_dir, staging
 from nsysmap.output.render import render_summary
@@ -34,6 +35,7 @@ from nsysmap.output.writer import (
     build_manifest,
     input_identity,
     output_tables,
+    table_entries,
     write_outputs,
 )
 from nsysmap.read.inputs import regular_file
@@ -52,14 +54,22 @@ STREAM_OPS = 2_000_000
 class Analysis:
     """Everything one run of the flow produced."""
 
-    report: Report
+    report: NestedReport
     held_ops: pl.DataFrame | None  # None: the ops were streamed to out_dir/ops.parquet
     summaries: Summaries
-    manifest: dict[str, Any]
-    summary_text: str
+    manifest: dict[str, Any]  # what manifest.json will say: every table written is listed
     out_dir: Path | None = None
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
     inferred: Inferred | None = None  # steps, phases, blocks from the kernel sequence
+    # Tables from outside the flow written with it (the profiled model's FLOPs, `with_tables`)
+    extra_tables: dict[str, pl.DataFrame] = field(default_factory=dict)
+
+    @property
+    def summary_text(self) -> str:
+        """The terminal summary, rendered when asked for (the CLI prints it)."""
+        meta = dict(zip(self.report.meta["key"], self.report.meta["value"], strict=True))
+        by_module = self.summaries.by_module
+        return render_summary(self.summaries, meta) + inferred_text(self.inferred, by_module)
 
     @property
     def ops(self) -> pl.DataFrame:
@@ -75,8 +85,8 @@ class Analysis:
         return Path(self.out_dir) / OPS_FILE
 
 
-def load_report(path: str | Path, *, stages: Stages | None = None) -> Report:
-    """Read a report of any supported kind and normalise it.
+def load_report(path: str | Path, *, stages: Stages | None = None) -> NestedReport:
+    """Read a report of any supported kind and normalise it (read, then nest its ranges).
 
     `.sqlite` nsys exports, `.nsys-rep` reports (exported with `nsys export`
     next to the input), and torch.profiler traces (`.json`, `.json.gz`).
@@ -121,7 +131,7 @@ def _read_raw(path: Path) -> Report:
 
 
 def analyse_report(
-    report: Report,
+    report: NestedReport,
     *,
     options: dict[str, Any] | None = None,
     source: dict[str, Any] | None = None,
@@ -160,7 +170,7 @@ def _require_ops(report: Report) -> None:
 
 
 def _analysis(
-    report: Report,
+    report: NestedReport,
     ops: pl.DataFrame | None,
     n_ops: int,
     summaries: Summaries,
@@ -174,9 +184,23 @@ def _analysis(
     tables = {"ops": ops if ops is not None else n_ops, **summaries.tables()}
     tables |= inferred.tables() if inferred is not None else {}
     manifest = build_manifest(report, tables, options=options or {}, source=source)
-    meta = dict(zip(report.meta["key"], report.meta["value"], strict=True))
-    text = render_summary(summaries, meta) + inferred_text(inferred, summaries.by_module)
-    return Analysis(report, ops, summaries, manifest, text, out_dir, inferred=inferred)
+    return Analysis(report, ops, summaries, manifest, out_dir, inferred=inferred)
+
+
+def with_tables(
+    analysis: Analysis, tables: Mapping[str, pl.DataFrame], **manifest: Any
+) -> Analysis:
+    """The analysis with `tables` to be written with it and listed in its manifest (pure).
+
+    `manifest` items are added to the manifest as they are (say, what the
+    tables describe); the manifest is still written once, by `write_analysis`.
+    """
+    listed = {**analysis.manifest["tables"], **table_entries(tables)}
+    return replace(
+        analysis,
+        extra_tables={**analysis.extra_tables, **tables},
+        manifest={**analysis.manifest, **manifest, "tables": listed},
+    )
 
 
 def inferred_text(inferred: Inferred | None, by_module: pl.DataFrame) -> str:
@@ -191,7 +215,7 @@ def inferred_text(inferred: Inferred | None, by_module: pl.DataFrame) -> str:
 
 
 def _streamed(
-    report: Report,
+    report: NestedReport,
     out_dir: Path,
     options: dict[str, Any] | None,
     stages: Stages,
@@ -220,12 +244,13 @@ def write_analysis(analysis: Analysis, out_dir: Path, *, stages: Stages | None =
             tables = output_tables(analysis.ops, analysis.summaries)
         if analysis.inferred is not None:
             tables |= analysis.inferred.tables()
+        tables |= analysis.extra_tables
         write_outputs(tables, analysis.manifest, out_dir, ops_file=ops_file)
     return replace(analysis, out_dir=out_dir, timings={**analysis.timings, **stages.timings})
 
 
 def analyse(
-    report: Report,
+    report: NestedReport,
     out_dir: Path,
     *,
     options: dict[str, Any] | None = None,

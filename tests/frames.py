@@ -1,4 +1,4 @@
-"""Build normalised Report frames inline, with whole-millisecond timings."""
+"""Build reports inline, with whole-millisecond timings: `Frames.report()` is a NestedReport."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import polars as pl
 
 from nsysmap import schemas
 from nsysmap.attribution.normalise import normalise
-from nsysmap.model import Report, meta_frame
+from nsysmap.model import NestedReport, Report, meta_frame
 
 MS = 1_000_000
 
 
 @dataclass
 class Frames:
-    """Collects rows; `report()` returns the normalised Report."""
+    """Collects rows; `report()` returns them read and normalised (a NestedReport)."""
 
     ranges: list[dict] = field(default_factory=list)
     calls: list[dict] = field(default_factory=list)
@@ -93,7 +93,7 @@ class Frames:
         )
         return op_id
 
-    def report(self) -> Report:
+    def report(self) -> NestedReport:
         raw = Report(
             gpu_ops=pl.DataFrame(self.ops, schema=schemas.GPU_OPS),
             api_calls=pl.DataFrame(self.calls, schema=schemas.API_CALLS),

@@ -230,7 +230,11 @@ def reference_attribution(
             if node is not None and node[1]:
                 res["module"] = forward_modules.get((launch["pid"], node[0]))
             res["attribution"] = (
-                "range" if res["range_id"] is not None else "window" if projected else "no_range"
+                "range"
+                if res["range_id"] is not None
+                else "other_thread"
+                if projected
+                else "no_range"
             )
         out[op["op_id"]] = res
     return out

@@ -78,7 +78,7 @@ def test_training_step_by_hand():
     assert bwd["attribution"] == "range"  # own thread has a range; phase came from the window
     outside = _row(ops, ids["bwd_outside_module"])
     assert (outside["attribution"], outside["phase"], outside["module"]) == (
-        "window",
+        "other_thread",
         "backward",
         None,
     )

@@ -97,7 +97,7 @@ def test_one_step_by_hand(step_export, tmp_path):
         "backward",
     )
     assert (got["bwd_outside_module"]["attribution"], got["bwd_outside_module"]["phase"]) == (
-        "window",
+        "other_thread",
         "backward",
     )
     adam = got["adam"]
@@ -106,7 +106,12 @@ def test_one_step_by_hand(step_export, tmp_path):
     assert got["no_launch"]["attribution"] == "no_launch"
     assert got["[CUDA memcpy HtoD]"]["step"] == 0 and got["[CUDA memcpy HtoD]"]["phase"] is None
     coverage = dict(analysis.summaries.coverage.select("attribution", "time_ns").iter_rows())
-    assert coverage == {"range": 9 * MS, "window": 2 * MS, "no_range": 2 * MS, "no_launch": 5 * MS}
+    assert coverage == {
+        "range": 9 * MS,
+        "other_thread": 2 * MS,
+        "no_range": 2 * MS,
+        "no_launch": 5 * MS,
+    }
 
 
 def test_time_is_conserved_per_device_against_independent_sql(step_export, tmp_path):

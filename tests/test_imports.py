@@ -50,6 +50,40 @@ FLOORS: dict[str, tuple[str, ...]] = {
         "nsysmap.many",
         "nsysmap.cli",
     ),
+    # Within the nsys reader, one direction: probe -> query -> frames -> assemble
+    # (nsys_sqlite); nothing calls back into an earlier stage's caller.
+    "nsysmap.read.nsys_probe": (
+        "nsysmap.read.nsys_sql",
+        "nsysmap.read.nsys_frames",
+        "nsysmap.read.nsys_graphs",
+        "nsysmap.read.nsys_env",
+        "nsysmap.read.nsys_sqlite",
+    ),
+    "nsysmap.read.nsys_sql": (
+        "nsysmap.read.nsys_frames",
+        "nsysmap.read.nsys_graphs",
+        "nsysmap.read.nsys_env",
+        "nsysmap.read.nsys_sqlite",
+    ),
+    # Frames are built in Polars only: no file, no SQL.
+    "nsysmap.read.nsys_frames": (
+        "nsysmap.read.nsys_probe",
+        "nsysmap.read.nsys_sql",
+        "nsysmap.read.nsys_sqlite",
+    ),
+    "nsysmap.read.nsys_graphs": (
+        "nsysmap.read.nsys_probe",
+        "nsysmap.read.nsys_sql",
+        "nsysmap.read.nsys_frames",
+        "nsysmap.read.nsys_sqlite",
+    ),
+    "nsysmap.read.nsys_env": (
+        "nsysmap.read.nsys_probe",
+        "nsysmap.read.nsys_sql",
+        "nsysmap.read.nsys_frames",
+        "nsysmap.read.nsys_sqlite",
+    ),
+    "nsysmap.read.nsys_specs": ("nsysmap.",),
     # The pure middle.
     "nsysmap.attribution": (
         "nsysmap.read",

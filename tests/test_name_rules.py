@@ -199,9 +199,9 @@ def test_warm_up_ranges_outrank_the_phases_inside_them():
     got = attribute(f.report()).select("op_id", "step", "phase", "attribution").rows()
     by_op = {op_id: rest for op_id, *rest in got}
     assert by_op[ops["warm_forward"]] == [None, "warmup", "range"]
-    assert by_op[ops["warm_backward"]] == [None, "warmup", "window"]  # the process's range
+    assert by_op[ops["warm_backward"]] == [None, "warmup", "other_thread"]  # the process's range
     assert by_op[ops["forward"]] == [1, "forward", "range"]
-    assert by_op[ops["backward"]] == [1, "backward", "window"]
+    assert by_op[ops["backward"]] == [1, "backward", "other_thread"]
 
 
 def test_the_report_leaves_warm_up_work_out_of_per_step_figures():

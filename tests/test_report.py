@@ -28,8 +28,9 @@ import pytest
 from click.testing import CliRunner
 
 from nsysmap.cli import _invoke, cli
+from nsysmap.errors import NotAnExport
 from nsysmap.flops.model import attach_model_flops
-from nsysmap.pipeline import analyse_file
+from nsysmap.pipeline import analyse_file, analyse_report, load_report, write_analysis
 from nsysmap.report.answers import ReportOptions
 from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run
@@ -187,12 +188,13 @@ def flop_document() -> dict:
 
 
 @pytest.fixture(scope="module")
-def with_model_flops(outputs, tmp_path_factory) -> Path:
+def with_model_flops(tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("flops") / "train"
-    shutil.copytree(outputs["train"], run)
-    (run / "capture").mkdir()
+    (run / "capture").mkdir(parents=True)
     (run / "capture" / "flops.json").write_text(json.dumps(flop_document()))
-    assert attach_model_flops(run / "capture", run) == run / "flops.parquet"
+    analysis = analyse_report(load_report(SAMPLES / "gpt2_tiny_train.sqlite"))
+    write_analysis(attach_model_flops(analysis, run / "capture"), run)
+    assert (run / "flops.parquet").is_file()
     return run
 
 
@@ -365,3 +367,21 @@ def test_each_share_names_its_denominator(outputs, report):
     text = analyse_file(SAMPLES / "gpt2_tiny_train.sqlite", outputs["train"]).summary_text
     assert "Shares below are of all that time, devices together" in text
     assert text.startswith(f"input {SAMPLES / 'gpt2_tiny_train.sqlite'}\n")  # labelled
+
+
+def test_an_older_output_reads_window_as_other_thread(outputs, tmp_path):
+    """Output schema 1.2 called `other_thread` `window`: read_run maps it, newer ones as written."""
+    run = tmp_path / "old"
+    shutil.copytree(outputs["train"], run)
+    ops = pl.read_parquet(run / "ops.parquet")
+    assert "other_thread" in set(ops["attribution"])  # the sample has some
+    old = ops.with_columns(pl.col("attribution").cast(pl.String).replace("other_thread", "window"))
+    old.write_parquet(run / "ops.parquet")
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps({**manifest, "output_schema_version": "1.2"}))
+    read = read_run(run).ops
+    assert read["attribution"].dtype == ops["attribution"].dtype
+    assert read["attribution"].to_list() == ops["attribution"].to_list()
+    (run / "manifest.json").write_text(json.dumps(manifest))  # 1.3 has no `window`
+    with pytest.raises(NotAnExport, match="not an ops table"):
+        read_run(run)

@@ -11,7 +11,7 @@ import pytest
 import instrument
 from instrument import launch
 from nsysmap.flops.model import attach_model_flops, load_flops
-from nsysmap.pipeline import analyse_file
+from nsysmap.pipeline import analyse_file, analyse_report, load_report, write_analysis
 from nsysmap.report.answers import ReportOptions
 from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run
@@ -118,16 +118,21 @@ def test_attach_converts_the_document_and_load_reads_it_back(tmp_path, script):
     launched(capture, script, "train")
     out = tmp_path / "run"
     analyse_file(capture / "trace.json", out)
-    assert load_flops(out) is not None  # before attaching: read from capture/flops.json
-    target = attach_model_flops(capture, out)
+    assert load_flops(out) is not None  # not attached: read from capture/flops.json
+    analysis = analyse_report(load_report(capture / "trace.json"))
+    attached = attach_model_flops(analysis, capture)
+    assert not (out / "flops.parquet").exists()  # attaching writes nothing
+    write_analysis(attached, out)
     manifest = json.loads((out / "manifest.json").read_text())
-    assert target == out / "flops.parquet"
-    assert manifest["tables"]["flops"]["rows"] == pl.read_parquet(target).height
+    target = out / "flops.parquet"
+    assert manifest == attached.manifest  # the manifest is written once, with every table
+    assert manifest["tables"]["flops"]["file"] == target.name
+    assert manifest["tables"]["flops"]["rows"] == pl.read_parquet(target).height > 0
     assert manifest["model_flops"]["compute_dtype"] == "float32"
     assert "rows" not in manifest["model_flops"]
     assert load_flops(out)["matmul_flop"].sum() == 160 + 192
     (capture / "flops.json").unlink()  # a later run whose counting failed
-    assert attach_model_flops(capture, tmp_path / "run") is None
+    write_analysis(attach_model_flops(analysis, capture), out)
     manifest = json.loads((out / "manifest.json").read_text())
     assert "no flops.json" in manifest["model_flops"]["error"] and "flops" not in manifest["tables"]
     assert not target.exists() and load_flops(out) is None
@@ -148,8 +153,9 @@ def gpt2_small_run(tmp_path_factory):
     argv = ["--backend", "torch", "--out", str(capture), "--warmup-steps", "0", "--steps", "1"]
     args = ["--size", "small", "--batch", "8", "--seq-len", "128", "--steps", "1"]
     assert launch.main([*argv, str(EXAMPLE), *args, "--attn", "eager"]) == 0
-    analyse_file(capture / "trace.json", out)
-    attach_model_flops(capture, out)
+    write_analysis(
+        attach_model_flops(analyse_report(load_report(capture / "trace.json")), capture), out
+    )
     return out
 
 

@@ -43,4 +43,4 @@ def test_training_sample_attributes_backward_to_modules_and_phases():
     c_fc = bwd.filter(pl.col("module") == "transformer.h.1.mlp.c_fc")
     assert c_fc.height == 4 and set(c_fc["direction"]) == {"backward"}  # 2 steps x 2 gemms
     assert set(ops.filter(pl.col("category") == "optimizer")["phase"]) == {"optimizer"}
-    assert set(ops["attribution"]) == {"range", "window", "no_range", "no_launch"}
+    assert set(ops["attribution"]) == {"range", "other_thread", "no_range", "no_launch"}

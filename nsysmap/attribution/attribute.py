@@ -22,7 +22,7 @@ The chain, each link a vectorised lookup:
    (`nsysmap.attribution.compiled`, from the capture's compiled.json).
 
 No operation is dropped: `attribution` says how far the chain got
-("range", "window", "no_range", "no_launch").
+("range", "other_thread", "no_range", "no_launch").
 
 How: `nsysmap.attribution.locate` finds range positions for all operations at once
 (as-of joins and parent climbs, `nsysmap.intervals.forest`); this module turns them
@@ -44,11 +44,11 @@ from nsysmap.attribution.locate import ANCHORS, WARMUP, Scope, locate, queries, 
 from nsysmap.attribution.paths import range_paths
 from nsysmap.attribution.rules import BUILTIN, NameRules
 from nsysmap.launch_keys import call_key, first_calls
-from nsysmap.model import Report
+from nsysmap.model import NestedReport, Report
 
 
-def attribute(report: Report, rules: NameRules = BUILTIN) -> pl.DataFrame:
-    """One OPS row per GPU operation of `report` (ranges must be nested).
+def attribute(report: NestedReport, rules: NameRules = BUILTIN) -> pl.DataFrame:
+    """One OPS row per GPU operation of `report` (nested by `normalise`).
 
     `rules` read step and phase names (nsysmap.attribution.rules).
     """
@@ -56,7 +56,7 @@ def attribute(report: Report, rules: NameRules = BUILTIN) -> pl.DataFrame:
 
 
 def attribute_blocks(
-    report: Report, *, block_rows: int | None, rules: NameRules = BUILTIN
+    report: NestedReport, *, block_rows: int | None, rules: NameRules = BUILTIN
 ) -> Iterator[pl.DataFrame]:
     """The OPS rows of `report` in op_id order, `block_rows` rows at a time (None: one block).
 
@@ -261,7 +261,7 @@ def _finish(ops: pl.DataFrame) -> pl.DataFrame:
         .when(pl.col("range_id").is_not_null())
         .then(pl.lit("range"))
         .when(pl.col("projected"))
-        .then(pl.lit("window"))
+        .then(pl.lit("other_thread"))
         .otherwise(pl.lit("no_range"))
     )
     out = ops.with_columns(status.alias("attribution"))

@@ -23,7 +23,7 @@ from dataclasses import replace
 import polars as pl
 
 from nsysmap.attribution.compiled import cpu_events
-from nsysmap.model import Report, meta_frame
+from nsysmap.model import NestedReport, Report, meta_frame
 
 COMPILE_EVENT = " (dynamo_timed)"  # the name's end
 FACTS = ("compile_events", "compile_wall_ns", "compile_op_ns", "compiled_graphs")
@@ -70,7 +70,7 @@ def compile_facts(report: Report) -> dict[str, str]:
     }
 
 
-def with_compile_facts(report: Report) -> Report:
+def with_compile_facts(report: NestedReport) -> NestedReport:
     """The report with `compile_facts` added to its metadata (pure)."""
     facts = compile_facts(report)
     if not facts:

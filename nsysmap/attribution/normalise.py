@@ -1,7 +1,8 @@
-"""From what a reader returns to the normalised report attribution expects.
+"""The normalise stage: from a reader's `Report` to the `NestedReport` attribution takes.
 
 Readers leave range nesting empty, and ranges that were never closed without
-an end; this step closes those, adds synthetic spans for FSDP's paired hook
+an end; this step (`normalise`, the only function that makes a NestedReport)
+closes those, adds synthetic spans for FSDP's paired hook
 ranges, fills `depth` and `parent_id`, and records in `meta` how many ranges
 were closed and how many had to be clipped because they crossed their parent.
 """
@@ -13,12 +14,12 @@ import polars as pl
 from nsysmap.attribution.labels import fsdp_spans
 from nsysmap.errors import NotAnExport
 from nsysmap.intervals.nesting import close_open_ranges, nest_ranges
-from nsysmap.model import Report
+from nsysmap.model import NestedReport, Report
 from nsysmap.scalars import to_int
 
 
-def normalise(raw: Report) -> Report:
-    """The report with FSDP spans added and ranges nested (pure).
+def normalise(raw: Report) -> NestedReport:
+    """The report with open ranges closed, FSDP spans added and ranges nested (pure).
 
     Raises NotAnExport when a GPU operation's times are unusable (see
     `check_op_times`).
@@ -39,7 +40,7 @@ def normalise(raw: Report) -> Report:
         }
     )
     meta = pl.concat([raw.meta.filter(~pl.col("key").is_in(facts["key"].implode())), facts])
-    return Report(
+    return NestedReport(
         gpu_ops=raw.gpu_ops,
         api_calls=raw.api_calls,
         ranges=nested,

@@ -7,7 +7,8 @@
                   its stdout and stderr are the user's; Ctrl-C is forwarded once
      3. capture   DIR/capture/report.nsys-rep -> nsys export -> report.sqlite,
                   or DIR/capture/trace.json
-     4. analyse   pipeline.load_report + pipeline.analyse -> DIR/*.parquet, manifest.json
+     4. analyse   pipeline.load_report + analyse_report (+ the model's FLOPs from
+                  DIR/capture/flops.json) + write_analysis -> DIR/*.parquet, manifest.json
      5. record    DIR/run.json: commands, backend, the script's exit status
 
 A script that fails or is interrupted still has what was captured analysed;
@@ -24,7 +25,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +45,8 @@ from nsysmap.errors import (
 )
 from nsysmap.flops.model import attach_model_flops
 from nsysmap.output.placement import check_output_dir, remove_outputs, write_failed
-from nsysmap.output.writer import MANIFEST
-from nsysmap.pipeline import Analysis, analyse, load_report
+from nsysmap.output.writer import input_identity
+from nsysmap.pipeline import Analysis, analyse_report, load_report, write_analysis
 
 LAUNCHER_MODULE = "instrument.launch"
 BACKENDS = ("auto", "nsys", "torch")
@@ -159,16 +160,14 @@ def _analyse_capture(
     options = _options(request, record)
     try:
         report = load_report(captured)
-        analysis = analyse(
-            report, out_dir, options=options, input_path=captured, rules=request.rules
+        analysis = analyse_report(
+            report, options=options, source=input_identity(captured), rules=request.rules
         )
     except NoGpuData as exc:
         before = f"{request.script.name} exited with status {status}; " if status else ""
         raise _nothing_to_analyse(f"{before}nothing usable was captured: {exc}", record) from exc
-    # The launcher's FLOP count of the model, when it made one, joins the outputs.
-    if attach_model_flops(capture, out_dir) is not None:
-        analysis = replace(analysis, manifest=json.loads((out_dir / MANIFEST).read_text()))
-    return analysis
+    # The launcher's FLOP count of the model, when it made one, is written with the outputs.
+    return write_analysis(attach_model_flops(analysis, capture), out_dir)
 
 
 def choose_backend(requested: str) -> tuple[str, str, Path | None]:

@@ -4,10 +4,11 @@
 the FLOP document of docs/flops.md for one step of the model it profiled,
 counted on fake tensors with the input shape of the model's first forward
 call, plus `compute_dtype` (autocast's dtype, else the parameters'; "tf32" when
-enabled) and `source`. `attach_model_flops` turns it into `flops.parquet` (the
-`FLOPS` table of nsysmap.flops.tables) in the output directory and records it in
-manifest.json: the table under `tables.flops`, the document's description
-(everything but its rows) under `model_flops`. `load_flops` reads it back.
+enabled) and `source`. `attach_model_flops` adds it to an analysis before it
+is written: the `FLOPS` table of nsysmap.flops.tables, written as
+`flops.parquet` and listed under `tables.flops` in manifest.json, and the
+document's description (everything but its rows) under `model_flops`; the
+manifest is written once, with everything. `load_flops` reads it back.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from instrument.contract import CAPTURE_DIR
 from instrument.contract import FLOPS as FLOPS_JSON
 from nsysmap.flops.tables import FlopsFormatError, flops_table
 from nsysmap.output.writer import MANIFEST
+from nsysmap.pipeline import Analysis, with_tables
 
 FLOPS_TABLE = "flops"
 _BULKY = ("rows", "modules", "flop_counter")
@@ -42,32 +44,22 @@ def describe(doc: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in doc.items() if key not in _BULKY}
 
 
-def attach_model_flops(capture_dir: Path, out_dir: Path) -> Path | None:
-    """Write out_dir/flops.parquet from capture_dir/flops.json and list it in the manifest.
+def attach_model_flops(analysis: Analysis, capture_dir: Path) -> Analysis:
+    """The analysis with the FLOPS table of capture_dir/flops.json to write, and its description.
 
-    Returns the Parquet path, or None when the capture has no usable FLOP
-    document (the manifest then says why under `model_flops.error`). Never
-    raises for a missing or bad document: FLOPs are optional.
+    Pure but for reading flops.json: the table joins the analysis's tables
+    (written by `write_analysis` as flops.parquet, listed under
+    `tables.flops`), the description goes to the manifest under
+    `model_flops`. Without a usable document there is no table and
+    `model_flops.error` says why. Never raises for a missing or bad
+    document: FLOPs are optional.
     """
-    capture_dir, out_dir = Path(capture_dir), Path(out_dir)
-    source = capture_dir / FLOPS_JSON
-    manifest_path = out_dir / MANIFEST
-    manifest = json.loads(manifest_path.read_text())
+    source = Path(capture_dir) / FLOPS_JSON
     doc = read_document(source) if source.is_file() else None
     if doc is None:
         why = "not a FLOP document of this version" if source.is_file() else "no flops.json"
-        manifest["model_flops"] = {"error": f"{source}: {why}"}
-        manifest["tables"].pop(FLOPS_TABLE, None)
-        (out_dir / f"{FLOPS_TABLE}.parquet").unlink(missing_ok=True)  # a previous run's
-        target = None
-    else:
-        target = out_dir / f"{FLOPS_TABLE}.parquet"
-        table = flops_table(doc)
-        table.write_parquet(target, statistics=True)
-        manifest["tables"][FLOPS_TABLE] = {"file": target.name, "rows": table.height}
-        manifest["model_flops"] = describe(doc)
-    manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    return target
+        return with_tables(analysis, {}, model_flops={"error": f"{source}: {why}"})
+    return with_tables(analysis, {FLOPS_TABLE: flops_table(doc)}, model_flops=describe(doc))
 
 
 def load_flops(run_dir: Path) -> pl.DataFrame | None:

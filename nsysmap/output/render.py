@@ -18,7 +18,7 @@ TOP = 10
 MAX_LABEL = 72
 _NONE = "(none)"
 _REASONS = {
-    "window": "given step/phase from a range on another thread of the process",
+    "other_thread": "given step/phase from a range on another thread of the process",
     "no_range": "launched outside any range",
     "no_launch": "no launch record in the capture",
 }
@@ -86,7 +86,7 @@ def _coverage(cov: pl.DataFrame, unit: str) -> str:
         return f"Coverage: no {unit} in this capture."
     sums = cov.group_by("attribution").agg(pl.col("time_ns").sum())
     by = {str(k): int(v) for k, v in sums.iter_rows()}
-    attributed = by.get("range", 0) + by.get("window", 0)
+    attributed = by.get("range", 0) + by.get("other_thread", 0)
     line = f"Coverage: {_pct(attributed, total)} of {unit} attributed to ranges"
     details = [f"{_pct(by[k], total)} {text}" for k, text in _REASONS.items() if by.get(k)]
     return line + (" (" + "; ".join(details) + ")" if details else "") + "."

@@ -25,7 +25,7 @@ from polars.io.plugins import register_io_source
 from nsysmap import schemas
 from nsysmap.attribution.attribute import attribute_blocks
 from nsysmap.attribution.rules import BUILTIN, NameRules
-from nsysmap.model import Report
+from nsysmap.model import NestedReport
 from nsysmap.output.summarize import (
     Summaries,
     combine_summaries,
@@ -39,7 +39,7 @@ BLOCK_ROWS = 250_000  # OPS rows materialised at a time (more: a higher peak, no
 
 
 def stream_ops(
-    report: Report, target: Path, stages: Stages, rules: NameRules = BUILTIN
+    report: NestedReport, target: Path, stages: Stages, rules: NameRules = BUILTIN
 ) -> tuple[int, Summaries]:
     """Write the OPS rows of `report` to `target`; returns their number and the summaries.
 

@@ -72,10 +72,15 @@ def build_manifest(
         "options": options,
         "report_meta": meta,
         "devices": report.devices.sort("device_id").to_dicts(),
-        "tables": {
-            name: {"file": f"{name}.parquet", "rows": df if isinstance(df, int) else df.height}
-            for name, df in tables.items()
-        },
+        "tables": table_entries(tables),
+    }
+
+
+def table_entries(tables: Mapping[str, pl.DataFrame | int]) -> dict[str, dict[str, Any]]:
+    """The manifest's `tables`: each table's file and row count (a count: written elsewhere)."""
+    return {
+        name: {"file": f"{name}.parquet", "rows": df if isinstance(df, int) else df.height}
+        for name, df in tables.items()
     }
 
 

@@ -16,7 +16,7 @@ import polars as pl
 from instrument import compiled_doc, contract
 from nsysmap import schemas
 from nsysmap.errors import NotAnExport
-from nsysmap.model import Report
+from nsysmap.model import NestedReport
 
 
 def read_compiled(path: Path) -> pl.DataFrame:
@@ -28,7 +28,7 @@ def read_compiled(path: Path) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schemas.COMPILED_KERNELS, strict=False)
 
 
-def attach_compiled(report: Report, trace: Path) -> Report:
+def attach_compiled(report: NestedReport, trace: Path) -> NestedReport:
     """The report with the compiled.json found next to `trace`, if there is one."""
     doc = trace.parent / contract.COMPILED
     if not doc.is_file():

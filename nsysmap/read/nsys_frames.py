@@ -1,16 +1,28 @@
-"""Building the report's frames from the rows read: GPU operations and ranges.
+"""Stage 3 of the nsys reader: the report's frames from the rows read (Polars only, no SQL).
 
-Part of the nsys reader (`nsysmap.read.nsys_sqlite`): kernels, memcpys, memsets and
-CUDA graph replays become `gpu_ops`, NVTX rows become `ranges`, with every StringIds lookup an
-expression. `kernels_batch` and `nvtx_batch` run on each batch as it is read.
+`build(raw, strings)` turns the tables `nsysmap.read.nsys_sql` read into the
+frames of a report: kernels, memcpys, memsets and CUDA graph replays become
+`gpu_ops` (graph links by `nsysmap.read.nsys_graphs`), NVTX rows become
+`ranges`, runtime rows `api_calls` (backtrace twins and duplicate launches
+dropped), with every StringIds lookup an expression. `batch_builders` gives
+the functions the queries apply to each batch of the two big tables as it
+arrives, so their raw columns are never held whole.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import polars as pl
 
 from nsysmap import schemas
-from nsysmap.read import nsys_sql as sql
+from nsysmap.launch_keys import first_calls
+from nsysmap.read import nsys_specs as specs
+from nsysmap.read.nsys_env import rank_facts
+from nsysmap.read.nsys_graphs import split_graphs
+
+Raw = dict[str, pl.DataFrame | None]
 
 DOMAIN_CREATE = 75
 PUSH_POP, START_END = 59, 60  # the NVTX event types of ranges
@@ -20,10 +32,88 @@ COPY_KINDS: tuple[str, ...]
 COPY_KINDS = ("Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH")
 COPY_KINDS += ("PtoP", "Unified HtoD", "Unified DtoH", "Unified DtoD")
 MAX_RANGE_RUNS = 64  # range rows in more runs than this are filtered (copied)
+TWIN_EVENT_CLASS = 67  # the backtrace twin nsys writes next to a CUDA API row
+LAUNCH_API = r"^cu(da)?(Graph)?Launch"  # cudaLaunchKernel_v7000, cuLaunchKernelEx, ...
+
+
+@dataclass(frozen=True)
+class Frames:
+    """What the export's rows say, as frames and counts (the Report is assembled from it)."""
+
+    gpu_ops: pl.DataFrame
+    api_calls: pl.DataFrame
+    ranges: pl.DataFrame
+    threads: pl.DataFrame
+    devices: pl.DataFrame
+    graph_links: pl.DataFrame
+    export_meta: dict[str, str]  # the export's own metadata (the keys read)
+    start_ns: int | None  # the first start and last end of ops, calls and ranges
+    end_ns: int | None
+    counts: dict[str, object]  # facts for the report's meta: rows dropped, graphs, rank
+
+
+def build(raw: Raw, strings: pl.DataFrame) -> Frames:
+    """The frames from the tables read (table name -> rows); `strings` from `strings_table`.
+
+    Each raw table is popped from `raw` once used (a lower peak).
+    """
+    for name, frame in raw.items():
+        raw[name] = None if frame is None else rechunked(frame)
+    gpu_ops = gpu_ops_frame(raw, strings)
+    gpu_ops, graph_links, graph_facts = split_graphs(
+        gpu_ops, raw.pop(specs.GRAPH_NODE_EVENTS.table), raw.pop(specs.GRAPH_EVENTS.table)
+    )
+    api_calls, twins, duplicates = api_calls_frame(raw.pop(specs.RUNTIME.table), strings)
+    nvtx = raw.pop(specs.NVTX.table)
+    nvtx = nvtx_batch(specs.NVTX.empty_if_none(None), strings) if nvtx is None else nvtx
+    in_ranges = nvtx.lazy().filter(pl.col("eventType").is_in(RANGE_KINDS))
+    start, end = _extent(_timed(gpu_ops), api_calls, in_ranges.select("start_ns", end_ns="end"))
+    ranges = ranges_frame(nvtx)
+    del nvtx
+    metas = [raw.pop(spec.table) for spec in specs.META_TABLES]
+    counts = {
+        "cuda_launch_calls": api_calls["api_name"].str.contains(LAUNCH_API).sum(),
+        "backtrace_twin_rows": twins,
+        "duplicate_launch_rows": duplicates,
+        "ranges_open_at_end": (~ranges["_closed"]).sum(),
+        **graph_facts,
+        **rank_facts(raw.pop(specs.LAUNCH_ENV.table)),
+    }
+    return Frames(
+        gpu_ops=gpu_ops,
+        api_calls=api_calls,
+        ranges=ranges.drop("_closed"),
+        threads=_threads(raw[specs.THREAD_NAMES.table], strings),
+        devices=_devices(raw[specs.GPU_INFO.table], raw[specs.CUDA_GPU_INFO.table]),
+        graph_links=graph_links,
+        export_meta=_meta(next((m for m in metas if m is not None), None)),
+        start_ns=start,
+        end_ns=end,
+        counts=counts,
+    )
+
+
+def batch_builders(strings: pl.DataFrame) -> dict[str, Callable[[pl.DataFrame], pl.DataFrame]]:
+    """Table name -> what each batch of it becomes as it is read (NVTX and kernels)."""
+    return {
+        specs.NVTX.table: lambda batch: nvtx_batch(batch, strings),
+        specs.KERNEL.table: lambda batch: kernels_batch(batch, strings),
+    }
+
+
+def rechunked(frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with its integer columns in one chunk each, rechunked one at a time.
+
+    Texts stay in their batches: a rechunk would copy every string.
+    """
+    for name, dtype in frame.schema.items():
+        if dtype.is_integer():
+            frame = frame.with_columns(frame[name].rechunk())
+    return frame
 
 
 def strings_table(frame: pl.DataFrame | None) -> pl.DataFrame:
-    return sql.STRINGS.empty_if_none(frame).unique("id", keep="first", maintain_order=True)
+    return specs.STRINGS.empty_if_none(frame).unique("id", keep="first", maintain_order=True)
 
 
 def string_value(column: str, strings: pl.DataFrame) -> pl.Expr:
@@ -38,18 +128,20 @@ def string_value(column: str, strings: pl.DataFrame) -> pl.Expr:
     )
 
 
-def gpu_ops_frame(raw: dict[str, pl.DataFrame | None], strings: pl.DataFrame) -> pl.DataFrame:
+def gpu_ops_frame(raw: Raw, strings: pl.DataFrame) -> pl.DataFrame:
     """Kernels, memcpys, memsets, then graph replays, each in file order; op_id counts them.
 
     Two columns beyond GPU_OPS, `graph_node_id` and `graph_id`, say which ops
     ran in or as a CUDA graph (see `nsysmap.read.nsys_graphs`).
     """
-    kernels = raw.pop(sql.KERNEL.table)
+    kernels = raw.pop(specs.KERNEL.table)
     frames = [
-        kernels_batch(sql.KERNEL.empty_if_none(None), strings) if kernels is None else kernels,
-        _memcpys(sql.MEMCPY.empty_if_none(raw.pop(sql.MEMCPY.table)), raw["memcpy_kinds"]),
-        _memsets(sql.MEMSET.empty_if_none(raw.pop(sql.MEMSET.table))),
-        _graph_replays(sql.GRAPH_TRACE.empty_if_none(raw.pop(sql.GRAPH_TRACE.table))),
+        kernels_batch(specs.KERNEL.empty_if_none(None), strings) if kernels is None else kernels,
+        _memcpys(
+            specs.MEMCPY.empty_if_none(raw.pop(specs.MEMCPY.table)), raw[specs.MEMCPY_KINDS.table]
+        ),
+        _memsets(specs.MEMSET.empty_if_none(raw.pop(specs.MEMSET.table))),
+        _graph_replays(specs.GRAPH_TRACE.empty_if_none(raw.pop(specs.GRAPH_TRACE.table))),
     ]
     ops = pl.concat(frames, how="diagonal_relaxed")
     return ops.with_columns(op_id=pl.int_range(pl.len(), dtype=pl.Int64), input_shapes=None)
@@ -68,7 +160,7 @@ def _activity_columns(kind: str) -> dict[str, pl.Expr]:
         "kind": pl.lit(kind, schemas.OpKind),
         "device_id": pl.col("deviceId"),
         "stream_id": pl.col("streamId"),
-        "pid": sql.process_id("globalPid"),
+        "pid": specs.process_id("globalPid"),
         "correlation_id": pl.col("correlationId"),
         "start_ns": pl.col("start"),
         "end_ns": pl.col("end"),
@@ -79,7 +171,7 @@ def _activity_columns(kind: str) -> dict[str, pl.Expr]:
 def kernels_batch(kernels: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
     """Name: the demangled name, else the short one, else the mangled one."""
     demangled, short, mangled = (
-        sql.text_or_null(string_value(c, strings))
+        specs.text_or_null(string_value(c, strings))
         for c in ("demangledName", "shortName", "mangledName")
     )
     grid = {f"grid_{a}": pl.col(f"grid{a.upper()}") for a in "xyz"}
@@ -140,10 +232,10 @@ def nvtx_batch(nvtx: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
     """NVTX rows with process, thread and name (text, else StringIds[textId])."""
     return nvtx.select(
         "eventType",
-        pid=sql.process_id("globalTid"),
-        tid=sql.thread_id("globalTid"),
+        pid=specs.process_id("globalTid"),
+        tid=specs.thread_id("globalTid"),
         domainId="domainId",
-        name=pl.coalesce(sql.text_or_null("text"), string_value("textId", strings)),
+        name=pl.coalesce(specs.text_or_null("text"), string_value("textId", strings)),
         start_ns="start",
         end="end",
     )
@@ -174,7 +266,7 @@ def ranges_frame(nvtx: pl.DataFrame) -> pl.DataFrame:
         parent_id=pl.lit(None, pl.Int64),
         _closed=pl.col("end").is_not_null(),
     )
-    return sql.rechunked(ranges)
+    return rechunked(ranges)
 
 
 def _range_rows(nvtx: pl.DataFrame) -> pl.DataFrame:
@@ -213,3 +305,103 @@ def _domain(domains: pl.DataFrame) -> pl.Expr:
     known = domains.select(key=pl.col("pid") * (1 << 32) + pl.col("domainId"), name="domain")
     named = key.replace_strict(known["key"], known["name"], default=None, return_dtype=pl.String)
     return pl.when(pl.col("domainId") != 0).then(named)
+
+
+def api_calls_frame(
+    runtime: pl.DataFrame | None, strings: pl.DataFrame
+) -> tuple[pl.DataFrame, int, int]:
+    """API calls without backtrace twins; also (twins dropped, duplicates dropped).
+
+    A twin (eventClass 67) is dropped when a real row has its (pid,
+    correlation id); of real rows sharing one, the one that `first_calls`
+    (nsysmap/launch_keys.py) keeps. Rows without a correlation id are all kept.
+    """
+    calls = specs.RUNTIME.empty_if_none(runtime).with_columns(pid=specs.process_id("globalTid"))
+    twin = calls["eventClass"].eq(TWIN_EVENT_CLASS).fill_null(False)
+    twins, real = _split(calls, twin)
+    key = ["pid", "correlationId"]
+    kept, _ = _split(real, _first_calls(real))
+    duplicates = real.height - kept.height
+    if not twins.is_empty():  # keep a twin only when its real row is missing
+        orphans = twins.join(real, on=key, how="anti")
+        kept = pl.concat([kept, orphans.filter(_first_calls(orphans))])
+    twins_dropped = calls.height - kept.height - duplicates
+    frame = kept.select(
+        "pid",
+        tid=specs.thread_id("globalTid"),
+        correlation_id="correlationId",
+        api_name=string_value("nameId", strings),
+        start_ns="start",
+        end_ns="end",
+    )
+    return frame, twins_dropped, duplicates
+
+
+def _first_calls(calls: pl.DataFrame) -> pl.Series:
+    """The rows that win their (pid, correlation id), on the raw runtime columns."""
+    return first_calls(calls, corr="correlationId", start="start", tid="globalTid")
+
+
+def _split(frame: pl.DataFrame, mask: pl.Series) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(rows where mask holds, the others), without copying when one side is empty."""
+    if mask.all():
+        return frame, frame.clear()
+    if not mask.any():
+        return frame.clear(), frame
+    return frame.filter(mask), frame.filter(~mask)
+
+
+def _timed(gpu_ops: pl.DataFrame) -> pl.LazyFrame:
+    """The ops with a time: CUPTI writes start = end = 0 for a graph replay it could not time."""
+    untimed = (pl.col("kind") == "graph") & (pl.col("start_ns") == 0) & (pl.col("end_ns") == 0)
+    return gpu_ops.lazy().filter(~untimed)
+
+
+def _extent(*frames: pl.DataFrame | pl.LazyFrame) -> tuple[int | None, int | None]:
+    """The first start, and the last end or start (an open range has only a start)."""
+    bounds = [
+        f.lazy()
+        .select(
+            pl.col("start_ns").min().alias("first"),
+            pl.max_horizontal(pl.col("end_ns").max(), pl.col("start_ns").max()).alias("last"),
+        )
+        .collect()
+        .row(0)
+        for f in frames
+    ]
+    firsts = [first for first, _ in bounds]
+    lasts = [last for _, last in bounds]
+    firsts, lasts = [v for v in firsts if v is not None], [v for v in lasts if v is not None]
+    return (min(firsts) if firsts else None, max(lasts) if lasts else None)
+
+
+def _threads(names: pl.DataFrame | None, strings: pl.DataFrame) -> pl.DataFrame:
+    """Thread names; a thread named twice keeps its last name."""
+    threads = specs.THREAD_NAMES.empty_if_none(names).select(
+        pid=specs.process_id("globalTid"),
+        tid=specs.thread_id("globalTid"),
+        thread_name=string_value("nameId", strings),
+    )
+    return threads.unique(["pid", "tid"], keep="last", maintain_order=True)
+
+
+def _devices(gpu: pl.DataFrame | None, cuda_gpu: pl.DataFrame | None) -> pl.DataFrame:
+    """GPUs as the export lists them (not necessarily the ones used)."""
+    info = specs.GPU_INFO.empty_if_none(gpu if gpu is not None else cuda_gpu)
+    known = pl.col("major").fill_null(0) > 0  # other adapters are listed with zeros
+    devices = info.select(
+        "device_id",
+        name=specs.text_or_null("name"),
+        sm_count="sm_count",
+        memory_bytes="memory",
+        compute_capability=pl.when(known).then(pl.format("{}.{}", "major", "minor")),
+    )
+    return devices.unique("device_id", keep="first", maintain_order=True)
+
+
+def _meta(frame: pl.DataFrame | None) -> dict[str, str]:
+    """The export's own metadata (the few keys the reader reads)."""
+    if frame is None:
+        return {}
+    rows = frame.unique("name", keep="first", maintain_order=True).rows()
+    return dict(rows)

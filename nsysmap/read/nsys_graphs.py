@@ -1,6 +1,7 @@
 """CUDA graphs in nsys exports: which GPU ops ran in or as a graph, and where it was captured.
 
-Part of the nsys reader (`nsysmap.read.nsys_sqlite`). Two capture modes:
+Part of the nsys reader's frames stage (`nsysmap.read.nsys_frames` calls
+`split_graphs`; Polars only). Two capture modes:
 
 * `--cuda-graph-trace=graph` (nsys's default): each replay is one row of
   `CUPTI_ACTIVITY_KIND_GRAPH_TRACE` (a `graph` op, built in `nsys_frames`),
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from nsysmap.read import nsys_sql as sql
+from nsysmap.read import nsys_specs as specs
 
 # Clone chains are followed at most this deep (a cycle leaves the point unknown).
 MAX_CLONE_DEPTH = 16
@@ -39,8 +40,8 @@ def node_events(node_table: pl.DataFrame | None, graph_table: pl.DataFrame | Non
     """Node creation/clone events (pid, tid, t, id, original) from either table."""
     columns = ["start", "globalTid", "graphNodeId", "originalGraphNodeId"]
     frames = [
-        sql.GRAPH_NODE_EVENTS.empty_if_none(node_table).select(columns),
-        sql.GRAPH_EVENTS.empty_if_none(graph_table).select(columns),
+        specs.GRAPH_NODE_EVENTS.empty_if_none(node_table).select(columns),
+        specs.GRAPH_EVENTS.empty_if_none(graph_table).select(columns),
     ]
     events = pl.concat(frames).filter(pl.col("graphNodeId").is_not_null())
     return _events(events, "graphNodeId", "originalGraphNodeId")
@@ -48,14 +49,14 @@ def node_events(node_table: pl.DataFrame | None, graph_table: pl.DataFrame | Non
 
 def graph_events(graph_table: pl.DataFrame | None) -> pl.DataFrame:
     """Graph creation/clone events (pid, tid, t, id, original) of CUDA_GRAPH_EVENTS."""
-    events = sql.GRAPH_EVENTS.empty_if_none(graph_table).filter(pl.col("graphId").is_not_null())
+    events = specs.GRAPH_EVENTS.empty_if_none(graph_table).filter(pl.col("graphId").is_not_null())
     return _events(events, "graphId", "originalGraphId")
 
 
 def _events(frame: pl.DataFrame, id_col: str, original_col: str) -> pl.DataFrame:
     return frame.select(
-        pid=sql.process_id("globalTid"),
-        tid=sql.thread_id("globalTid"),
+        pid=specs.process_id("globalTid"),
+        tid=specs.thread_id("globalTid"),
         t="start",
         id=id_col,
         original=original_col,

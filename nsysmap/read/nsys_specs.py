@@ -1,9 +1,13 @@
-"""What the nsys reader reads: each table's columns and the names they have had.
+"""The nsys export format as the reader knows it: what is read, and how values are encoded.
 
 A `TableSpec` lists the logical columns wanted from one table and, for
 each, the physical column names it has had over nsys versions
 (`device_id=id|deviceId`). `nsysmap.read.nsys_sql` builds the SELECT from these
 constants and the columns a file turns out to have, never from data.
+
+`process_id`, `thread_id` and `text_or_null` decode nsys's serialized ids
+and the '' that a text read by `nsys_sql` holds when unset (Polars
+expressions, used by every stage that builds frames).
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import polars as pl
+
+_ID_MASK = 0xFFFFFF
 
 
 @dataclass(frozen=True)
@@ -107,3 +113,19 @@ META_TABLES = [
 LAUNCH_ENV = TableSpec(
     "META_DATA_CAPTURE", "", "name value", " WHERE name LIKE 'PROCESS_%:ENVIRONMENT_VARIABLE'"
 )
+
+
+def process_id(column: str) -> pl.Expr:
+    """The process of a serialized globalTid / globalPid: (id >> 24) & 0xFFFFFF."""
+    return (pl.col(column) // (1 << 24)) & _ID_MASK
+
+
+def thread_id(column: str) -> pl.Expr:
+    """The thread of a serialized globalTid: id & 0xFFFFFF."""
+    return pl.col(column) & _ID_MASK
+
+
+def text_or_null(text: str | pl.Expr) -> pl.Expr:
+    """A text as read (unset reads as '') with '' made null again."""
+    text = pl.col(text) if isinstance(text, str) else text
+    return pl.when(text != "").then(text)

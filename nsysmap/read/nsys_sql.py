@@ -1,15 +1,17 @@
-"""The format side of the nsys reader: file checks, what it reads, and how.
+"""Stage 2 of the nsys reader: run the queries (SQL only, no lookups or joins).
 
-`open_export(path)` checks the file (header, size), opens it read-only and
-probes its tables and columns; `Export.read(spec)` then reads one table.
-Every failure of the storage stack on bad input becomes NotAnExport.
+Given the probed `Export` (`nsysmap.read.nsys_probe`), `read_tables` reads
+every table the report uses, once each, in parallel threads, and hands back
+one frame per table (None for a table the export lacks); `read_table` reads
+one. Nothing here interprets a value: string lookups, id decoding and joins
+are the frames stage's (`nsysmap.read.nsys_frames`), which may pass a function
+to apply to each batch as it arrives.
 
-Each table the reader needs is described by a `TableSpec`
-(`nsysmap.read.nsys_specs`): the logical
-columns it wants, each with the physical column names that have held it over
-nsys versions. The SELECT text is assembled only from these constants and the
-columns the file turned out to have (a missing column reads as NULL), so no
-SQL is ever built from data.
+Each table is described by a `TableSpec` (`nsysmap.read.nsys_specs`): the
+logical columns it wants, each with the physical column names that have held
+it over nsys versions. The SELECT text is assembled only from these constants
+and the columns the file turned out to have (a missing column reads as NULL),
+so no SQL is ever built from data.
 
 Rows arrive through the ADBC SQLite driver as Arrow, column by column. The
 driver infers each column's type from its first batch, so every integer is
@@ -17,192 +19,120 @@ read as `CAST(col AS INTEGER)` (an all-NULL batch then still reads as int64)
 and every text as `CAST(coalesce(col, x'') AS BLOB)`: always binary, never
 NULL (an empty text means unset). Binary becomes String in Arrow's C++ cast,
 which validates UTF-8; a column that fails takes a slow path that decodes its
-distinct values with U+FFFD replacement. `process_id`, `thread_id` and
-`text_or_null` decode nsys's serialized ids and the '' that stands for unset.
+distinct values with U+FFFD replacement (`nsys_probe.decode`). Every failure
+of the storage stack on bad input becomes NotAnExport.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import Callable
-from pathlib import Path
-from urllib.parse import quote
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
-import adbc_driver_manager
 import adbc_driver_sqlite.dbapi as adbc
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from nsysmap.errors import InputNotFound, NotAnExport
-from nsysmap.read.inputs import regular_file
-from nsysmap.read.nsys_specs import (  # noqa: F401 (the reader uses them through this module)
-    CUDA_GPU_INFO,
-    GPU_INFO,
-    GRAPH_EVENTS,
-    GRAPH_NODE_EVENTS,
-    GRAPH_TRACE,
-    KERNEL,
-    MEMCPY,
-    MEMCPY_KINDS,
-    MEMSET,
-    META_TABLES,
-    NVTX,
-    RUNTIME,
-    STRINGS,
-    THREAD_NAMES,
-    TableSpec,
-)
+from nsysmap.errors import NotAnExport
+from nsysmap.read.nsys_probe import BACKEND_ERRORS, BATCH_ROWS, Export, arrow, decode, unreadable
+from nsysmap.read.nsys_specs import KERNEL, NVTX, RUNTIME, TableSpec
 from nsysmap.scalars import opt_int
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
-_ID_MASK = 0xFFFFFF
+Batch = Callable[[pl.DataFrame], pl.DataFrame]
+Raw = dict[str, pl.DataFrame | None]
 
-# Rows per Arrow batch. Larger batches cut per-batch overhead (measured in
-# docs/reading.md) and give fewer chunks (text columns keep one chunk per
-# batch, and gathers across many chunks are slower); type inference no longer
-# depends on it (see above).
-BATCH_ROWS = 1 << 20
-
-# Errors the storage stack raises for bad input; the reader turns them into
-# NotAnExport. (The driver reports some type problems as OSError.)
-BACKEND_ERRORS: tuple[type[BaseException], ...] = (
-    adbc_driver_manager.Error,
-    OSError,
-    pa.ArrowException,
-    pl.exceptions.PolarsError,
-)
-
-PROBE_SQL = (
-    "SELECT CAST(m.name AS BLOB) AS tbl, CAST(p.name AS BLOB) AS col"
-    " FROM sqlite_master AS m JOIN pragma_table_info(m.name) AS p"
-    " WHERE m.type = 'table'"
-)
+# Tables are read in this many threads (the SQLite driver releases the GIL).
+READ_THREADS = min(3, os.cpu_count() or 1)
+# Tables with more rows than this are read in READ_THREADS parts, by rowid.
+SPLIT_ROWS = 1 << 20
+SPLIT_SPECS = (NVTX, KERNEL, RUNTIME)
 
 
-class Export:
-    """A checked export: its tables with their columns, and a reader per table.
+def read_tables(
+    export: Export, specs: Sequence[TableSpec], batches: Mapping[str, Batch] | None = None
+) -> Raw:
+    """Table name -> its rows (None when absent), every table read in parallel threads.
 
-    Each read opens its own read-only connection, so reads may run in threads.
+    Tables are submitted in the order given (biggest first, so the threads
+    finish together); large ones are read in READ_THREADS parts by rowid and
+    the parts joined in rowid order (one chunk per batch: nothing is copied).
+    `batches` maps a table name to the function applied to each of its
+    batches as it arrives.
     """
-
-    def __init__(self, file: Path, uri: str, tables: dict[str, set[str]]) -> None:
-        self.file = file
-        # SQLite names are case-insensitive: tables are found whatever their letter case.
-        self.tables = {name.lower(): columns for name, columns in tables.items()}
-        self._uri = uri
-
-    def has(self, table: str) -> bool:
-        return table.lower() in self.tables
-
-    def read(
-        self,
-        spec: TableSpec,
-        rows: tuple[int, int] | None = None,
-        transform: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
-    ) -> pl.DataFrame | None:
-        """The table of `spec` as a frame, or None when the export lacks it.
-
-        With `rows` = (low, high), only the rows with low < rowid <= high.
-        `transform` is applied to each batch as it arrives (see `fetch`).
-        """
-        present = self.tables.get(spec.table.lower())
-        if present is None:
-            return None
-        try:
-            with adbc.connect(self._uri) as conn:
-                return fetch(conn, spec, present, rows, transform)
-        except BACKEND_ERRORS as exc:
-            raise _unreadable(self.file, exc) from None
-
-    def last_rowid(self, table: str) -> int | None:
-        """The table's largest rowid (about its row count); None when unknown."""
-        return self._rowid(table, "max")
-
-    def first_rowid(self, table: str) -> int:
-        """The table's smallest rowid (0 when unknown)."""
-        return self._rowid(table, "min") or 0
-
-    def _rowid(self, table: str, which: str) -> int | None:
-        if not self.has(table):
-            return None
-        query = f"SELECT {'max' if which == 'max' else 'min'}(rowid) AS n FROM {_quoted(table)}"
-        try:
-            with adbc.connect(self._uri) as conn:
-                value = _arrow(conn, query)["n"][0]
-        except BACKEND_ERRORS:
-            return None
-        return opt_int(value.as_py())
+    batches = batches or {}
+    with ThreadPoolExecutor(READ_THREADS) as pool:
+        futures = {
+            spec.table: [
+                pool.submit(read_table, export, spec, rows, batches.get(spec.table))
+                for rows in _parts(export, spec)
+            ]
+            for spec in specs
+        }
+        return {name: _joined([f.result() for f in parts]) for name, parts in futures.items()}
 
 
-def open_export(path: str | os.PathLike[str]) -> Export:
-    """Check the export at `path` and probe its tables (opened read-only)."""
-    file = check_file(path)
-    uri = f"file:{quote(str(file.resolve()))}?mode=ro&immutable=1"
-    try:
-        with adbc.connect(uri) as conn:
-            tables = probe(conn)
-    except BACKEND_ERRORS as exc:
-        raise _unreadable(file, exc) from None
-    names = [t.lower() for t in tables]
-    if "stringids" not in names and not any(t.startswith(_NSYS_PREFIXES) for t in names):
-        raise NotAnExport(
-            f"{file}: an SQLite database but not an Nsight Systems export "
-            "(no StringIds, CUPTI_* or NVTX_* tables)"
-        )
-    return Export(file, uri, tables)
+def read_table(
+    export: Export,
+    spec: TableSpec,
+    rows: tuple[int, int] | None = None,
+    batch: Batch | None = None,
+) -> pl.DataFrame | None:
+    """The table of `spec` as a frame, or None when the export lacks it.
 
-
-_NSYS_PREFIXES = ("cupti_", "nvtx_")
-
-
-def _unreadable(file: Path, exc: BaseException) -> NotAnExport:
-    detail = " ".join(str(exc).split())[:200]
-    return NotAnExport(f"{file}: unreadable SQLite database ({detail})")
-
-
-def check_file(path: str | os.PathLike[str]) -> Path:
-    """`path` as a Path, once its first bytes look like a complete SQLite file."""
-    file = regular_file(path, "an nsys .sqlite export")
-    try:
-        with file.open("rb") as stream:
-            header = stream.read(100)
-        size = file.stat().st_size
-    except OSError as exc:
-        raise InputNotFound(f"{file}: cannot read it ({exc.strerror})") from None
-    if size == 0:
-        raise NotAnExport(f"{file}: empty file, not an SQLite export")
-    if not header.startswith(SQLITE_MAGIC):
-        raise NotAnExport(
-            f"{file}: not an SQLite file (export an nsys report first: "
-            "nsys export --type sqlite REPORT.nsys-rep)"
-        )
-    expected = _expected_size(header)
-    if expected is None or size < expected:
-        got = f"{size} of {expected} bytes" if expected else "incomplete header"
-        raise NotAnExport(f"{file}: truncated SQLite file ({got})")
-    return file
-
-
-def _expected_size(header: bytes) -> int | None:
-    """Page size x page count from the header (0: count not valid; None: short header)."""
-    if len(header) < 100:
+    With `rows` = (low, high), only the rows with low < rowid <= high.
+    `batch` is applied to each batch as it arrives (see `fetch`).
+    """
+    present = export.columns(spec.table)
+    if present is None:
         return None
-    page_size = int.from_bytes(header[16:18], "big")
-    page_size = 65536 if page_size == 1 else page_size
-    pages = int.from_bytes(header[28:32], "big")
-    count_valid = header[24:28] == header[92:96]
-    return page_size * pages if count_valid else 0
+    try:
+        with export.connect() as conn:
+            return fetch(conn, spec, present, rows, batch)
+    except BACKEND_ERRORS as exc:
+        raise unreadable(export.file, exc) from None
 
 
-def probe(conn: adbc.Connection) -> dict[str, set[str]]:
-    """Every table of the database with its column names."""
-    frame = _arrow(conn, PROBE_SQL)
-    tables: dict[str, set[str]] = {}
-    names = zip(_decode(frame["tbl"]).to_pylist(), _decode(frame["col"]).to_pylist(), strict=True)
-    for table, column in names:
-        tables.setdefault(table, set()).add(column)
-    return tables
+def last_rowid(export: Export, table: str) -> int | None:
+    """The table's largest rowid (about its row count); None when unknown."""
+    return _rowid(export, table, "max")
+
+
+def first_rowid(export: Export, table: str) -> int:
+    """The table's smallest rowid (0 when unknown)."""
+    return _rowid(export, table, "min") or 0
+
+
+def _rowid(export: Export, table: str, which: str) -> int | None:
+    if not export.has(table):
+        return None
+    query = f"SELECT {'max' if which == 'max' else 'min'}(rowid) AS n FROM {_quoted(table)}"
+    try:
+        with export.connect() as conn:
+            value = arrow(conn, query)["n"][0]
+    except BACKEND_ERRORS:
+        return None
+    return opt_int(value.as_py())
+
+
+def _parts(export: Export, spec: TableSpec) -> list[tuple[int, int] | None]:
+    """Rowid ranges to read `spec` in (one unbounded part for small tables)."""
+    if spec not in SPLIT_SPECS or READ_THREADS < 2:
+        return [None]
+    last = last_rowid(export, spec.table)
+    if last is None or last < SPLIT_ROWS:
+        return [None]
+    bounds = [last * i // READ_THREADS for i in range(READ_THREADS + 1)]
+    bounds[0] = first_rowid(export, spec.table) - 1
+    return list(itertools.pairwise(bounds))
+
+
+def _joined(parts: list[pl.DataFrame | None]) -> pl.DataFrame | None:
+    """The parts of one table, in rowid order (not copied)."""
+    frames = [part for part in parts if part is not None]
+    if not frames:
+        return None
+    return pl.concat(frames, rechunk=False)
 
 
 def select_sql(spec: TableSpec, present: set[str], *, bounded: bool = False) -> str:
@@ -258,35 +188,23 @@ def fetch(
     spec: TableSpec,
     present: set[str],
     rows: tuple[int, int] | None = None,
-    transform: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
+    batch: Batch | None = None,
 ) -> pl.DataFrame:
     """The table's columns as a frame: Int64 for integers, String for texts.
 
     Arrow batches become Polars frames one at a time, so the Arrow copy of a
-    large table is never held whole next to the Polars one; `transform`, when
+    large table is never held whole next to the Polars one; `batch`, when
     given, turns each batch into what the caller keeps, so the raw columns
-    are never held whole either. The frame keeps one chunk per batch (see
-    `rechunked`).
+    are never held whole either. The frame keeps one chunk per batch.
     """
-    transform = transform or (lambda frame: frame)
+    keep = batch or (lambda frame: frame)
     with conn.cursor() as cur:
         cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
         cur.execute(select_sql(spec, present, bounded=rows is not None), parameters=rows)
-        frames = [transform(_frame(spec, batch)) for batch in cur.fetch_record_batch()]
+        frames = [keep(_frame(spec, b)) for b in cur.fetch_record_batch()]
     if not frames:
-        return transform(spec.empty_if_none(None))
+        return keep(spec.empty_if_none(None))
     return pl.concat(frames, rechunk=False)
-
-
-def rechunked(frame: pl.DataFrame) -> pl.DataFrame:
-    """`frame` with its integer columns in one chunk each, rechunked one at a time.
-
-    Texts stay in their batches: a rechunk would copy every string.
-    """
-    for name, dtype in frame.schema.items():
-        if dtype.is_integer():
-            frame = frame.with_columns(frame[name].rechunk())
-    return frame
 
 
 def _frame(spec: TableSpec, batch: pa.RecordBatch) -> pl.DataFrame:
@@ -294,47 +212,7 @@ def _frame(spec: TableSpec, batch: pa.RecordBatch) -> pl.DataFrame:
     for alias, is_text, _ in spec.columns():
         column = pa.chunked_array([batch.column(alias)])
         if is_text:
-            columns[alias] = pl.from_arrow(_decode(column))
+            columns[alias] = pl.from_arrow(decode(column))
         else:
             columns[alias] = pl.from_arrow(column).cast(pl.Int64)
     return pl.DataFrame(columns)
-
-
-def _arrow(conn: adbc.Connection, sql: str) -> pa.Table:
-    with conn.cursor() as cur:
-        cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
-        cur.execute(sql)
-        return cur.fetch_arrow_table()
-
-
-def _decode(column: pa.ChunkedArray) -> pa.ChunkedArray:
-    """UTF-8 bytes to strings; invalid sequences become U+FFFD."""
-    if len(column) == 0 or not pa.types.is_binary(column.type):
-        return pa.chunked_array([pa.array([None] * len(column), pa.string())])
-    try:
-        return pc.cast(column, pa.string())
-    except pa.ArrowInvalid:
-        return _decode_tolerant(column)
-
-
-def _decode_tolerant(column: pa.ChunkedArray) -> pa.ChunkedArray:
-    """The slow path: decode each distinct value once, in Python."""
-    encoded = pc.dictionary_encode(column).combine_chunks()
-    values = [v.decode("utf-8", "replace") for v in encoded.dictionary.to_pylist()]
-    return pa.chunked_array([pc.take(pa.array(values, pa.string()), encoded.indices)])
-
-
-def process_id(column: str) -> pl.Expr:
-    """The process of a serialized globalTid / globalPid: (id >> 24) & 0xFFFFFF."""
-    return (pl.col(column) // (1 << 24)) & _ID_MASK
-
-
-def thread_id(column: str) -> pl.Expr:
-    """The thread of a serialized globalTid: id & 0xFFFFFF."""
-    return pl.col(column) & _ID_MASK
-
-
-def text_or_null(text: str | pl.Expr) -> pl.Expr:
-    """A text as read (unset reads as '') with '' made null again."""
-    text = pl.col(text) if isinstance(text, str) else text
-    return pl.when(text != "").then(text)

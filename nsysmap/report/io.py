@@ -32,11 +32,12 @@ def read_run(run_dir: str | Path) -> RunData:
         ) from exc
     except (ValueError, KeyError, TypeError) as exc:
         raise NotAnExport(f"{run_dir / MANIFEST}: not an nsysmap manifest") from exc
+    older = _older_than(manifest.get("output_schema_version"), RENAMED_WINDOW)
     ranges_file = (manifest["tables"].get("by_range") or {}).get("file")
     inferred_file = (manifest["tables"].get("by_inferred_block") or {}).get("file")
     return RunData(
         label=str(run_dir),
-        ops=_table(run_dir / ops_file, OPS, "ops"),
+        ops=_table(run_dir / ops_file, OPS, "ops", renamed_window=older),
         manifest=manifest,
         model_flops=load_flops(run_dir),
         model_info=load_flops_description(run_dir, manifest),
@@ -49,10 +50,19 @@ def read_run(run_dir: str | Path) -> RunData:
     )
 
 
-def _table(path: Path, schema: pl.Schema, name: str) -> pl.DataFrame:
-    """One output table, checked against its schema (NotAnExport when it is not one)."""
+def _table(
+    path: Path, schema: pl.Schema, name: str, *, renamed_window: bool = False
+) -> pl.DataFrame:
+    """One output table, checked against its schema (NotAnExport when it is not one).
+
+    `renamed_window`: the table is of an output schema before 1.3, whose
+    `attribution` value `window` is now `other_thread`.
+    """
     try:
-        return conform(_with_later_columns(pl.read_parquet(path), schema), schema, name)
+        frame = pl.read_parquet(path)
+        if renamed_window and "attribution" in frame.columns:
+            frame = frame.with_columns(_renamed_window(pl.col("attribution")))
+        return conform(_with_later_columns(frame, schema), schema, name)
     except SchemaMismatch as exc:
         article = "an" if name[0] in "aeiou" else "a"
         raise NotAnExport(f"{path}: not {article} {name} table of this nsysmap") from exc
@@ -72,6 +82,26 @@ def write_report(result: ReportResult, out_dir: Path, markdown: Path | None = No
     except OSError as exc:
         raise write_failed(target if exc.filename == str(target) else out_dir, exc) from None
     return target
+
+
+# The output schema in which the attribution value `window` became `other_thread`.
+RENAMED_WINDOW = (1, 3)
+
+
+def _older_than(version: object, than: tuple[int, ...]) -> bool:
+    """Is the manifest's `output_schema_version` ("1.2") before `than`? (Unknown: no.)"""
+    try:
+        return tuple(int(part) for part in str(version).split(".")) < than
+    except ValueError:
+        return False
+
+
+def _renamed_window(attribution: pl.Expr) -> pl.Expr:
+    """An attribution column of an older output with `window` read as `other_thread`."""
+    text = attribution.cast(pl.String)
+    return (
+        pl.when(text == "window").then(pl.lit("other_thread")).otherwise(text).alias("attribution")
+    )
 
 
 # OPS columns added after output schema 1.0: older outputs read them as null.
