@@ -125,26 +125,33 @@ def _paths(
 
     `nodes` holds every ancestor of each of its members (a range with an
     operation inside has it inside every range around it), so each level's
-    paths extend the level above's.
+    paths extend the level above's. Per level, a node's path is one integer
+    (its parent's path id and its name's code): parents' paths are gathered
+    by pos and only the level's distinct paths get text.
     """
     picked = forest.filter(pl.col("pos").is_in(nodes.implode()))
+    keys = path_keys(ranges["name"].gather(picked["row"]))
     picked = picked.select("pos", "parent", "depth").with_columns(
-        key=path_keys(ranges["name"].gather(picked["row"])),
+        key=keys,
+        code=keys.cast(pl.Categorical).to_physical().cast(pl.Int64),
         domain=ranges["domain"].gather(picked["row"]),
     )
+    n_codes = to_int(picked["code"].max() or 0) + 1
+    path_of = pl.repeat(None, forest.height + 1, dtype=pl.Int64, eager=True)
     node_path, paths = [_NO_NODES], [_NO_PATHS]
     for depth in range(1, to_int(picked["depth"].max() or 0) + 1):
         level = picked.filter(pl.col("depth") == depth)
         if depth == 1:
             level, above = level.with_columns(up=pl.lit(None, pl.Int64)), pl.lit("")
         else:
-            ups = node_path[-1].select(parent="pos", up="path_id")
-            level = level.join(ups, on="parent", how="left")
+            level = level.with_columns(up=path_of.gather(level["parent"]))
             above = pl.col("above") + PATH_SEPARATOR
+        # (parent's path, name) as one integer; a missing parent path apart (-1).
+        level = level.with_columns(pair=(pl.col("up").fill_null(-1) + 1) * n_codes + pl.col("code"))
         first_id = sum(p.height for p in paths)
         distinct = (
-            level.select("up", "key")
-            .unique(maintain_order=True)
+            level.select("pair", "up", "key")
+            .unique("pair", keep="first", maintain_order=True)
             .with_columns(path_id=pl.int_range(first_id, first_id + pl.len(), dtype=pl.Int64))
         )
         texts = paths[-1].select(up="path_id", above="range_path")
@@ -156,7 +163,8 @@ def _paths(
                 range_depth=pl.lit(depth, pl.Int32),
             )
         )
-        done = level.join(distinct, on=["up", "key"], nulls_equal=True)
+        done = level.join(distinct.select("pair", "path_id"), on="pair")
+        path_of.scatter(done["pos"], done["path_id"])
         node_path.append(done.select("pos", "path_id", "domain"))
     return pl.concat(node_path), pl.concat(paths)
 
