@@ -50,23 +50,36 @@ def preorder(ranges: pl.DataFrame) -> pl.DataFrame:
 
 
 def _parent_positions(ordered: pl.DataFrame, ids: pl.Series) -> pl.Series:
-    """The pos of each range's parent (null: none, or a parent left out), by gathers.
+    """The pos of each range's parent (null: none, or a parent left out), by gathers
+    where `positions_of` can, else by a join."""
+    parent = positions_of(ordered, ids, ordered["parent_id"])
+    if parent is not None:
+        return parent.alias("parent")
+    parents = ordered.select(parent_id="range_id", parent="pos")
+    joined = ordered.join(parents, on="parent_id", how="left", maintain_order="left")
+    return joined["parent"]
 
-    `row` is each range's row in the report's ranges, whose `ids` are unique;
-    when they are sorted (as `nest_ranges` leaves them) the parent's row is a
-    binary search away and its pos a gather of the inverse pre-order, else a join.
+
+def positions_of(forest: pl.DataFrame, ids: pl.Series, refs: pl.Series) -> pl.Series | None:
+    """The pos in `forest` (a `preorder`) of each range id in `refs`; null: null, not
+    among the report's ranges, or left out of the forest.
+
+    `ids` are the report's range ids, row by row (`forest["row"]`). When they
+    increase (as `nest_ranges` leaves them) a ref's row is its offset from
+    the first id (ids without gaps) or a binary search, and its pos a gather
+    of the inverse pre-order; None when they do not (callers join instead).
     """
-    refs = ordered["parent_id"]
-    increasing = not ids.null_count() and bool((ids.diff().drop_nulls() > 0).all())
-    if ordered.is_empty() or not increasing:
-        parents = ordered.select(parent_id="range_id", parent="pos")
-        joined = ordered.join(parents, on="parent_id", how="left", maintain_order="left")
-        return joined["parent"]
-    at = ids.search_sorted(refs.fill_null(0)).clip(0, ids.len() - 1)
+    if forest.is_empty() or ids.null_count() or not bool((ids.diff().drop_nulls() > 0).all()):
+        return None
+    first = to_int(ids[0])
+    if to_int(ids[-1]) - first == ids.len() - 1:  # ids first .. first + n - 1: row = id - first
+        at = (refs.fill_null(first).cast(pl.Int64) - first).clip(0, ids.len() - 1)
+    else:
+        at = ids.search_sorted(refs.fill_null(0)).clip(0, ids.len() - 1)
     found = refs.is_not_null() & (ids.gather(at) == refs).fill_null(False)
     pos_of_row = pl.repeat(None, ids.len(), dtype=pl.UInt32, eager=True)
-    pos_of_row = pos_of_row.scatter(ordered["row"], ordered["pos"])
-    return pl.select(pl.when(found).then(pos_of_row.gather(at))).to_series().alias("parent")
+    pos_of_row = pos_of_row.scatter(forest["row"], forest["pos"])
+    return pl.select(pl.when(found).then(pos_of_row.gather(at))).to_series().alias("pos")
 
 
 def _packed_preorder(frame: pl.DataFrame, n_groups: int) -> pl.DataFrame | None:

@@ -41,7 +41,7 @@ from nsysmap.attribution.labels import (
 )
 from nsysmap.attribution.paths import PATH_SEPARATOR
 from nsysmap.naming import PREFIX as NSYSMAP
-from nsysmap.output.range_tree import instances, preorder
+from nsysmap.output.range_tree import instances, positions_of, preorder
 from nsysmap.scalars import to_int
 
 MAX_PATH_DEPTH = 64
@@ -82,7 +82,7 @@ def combine_leaves(parts: list[pl.DataFrame]) -> pl.DataFrame:
 def by_range(leaves: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     """BY_RANGE from the leaves of every operation and the report's nested ranges."""
     forest = preorder(ranges)
-    placed = _placed(leaves, forest)
+    placed = _placed(leaves, forest, ranges["range_id"])
     inside = instances(placed, forest, MAX_PATH_DEPTH)
     node_path, paths = _paths(forest, ranges, inside["pos"].unique())
     own = _exclusive(placed, forest)
@@ -90,9 +90,19 @@ def by_range(leaves: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     return _finished(rows, pl.concat([paths, _folded_paths(own, node_path, paths)]))
 
 
-def _placed(leaves: pl.DataFrame, forest: pl.DataFrame) -> pl.DataFrame:
-    """Leaves with their range's pos, thread code and depth (null: outside every range)."""
-    placed = leaves.join(forest.select("range_id", "pos", "g", "depth"), on="range_id", how="left")
+def _placed(leaves: pl.DataFrame, forest: pl.DataFrame, ids: pl.Series) -> pl.DataFrame:
+    """Leaves with their range's pos, thread code and depth (null: outside every range).
+
+    `ids`: the report's range ids, row by row.
+    """
+    pos = positions_of(forest, ids, leaves["range_id"])
+    if pos is None:
+        columns = forest.select("range_id", "pos", "g", "depth")
+        placed = leaves.join(columns, on="range_id", how="left")
+    else:
+        placed = pl.concat(
+            [leaves, forest.select("g", "depth")[pos].with_columns(pos=pos)], how="horizontal"
+        )
     lost = placed.filter(pl.col("range_id").is_not_null() & pl.col("pos").is_null())
     if lost.height:
         raise ValueError(f"{lost.height} range ids of the operations are not in the ranges")
