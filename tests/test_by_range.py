@@ -138,6 +138,37 @@ def test_the_general_path_equals_the_packed_one(monkeypatch):
             assert_frame_equal(_table(frames), packed)
 
 
+@pytest.mark.parametrize("renumber", ["gaps", "shuffled"])
+def test_range_ids_with_gaps_or_out_of_order_give_the_same_table(renumber):
+    """Leaves and parents find their range by offset (ids without gaps), by a
+    binary search (gaps) or by a join (ids not increasing): one table."""
+    for frames in (_sample(), _nested_sample()):
+        report = frames.report()
+        ops, ranges = attribute(report), report.ranges
+        expected = rg.by_range(rg.range_leaves(ops), ranges)
+        n = ranges.height
+        new_ids = pl.Series([10 * i + 3 for i in range(n)])
+        if renumber == "shuffled":
+            new_ids = new_ids.reverse()
+        renamed = dict(zip(ranges["range_id"].to_list(), new_ids.to_list(), strict=True))
+        ids = pl.col("range_id").replace_strict(renamed, default=None)
+        parents = pl.col("parent_id").replace_strict(renamed, default=None)
+        moved = ranges.with_columns(range_id=ids, parent_id=parents)
+        moved_ops = ops.with_columns(range_id=ids)
+        assert_frame_equal(rg.by_range(rg.range_leaves(moved_ops), moved), expected)
+
+
+@pytest.mark.parametrize("unknown", [-1, 7, 10**9])
+def test_an_operation_in_an_unknown_range_is_an_error(unknown):
+    report = _sample().report()
+    ops = attribute(report).with_columns(
+        range_id=pl.when(pl.col("range_id") == 1).then(unknown).otherwise(pl.col("range_id"))
+    )
+    assert 7 not in report.ranges["range_id"].to_list()
+    with pytest.raises(ValueError, match="not in the ranges"):
+        rg.by_range(rg.range_leaves(ops), report.ranges)
+
+
 def test_names_keep_their_domain_and_text():
     f = Frames()
     f.range(1, "computing softmax", 0, 10)
