@@ -63,17 +63,29 @@ _LEAF_RULES = {"ops": "sum", "time_ns": "sum", "first_start_ns": "min", "last_en
 
 def range_leaves(ops: pl.DataFrame) -> pl.DataFrame:
     """RANGE_LEAVES of an OPS frame (or of a block of it)."""
-    leaves = ops.group_by("device_id", "range_id").agg(
+    return conform_leaves(leaves_query(ops.lazy()).collect())
+
+
+def leaves_query(ops: pl.LazyFrame) -> pl.LazyFrame:
+    """The query of `range_leaves` (to collect with others; then `conform_leaves`)."""
+    return ops.group_by("device_id", "range_id").agg(
         pl.len().cast(pl.Int64).alias("ops"),
         pl.col("dur_ns").sum().alias("time_ns"),
         pl.col("start_ns").min().alias("first_start_ns"),
         pl.col("end_ns").max().alias("last_end_ns"),
     )
+
+
+def conform_leaves(leaves: pl.DataFrame) -> pl.DataFrame:
+    """`leaves` (collected from `leaves_query`) as RANGE_LEAVES."""
     return schemas.conform(leaves, RANGE_LEAVES, "range_leaves")
 
 
 def combine_leaves(parts: list[pl.DataFrame]) -> pl.DataFrame:
-    """The RANGE_LEAVES of the union of disjoint sets of operations."""
+    """The RANGE_LEAVES of the union of disjoint sets of operations (one part: itself,
+    already one row per device and range)."""
+    if len(parts) == 1:
+        return conform_leaves(parts[0])
     how = {"sum": pl.Expr.sum, "min": pl.Expr.min, "max": pl.Expr.max}
     merged = pl.concat([schemas.empty(RANGE_LEAVES), *parts]).group_by("device_id", "range_id")
     return merged.agg(how[rule](pl.col(c)) for c, rule in _LEAF_RULES.items())

@@ -13,7 +13,7 @@ import polars as pl
 
 from nsysmap import schemas
 from nsysmap.output.overlap import overlap_table
-from nsysmap.output.ranges import by_range, combine_leaves, range_leaves
+from nsysmap.output.ranges import by_range, combine_leaves, conform_leaves, leaves_query
 
 COVERAGE = schemas.declare(
     {
@@ -115,15 +115,19 @@ def partial_summaries(ops: pl.DataFrame) -> dict[str, pl.DataFrame]:
     their union (`combine_summaries`), so large reports can be summarised
     block by block.
     """
-    partial = {
-        name: ops.group_by(["device_id", *keys]).agg(
+    lazy = ops.lazy()
+    queries = {
+        name: lazy.group_by(["device_id", *keys]).agg(
             pl.len().cast(pl.Int64).alias("ops"),
             pl.col("dur_ns").sum().alias("time_ns"),
             *(expr.alias(col) for col, (expr, _) in EXTRA.get(name, {}).items()),
         )
         for name, keys in KEYS.items()
     }
-    return {**partial, LEAVES: range_leaves(ops)}
+    queries[LEAVES] = leaves_query(lazy)
+    # Collected together: one pass of the engine over `ops` for every table.
+    partial = dict(zip(queries, pl.collect_all(queries.values()), strict=True))
+    return {**partial, LEAVES: conform_leaves(partial[LEAVES])}
 
 
 def combine_summaries(
@@ -137,8 +141,11 @@ def combine_summaries(
     for name, keys in KEYS.items():
         how = {"sum": pl.Expr.sum, "min": pl.Expr.min, "max": pl.Expr.max}
         extra = {col: how[rule](pl.col(col)) for col, (_, rule) in EXTRA.get(name, {}).items()}
+        # One part is already one row per group.
         grouped = (
-            pl.concat([part[name] for part in parts])
+            parts[0][name]
+            if len(parts) == 1
+            else pl.concat([part[name] for part in parts])
             .group_by(["device_id", *keys])
             .agg(
                 pl.col("ops").sum(),
