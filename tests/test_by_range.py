@@ -341,3 +341,24 @@ def test_window_extrema_and_sums_match_brute_force(values, windows):
     for i, (a, b) in enumerate(windows):
         assert low[i] == min(first[a:b]) and high[i] == max(last[a:b])
         assert sums[i] == sum(first[a:b])
+
+
+def test_path_key_codes_agree_with_path_keys():
+    names = pl.Series(
+        [
+            "ProfilerStep#3",
+            "aten::addmm, seq = 1, op_id = 5",
+            "ProfilerStep#12",
+            None,
+            "aten::addmm, op_id = 9",
+            "nsysmap:step:0",
+            "",
+            "aten::mm, op_id = 2",
+            "ProfilerStep#3",
+        ]
+    )
+    codes, keys = rg.path_key_codes(names)
+    expected = rg.path_keys(names)
+    assert keys.gather(codes).to_list() == expected.to_list()
+    assert keys.n_unique() == keys.len() == expected.n_unique()
+    assert codes[0] == codes[2] and codes[1] == codes[4] and codes[3] == codes[6]

@@ -124,7 +124,11 @@ def _placed(leaves: pl.DataFrame, forest: pl.DataFrame, ids: pl.Series) -> pl.Da
 def path_keys(names: pl.Series) -> pl.Series:
     """Range names as paths write them: PyTorch's per-call operator fields removed,
     step numbers as `*` (`ProfilerStep#*`)."""
-    keys = without_call_fields(names).fill_null("")
+    return _starred(without_call_fields(names).fill_null(""))
+
+
+def _starred(keys: pl.Series) -> pl.Series:
+    """`keys` (call fields removed) with step numbers as `*`."""
     distinct = keys.unique()
     step = name_labels(distinct, ["lbl_aten_op", "lbl_step"])["lbl_step"]
     steps = distinct.filter(step.is_not_null())
@@ -132,6 +136,22 @@ def path_keys(names: pl.Series) -> pl.Series:
         return keys
     starred = steps.str.replace(STEP_NUMBER, "*${1}")
     return keys.replace(steps, starred)
+
+
+def path_key_codes(names: pl.Series) -> tuple[pl.Series, pl.Series]:
+    """(a code per name, the distinct `path_keys` by code): equal keys, equal codes.
+
+    Step numbers are starred over the distinct names without call fields, not
+    over every name.
+    """
+    bare = without_call_fields(names).fill_null("")
+    raw = bare.cast(pl.Categorical).to_physical()
+    distinct = pl.DataFrame({"raw": raw, "bare": bare}).unique("raw", keep="any")
+    keys = _starred(distinct["bare"])
+    code = (keys.rank("dense") - 1).cast(pl.Int64)
+    code_of_raw = pl.repeat(None, to_int(raw.max() or 0) + 1, dtype=pl.Int64, eager=True)
+    code_of_raw = code_of_raw.scatter(distinct["raw"], code)
+    return code_of_raw.gather(raw).alias("code"), keys.unique().sort()
 
 
 def is_user_range(name: pl.Expr) -> pl.Expr:
@@ -152,13 +172,15 @@ def _paths(
     by pos and only the level's distinct paths get text.
     """
     picked = forest.filter(pl.col("pos").is_in(nodes.implode()))
-    keys = path_keys(ranges["name"].gather(picked["row"]))
+    # Names read in row order (strings gathered in pre-order are slow), codes gathered.
+    kept = pl.repeat(False, ranges.height, eager=True).scatter(picked["row"], True)
+    codes, keys = path_key_codes(ranges["name"].filter(kept))
+    index = kept.cast(pl.Int64).cum_sum() - 1
     picked = picked.select("pos", "parent", "depth").with_columns(
-        key=keys,
-        code=keys.cast(pl.Categorical).to_physical().cast(pl.Int64),
+        code=codes.gather(index.gather(picked["row"])),
         domain=ranges["domain"].gather(picked["row"]),
     )
-    n_codes = to_int(picked["code"].max() or 0) + 1
+    n_codes = keys.len()
     path_of = pl.repeat(None, forest.height + 1, dtype=pl.Int64, eager=True)
     node_path, paths = [_NO_NODES], [_NO_PATHS]
     for depth in range(1, to_int(picked["depth"].max() or 0) + 1):
@@ -171,10 +193,12 @@ def _paths(
         # (parent's path, name) as one integer; a missing parent path apart (-1).
         level = level.with_columns(pair=(pl.col("up").fill_null(-1) + 1) * n_codes + pl.col("code"))
         first_id = sum(p.height for p in paths)
-        distinct = (
-            level.select("pair", "up", "key")
-            .unique("pair", keep="first", maintain_order=True)
-            .with_columns(path_id=pl.int_range(first_id, first_id + pl.len(), dtype=pl.Int64))
+        distinct = level.select("pair", "up", "code").unique(
+            "pair", keep="first", maintain_order=True
+        )
+        distinct = distinct.with_columns(
+            path_id=pl.int_range(first_id, first_id + pl.len(), dtype=pl.Int64),
+            key=keys.gather(distinct["code"]),
         )
         texts = paths[-1].select(up="path_id", above="range_path")
         paths.append(
