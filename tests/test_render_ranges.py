@@ -93,3 +93,23 @@ def test_long_paths_are_cut_at_a_separator_from_the_left(monkeypatch):
     assert render._path_label("first > second > third > last") == "… > third > last"
     assert render._path_label("first > a name far too long") == "… > a name far too…"
     assert render._path_label("a single name far too long") == "a single name far t…"
+
+
+def test_time_outside_the_shown_ranges_is_named_with_its_likely_cause():
+    """Backward kernels launched from another thread sit in none of the main thread's ranges."""
+    f = _user_profile()  # 10 ms of kernels on thread 1, all in "forward pass"
+    f.range(1, "backward pass", 100, 200)
+    f.kernel(2, 150, dur=8)  # from the autograd thread: phase backward, no range of its own
+    ranges = [line for line in _text(f).splitlines() if "inside none of these ranges" in line]
+    assert ranges == [
+        "  8.000 ms (44.4%) is inside none of these ranges: launched outside them or from "
+        "another thread (backward kernels from autograd's thread take their phase from these "
+        "ranges, see the phase table)"
+    ]
+
+
+def test_no_outside_line_when_the_ranges_hold_all_the_time():
+    f = Frames()
+    f.range(1, "forward pass", 0, 100)
+    f.kernel(1, 10, dur=3)
+    assert "inside none of these ranges" not in _text(f)

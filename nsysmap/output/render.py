@@ -214,7 +214,28 @@ def _ranges(table: pl.DataFrame, top: int) -> str:
     headers = ["calls", "own ms", "inside ms", "share"]
     text = _grid("Top ranges (inside: with the ranges below)", headers, rows)
     more = named.group_by("range_path").len().height - min(top, merged.height)
-    return text + (f"\n  ... {more} more in by_range.parquet" if more > 0 else "")
+    text += f"\n  ... {more} more in by_range.parquet" if more > 0 else ""
+    return text + _outside_ranges(merged, total)
+
+
+def _outside_ranges(shown: pl.DataFrame, total: int) -> str:
+    """A line for the time inside none of the shown ranges (kernels of other threads)."""
+    paths = set(shown["range_path"])
+    outermost = [p for p in paths if not any(a in paths for a in _ancestors(p))]
+    inside = int(shown.filter(pl.col("range_path").is_in(outermost))["inclusive_ns"].sum())
+    if total <= 0 or inside >= total:
+        return ""
+    return (
+        f"\n  {_ms(total - inside)} ms ({_pct(total - inside, total)}) is inside none of these"
+        " ranges: launched outside them or from another thread (backward kernels from"
+        " autograd's thread take their phase from these ranges, see the phase table)"
+    )
+
+
+def _ancestors(path: str) -> list[str]:
+    """ "a > b > c" -> ["a", "a > b"]."""
+    parts = path.split(PATH_SEPARATOR)
+    return [PATH_SEPARATOR.join(parts[:i]) for i in range(1, len(parts))]
 
 
 def _path_label(path: str) -> str:
