@@ -50,3 +50,13 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     """A Markdown table."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return lines + ["| " + " | ".join(row) + " |" for row in rows] + [""]
+
+
+def devices_text(devices: pl.DataFrame) -> str:
+    """ "A100 (device 0), CPU": the run's devices as one phrase (empty when none)."""
+    return ", ".join(
+        f"{row['device_name'] or 'unnamed GPU'} (device {row['device_id']})"
+        if row["device_id"] >= 0
+        else "CPU"
+        for row in devices.iter_rows(named=True)
+    )

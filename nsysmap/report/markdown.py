@@ -8,7 +8,7 @@ import polars as pl
 
 from nsysmap.report.answers import run_label
 from nsysmap.report.block_section import blocks_section
-from nsysmap.report.format import flop, kernel_names, ms, num, pct, table
+from nsysmap.report.format import devices_text, flop, kernel_names, ms, num, pct, table
 from nsysmap.report.inferred_section import inferred_section
 from nsysmap.report.sections import (
     categories_section,
@@ -55,12 +55,7 @@ def render(f: Findings, c: Findings | None, options: ReportOptions) -> str:
 
 
 def _header(f: Findings, c: Findings | None) -> list[str]:
-    devices = ", ".join(
-        f"{row['device_name'] or 'unnamed GPU'} (device {row['device_id']})"
-        if row["device_id"] >= 0
-        else "CPU"
-        for row in f.devices.iter_rows(named=True)
-    )
+    devices = devices_text(f.devices)
     lines = [
         "# nsysmap report",
         "",

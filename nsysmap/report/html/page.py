@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from nsysmap._version import __version__
 from nsysmap.errors import ToolMissing
+from nsysmap.report.format import devices_text
 from nsysmap.report.html.assets import SCRIPT, STYLE
 from nsysmap.report.html.chart import Cell, Chart, Table
 
@@ -117,12 +118,7 @@ def page(
 
 def report_facts(f: Findings, c: Findings | None) -> list[str]:
     """The header lines of the report page."""
-    devices = ", ".join(
-        f"{r['device_name'] or 'unnamed GPU'} (device {r['device_id']})"
-        if r["device_id"] >= 0
-        else "CPU"
-        for r in f.devices.iter_rows(named=True)
-    )
+    devices = devices_text(f.devices)
     facts = [
         f"Run: {f.run.label}",
         f"{f.backend} backend; {devices or 'no device'}",
