@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from nsysmap.report import tables as rt
+from nsysmap.report.answers import run_label
 from nsysmap.report.html.chart import (
     CATEGORY_COLOURS,
     Chart,
@@ -44,14 +45,16 @@ def matmul_chart(f: Findings, c: Findings | None) -> Chart:
     from nsysmap.report.markdown import scopes
 
     labels, matmul, other, rows = [], [], [], []
-    for run, x in (("this run", f), ("forward-only run", c)):
+    for run, x in (("this run", f), (run_label(c) if c is not None else "", c)):
         if x is None:
             continue
         for scope in scopes(x):
             mm, total = x.matmul[scope]
             if not total:
                 continue
-            label = rt.scope_label(x.run.ops, scope) + (" (forward-only run)" if x is c else "")
+            label = rt.scope_label(x.run.ops, scope) + (
+                f" ({run_label(c)})" if c is not None and x is c else ""
+            )
             share = mm / total
             labels.append(label)
             matmul.append(round(share, 6))  # ratio(share), never None here

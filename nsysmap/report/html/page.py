@@ -126,7 +126,7 @@ def report_facts(f: Findings, c: Findings | None) -> list[str]:
         f.source_note,
     ]
     if c is not None:
-        facts.append(f"Compared with: {c.run.label} (forward-only run)")
+        facts.append(f"Compared with: {c.run.label} ({c.kind})")
     return facts
 
 
