@@ -73,7 +73,6 @@ class LaunchRecord:
 
 
 LAUNCH_FIELDS = tuple(f.name for f in fields(LaunchRecord))
-COMPILE_FIELDS = tuple(f.name for f in fields(CompileRecord))
 
 
 def write_launch_record(capture_dir: Path, record: LaunchRecord) -> Path:

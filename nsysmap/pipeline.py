@@ -155,12 +155,15 @@ def analyse_report(
     if infer:
         with stages.stage("infer", "inferring blocks"):
             inferred = infer_ops(ops)
-    options = {**_with_rules(options, rules), **({} if infer else {"infer": False})}
+    options = _recorded_options(options, rules, infer)
     return _analysis(report, ops, ops.height, summaries, options, source, inferred=inferred)
 
 
-def _with_rules(options: dict[str, Any] | None, rules: NameRules) -> dict[str, Any]:
-    return {**(options or {}), **rules.options()}
+def _recorded_options(
+    options: dict[str, Any] | None, rules: NameRules, infer: bool
+) -> dict[str, Any]:
+    """The manifest's options: the caller's, the name rules, and inference when off."""
+    return {**(options or {}), **rules.options(), **({} if infer else {"infer": False})}
 
 
 def _require_ops(report: Report) -> None:
@@ -229,7 +232,7 @@ def _streamed(
     if infer:  # from the streamed file, only the columns inference reads
         with stages.stage("infer", "inferring blocks"):
             inferred = infer_ops(pl.read_parquet(out_dir / OPS_FILE, columns=list(INFER_COLUMNS)))
-    options = {**_with_rules(options, rules), **({} if infer else {"infer": False})}
+    options = _recorded_options(options, rules, infer)
     return _analysis(report, None, n_ops, summaries, options, None, out_dir, inferred=inferred)
 
 

@@ -23,6 +23,7 @@ from dataclasses import replace
 import polars as pl
 
 from nsysmap.attribution.compiled import cpu_events
+from nsysmap.launch_keys import first_calls
 from nsysmap.model import NestedReport, Report, meta_frame
 
 COMPILE_EVENT = " (dynamo_timed)"  # the name's end
@@ -45,9 +46,10 @@ def compile_facts(report: Report) -> dict[str, str]:
     graphs = report.compiled["graph"].n_unique()
     if spans.is_empty() and not graphs:
         return {}
-    launches = report.api_calls.select(
+    calls = report.api_calls
+    launches = calls.filter(first_calls(calls)).select(
         "pid", "correlation_id", "tid", pl.col("start_ns").alias("at")
-    ).unique(["pid", "correlation_id"], keep="first")
+    )
     ops = report.gpu_ops.select("pid", "correlation_id", "dur_ns").join(
         launches, on=["pid", "correlation_id"]
     )

@@ -31,12 +31,11 @@ import polars as pl
 
 from instrument.compiled_doc import CALL_PREFIX, CALL_RANGE, RUNTIME_PREFIX
 from nsysmap import schemas
-from nsysmap.attribution.compiled_replay import replayed
+from nsysmap.attribution.compiled_replay import UNIT, replayed
 from nsysmap.model import Report
 
 ADDED = {"compiled_graph": pl.String, "fused_modules": pl.String}
 _KEYS = ["pid", "tid"]
-_UNIT = ["rel_module", "rel_class", "rel_modules"]
 _SEQ_SUFFIX = r", (?:stashed )?seq = .*$"  # the trace reader's autograd-link suffix
 
 
@@ -126,11 +125,9 @@ def _kernel_events(
 
 def _sited(kernels: pl.DataFrame, compiled: pl.DataFrame) -> pl.DataFrame:
     """Kernel events with the module of their call site."""
-    sites = compiled.select(
-        "graph", "kernel", "occurrence", "rel_module", "rel_class", "rel_modules"
-    )
+    sites = compiled.select("graph", "kernel", "occurrence", *UNIT)
     return kernels.join(sites, on=["graph", "kernel", "occurrence"], how="inner").select(
-        *_KEYS, "start_ns", "end_ns", "call", "rel_module", "rel_class", "rel_modules"
+        *_KEYS, "start_ns", "end_ns", "call", *UNIT
     )
 
 
@@ -163,8 +160,8 @@ def _unit_of(in_call: pl.DataFrame, units: pl.DataFrame) -> pl.DataFrame:
     )
     inside = (pl.col("_at") < pl.col("unit_end_ns")) | (pl.col("_at") == pl.col("unit_start_ns"))
     return joined.with_columns(
-        pl.when(inside).then(pl.col(c)).otherwise(None).alias(c) for c in _UNIT
-    ).select("_row", "call", "graph", "graph_direction", *_UNIT)
+        pl.when(inside).then(pl.col(c)).otherwise(None).alias(c) for c in UNIT
+    ).select("_row", "call", "graph", "graph_direction", *UNIT)
 
 
 def _labelled(out: pl.DataFrame) -> pl.DataFrame:
@@ -186,7 +183,7 @@ def _labelled(out: pl.DataFrame) -> pl.DataFrame:
         direction=direction.cast(schemas.Direction),
         compiled_graph=pl.col("graph"),
     )
-    return out.drop(*_UNIT, "call", "graph", "graph_direction")
+    return out.drop(*UNIT, "call", "graph", "graph_direction")
 
 
 def _under(region: pl.Expr, rel: pl.Expr) -> pl.Expr:

@@ -52,9 +52,9 @@ SIZES = rf"(?:^|, )sizes = ({_BRACKETED})"
 # (`aten::addmm, seq = 12, op_id = 88980, sizes = [...], input_op_ids = [...]`,
 # `BmmBackward0, stashed seq = 12, ...`), from the first such field to the end:
 # removed, the name is the same for every call of the operator (by_range paths).
-OPERATOR_CALL_FIELDS = r"(?s), (?:stashed seq|seq|op_id|sizes|input_op_ids) = .*$"
 # Where those fields start: the text before the first match is the name without them.
 OPERATOR_CALL_START = r", (?:stashed seq|seq|op_id|sizes|input_op_ids) = "
+OPERATOR_CALL_FIELDS = rf"(?s){OPERATOR_CALL_START}.*$"
 # The number in a step range's name (`ProfilerStep#3`, `nsysmap:step:3`, `step 3`):
 # by_range paths write it as `*`, so that the ranges of every step group.
 STEP_NUMBER = r"\d+(\D*)$"

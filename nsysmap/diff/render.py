@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from nsysmap.diff.compare import OUTSIDE, Diff, Side, biggest
-from nsysmap.report.html.names import distinct_labels, middle
+from nsysmap.report.html.names import distinct_labels
 
 ROWS = 10  # rows shown per level
 LISTED = 8  # unmatched names listed per level
@@ -32,8 +32,6 @@ def name(row: dict, level: str) -> str:
     """How a row is named: module path (class), phase, category; kernels by `kernel_labels`."""
     if row["key"] is None:
         return OUTSIDE[level]
-    if level == "kernel":
-        return middle(row["label"] or row["key"], 60)
     if level == "module":
         path = row["key"] or "(root)"
         return f"{path} ({row['label']})" if row["label"] else path

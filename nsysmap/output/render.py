@@ -166,14 +166,22 @@ def range_kinds(summaries: Summaries) -> list[str]:
     if names.is_empty():
         launched = summaries.coverage.filter(pl.col("attribution") == "range")["ops"].sum()
         return ["ranges"] if launched else []
+    own, user, operator = _range_flags(names)
+    found = {"nsysmap's ranges": own, "user ranges": user, "PyTorch operator ranges": operator}
+    return [kind for kind, present in found.items() if present]
+
+
+def _range_flags(names: pl.Series) -> tuple[bool, bool, bool]:
+    """Whether the range names hold nsysmap's, the user's, and PyTorch operator ranges."""
+    if names.is_empty():
+        return False, False, False
     kinds = pl.DataFrame({"name": names}).select(
         own=pl.col("name").str.starts_with(NSYSMAP).any(),
         user=is_user_range(pl.col("name")).any(),
         operator=pl.col("name").str.contains(OPERATOR_RANGE).any(),
     )
     own, user, operator = kinds.row(0)
-    found = {"nsysmap's ranges": own, "user ranges": user, "PyTorch operator ranges": operator}
-    return [kind for kind, present in found.items() if present]
+    return bool(own), bool(user), bool(operator)
 
 
 def _ranges(table: pl.DataFrame, top: int) -> str:
@@ -184,17 +192,10 @@ def _ranges(table: pl.DataFrame, top: int) -> str:
     the phase and module tables already show.
     """
     named = table.filter(pl.col("range_path").is_not_null() & (pl.col("range_name") != FOLDED))
-    name = pl.col("range_name")
-    user = is_user_range(name)
-    kinds = named.select(
-        own=name.str.starts_with(NSYSMAP).any(),
-        user=user.any(),
-        op=name.str.contains(OPERATOR_RANGE).any(),
-    )
-    has_own, has_user, has_operator = kinds.row(0) if named.height else (False, False, False)
+    has_own, has_user, has_operator = _range_flags(named["range_name"])
     if not (has_user or (has_operator and not has_own)):
         return ""
-    shown = named.filter(user) if has_user else named
+    shown = named.filter(is_user_range(pl.col("range_name"))) if has_user else named
     total = int(table["time_ns"].sum())
     merged = (
         shown.group_by("range_path")

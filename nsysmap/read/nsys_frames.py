@@ -75,14 +75,14 @@ def build(raw: Raw, strings: pl.DataFrame) -> Frames:
         "cuda_launch_calls": api_calls["api_name"].str.contains(LAUNCH_API).sum(),
         "backtrace_twin_rows": twins,
         "duplicate_launch_rows": duplicates,
-        "ranges_open_at_end": (~ranges["_closed"]).sum(),
+        "ranges_open_at_end": ranges["end_ns"].null_count(),
         **graph_facts,
         **rank_facts(raw.pop(specs.LAUNCH_ENV.table)),
     }
     return Frames(
         gpu_ops=gpu_ops,
         api_calls=api_calls,
-        ranges=ranges.drop("_closed"),
+        ranges=ranges,
         threads=_threads(raw[specs.THREAD_NAMES.table], strings),
         devices=_devices(raw[specs.GPU_INFO.table], raw[specs.CUDA_GPU_INFO.table]),
         graph_links=graph_links,
@@ -264,7 +264,6 @@ def ranges_frame(nvtx: pl.DataFrame) -> pl.DataFrame:
         .otherwise(_kind("start_end")),
         depth=pl.lit(None, pl.Int32),
         parent_id=pl.lit(None, pl.Int64),
-        _closed=pl.col("end").is_not_null(),
     )
     return rechunked(ranges)
 

@@ -18,7 +18,6 @@ from typing import Any
 import polars as pl
 
 from nsysmap.read.torch_events import Number, int_ok
-from nsysmap.schemas import ColumnType
 
 MAX_DIMS_DEPTH = 6  # "Input Dims" nest tensor lists at most a few levels deep
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1  # int_ok's bounds, inlined in the hot loops
@@ -128,13 +127,9 @@ def args_of(evs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [a if isinstance(a, dict) else {} for a in args]
 
 
-def arg_column(args: list[dict[str, Any]], key: str, dtype: ColumnType) -> pl.Series:
-    """One argument across events as Int64 or List(Int64); anything else is null."""
-    values = list(map(dict.get, args, repeat(key)))
-    if dtype == pl.Int64:
-        return int_series(key, values)
-    ok = [v if isinstance(v, list) and all(int_ok(x) for x in v) else None for v in values]
-    return pl.Series(key, ok, dtype=pl.List(pl.Int64))
+def arg_column(args: list[dict[str, Any]], key: str) -> pl.Series:
+    """One integer argument across events as Int64; anything else is null."""
+    return int_series(key, list(map(dict.get, args, repeat(key))))
 
 
 def axis_columns(args: list[dict[str, Any]], key: str, axes: tuple[str, ...]) -> list[pl.Series]:
@@ -169,10 +164,3 @@ def _dims_ok(value: list[Any], depth: int) -> bool:
     if depth > MAX_DIMS_DEPTH:
         return False
     return all(int_ok(v) or (isinstance(v, list) and _dims_ok(v, depth + 1)) for v in value)
-
-
-def text_arg(args: list[dict[str, Any]], key: str) -> pl.Series:
-    """A text argument across events (null when absent or not text)."""
-    return pl.Series(
-        key, [v if isinstance(v := a.get(key), str) else None for a in args], dtype=pl.String
-    )

@@ -145,14 +145,14 @@ def _cpu_frame(evs: list[dict[str, Any]]) -> pl.DataFrame:
     return event_frame(evs).with_columns(
         first_arg(args, _EXTERNAL_ID).alias("external_id"),
         pl.Series("input_shapes", [dims_text(a.get("Input Dims")) for a in args], pl.String),
-        arg_column(args, "Sequence number", pl.Int64).alias("seq"),
-        arg_column(args, "Fwd thread id", pl.Int64).alias("fwd_tid"),
+        arg_column(args, "Sequence number").alias("seq"),
+        arg_column(args, "Fwd thread id").alias("fwd_tid"),
     )
 
 
 def _launch_frame(evs: list[dict[str, Any]], flows: pl.DataFrame) -> pl.DataFrame:
     """CUDA runtime and driver calls that carry a correlation id (from args, else a flow)."""
-    frame = event_frame(evs).with_columns(arg_column(args_of(evs), "correlation", pl.Int64))
+    frame = event_frame(evs).with_columns(arg_column(args_of(evs), "correlation"))
     frame = with_flow_correlation(frame, flows, "s")
     return frame.filter(pl.col("correlation").is_not_null()).select(
         "pid",
@@ -169,10 +169,10 @@ def _device_frame(evs: list[dict[str, Any]], flows: pl.DataFrame) -> pl.DataFram
     args = args_of(evs)
     frame = event_frame(evs).with_columns(
         first_arg(args, ("device", "inDevice")).alias("device"),  # memcpy2: inDevice
-        arg_column(args, "stream", pl.Int64),
-        arg_column(args, "correlation", pl.Int64),
+        arg_column(args, "stream"),
+        arg_column(args, "correlation"),
         first_arg(args, _EXTERNAL_ID).alias("external_id"),
-        arg_column(args, "bytes", pl.Int64),
+        arg_column(args, "bytes"),
         *axis_columns(args, "grid", _DIMS),
         *axis_columns(args, "block", _DIMS),
     )
