@@ -4,18 +4,19 @@ The public verbs form one flow::
 
     import nsysmap
     report = nsysmap.load_report("run.sqlite")     # read + normalise: a NestedReport
-    ops = nsysmap.attribute(report)                # every GPU op -> step, phase, module
-    tables = nsysmap.summarize(ops, report.ranges) # by phase, module, kernel, range
-    nsysmap.analyse(report, "out/")                # all of it, written as Parquet
+    analysis = nsysmap.analyse(report)             # attribute + summarise + infer (pure)
+    nsysmap.write(analysis, "out/")                # Parquet tables and manifest.json
 
-Everything else is private to the package.
+`attribute` and `summarize` are its first two steps on their own;
+`analyse_file` is the whole flow from a file (what `nsysmap attribute` runs).
+Everything not in `__all__` is private to the package (docs/api.md).
 """
 
 from nsysmap._version import __version__
 from nsysmap.attribution.attribute import attribute
 from nsysmap.model import NestedReport, Report
 from nsysmap.output.summarize import Summaries, summarize
-from nsysmap.pipeline import Analysis, analyse, analyse_file, analyse_report, load_report
+from nsysmap.pipeline import Analysis, analyse, analyse_file, load_report, write
 
 __all__ = [
     "Analysis",
@@ -25,8 +26,8 @@ __all__ = [
     "__version__",
     "analyse",
     "analyse_file",
-    "analyse_report",
     "attribute",
     "load_report",
     "summarize",
+    "write",
 ]

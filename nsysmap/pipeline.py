@@ -1,16 +1,21 @@
 """The one flow: read -> normalise -> attribute -> summarise -> write.
 
-`load_report` and `write_analysis` are the only steps that touch files;
-`analyse_report` in between is pure. Each step can be timed by a `Stages`
-(which also shows progress on a terminal); `analyse_file` returns the
-timings in `Analysis.timings`.
+`load_report` and `write` are the only steps that touch files; `analyse` in
+between is pure. Attribution runs block by block on every path: each block
+is summarised (partial sums, combined at the end) and handed to a sink
+(nsysmap.output.streamed) that holds the rows in memory (`analyse`, inputs
+that fit) or streams them into a staged ops.parquet (`analyse_file`, above
+STREAM_OPS GPU operations). `Analysis.store` says which; overlap and
+inference read the rows from it, the same way on both. Each step can be
+timed by a `Stages` (which also shows progress on a terminal);
+`analyse_file` returns the timings in `Analysis.timings`.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
@@ -19,7 +24,7 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap.attribution.attribute import attribute
+from nsysmap.attribution.attribute import attribute_blocks
 from nsysmap.attribution.normalise import normalise
 from nsysmap.attribution.rules import BUILTIN, NameRules
 from nsysmap.errors import NoGpuData
@@ -28,13 +33,17 @@ from nsysmap.model import NestedReport, Report
 from nsysmap.output.conservation import check_conservation
 from nsysmap.output.placement import check_output_dir, staging
 from nsysmap.output.render import render_summary
-from nsysmap.output.streamed import stream_ops
-from nsysmap.output.summarize import Summaries, summarize
+from nsysmap.output.streamed import HoldOps, OpsSink, OpsStore, StreamOps
+from nsysmap.output.summarize import (
+    Summaries,
+    combine_summaries,
+    partial_summaries,
+    with_overlap,
+)
 from nsysmap.output.writer import (
     OPS_FILE,
     build_manifest,
     input_identity,
-    output_tables,
     table_entries,
     write_outputs,
 )
@@ -44,9 +53,8 @@ from nsysmap.stages import Stages
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 
-# Reports with more GPU operations than this are attributed block by block and
-# their ops written as they are made (nsysmap.output.streamed); Analysis.ops then
-# reads ops.parquet back when asked for.
+# Reports with more GPU operations than this are streamed by `analyse_file`:
+# their OPS rows go into ops.parquet as they are made, never all in memory.
 STREAM_OPS = 2_000_000
 
 
@@ -55,7 +63,7 @@ class Analysis:
     """Everything one run of the flow produced."""
 
     report: NestedReport
-    held_ops: pl.DataFrame | None  # None: the ops were streamed to out_dir/ops.parquet
+    store: OpsStore  # the OPS rows: held in memory, or in a Parquet file
     summaries: Summaries
     manifest: dict[str, Any]  # what manifest.json will say: every table written is listed
     out_dir: Path | None = None
@@ -73,16 +81,8 @@ class Analysis:
 
     @property
     def ops(self) -> pl.DataFrame:
-        """One OPS row per GPU operation (read from ops.parquet if it was streamed)."""
-        if self.held_ops is not None:
-            return self.held_ops
-        return pl.read_parquet(self.streamed_ops_file())
-
-    def streamed_ops_file(self) -> Path:
-        """ops.parquet of a streamed analysis, which was written into `out_dir`."""
-        if self.out_dir is None:
-            raise ValueError("a streamed analysis has no output directory")
-        return Path(self.out_dir) / OPS_FILE
+        """One OPS row per GPU operation (read from ops.parquet when it was streamed)."""
+        return self.store.read()
 
 
 def load_report(path: str | Path, *, stages: Stages | None = None) -> NestedReport:
@@ -130,7 +130,7 @@ def _read_raw(path: Path) -> Report:
     return read_sqlite(path)
 
 
-def analyse_report(
+def analyse(
     report: NestedReport,
     *,
     options: dict[str, Any] | None = None,
@@ -139,24 +139,64 @@ def analyse_report(
     rules: NameRules = BUILTIN,
     infer: bool = True,
 ) -> Analysis:
-    """Attribute and summarise a normalised report (pure: no file access).
+    """Attribute, summarise and infer a normalised report (pure: no file access).
 
-    `rules` read step and phase names (nsysmap.attribution.rules); the user's
-    rules among them are recorded in the manifest's options. `infer`: also
-    infer steps, phases and blocks from the kernel sequence (nsysmap.infer).
+    The OPS rows are held in memory. `rules` read step and phase names
+    (nsysmap.attribution.rules); the user's rules among them are recorded
+    in the manifest's options. `infer`: also infer steps, phases and blocks
+    from the kernel sequence (nsysmap.infer). `options` and `source` go into
+    the manifest as they are.
     """
+    return _analysed(report, HoldOps(), options, source, stages, rules, infer)
+
+
+def _analysed(
+    report: NestedReport,
+    sink: OpsSink,
+    options: dict[str, Any] | None,
+    source: dict[str, Any] | None,
+    stages: Stages | None,
+    rules: NameRules,
+    infer: bool,
+) -> Analysis:
+    """The flow after reading: blocks attributed, summarised and handed to `sink`."""
     _require_ops(report)
     stages = stages or Stages(progress=False)
-    with stages.stage("attribute", "attributing"):
-        ops = attribute(report, rules)
+    blocks = attribute_blocks(report, block_rows=sink.block_rows, rules=rules)
+    parts: list[dict[str, pl.DataFrame]] = []
+    spent = {"attribute": 0.0, "summarise": 0.0}
+
+    def summarised() -> Iterator[pl.DataFrame]:
+        while True:
+            start = time.perf_counter()
+            block = next(blocks, None)
+            middle = time.perf_counter()
+            spent["attribute"] += middle - start
+            if block is None:
+                return
+            parts.append(partial_summaries(block))
+            spent["summarise"] += time.perf_counter() - middle
+            yield block
+
+    start = time.perf_counter()
+    with stages.progress("attributing"):
+        store = sink.take(summarised())
+    for name, seconds in spent.items():
+        stages.add(name, seconds)
+    stages.add(sink.stage, time.perf_counter() - start - sum(spent.values()))
     with stages.stage("summarise", "summarising"):
-        summaries = summarize(ops, report.ranges)
+        summaries = with_overlap(combine_summaries(parts, report.ranges), store.scan())
     inferred = None
-    if infer:
+    if infer:  # only the columns inference reads
         with stages.stage("infer", "inferring blocks"):
-            inferred = infer_ops(ops)
+            inferred = infer_ops(store.read(INFER_COLUMNS))
     options = _recorded_options(options, rules, infer)
-    return _analysis(report, ops, ops.height, summaries, options, source, inferred=inferred)
+    source_path = report.meta_value("source_path")
+    check_conservation(report.gpu_ops, summaries, store.scan(), store.rows, source_path)
+    tables: dict[str, pl.DataFrame | int] = {"ops": store.rows, **summaries.tables()}
+    tables |= inferred.tables() if inferred is not None else {}
+    manifest = build_manifest(report, tables, options=options or {}, source=source)
+    return Analysis(report, store, summaries, manifest, inferred=inferred)
 
 
 def _recorded_options(
@@ -172,31 +212,13 @@ def _require_ops(report: Report) -> None:
         raise NoGpuData(f"{where}: no GPU operations to attribute")
 
 
-def _analysis(
-    report: NestedReport,
-    ops: pl.DataFrame | None,
-    n_ops: int,
-    summaries: Summaries,
-    options: dict[str, Any] | None,
-    source: dict[str, Any] | None,
-    out_dir: Path | None = None,
-    *,
-    inferred: Inferred | None = None,
-) -> Analysis:
-    check_conservation(report.gpu_ops, summaries, ops, n_ops, report.meta_value("source_path"))
-    tables = {"ops": ops if ops is not None else n_ops, **summaries.tables()}
-    tables |= inferred.tables() if inferred is not None else {}
-    manifest = build_manifest(report, tables, options=options or {}, source=source)
-    return Analysis(report, ops, summaries, manifest, out_dir, inferred=inferred)
-
-
 def with_tables(
     analysis: Analysis, tables: Mapping[str, pl.DataFrame], **manifest: Any
 ) -> Analysis:
     """The analysis with `tables` to be written with it and listed in its manifest (pure).
 
     `manifest` items are added to the manifest as they are (say, what the
-    tables describe); the manifest is still written once, by `write_analysis`.
+    tables describe); the manifest is still written once, by `write`.
     """
     listed = {**analysis.manifest["tables"], **table_entries(tables)}
     return replace(
@@ -217,54 +239,22 @@ def inferred_text(inferred: Inferred | None, by_module: pl.DataFrame) -> str:
     return "".join(f"\n{line}\n" for line in inferred.lines())
 
 
-def _streamed(
-    report: NestedReport,
-    out_dir: Path,
-    options: dict[str, Any] | None,
-    stages: Stages,
-    rules: NameRules = BUILTIN,
-    infer: bool = True,
-) -> Analysis:
-    """Attribute, summarise and write ops.parquet block by block (large reports)."""
-    _require_ops(report)
-    n_ops, summaries = stream_ops(report, out_dir / OPS_FILE, stages, rules)
-    inferred = None
-    if infer:  # from the streamed file, only the columns inference reads
-        with stages.stage("infer", "inferring blocks"):
-            inferred = infer_ops(pl.read_parquet(out_dir / OPS_FILE, columns=list(INFER_COLUMNS)))
-    options = _recorded_options(options, rules, infer)
-    return _analysis(report, None, n_ops, summaries, options, None, out_dir, inferred=inferred)
-
-
-def write_analysis(analysis: Analysis, out_dir: Path, *, stages: Stages | None = None) -> Analysis:
-    """Write the Parquet tables and manifest; returns the analysis with `out_dir` set."""
+def write(analysis: Analysis, out_dir: str | Path, *, stages: Stages | None = None) -> Analysis:
+    """Write the Parquet tables and manifest into `out_dir`; returns the analysis there."""
+    out_dir = Path(out_dir)
     stages = stages or Stages(progress=False)
     with stages.stage("write", "writing"):
-        ops_file = None
-        if analysis.held_ops is None:  # ops.parquet was streamed into analysis.out_dir
-            tables, ops_file = analysis.summaries.tables(), analysis.streamed_ops_file()
-        else:
-            tables = output_tables(analysis.ops, analysis.summaries)
+        tables = analysis.summaries.tables()
         if analysis.inferred is not None:
             tables |= analysis.inferred.tables()
         tables |= analysis.extra_tables
-        write_outputs(tables, analysis.manifest, out_dir, ops_file=ops_file)
-    return replace(analysis, out_dir=out_dir, timings={**analysis.timings, **stages.timings})
-
-
-def analyse(
-    report: NestedReport,
-    out_dir: Path,
-    *,
-    options: dict[str, Any] | None = None,
-    input_path: Path | None = None,
-    stages: Stages | None = None,
-    rules: NameRules = BUILTIN,
-) -> Analysis:
-    """Attribute, summarise and write: the whole flow after reading."""
-    source = input_identity(input_path) if input_path is not None else None
-    analysis = analyse_report(report, options=options, source=source, stages=stages, rules=rules)
-    return write_analysis(analysis, Path(out_dir), stages=stages)
+        write_outputs(tables, analysis.manifest, out_dir, ops=analysis.store)
+    return replace(
+        analysis,
+        store=analysis.store.placed(out_dir),
+        out_dir=out_dir,
+        timings={**analysis.timings, **stages.timings},
+    )
 
 
 def analyse_file(
@@ -291,21 +281,18 @@ def analyse_file(
             report = load_report(path, stages=stages)
             # Hashed beside attribution (reading keeps both cores busy already).
             identity = pool.submit(_timed_identity, path, stop)
+            # Large reports are streamed beside out_dir, moved into place with the other outputs.
+            sink: OpsSink = HoldOps()
             if report.gpu_ops.height > STREAM_OPS:
-                # Streamed beside out_dir, moved into place with the other outputs.
-                streamed_to = cleanup.enter_context(staging(out_dir))
-                analysis = _streamed(report, streamed_to, options, stages, rules, infer)
-            else:
-                analysis = analyse_report(
-                    report, options=options, stages=stages, rules=rules, infer=infer
-                )
+                sink = StreamOps(cleanup.enter_context(staging(out_dir)) / OPS_FILE)
+            analysis = _analysed(report, sink, options, None, stages, rules, infer)
         except BaseException:
             stop.set()  # do not make a failure wait for the hash
             raise
         source, hash_s = identity.result()
         manifest = {**analysis.manifest, "input": source}
         analysis = replace(analysis, manifest=manifest, timings={**stages.timings, "hash": hash_s})
-        return write_analysis(analysis, out_dir, stages=stages)
+        return write(analysis, out_dir, stages=stages)
 
 
 def _timed_identity(path: Path, stop: threading.Event) -> tuple[dict[str, Any], float]:

@@ -46,12 +46,23 @@ class Stages:
     def stage(self, name: str, label: str | None = None) -> Iterator[None]:
         """Time the body as stage `name`; `label` is what the progress line says."""
         start = time.perf_counter()
+        try:
+            with self.progress(label or name):
+                yield
+        finally:
+            self.add(name, time.perf_counter() - start)
+
+    @contextmanager
+    def progress(self, label: str) -> Iterator[None]:
+        """Show the progress line while the body runs, recording no time.
+
+        For a body that interleaves stages and times them itself (`add`).
+        """
+        start = time.perf_counter()
         done = threading.Event()
         ticker = None
         if self._progress:
-            ticker = threading.Thread(
-                target=self._tick, args=(label or name, start, done), daemon=True
-            )
+            ticker = threading.Thread(target=self._tick, args=(label, start, done), daemon=True)
             ticker.start()
         try:
             yield
@@ -59,7 +70,6 @@ class Stages:
             done.set()
             if ticker is not None:
                 ticker.join()
-            self.add(name, time.perf_counter() - start)
 
     def _tick(self, label: str, start: float, done: threading.Event) -> None:
         shown, turn = False, 0

@@ -15,7 +15,7 @@ import pytest
 
 from instrument import compiled_doc as doc
 from nsysmap.errors import NotAnExport
-from nsysmap.pipeline import analyse_report, load_report
+from nsysmap.pipeline import analyse, load_report
 
 US = 1000  # ns
 
@@ -217,14 +217,14 @@ def _by_op(ops: pl.DataFrame, t0_ns: int) -> dict[tuple[str, int], tuple]:
 
 def test_cpu_trace_compiled_kernels_get_their_call_sites_modules(tmp_path):
     report = load_report(_write(tmp_path, CPU_EVENTS, COMPILED))
-    ops = analyse_report(report).ops
+    ops = analyse(report).ops
     assert _by_op(ops, int(ops["start_ns"].min()) - 105 * US) == EXPECTED_CPU
     assert ops["dur_ns"].sum() == sum(v[-1] for v in EXPECTED_CPU.values()) * US
     assert report.compiled.height == 6
 
 
 def test_without_compiled_json_kernels_stay_in_the_compiled_regions_module(tmp_path):
-    ops = analyse_report(load_report(_write(tmp_path, CPU_EVENTS, None))).ops
+    ops = analyse(load_report(_write(tmp_path, CPU_EVENTS, None))).ops
     kernels = ops.filter(pl.col("name").str.starts_with("graph_0_"))
     assert set(kernels["module"]) == {""} and kernels["fused_modules"].null_count() == 4
     # the graph calls are still named, and the module ranges give the directions
@@ -259,7 +259,7 @@ def test_a_compiled_submodule_puts_its_kernels_under_its_own_path(tmp_path):
         "2.13.0",
         [],
     )
-    ops = analyse_report(load_report(_write(tmp_path, events, compiled))).ops
+    ops = analyse(load_report(_write(tmp_path, events, compiled))).ops
     rows = dict(
         zip(
             ops["name"],
@@ -353,7 +353,7 @@ EXPECTED_CUDA = {
 
 
 def test_cuda_trace_triton_extern_and_replayed_kernels_get_their_modules(tmp_path):
-    ops = analyse_report(load_report(_write(tmp_path, CUDA_EVENTS, CUDA_COMPILED))).ops
+    ops = analyse(load_report(_write(tmp_path, CUDA_EVENTS, CUDA_COMPILED))).ops
     assert set(ops["kind"]) == {"kernel"}
     assert _by_op(ops, int(ops["start_ns"].min()) - 400 * US) == EXPECTED_CUDA
 
@@ -382,19 +382,19 @@ def test_compilation_inside_the_capture_is_counted_apart_and_warned(tmp_path):
         "compile_wall_ns": str(400 * US),
         "compile_op_ns": str(400 * US),
     }
-    text = analyse_report(report).summary_text
+    text = analyse(report).summary_text
     assert "2 compiled graphs traced to modules. 2 compilations inside the captured steps" in text
     assert "400.000 ms" not in text and "0.400 ms wall; 0.400 ms (76.9%)" in text
     assert "Warning: the profiled steps still compile" in text
 
 
 def test_a_capture_without_compilation_says_so_and_eager_captures_say_nothing(tmp_path):
-    text = analyse_report(load_report(_write(tmp_path, CPU_EVENTS, COMPILED))).summary_text
+    text = analyse(load_report(_write(tmp_path, CPU_EVENTS, COMPILED))).summary_text
     assert "Compilation: 2 compiled graphs traced to modules. No compilation inside" in text
     eager = tmp_path / "eager"
     eager.mkdir()
     plain = [*CPU_EVENTS[:3], _op("aten::mul", 320, 10)]
-    text = analyse_report(load_report(_write(eager, plain, None))).summary_text
+    text = analyse(load_report(_write(eager, plain, None))).summary_text
     assert "Compilation" not in text
 
 

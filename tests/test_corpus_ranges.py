@@ -10,7 +10,8 @@ from polars.testing import assert_frame_equal
 
 from nsysmap import pipeline
 from nsysmap.output import streamed
-from nsysmap.pipeline import analyse_file, analyse_report, load_report
+from nsysmap.output.streamed import HeldOps, OpsFile
+from nsysmap.pipeline import analyse, analyse_file, load_report
 from nsysmap.report.answers import RunData
 from nsysmap.report.build import build_report
 from nsysmap.stages import Stages
@@ -37,7 +38,7 @@ def real_path(name: str) -> Path:
 def analysed(request: pytest.FixtureRequest) -> tuple[Path, object, object]:
     path = real_path(request.param)
     report = load_report(path)
-    return path, report, analyse_report(report)
+    return path, report, analyse(report)
 
 
 def test_exclusive_time_equals_the_independent_gpu_total(analysed):
@@ -90,7 +91,7 @@ def test_streamed_by_range_equals_the_in_memory_one(tmp_path, monkeypatch):
     monkeypatch.setattr(pipeline, "STREAM_OPS", 100)
     monkeypatch.setattr(streamed, "BLOCK_ROWS", 97)
     run = analyse_file(path, tmp_path / "streamed", stages=Stages(progress=False))
-    assert run.held_ops is None
+    assert isinstance(held.store, HeldOps) and isinstance(run.store, OpsFile)
     a, b = (pl.read_parquet(tmp_path / d / "by_range.parquet") for d in ("held", "streamed"))
     assert_frame_equal(a, b)
     assert_frame_equal(a, held.summaries.by_range)

@@ -30,7 +30,7 @@ from click.testing import CliRunner
 from nsysmap.cli import _invoke, cli
 from nsysmap.errors import NotAnExport
 from nsysmap.flops.model import attach_model_flops
-from nsysmap.pipeline import analyse_file, analyse_report, load_report, write_analysis
+from nsysmap.pipeline import analyse, analyse_file, load_report, write
 from nsysmap.report.answers import ReportOptions
 from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run
@@ -192,8 +192,8 @@ def with_model_flops(tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("flops") / "train"
     (run / "capture").mkdir(parents=True)
     (run / "capture" / "flops.json").write_text(json.dumps(flop_document()))
-    analysis = analyse_report(load_report(SAMPLES / "gpt2_tiny_train.sqlite"))
-    write_analysis(attach_model_flops(analysis, run / "capture"), run)
+    analysis = analyse(load_report(SAMPLES / "gpt2_tiny_train.sqlite"))
+    write(attach_model_flops(analysis, run / "capture"), run)
     assert (run / "flops.parquet").is_file()
     return run
 

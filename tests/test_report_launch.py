@@ -11,7 +11,7 @@ import pytest
 import instrument
 from instrument import launch
 from nsysmap.flops.model import attach_model_flops, load_flops
-from nsysmap.pipeline import analyse_file, analyse_report, load_report, write_analysis
+from nsysmap.pipeline import analyse, analyse_file, load_report, write
 from nsysmap.report.answers import ReportOptions
 from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run
@@ -119,10 +119,10 @@ def test_attach_converts_the_document_and_load_reads_it_back(tmp_path, script):
     out = tmp_path / "run"
     analyse_file(capture / "trace.json", out)
     assert load_flops(out) is not None  # not attached: read from capture/flops.json
-    analysis = analyse_report(load_report(capture / "trace.json"))
+    analysis = analyse(load_report(capture / "trace.json"))
     attached = attach_model_flops(analysis, capture)
     assert not (out / "flops.parquet").exists()  # attaching writes nothing
-    write_analysis(attached, out)
+    write(attached, out)
     manifest = json.loads((out / "manifest.json").read_text())
     target = out / "flops.parquet"
     assert manifest == attached.manifest  # the manifest is written once, with every table
@@ -132,7 +132,7 @@ def test_attach_converts_the_document_and_load_reads_it_back(tmp_path, script):
     assert "rows" not in manifest["model_flops"]
     assert load_flops(out)["matmul_flop"].sum() == 160 + 192
     (capture / "flops.json").unlink()  # a later run whose counting failed
-    write_analysis(attach_model_flops(analysis, capture), out)
+    write(attach_model_flops(analysis, capture), out)
     manifest = json.loads((out / "manifest.json").read_text())
     assert "no flops.json" in manifest["model_flops"]["error"] and "flops" not in manifest["tables"]
     assert not target.exists() and load_flops(out) is None
@@ -153,9 +153,7 @@ def gpt2_small_run(tmp_path_factory):
     argv = ["--backend", "torch", "--out", str(capture), "--warmup-steps", "0", "--steps", "1"]
     args = ["--size", "small", "--batch", "8", "--seq-len", "128", "--steps", "1"]
     assert launch.main([*argv, str(EXAMPLE), *args, "--attn", "eager"]) == 0
-    write_analysis(
-        attach_model_flops(analyse_report(load_report(capture / "trace.json")), capture), out
-    )
+    write(attach_model_flops(analyse(load_report(capture / "trace.json")), capture), out)
     return out
 
 

@@ -6,7 +6,7 @@ import json
 
 import polars as pl
 
-from nsysmap.pipeline import analyse_file, analyse_report
+from nsysmap.pipeline import analyse, analyse_file
 from nsysmap.report.answers import RunData
 from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run
@@ -15,7 +15,7 @@ from tests.frames import MS, Frames
 
 
 def _run(f: Frames) -> RunData:
-    analysis = analyse_report(f.report())
+    analysis = analyse(f.report())
     return RunData("run", analysis.ops, analysis.manifest, by_range=analysis.summaries.by_range)
 
 

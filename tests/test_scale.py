@@ -11,8 +11,10 @@ from polars.testing import assert_frame_equal
 from bench import compare, sql_engine
 from nsysmap import pipeline
 from nsysmap.attribution.attribute import attribute
+from nsysmap.attribution.rules import BUILTIN
 from nsysmap.output import streamed
-from nsysmap.pipeline import analyse_file, load_report
+from nsysmap.output.streamed import HeldOps, HoldOps, OpsFile
+from nsysmap.pipeline import _analysed, analyse, analyse_file, load_report
 from nsysmap.stages import Stages
 from nsysmap.synth.bulk import bulk_tables, write_export
 from nsysmap.synth.tile import gpt_tables
@@ -63,7 +65,8 @@ def test_streamed_outputs_equal_the_in_memory_ones(gpt_export, tmp_path, monkeyp
     monkeypatch.setattr(pipeline, "STREAM_OPS", 100)
     monkeypatch.setattr(streamed, "BLOCK_ROWS", 333)
     streamed_run = analyse_file(gpt_export, tmp_path / "streamed", stages=Stages(progress=False))
-    assert held.held_ops is not None and streamed_run.held_ops is None
+    assert isinstance(held.store, HeldOps) and isinstance(streamed_run.store, OpsFile)
+    assert streamed_run.store.path == tmp_path / "streamed" / "ops.parquet"
     for table in TABLES:
         a = pl.read_parquet(tmp_path / "held" / f"{table}.parquet")
         b = pl.read_parquet(tmp_path / "streamed" / f"{table}.parquet")
@@ -76,6 +79,21 @@ def test_streamed_outputs_equal_the_in_memory_ones(gpt_export, tmp_path, monkeyp
     assert manifests[0]["input"] == manifests[1]["input"]
     for run in (held, streamed_run):
         assert {"read", "normalise", "attribute", "summarise", "write", "hash"} <= set(run.timings)
+
+
+def test_rows_held_in_blocks_equal_those_held_whole(gpt_export):
+    """The in-memory sink fed many blocks: the same rows, summaries and inference."""
+    report = load_report(gpt_export)
+    whole = analyse(report)
+    blocks = _analysed(report, HoldOps(block_rows=333), None, None, None, BUILTIN, True)
+    assert blocks.store.frame.n_chunks() > 1 and whole.store.frame.n_chunks() == 1
+    assert_frame_equal(blocks.ops, whole.ops)
+    for name, table in whole.summaries.tables().items():
+        assert_frame_equal(blocks.summaries.tables()[name], table, check_exact=False, rel_tol=1e-12)
+    assert whole.inferred is not None and blocks.inferred is not None
+    for name, table in whole.inferred.tables().items():
+        assert_frame_equal(blocks.inferred.tables()[name], table)
+    assert blocks.manifest == whole.manifest
 
 
 def test_the_benchmark_sql_engine_agrees_per_range(gpt_export, tmp_path):

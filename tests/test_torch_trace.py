@@ -168,7 +168,7 @@ def test_cpu_trace_ranges_are_user_annotations_and_autograd_nodes(cpu_trace):
 
 def test_cpu_trace_attributes_through_the_pipeline(cpu_trace):
     pipeline = pytest.importorskip("nsysmap.pipeline")
-    analysis = pipeline.analyse_report(pipeline.load_report(cpu_trace))
+    analysis = pipeline.analyse(pipeline.load_report(cpu_trace))
     ops = analysis.ops
     assert ops.height == read_trace(cpu_trace).gpu_ops.height
     assert ops["dur_ns"].sum() == read_trace(cpu_trace).gpu_ops["dur_ns"].sum()
@@ -318,7 +318,7 @@ def test_cuda_trace_launches_ranges_devices_meta(cuda_trace):
 
 def test_cuda_trace_attributes_through_the_pipeline(cuda_trace):
     pipeline = pytest.importorskip("nsysmap.pipeline")
-    ops = pipeline.analyse_report(pipeline.load_report(cuda_trace)).ops.sort("op_id")
+    ops = pipeline.analyse(pipeline.load_report(cuda_trace)).ops.sort("op_id")
     first, backward = ops.row(0, named=True), ops.row(3, named=True)
     assert (first["module"], first["direction"], first["aten_op"], first["step"]) == (
         "fc1",

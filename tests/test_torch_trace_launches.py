@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap.pipeline import analyse_report, load_report
+from nsysmap.pipeline import analyse, load_report
 from nsysmap.read.torch_trace import read_trace
 from tests.torch_traces import STREAM, complete, flow, launch, module, op, write_trace
 
@@ -53,7 +53,7 @@ def launches(tmp_path) -> Path:
 
 
 def test_every_launch_path_attributed(launches):
-    ops = analyse_report(load_report(launches)).ops.sort("op_id")
+    ops = analyse(load_report(launches)).ops.sort("op_id")
     got = ops.select("kind", "launch_api", "aten_op", "module", "dur_ns").rows()
     expected = [
         (
@@ -111,7 +111,7 @@ def _old_trace(with_correlation: bool) -> list[dict]:
 @pytest.mark.parametrize("with_correlation", [True, False])
 def test_old_trace_categories_and_async_flows(tmp_path, with_correlation):
     path = write_trace(tmp_path / "old.json", _old_trace(with_correlation), deviceProperties=[])
-    ops = analyse_report(load_report(path)).ops.sort("op_id")
+    ops = analyse(load_report(path)).ops.sort("op_id")
     assert ops.select(
         "kind", "correlation_id", "launch_api", "aten_op", "tid", "dur_ns"
     ).rows() == [

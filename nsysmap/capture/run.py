@@ -7,8 +7,8 @@
                   its stdout and stderr are the user's; Ctrl-C is forwarded once
      3. capture   DIR/capture/report.nsys-rep -> nsys export -> report.sqlite,
                   or DIR/capture/trace.json
-     4. analyse   pipeline.load_report + analyse_report (+ the model's FLOPs from
-                  DIR/capture/flops.json) + write_analysis -> DIR/*.parquet, manifest.json
+     4. analyse   pipeline.load_report + analyse (+ the model's FLOPs from
+                  DIR/capture/flops.json) + write -> DIR/*.parquet, manifest.json
      5. record    DIR/run.json: commands, backend, the script's exit status
 
 A script that fails or is interrupted still has what was captured analysed;
@@ -46,7 +46,7 @@ from nsysmap.errors import (
 from nsysmap.flops.model import attach_model_flops
 from nsysmap.output.placement import check_output_dir, remove_outputs, write_failed
 from nsysmap.output.writer import input_identity
-from nsysmap.pipeline import Analysis, analyse_report, load_report, write_analysis
+from nsysmap.pipeline import Analysis, analyse, load_report, write
 
 LAUNCHER_MODULE = "instrument.launch"
 BACKENDS = ("auto", "nsys", "torch")
@@ -160,14 +160,14 @@ def _analyse_capture(
     options = _options(request, record)
     try:
         report = load_report(captured)
-        analysis = analyse_report(
+        analysis = analyse(
             report, options=options, source=input_identity(captured), rules=request.rules
         )
     except NoGpuData as exc:
         before = f"{request.script.name} exited with status {status}; " if status else ""
         raise _nothing_to_analyse(f"{before}nothing usable was captured: {exc}", record) from exc
     # The launcher's FLOP count of the model, when it made one, is written with the outputs.
-    return write_analysis(attach_model_flops(analysis, capture), out_dir)
+    return write(attach_model_flops(analysis, capture), out_dir)
 
 
 def choose_backend(requested: str) -> tuple[str, str, Path | None]:

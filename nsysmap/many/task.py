@@ -103,8 +103,7 @@ def split_by_process(
     analysis: Analysis, target: Path
 ) -> tuple[tuple[Unit, ...], dict[str, pl.DataFrame]]:
     """The report's units (one per process with GPU operations) and their tables."""
-    ops_file = target / "ops.parquet"
-    ops = analysis.held_ops.lazy() if analysis.held_ops is not None else pl.scan_parquet(ops_file)
+    ops = analysis.store.scan()
     found = (
         ops.group_by("pid")
         .agg(
@@ -128,7 +127,7 @@ def split_by_process(
         summaries.append(_with_pid(summary.tables(), row["pid"]))
     tables = {name: pl.concat([s[name] for s in summaries]) for name in summaries[0]}
     tables.update(unit_tables(ops))
-    ops_file.unlink(missing_ok=True)
+    (target / "ops.parquet").unlink(missing_ok=True)
     return tuple(units), tables
 
 

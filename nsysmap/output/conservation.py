@@ -20,22 +20,20 @@ _WIDE = pl.Int128
 def check_conservation(
     gpu_ops: pl.DataFrame,
     summaries: Summaries,
-    ops: pl.DataFrame | None,
+    ops: pl.DataFrame | pl.LazyFrame,
     n_ops: int,
     source: str | None = None,
 ) -> None:
     """Raise TotalsMismatch unless every table adds up to the input, per device.
 
-    `ops` is the OPS frame when held (None when it was streamed); `n_ops` its
-    row count.
+    `ops`: the OPS rows (a lazy scan of ops.parquet when they were streamed);
+    `n_ops` their row count.
     """
     where = f"{source}: " if source else ""
     if n_ops != gpu_ops.height:
         raise _mismatch(where, f"{n_ops:,} operation rows for {gpu_ops.height:,} input rows")
     expected = _totals(gpu_ops.select("device_id", "dur_ns"), rows=True)
-    tables = (
-        {"ops": _totals(ops.select("device_id", "dur_ns"), rows=True)} if ops is not None else {}
-    )
+    tables = {"ops": _totals(ops.lazy().select("device_id", "dur_ns").collect(), rows=True)}
     for name, table in summaries.tables().items():
         if name in NOT_PARTITIONS:
             continue

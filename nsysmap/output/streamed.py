@@ -1,76 +1,140 @@
-"""Attributing a large report block by block, writing ops.parquet as it goes.
+"""Where the OPS rows go as they are made: held in memory, or streamed into ops.parquet.
 
-For reports with millions of GPU operations, holding every OPS row (with its
-range path) next to the report would double the memory. Here the ranges are
-searched once for all operations (`attribute_blocks`), then each block of
-rows is materialised, summarised (partial sums) and handed to Polars'
-streaming Parquet writer, and dropped:
+Attribution makes the OPS rows a block at a time (`attribute_blocks`); the
+flow (`nsysmap.pipeline`) summarises each block as it passes and hands the
+blocks to a sink, which decides what stays in memory::
 
-    report ──> locate (all ops) ──> block 1 ──> ops.parquet (row groups)
-                                    block 2 ──>     "        + partial summaries
-                                    ...                         └─> summaries
+    report ──> locate (all ops) ──> block 1 ──┬─> partial summaries ──> summaries
+                                    block 2 ──┤         ...
+                                    ...       └─> sink
+        HoldOps:    the blocks concatenated             -> HeldOps  (a frame)
+        StreamOps:  Polars' streaming Parquet writer    -> OpsFile  (ops.parquet)
 
-The rows written are exactly those `attribute(report)` returns.
+Held rows serve the pure API (`nsysmap.analyse`) and inputs that fit; for
+reports with millions of GPU operations `analyse_file` streams them, so that
+they are never all in memory next to the report. Either store reads the same
+way (`scan`, `read`), counts its rows, and puts itself into an output folder
+(`place`): the rows are exactly those `attribute(report)` returns.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
+import os
+import shutil
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import polars as pl
 from polars.io.plugins import register_io_source
 
 from nsysmap import schemas
-from nsysmap.attribution.attribute import attribute_blocks
-from nsysmap.attribution.rules import BUILTIN, NameRules
-from nsysmap.model import NestedReport
-from nsysmap.output.summarize import (
-    Summaries,
-    combine_summaries,
-    partial_summaries,
-    with_overlap,
-)
-from nsysmap.output.writer import PARQUET
-from nsysmap.stages import Stages
+from nsysmap.output.placement import STAGING_MARK
+from nsysmap.output.writer import OPS_FILE, PARQUET
 
-BLOCK_ROWS = 250_000  # OPS rows materialised at a time (more: a higher peak, no faster)
+BLOCK_ROWS = 250_000  # OPS rows a StreamOps materialises at a time (more: a higher peak, no faster)
 
 
-def stream_ops(
-    report: NestedReport, target: Path, stages: Stages, rules: NameRules = BUILTIN
-) -> tuple[int, Summaries]:
-    """Write the OPS rows of `report` to `target`; returns their number and the summaries.
+@dataclass(frozen=True)
+class HeldOps:
+    """OPS rows held in memory."""
 
-    Adds the time spent to `stages` as "attribute", "summarise" and "write".
+    frame: pl.DataFrame
+
+    @property
+    def rows(self) -> int:
+        return self.frame.height
+
+    def scan(self) -> pl.LazyFrame:
+        return self.frame.lazy()
+
+    def read(self, columns: Sequence[str] | None = None) -> pl.DataFrame:
+        return self.frame if columns is None else self.frame.select(columns)
+
+    def place(self, folder: Path) -> None:
+        """Write the rows as `folder`/ops.parquet."""
+        self.frame.write_parquet(folder / OPS_FILE, **PARQUET)
+
+    def placed(self, out_dir: Path) -> HeldOps:
+        """The store once its outputs are in `out_dir`: still the frame held."""
+        return self
+
+
+@dataclass(frozen=True)
+class OpsFile:
+    """OPS rows in a Parquet file (read back only when asked for)."""
+
+    path: Path
+    rows: int
+
+    def scan(self) -> pl.LazyFrame:
+        return pl.scan_parquet(self.path)
+
+    def read(self, columns: Sequence[str] | None = None) -> pl.DataFrame:
+        return pl.read_parquet(self.path, columns=None if columns is None else list(columns))
+
+    def place(self, folder: Path) -> None:
+        """Move the file into `folder` from a staging folder, else copy it there."""
+        if STAGING_MARK in self.path.parent.name:
+            os.replace(self.path, folder / OPS_FILE)
+        else:
+            shutil.copyfile(self.path, folder / OPS_FILE)
+
+    def placed(self, out_dir: Path) -> OpsFile:
+        """The store once its outputs are in `out_dir`: out_dir/ops.parquet."""
+        return OpsFile(Path(out_dir) / OPS_FILE, self.rows)
+
+
+OpsStore = HeldOps | OpsFile
+
+
+class OpsSink(Protocol):
+    """Takes the blocks of OPS rows as they are made; returns where they are."""
+
+    @property
+    def block_rows(self) -> int | None: ...  # rows per block (None: one block)
+
+    @property
+    def stage(self) -> str: ...  # the stage its own time counts to
+
+    def take(self, blocks: Iterator[pl.DataFrame]) -> OpsStore: ...
+
+
+@dataclass(frozen=True)
+class HoldOps:
+    """Keep the rows in memory: the blocks, concatenated.
+
+    One block by default: attributing a report whole is as fast as it gets,
+    and the rows are all held anyway.
     """
-    parts: list[dict[str, pl.DataFrame]] = []
-    spent = {"attribute": 0.0, "summarise": 0.0}
 
-    def blocks(*_: object) -> Iterator[pl.DataFrame]:
-        rows = attribute_blocks(report, block_rows=BLOCK_ROWS, rules=rules)
-        while True:
-            start = time.perf_counter()
-            block = next(rows, None)
-            middle = time.perf_counter()
-            spent["attribute"] += middle - start
-            if block is None:
-                return
-            parts.append(partial_summaries(block))
-            spent["summarise"] += time.perf_counter() - middle
-            yield block
+    block_rows: int | None = None
+    stage: str = "attribute"
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    with stages.stage("stream", "attributing and writing"):
-        register_io_source(io_source=blocks, schema=schemas.OPS).sink_parquet(target, **PARQUET)
-    total = time.perf_counter() - start
-    stages.timings.pop("stream", None)
-    for name, seconds in spent.items():
-        stages.add(name, seconds)
-    stages.add("write", total - sum(spent.values()))
-    with stages.stage("summarise", "summarising"):
-        summaries = with_overlap(combine_summaries(parts, report.ranges), pl.scan_parquet(target))
-    rows = int(summaries.coverage["ops"].sum())
-    return rows, summaries
+    def take(self, blocks: Iterator[pl.DataFrame]) -> HeldOps:
+        frames = list(blocks)
+        return HeldOps(frames[0] if len(frames) == 1 else pl.concat(frames))
+
+
+@dataclass(frozen=True)
+class StreamOps:
+    """Write the rows to `path` block by block (Polars' streaming Parquet writer)."""
+
+    path: Path
+    block_rows: int = field(default_factory=lambda: BLOCK_ROWS)
+    stage: str = "write"
+
+    def take(self, blocks: Iterator[pl.DataFrame]) -> OpsFile:
+        rows = 0
+
+        def counted(*_: object) -> Iterator[pl.DataFrame]:
+            nonlocal rows
+            for block in blocks:
+                rows += block.height
+                yield block
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        source = register_io_source(io_source=counted, schema=schemas.OPS)
+        source.sink_parquet(self.path, **PARQUET)
+        return OpsFile(self.path, rows)

@@ -4,25 +4,28 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import polars as pl
 
 from nsysmap import schemas
 from nsysmap._version import __version__
 from nsysmap.model import Report
-from nsysmap.output.placement import MANIFEST, STAGING_MARK, commit, staging, write_failed
-from nsysmap.output.summarize import Summaries
+from nsysmap.output.placement import MANIFEST, commit, staging, write_failed
 
 # zstd level 1: as small as the default level here, and faster to write.
 PARQUET: dict[str, Any] = {"compression": "zstd", "compression_level": 1, "statistics": True}
 _HASH_CHUNK = 1 << 20
 OPS_FILE = "ops.parquet"
+
+
+class PlacesOps(Protocol):
+    """The OPS rows of an analysis, wherever they are (nsysmap.output.streamed)."""
+
+    def place(self, folder: Path) -> None: ...  # put them into `folder` as ops.parquet
 
 
 def file_sha256(path: Path, stop: threading.Event | None = None) -> str | None:
@@ -34,11 +37,6 @@ def file_sha256(path: Path, stop: threading.Event | None = None) -> str | None:
                 return None
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def output_tables(ops: pl.DataFrame, summaries: Summaries) -> dict[str, pl.DataFrame]:
-    """Every output table by name: `ops` first, then the summaries."""
-    return {"ops": ops, **summaries.tables()}
 
 
 def input_identity(path: Path | None, stop: threading.Event | None = None) -> dict[str, Any]:
@@ -58,8 +56,8 @@ def build_manifest(
 ) -> dict[str, Any]:
     """The manifest: versions, input identity, options and what was written.
 
-    `tables` maps each table to its frame, or to its row count when it was
-    written elsewhere (streamed).
+    `tables` maps each table to its frame, or to its row count (ops: the
+    rows may be held or streamed, nsysmap.output.streamed).
     """
     meta = dict(zip(report.meta["key"], report.meta["value"], strict=True))
     return {
@@ -85,25 +83,18 @@ def table_entries(tables: Mapping[str, pl.DataFrame | int]) -> dict[str, dict[st
 
 
 def write_outputs(
-    tables: dict[str, pl.DataFrame],
-    manifest: dict[str, Any],
-    out_dir: Path,
-    *,
-    ops_file: Path | None = None,
+    tables: dict[str, pl.DataFrame], manifest: dict[str, Any], out_dir: Path, *, ops: PlacesOps
 ) -> Path:
-    """Write each table as `<name>.parquet` and the manifest, replacing `out_dir`'s outputs.
+    """Write `ops`, each table as `<name>.parquet` and the manifest, replacing `out_dir`'s outputs.
 
     Everything is written into a staging folder and then moved into place as
-    a whole (`nsysmap.output.placement`). `ops_file`: an ops.parquet written
-    already (streamed), moved along from a staging folder, else copied.
+    a whole (`nsysmap.output.placement`). `ops` puts ops.parquet there itself
+    (`nsysmap.output.streamed`: written from memory, or moved or copied).
     """
     out_dir = Path(out_dir)
     with staging(out_dir) as folder:
         try:
-            if ops_file is not None and STAGING_MARK in ops_file.parent.name:
-                os.replace(ops_file, folder / OPS_FILE)
-            elif ops_file is not None:
-                shutil.copyfile(ops_file, folder / OPS_FILE)
+            ops.place(folder)
             for name, df in tables.items():
                 df.write_parquet(folder / f"{name}.parquet", **PARQUET)
             text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
