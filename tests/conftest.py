@@ -16,6 +16,7 @@ FAST_EXCLUDES = ("slow", "corpus", "browser", "dask", "fresh")
 
 FAST_MODULES = frozenset(
     {
+        "test_api.py",
         "test_attribute.py",
         "test_attribute_sqlite.py",
         "test_by_range.py",

@@ -56,6 +56,16 @@ def test_progress_on_a_terminal_is_one_line_cleared_at_the_end(fast_ticks):
     assert "\n" not in out and out.endswith("\r\x1b[K")
 
 
+def test_progress_alone_shows_the_line_and_records_no_time(fast_ticks):
+    """For a body that times its interleaved stages itself (the flow's blocks)."""
+    tty = FakeTerminal()
+    stages = Stages(stream=tty)
+    with stages.progress("attributing"):
+        time.sleep(0.1)
+    assert "nsysmap: attributing" in tty.getvalue() and tty.getvalue().endswith("\r\x1b[K")
+    assert stages.timings == {}
+
+
 def test_no_progress_in_ci_logs_even_on_a_terminal(fast_ticks, monkeypatch):
     monkeypatch.setenv("CI", "true")
     tty = FakeTerminal()
