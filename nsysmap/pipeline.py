@@ -162,6 +162,30 @@ def _analysed(
     """The flow after reading: blocks attributed, summarised and handed to `sink`."""
     _require_ops(report)
     stages = stages or Stages(progress=False)
+    store, parts = _attributed(report, sink, stages, rules)
+    with stages.stage("summarise", "summarising"):
+        summaries = with_overlap(combine_summaries(parts, report.ranges), store.scan())
+    inferred = None
+    if infer:  # only the columns inference reads
+        with stages.stage("infer", "inferring blocks"):
+            inferred = infer_ops(store.read(INFER_COLUMNS))
+    options = _recorded_options(options, rules, infer)
+    source_path = report.meta_value("source_path")
+    check_conservation(report.gpu_ops, summaries, store.scan(), store.rows, source_path)
+    tables: dict[str, pl.DataFrame | int] = {"ops": store.rows, **summaries.tables()}
+    tables |= inferred.tables() if inferred is not None else {}
+    manifest = build_manifest(report, tables, options=options or {}, source=source)
+    return Analysis(report, store, summaries, manifest, inferred=inferred)
+
+
+def _attributed(
+    report: NestedReport, sink: OpsSink, stages: Stages, rules: NameRules
+) -> tuple[OpsStore, list[dict[str, pl.DataFrame]]]:
+    """The OPS rows given to `sink` block by block, and each block's partial summaries.
+
+    Times attribution, the partial summaries and the sink's own work (its
+    `stage`) apart, although they interleave.
+    """
     blocks = attribute_blocks(report, block_rows=sink.block_rows, rules=rules)
     parts: list[dict[str, pl.DataFrame]] = []
     spent = {"attribute": 0.0, "summarise": 0.0}
@@ -184,19 +208,7 @@ def _analysed(
     for name, seconds in spent.items():
         stages.add(name, seconds)
     stages.add(sink.stage, time.perf_counter() - start - sum(spent.values()))
-    with stages.stage("summarise", "summarising"):
-        summaries = with_overlap(combine_summaries(parts, report.ranges), store.scan())
-    inferred = None
-    if infer:  # only the columns inference reads
-        with stages.stage("infer", "inferring blocks"):
-            inferred = infer_ops(store.read(INFER_COLUMNS))
-    options = _recorded_options(options, rules, infer)
-    source_path = report.meta_value("source_path")
-    check_conservation(report.gpu_ops, summaries, store.scan(), store.rows, source_path)
-    tables: dict[str, pl.DataFrame | int] = {"ops": store.rows, **summaries.tables()}
-    tables |= inferred.tables() if inferred is not None else {}
-    manifest = build_manifest(report, tables, options=options or {}, source=source)
-    return Analysis(report, store, summaries, manifest, inferred=inferred)
+    return store, parts
 
 
 def _recorded_options(
