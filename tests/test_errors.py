@@ -19,7 +19,6 @@ import pytest
 import nsysmap.pipeline as pipeline
 from nsysmap.cli import _invoke
 from nsysmap.errors import ExitCode
-from nsysmap.output.summarize import Summaries
 from nsysmap.synth import SynthExport
 from tests.fuzz import sqlite_totals
 
@@ -249,22 +248,22 @@ def test_numbers_beyond_64_bits_in_range_names_are_no_number(tmp_path, capsys):
 def test_totals_that_do_not_add_up_are_an_error_and_nothing_is_written(
     tmp_path, capsys, monkeypatch
 ):
-    real = pipeline.summarize
+    real = pipeline.partial_summaries
 
-    def losing_one(ops: pl.DataFrame, ranges: pl.DataFrame | None = None) -> Summaries:
-        return real(ops.slice(1), ranges)  # as if a join had dropped a row
+    def losing_one(ops: pl.DataFrame) -> dict[str, pl.DataFrame]:
+        return real(ops.slice(1))  # as if a join had dropped a row
 
-    monkeypatch.setattr(pipeline, "summarize", losing_one)
+    monkeypatch.setattr(pipeline, "partial_summaries", losing_one)
     code, err = _run(capsys, "attribute", _export(tmp_path / "run.sqlite"), "-o", tmp_path / "o")
     assert code == ExitCode.TOTALS_MISMATCH and "totals do not add up" in err
     assert not (tmp_path / "o").exists()
 
 
 def test_internal_errors_are_one_line(tmp_path, capsys, monkeypatch):
-    def failing(ops: pl.DataFrame, ranges: pl.DataFrame | None = None) -> Summaries:
+    def failing(ops: pl.DataFrame) -> dict[str, pl.DataFrame]:
         raise pl.exceptions.ComputeError("first line\n\nResolved plan:\n  SELECT ...\n")
 
-    monkeypatch.setattr(pipeline, "summarize", failing)
+    monkeypatch.setattr(pipeline, "partial_summaries", failing)
     code = _invoke(["attribute", str(_export(tmp_path / "r.sqlite")), "-o", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert code == ExitCode.INTERNAL and len(err.strip().splitlines()) == 1
