@@ -131,7 +131,7 @@ def test_run_refuses_an_output_path_that_is_a_file_before_profiling(tmp_path, ca
 def test_report_markdown_path_that_is_a_directory(tmp_path, capsys):
     source = _export(tmp_path / "run.sqlite")
     assert _run(capsys, "attribute", source, "-o", tmp_path / "out")[0] == 0
-    code, err = _run(capsys, "report", tmp_path / "out", "-o", tmp_path)
+    code, err = _run(capsys, "report", tmp_path / "out", "--markdown", tmp_path)
     assert code == ExitCode.OUTPUT_FAILED and "is a directory" in err
 
 
@@ -269,3 +269,15 @@ def test_internal_errors_are_one_line(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert code == ExitCode.INTERNAL and len(err.strip().splitlines()) == 1
     assert "internal error: ComputeError: first line Resolved plan: SELECT ..." in err
+
+
+def test_report_old_output_option_still_names_the_markdown_file(tmp_path, capsys):
+    source = _export(tmp_path / "run.sqlite")
+    assert _run(capsys, "attribute", source, "-o", tmp_path / "out")[0] == 0
+    code, err = _run(capsys, "report", tmp_path / "out", "-o", tmp_path / "mine.md", "--quiet")
+    assert code == 0 and "is now --markdown FILE" in err
+    assert (tmp_path / "mine.md").read_text().startswith("#")
+    code, err = _run(
+        capsys, "report", tmp_path / "out", "-o", tmp_path / "a.md", "--markdown", tmp_path / "b.md"
+    )
+    assert code == ExitCode.USAGE and "give the Markdown file once" in err

@@ -254,7 +254,14 @@ def test_flops_source_can_be_forced_and_said_missing(outputs):
 
 def test_command_writes_markdown_and_tables(outputs, tmp_path):
     target = tmp_path / "answers.md"
-    argv = ["report", str(outputs["train"]), "--compare", str(outputs["infer"]), "-o", str(target)]
+    argv = [
+        "report",
+        str(outputs["train"]),
+        "--compare",
+        str(outputs["infer"]),
+        "--markdown",
+        str(target),
+    ]
     result = CliRunner().invoke(cli, argv)
     assert result.exit_code == 0, result.output
     printed = result.stdout
