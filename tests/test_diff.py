@@ -16,13 +16,14 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from nsysmap.cli import _invoke, cli
+from nsysmap.cli import cli
 from nsysmap.diff.compare import DIFF, compare
 from nsysmap.diff.figures import diff_charts
 from nsysmap.diff.render import render, summary, unmatched
 from nsysmap.pipeline import analyse_file
 from nsysmap.report.io import read_run
 from sample_reports.build import build
+from tests.cli_runner import nsysmap_cli
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_reports"
 MS = 1_000_000
@@ -129,4 +130,4 @@ def test_diff_command_writes_text_parquet_and_html(runs, tmp_path):
 
 
 def test_diff_of_a_missing_directory(runs, tmp_path):
-    assert _invoke(["diff", str(runs["train"]), str(tmp_path / "none")]) == 3
+    assert nsysmap_cli(["diff", str(runs["train"]), str(tmp_path / "none")]) == 3

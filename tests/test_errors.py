@@ -17,10 +17,10 @@ import polars as pl
 import pytest
 
 import nsysmap.pipeline as pipeline
-from nsysmap.cli import _invoke
 from nsysmap.errors import ExitCode
 from nsysmap.output.summarize import Summaries
 from nsysmap.synth import SynthExport
+from tests.cli_runner import nsysmap_cli
 from tests.fuzz import sqlite_totals
 
 MS = 1_000_000
@@ -44,7 +44,7 @@ def _export(path: Path, *, step_name: str = "nsysmap:step:0", op: str = "aten::m
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: object) -> tuple[int, str]:
     """Exit code and stderr of `nsysmap ARGV`; stderr must be one line when it fails."""
-    code = _invoke([str(a) for a in argv])
+    code = nsysmap_cli([str(a) for a in argv])
     err = capsys.readouterr().err
     if code:
         assert len(err.strip().splitlines()) == 1, err
@@ -179,7 +179,7 @@ def test_run_failing_before_capture_leaves_no_previous_outputs_looking_current(t
     assert _run(capsys, "attribute", _export(tmp_path / "a.sqlite"), "-o", out)[0] == 0
     script = tmp_path / "crash.py"
     script.write_text("raise SystemExit(3)\n")
-    code = _invoke(["run", "--backend", "torch", "-o", str(out), str(script)])
+    code = nsysmap_cli(["run", "--backend", "torch", "-o", str(out), str(script)])
     capsys.readouterr()
     assert code == 3
     assert not list(out.glob("*.parquet")) and not (out / "manifest.json").exists()
@@ -265,7 +265,9 @@ def test_internal_errors_are_one_line(tmp_path, capsys, monkeypatch):
         raise pl.exceptions.ComputeError("first line\n\nResolved plan:\n  SELECT ...\n")
 
     monkeypatch.setattr(pipeline, "summarize", failing)
-    code = _invoke(["attribute", str(_export(tmp_path / "r.sqlite")), "-o", str(tmp_path / "o")])
+    code = nsysmap_cli(
+        ["attribute", str(_export(tmp_path / "r.sqlite")), "-o", str(tmp_path / "o")]
+    )
     err = capsys.readouterr().err
     assert code == ExitCode.INTERNAL and len(err.strip().splitlines()) == 1
     assert "internal error: ComputeError: first line Resolved plan: SELECT ..." in err

@@ -27,13 +27,14 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from nsysmap.cli import _invoke, cli
+from nsysmap.cli import cli
 from nsysmap.errors import NotAnExport
 from nsysmap.flops.model import attach_model_flops
 from nsysmap.pipeline import analyse_file, analyse_report, load_report, write_analysis
 from nsysmap.report.answers import ReportOptions
 from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run
+from tests.cli_runner import nsysmap_cli
 from tests.corpus import CORPUS, needs_corpus
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_reports"
@@ -282,7 +283,7 @@ def test_command_writes_markdown_and_tables(outputs, tmp_path):
 )
 def test_command_errors(argv, code, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert _invoke(argv) == code
+    assert nsysmap_cli(argv) == code
 
 
 @pytest.mark.corpus
@@ -353,7 +354,7 @@ def test_an_ops_table_of_another_format_is_refused_in_one_line(tmp_path):
         json.dumps({"tables": {"ops": {"file": "ops.parquet"}}})
     )
     pl.DataFrame({"a": [1]}).write_parquet(tmp_path / "ops.parquet")
-    assert _invoke(["report", str(tmp_path)]) == 4
+    assert nsysmap_cli(["report", str(tmp_path)]) == 4
 
 
 def test_the_compared_run_is_named_for_what_it_is(outputs, report):
