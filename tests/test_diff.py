@@ -24,8 +24,8 @@ from nsysmap.pipeline import analyse_file
 from nsysmap.report.io import read_run
 from sample_reports.build import build
 from tests.cli_runner import nsysmap_cli
+from tests.samples import analyse_samples
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_reports"
 MS = 1_000_000
 C_FC = "transformer.h.1.mlp.c_fc"
 
@@ -35,9 +35,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("diff")
     build(True, slower={1: 2}).write(root / "slow.sqlite")
     analyse_file(root / "slow.sqlite", root / "slow")
-    for name in ("train", "infer"):
-        analyse_file(SAMPLES / f"gpt2_tiny_{name}.sqlite", root / name)
-    return {name: root / name for name in ("slow", "train", "infer")}
+    return {"slow": root / "slow", **analyse_samples(root)}
 
 
 @pytest.fixture(scope="module")

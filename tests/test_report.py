@@ -36,8 +36,8 @@ from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run
 from tests.cli_runner import nsysmap_cli
 from tests.corpus import CORPUS, needs_corpus
+from tests.samples import SAMPLES, analyse_samples
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_reports"
 MS = 1_000_000
 SGEMM = "ampere_sgemm_128x64_tn"
 
@@ -45,9 +45,7 @@ SGEMM = "ampere_sgemm_128x64_tn"
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("samples")
-    for name in ("train", "infer"):
-        analyse_file(SAMPLES / f"gpt2_tiny_{name}.sqlite", root / name)
-    return {"train": root / "train", "infer": root / "infer"}
+    return analyse_samples(root)
 
 
 @pytest.fixture(scope="module")
