@@ -92,13 +92,6 @@ def common_module(paths: list[str]) -> str | None:
     return ".".join(common)
 
 
-def join_path(prefix: str | None, path: str) -> str:
-    """A relative module path placed under the compiled region's own path."""
-    if not prefix:
-        return path
-    return f"{prefix}.{path}" if path else prefix
-
-
 def document(
     graphs: list[dict[str, Any]], classes: dict[str, str], torch_version: str, notes: list[str]
 ) -> dict[str, Any]:

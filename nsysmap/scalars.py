@@ -27,8 +27,3 @@ def to_float(value: object) -> float:
 def opt_int(value: object) -> int | None:
     """`to_int`, with None (an empty or all-null aggregate) kept as None."""
     return None if value is None else to_int(value)
-
-
-def opt_float(value: object) -> float | None:
-    """`to_float`, with None (an empty or all-null aggregate) kept as None."""
-    return None if value is None else to_float(value)

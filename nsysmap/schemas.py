@@ -179,6 +179,7 @@ OPS = declare(
 )
 
 _SUMMARY_TAIL = {"ops": pl.Int64, "time_ns": pl.Int64, "time_share": pl.Float64}
+_MODULE_KEY = {"device_id": pl.Int64, "module": pl.String, "module_class": pl.String}
 
 BY_PHASE = declare({"device_id": pl.Int64, "phase": pl.String, **_SUMMARY_TAIL})
 BY_CATEGORY = declare({"device_id": pl.Int64, "category": pl.String, **_SUMMARY_TAIL})
@@ -193,9 +194,7 @@ BY_STEP = declare(
 )
 BY_MODULE = declare(
     {
-        "device_id": pl.Int64,
-        "module": pl.String,
-        "module_class": pl.String,
+        **_MODULE_KEY,
         **_SUMMARY_TAIL,
         "forward_ns": pl.Int64,
         "backward_ns": pl.Int64,
@@ -204,9 +203,7 @@ BY_MODULE = declare(
 )
 BY_MODULE_PHASE = declare(
     {
-        "device_id": pl.Int64,
-        "module": pl.String,
-        "module_class": pl.String,
+        **_MODULE_KEY,
         "phase": pl.String,
         **_SUMMARY_TAIL,
     }

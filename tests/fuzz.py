@@ -3,7 +3,7 @@
 A case is a base input (a small real export or trace from ../shared/corpus,
 or a synthetic one) and one mutation, both drawn from a seeded generator, so
 a case id names the same input on every machine. `run_case` writes the
-mutated copy, runs the command in-process (`nsysmap.cli._invoke`, stdout and
+mutated copy, runs the command in-process (`tests.cli_runner.nsysmap_cli`, stdout and
 stderr captured) and checks the outcome:
 
 * no traceback and no "internal error" in the output, and one line on stderr
@@ -472,7 +472,7 @@ def conservation(out: Path, independent: tuple[int, ...] | None) -> str | None:
 
 def run_case(case: Case, workdir: Path) -> dict[str, Any]:
     """Materialise and run one case in this process; the outcome as a plain dict."""
-    from nsysmap.cli import _invoke
+    from tests.cli_runner import nsysmap_cli
 
     argv, out = materialise(case, workdir)
     source = Path(argv[1])
@@ -483,7 +483,7 @@ def run_case(case: Case, workdir: Path) -> dict[str, Any]:
     start = time.perf_counter()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
         try:
-            code = _invoke(argv)
+            code = nsysmap_cli(argv)
         except BaseException as exc:
             code, _ = -1, stderr.write(f"Traceback (escaped): {type(exc).__name__}: {exc}\n")
     seconds = time.perf_counter() - start

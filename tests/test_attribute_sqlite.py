@@ -15,10 +15,11 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nsysmap.cli import _invoke, cli
+from nsysmap.cli import cli
 from nsysmap.pipeline import analyse_file, load_report
 from nsysmap.synth import SynthExport
 from tests import fake_nsys
+from tests.cli_runner import nsysmap_cli
 from tests.corpus import independent_gpu_totals
 from tests.reference import reference_attribution
 from tests.strategies import forest
@@ -154,7 +155,7 @@ def test_without_runtime_table_every_op_lacks_a_launch(tmp_path):
 def test_missing_tables_are_one_line_errors(tmp_path, capsys, omit, code):
     path = tmp_path / "partial.sqlite"
     _step_export().write(path, omit=omit)
-    assert _invoke(["attribute", str(path), "-o", str(tmp_path / "out")]) == code
+    assert nsysmap_cli(["attribute", str(path), "-o", str(tmp_path / "out")]) == code
     err = capsys.readouterr().err.strip()
     assert err.startswith("nsysmap: error: ") and "\n" not in err
 

@@ -23,8 +23,8 @@ from nsysmap.report.html.page import report_page, write_page
 from nsysmap.report.io import read_run
 from nsysmap.synth.bulk import write_export
 from nsysmap.synth.tile import gpt_tables
+from tests.samples import analyse_samples
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_reports"
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(
@@ -52,8 +52,7 @@ def browser():
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("pages")
-    for name in ("train", "infer"):
-        analyse_file(SAMPLES / f"gpt2_tiny_{name}.sqlite", root / name)
+    analyse_samples(root)
     train = build_report(read_run(root / "train"), read_run(root / "infer"))
     analyse_file(write_export(root / "gpt.sqlite", gpt_tables(1500, seed=4)), root / "gpt12")
     gpt = build_report(read_run(root / "gpt12"), options=ReportOptions(dtype="bf16"))

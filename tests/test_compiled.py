@@ -61,9 +61,6 @@ def test_nearest_common_module_and_paths_under_a_region():
     assert doc.common_module(["head", "blocks.0"]) == ""
     assert doc.common_module(["h.1", "h.10"]) == "h"  # segments, not characters
     assert doc.common_module([]) is None
-    assert doc.join_path("blocks.0", "ln") == "blocks.0.ln"
-    assert doc.join_path("blocks.0", "") == "blocks.0"
-    assert doc.join_path("", "ln") == "ln"
 
 
 def test_kernel_rows_number_the_occurrences_of_each_name():

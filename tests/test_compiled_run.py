@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap.cli import _invoke
+from tests.cli_runner import nsysmap_cli
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).parents[1]
@@ -28,7 +28,7 @@ LINEARS = [f"blocks.{i}.{n}" for i in range(3) for n in ("fc1", "fc2")] + ["head
 def nsysmap_run(out: Path, *script_args: str) -> dict:
     result = out / "result.json"
     argv = ["run", "--backend", "torch", "--quiet", "-o", str(out), SCRIPT, "--"]
-    assert _invoke([*argv, "--out", str(result), *script_args]) == 0
+    assert nsysmap_cli([*argv, "--out", str(result), *script_args]) == 0
     return json.loads(result.read_text())
 
 

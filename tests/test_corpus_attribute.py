@@ -10,8 +10,8 @@ import json
 import polars as pl
 import pytest
 
-from nsysmap.cli import _invoke
 from nsysmap.pipeline import load_report
+from tests.cli_runner import nsysmap_cli
 from tests.corpus import NO_GPU_FILES, all_export_files, corpus_path, independent_gpu_totals
 from tests.reference import reference_attribution, reference_overlap
 
@@ -27,7 +27,7 @@ def attributed(tmp_path_factory: pytest.TempPathFactory) -> dict:
         if name not in cache:
             out = tmp_path_factory.mktemp(name.split(".")[0])
             cache[name] = (
-                _invoke(["attribute", "--quiet", str(corpus_path(name)), "-o", str(out)]),
+                nsysmap_cli(["attribute", "--quiet", str(corpus_path(name)), "-o", str(out)]),
                 out,
             )
         return cache[name]
@@ -133,6 +133,6 @@ def test_two_gpu_training_capture(attributed, capsys):
     in_range = ops.filter(pl.col("attribution") == "range")["dur_ns"].sum() / ops["dur_ns"].sum()
     assert 0.9 < in_range < 1.0
     assert ops.filter(pl.col("module").str.starts_with("blocks.")).height > 4000
-    code = _invoke(["attribute", str(corpus_path(name)), "-o", str(out_dir)])
+    code = nsysmap_cli(["attribute", str(corpus_path(name)), "-o", str(out_dir)])
     text = capsys.readouterr().out
     assert code == 0 and f"Coverage: {100 * in_range:.1f}% of GPU time attributed" in text

@@ -16,15 +16,16 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from nsysmap.cli import _invoke, cli
+from nsysmap.cli import cli
 from nsysmap.diff.compare import DIFF, compare
 from nsysmap.diff.figures import diff_charts
 from nsysmap.diff.render import render, summary, unmatched
 from nsysmap.pipeline import analyse_file
 from nsysmap.report.io import read_run
 from sample_reports.build import build
+from tests.cli_runner import nsysmap_cli
+from tests.samples import analyse_samples
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_reports"
 MS = 1_000_000
 C_FC = "transformer.h.1.mlp.c_fc"
 
@@ -34,9 +35,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("diff")
     build(True, slower={1: 2}).write(root / "slow.sqlite")
     analyse_file(root / "slow.sqlite", root / "slow")
-    for name in ("train", "infer"):
-        analyse_file(SAMPLES / f"gpt2_tiny_{name}.sqlite", root / name)
-    return {name: root / name for name in ("slow", "train", "infer")}
+    return {"slow": root / "slow", **analyse_samples(root)}
 
 
 @pytest.fixture(scope="module")
@@ -129,4 +128,4 @@ def test_diff_command_writes_text_parquet_and_html(runs, tmp_path):
 
 
 def test_diff_of_a_missing_directory(runs, tmp_path):
-    assert _invoke(["diff", str(runs["train"]), str(tmp_path / "none")]) == 3
+    assert nsysmap_cli(["diff", str(runs["train"]), str(tmp_path / "none")]) == 3

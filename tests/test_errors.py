@@ -17,9 +17,9 @@ import polars as pl
 import pytest
 
 import nsysmap.pipeline as pipeline
-from nsysmap.cli import _invoke
 from nsysmap.errors import ExitCode
 from nsysmap.synth import SynthExport
+from tests.cli_runner import nsysmap_cli
 from tests.fuzz import sqlite_totals
 
 MS = 1_000_000
@@ -43,7 +43,7 @@ def _export(path: Path, *, step_name: str = "nsysmap:step:0", op: str = "aten::m
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: object) -> tuple[int, str]:
     """Exit code and stderr of `nsysmap ARGV`; stderr must be one line when it fails."""
-    code = _invoke([str(a) for a in argv])
+    code = nsysmap_cli([str(a) for a in argv])
     err = capsys.readouterr().err
     if code:
         assert len(err.strip().splitlines()) == 1, err
@@ -130,7 +130,7 @@ def test_run_refuses_an_output_path_that_is_a_file_before_profiling(tmp_path, ca
 def test_report_markdown_path_that_is_a_directory(tmp_path, capsys):
     source = _export(tmp_path / "run.sqlite")
     assert _run(capsys, "attribute", source, "-o", tmp_path / "out")[0] == 0
-    code, err = _run(capsys, "report", tmp_path / "out", "-o", tmp_path)
+    code, err = _run(capsys, "report", tmp_path / "out", "--markdown", tmp_path)
     assert code == ExitCode.OUTPUT_FAILED and "is a directory" in err
 
 
@@ -178,7 +178,7 @@ def test_run_failing_before_capture_leaves_no_previous_outputs_looking_current(t
     assert _run(capsys, "attribute", _export(tmp_path / "a.sqlite"), "-o", out)[0] == 0
     script = tmp_path / "crash.py"
     script.write_text("raise SystemExit(3)\n")
-    code = _invoke(["run", "--backend", "torch", "-o", str(out), str(script)])
+    code = nsysmap_cli(["run", "--backend", "torch", "-o", str(out), str(script)])
     capsys.readouterr()
     assert code == 3
     assert not list(out.glob("*.parquet")) and not (out / "manifest.json").exists()
@@ -264,7 +264,21 @@ def test_internal_errors_are_one_line(tmp_path, capsys, monkeypatch):
         raise pl.exceptions.ComputeError("first line\n\nResolved plan:\n  SELECT ...\n")
 
     monkeypatch.setattr(pipeline, "partial_summaries", failing)
-    code = _invoke(["attribute", str(_export(tmp_path / "r.sqlite")), "-o", str(tmp_path / "o")])
+    code = nsysmap_cli(
+        ["attribute", str(_export(tmp_path / "r.sqlite")), "-o", str(tmp_path / "o")]
+    )
     err = capsys.readouterr().err
     assert code == ExitCode.INTERNAL and len(err.strip().splitlines()) == 1
     assert "internal error: ComputeError: first line Resolved plan: SELECT ..." in err
+
+
+def test_report_old_output_option_still_names_the_markdown_file(tmp_path, capsys):
+    source = _export(tmp_path / "run.sqlite")
+    assert _run(capsys, "attribute", source, "-o", tmp_path / "out")[0] == 0
+    code, err = _run(capsys, "report", tmp_path / "out", "-o", tmp_path / "mine.md", "--quiet")
+    assert code == 0 and "is now --markdown FILE" in err
+    assert (tmp_path / "mine.md").read_text().startswith("#")
+    code, err = _run(
+        capsys, "report", tmp_path / "out", "-o", tmp_path / "a.md", "--markdown", tmp_path / "b.md"
+    )
+    assert code == ExitCode.USAGE and "give the Markdown file once" in err

@@ -16,13 +16,14 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from nsysmap.cli import _invoke, cli
+from nsysmap.cli import cli
 from nsysmap.export.perfetto import Selection, op_tracks, trace_text
 from nsysmap.export.spans import SPAN, nest
 from nsysmap.pipeline import analyse_file
 from nsysmap.report.io import read_run
 from nsysmap.synth.bulk import write_export
 from nsysmap.synth.tile import gpt_tables
+from tests.cli_runner import nsysmap_cli
 from tests.corpus import corpus_path, needs_corpus
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_reports"
@@ -185,12 +186,14 @@ def test_selection_keeps_operations_that_overlap_the_window():
 )
 def test_bad_options_exit_with_usage(runs, tmp_path, options, code):
     target = tmp_path / "t.json"
-    assert _invoke(["export", str(runs["train"]), "--perfetto", str(target), *options]) == code
+    assert nsysmap_cli(["export", str(runs["train"]), "--perfetto", str(target), *options]) == code
     assert not target.exists()
 
 
 def test_missing_directory(tmp_path):
-    assert _invoke(["export", str(tmp_path / "nope"), "--perfetto", str(tmp_path / "t.json")]) == 3
+    assert (
+        nsysmap_cli(["export", str(tmp_path / "nope"), "--perfetto", str(tmp_path / "t.json")]) == 3
+    )
 
 
 def test_trace_text_counts_what_it_wrote(runs):

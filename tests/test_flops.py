@@ -18,9 +18,9 @@ import pytest
 
 from instrument.flops import EXIT_FAILED, EXIT_MISSING, EXIT_SPEC, count_flops
 from instrument.flops import main as counter_main
-from nsysmap.cli import _invoke
 from nsysmap.errors import ExitCode
 from nsysmap.flops import tables as flops
+from tests.cli_runner import nsysmap_cli
 
 pytestmark = pytest.mark.slow  # FLOP counting imports torch and runs models on fake tensors
 
@@ -283,7 +283,7 @@ def _repo_root(monkeypatch):
 
 
 def run_cli(capsys, *args):
-    code = _invoke(["flops", *args])
+    code = nsysmap_cli(["flops", *args])
     out, err = capsys.readouterr()
     return code, out, err
 

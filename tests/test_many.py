@@ -20,10 +20,10 @@ import pyarrow.dataset as ds
 import pytest
 from distributed import LocalCluster
 
-from nsysmap.cli import _invoke
 from nsysmap.errors import ExitCode
 from nsysmap.output.summarize import SUMMARY_SCHEMAS
 from nsysmap.synth.ranks import Job, rank_file, write_rank_exports
+from tests.cli_runner import nsysmap_cli
 from tests.corpus import independent_gpu_totals
 
 pytestmark = pytest.mark.dask  # a local Dask cluster per test
@@ -38,7 +38,7 @@ def invoke(argv: list[str]) -> tuple[int, str, str]:
     """Run the CLI in this process: (exit code, stdout, stderr)."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = _invoke(argv)
+        code = nsysmap_cli(argv)
     return code, out.getvalue(), err.getvalue()
 
 

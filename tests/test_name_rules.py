@@ -20,10 +20,11 @@ from hypothesis import strategies as st
 from nsysmap.attribution.attribute import attribute
 from nsysmap.attribution.labels import name_labels
 from nsysmap.attribution.rules import PHASE_NAMES, RULES, BadNameRule, NameRule, user_rules
-from nsysmap.cli import _invoke, cli
+from nsysmap.cli import cli
 from nsysmap.errors import ExitCode
 from nsysmap.report.tables import passes, scope_filter
 from nsysmap.synth import SynthExport
+from tests.cli_runner import nsysmap_cli
 from tests.corpus import CORPUS, connect
 from tests.frames import Frames
 from tests.reference import reference_attribution
@@ -310,7 +311,7 @@ def test_attribute_applies_the_users_rules_and_records_them(tmp_path):
 )
 def test_a_bad_rule_option_is_a_one_line_usage_error(tmp_path, capsys, rule):
     missing = tmp_path / "not_there.sqlite"  # rules are checked before the input is read
-    assert _invoke(["attribute", str(missing), *rule]) == ExitCode.USAGE == 2
+    assert nsysmap_cli(["attribute", str(missing), *rule]) == ExitCode.USAGE == 2
     err = capsys.readouterr().err
     assert err.startswith("nsysmap: error: ") and err.count("\n") == 1
 
@@ -318,6 +319,6 @@ def test_a_bad_rule_option_is_a_one_line_usage_error(tmp_path, capsys, rule):
 def test_run_checks_rule_options_before_running_anything(tmp_path, capsys):
     script = tmp_path / "never_run.py"
     script.write_text("raise SystemExit('ran')\n")
-    assert _invoke(["run", "--phase", "forward=(", str(script)]) == ExitCode.USAGE
+    assert nsysmap_cli(["run", "--phase", "forward=(", str(script)]) == ExitCode.USAGE
     err = capsys.readouterr().err
     assert err.startswith("nsysmap: error: --phase 'forward=('") and err.count("\n") == 1

@@ -27,16 +27,17 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from nsysmap.cli import _invoke, cli
+from nsysmap.cli import cli
 from nsysmap.errors import NotAnExport
 from nsysmap.flops.model import attach_model_flops
 from nsysmap.pipeline import analyse, analyse_file, load_report, write
 from nsysmap.report.answers import ReportOptions
 from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run
+from tests.cli_runner import nsysmap_cli
 from tests.corpus import CORPUS, needs_corpus
+from tests.samples import SAMPLES, analyse_samples
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_reports"
 MS = 1_000_000
 SGEMM = "ampere_sgemm_128x64_tn"
 
@@ -44,9 +45,7 @@ SGEMM = "ampere_sgemm_128x64_tn"
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("samples")
-    for name in ("train", "infer"):
-        analyse_file(SAMPLES / f"gpt2_tiny_{name}.sqlite", root / name)
-    return {"train": root / "train", "infer": root / "infer"}
+    return analyse_samples(root)
 
 
 @pytest.fixture(scope="module")
@@ -254,7 +253,14 @@ def test_flops_source_can_be_forced_and_said_missing(outputs):
 
 def test_command_writes_markdown_and_tables(outputs, tmp_path):
     target = tmp_path / "answers.md"
-    argv = ["report", str(outputs["train"]), "--compare", str(outputs["infer"]), "-o", str(target)]
+    argv = [
+        "report",
+        str(outputs["train"]),
+        "--compare",
+        str(outputs["infer"]),
+        "--markdown",
+        str(target),
+    ]
     result = CliRunner().invoke(cli, argv)
     assert result.exit_code == 0, result.output
     printed = result.stdout
@@ -275,7 +281,7 @@ def test_command_writes_markdown_and_tables(outputs, tmp_path):
 )
 def test_command_errors(argv, code, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert _invoke(argv) == code
+    assert nsysmap_cli(argv) == code
 
 
 @pytest.mark.corpus
@@ -346,7 +352,7 @@ def test_an_ops_table_of_another_format_is_refused_in_one_line(tmp_path):
         json.dumps({"tables": {"ops": {"file": "ops.parquet"}}})
     )
     pl.DataFrame({"a": [1]}).write_parquet(tmp_path / "ops.parquet")
-    assert _invoke(["report", str(tmp_path)]) == 4
+    assert nsysmap_cli(["report", str(tmp_path)]) == 4
 
 
 def test_the_compared_run_is_named_for_what_it_is(outputs, report):

@@ -27,8 +27,8 @@ from nsysmap.report.io import read_run
 from nsysmap.synth.bulk import write_export
 from nsysmap.synth.tile import gpt_tables
 from sample_reports.golden import CHARTS, chart_document, chart_text
+from tests.samples import SAMPLES, analyse_samples
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_reports"
 TRAIN_CHARTS = [
     "phase_steps",
     "phase_spread",
@@ -44,8 +44,7 @@ TRAIN_CHARTS = [
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("html")
-    for name in ("train", "infer"):
-        analyse_file(SAMPLES / f"gpt2_tiny_{name}.sqlite", root / name)
+    analyse_samples(root)
     gpt = write_export(root / "gpt12.sqlite", gpt_tables(1500, seed=2))
     analyse_file(gpt, root / "gpt12")
     return {"train": root / "train", "infer": root / "infer", "gpt12": root / "gpt12"}

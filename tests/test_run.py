@@ -22,10 +22,10 @@ import polars as pl
 import pytest
 
 from nsysmap.capture import run as run_mod
-from nsysmap.cli import _invoke
 from nsysmap.errors import ExitCode, ScriptFailed
 from nsysmap.synth import SynthExport
 from tests import fake_nsys
+from tests.cli_runner import nsysmap_cli
 
 pytestmark = pytest.mark.slow  # end-to-end runs of scripts under the launcher
 
@@ -151,7 +151,7 @@ def with_nsys(workdir, gpt2_sqlite, monkeypatch) -> dict[str, Path]:
 
 def nsysmap(capfd, *argv: str) -> tuple[int, str, str]:
     """Run the CLI in-process (children write to the real stdout and stderr)."""
-    code = _invoke(list(argv))
+    code = nsysmap_cli(list(argv))
     out, err = capfd.readouterr()
     return code, out, err
 

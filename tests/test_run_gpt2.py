@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap.cli import _invoke
+from tests.cli_runner import nsysmap_cli
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).parents[1]
@@ -33,7 +33,7 @@ MODULES = {
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("gpt2")
     script = str(REPO / "examples" / "train_gpt2.py")
-    code = _invoke(
+    code = nsysmap_cli(
         ["run", "--backend", "torch", "--quiet", "-o", str(out), script, "--", "--steps", "4"]
     )
     assert code == 0

@@ -1,15 +1,19 @@
 """The `nsysmap` command: a thin click shell over the library.
 
 Each command lives in its own module and makes one library call, then renders.
-`main` turns every NsysmapError into one line on stderr and its documented exit
-code (docs/cli.md); anything else is reported as an internal error, on one
-line too, with the traceback only when NSYSMAP_DEBUG=1.
+The group itself (`NsysmapGroup.main`) turns every NsysmapError into one line
+on stderr and its documented exit code (docs/cli.md); anything else is
+reported as an internal error, on one line too, with the traceback only when
+NSYSMAP_DEBUG=1. So the console script and click's test runner
+(`CliRunner().invoke(cli, ...)`) behave the same.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import click
 
@@ -23,7 +27,26 @@ from nsysmap.cli.run import run_command
 from nsysmap.errors import ExitCode, NsysmapError, one_line
 
 
-@click.group()
+class NsysmapGroup(click.Group):
+    """The command group, with nsysmap's error handling and exit codes around every run."""
+
+    def main(  # type: ignore[override]  # always exits, with nsysmap's exit code
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> None:
+        def run() -> Any:
+            return super(NsysmapGroup, self).main(
+                args, prog_name, complete_var, standalone_mode=False, **extra
+            )
+
+        sys.exit(_exit_code(run))
+
+
+@click.group(cls=NsysmapGroup)
 @click.version_option(__version__, prog_name="nsysmap")
 def cli() -> None:
     """Attribute GPU time in Nsight Systems reports to steps, phases and modules."""
@@ -37,15 +60,15 @@ cli.add_command(export_command)
 cli.add_command(diff_command)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the console script; returns (and exits with) the exit code."""
-    code = _invoke(argv)
-    sys.exit(code)
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the console script: runs the command and exits with its code."""
+    cli.main(args=argv, prog_name="nsysmap")
 
 
-def _invoke(argv: list[str] | None) -> int:
+def _exit_code(run: Callable[[], Any]) -> int:
+    """Run a command; its exit code, every failure reported in one line on stderr."""
     try:
-        result = cli.main(args=argv, prog_name="nsysmap", standalone_mode=False)
+        result = run()
     except click.exceptions.Abort:
         click.echo("nsysmap: interrupted", err=True)
         return ExitCode.INTERRUPTED

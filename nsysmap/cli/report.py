@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from nsysmap.errors import ExitCode, NsysmapError
 from nsysmap.flops.peaks import DTYPES
 from nsysmap.many.report import is_multi_rank, rank_report
 from nsysmap.output.placement import check_output_dir, check_output_file
@@ -26,10 +27,18 @@ from nsysmap.report.io import REPORT_MD, read_run, write_report
     "(the report says what it is).",
 )
 @click.option(
+    "--markdown",
+    "markdown_file",
+    type=click.Path(path_type=Path, readable=False),
+    metavar="FILE",
+    help="Markdown file to write (default: DIR/report.md); the Parquet tables go to DIR.",
+)
+@click.option(
     "-o",
     "--output",
+    "old_output",
     type=click.Path(path_type=Path, readable=False),
-    help="Markdown file to write (default: DIR/report.md); the Parquet tables go to DIR.",
+    hidden=True,  # -o names a directory in every other command: kept one release
 )
 @click.option("--dtype", type=click.Choice(DTYPES), help="Compute dtype for the peak (MFU).")
 @click.option("--peak-tflops", type=click.FloatRange(min=0, min_open=True), help="Dense peak.")
@@ -55,12 +64,14 @@ from nsysmap.report.io import REPORT_MD, read_run, write_report
 def report_command(
     run_dir: Path,
     compare_dir: Path | None,
-    output: Path | None,
+    markdown_file: Path | None,
+    old_output: Path | None,
     html_file: str | None,
     quiet: bool,
     **options: Any,  # click has checked each against its option type
 ) -> None:
     """Answer what GPU time goes to, per phase, module and kernel, with FLOPs and MFU."""
+    output = _markdown_target(markdown_file, old_output)
     if output is not None:
         check_output_file(output)
     if is_multi_rank(run_dir):  # several reports: the cross-rank section (docs/many.md)
@@ -85,6 +96,19 @@ def report_command(
         page = report_page(result.findings, result.compare)
         written = write_page(page, Path(html_file) if html_file else run_dir / REPORT_HTML)
         click.echo(f"nsysmap: wrote {written}", err=True)
+
+
+def _markdown_target(markdown_file: Path | None, old_output: Path | None) -> Path | None:
+    """The Markdown file asked for: `--markdown FILE`, or the old `-o FILE` with a notice."""
+    if old_output is None:
+        return markdown_file
+    if markdown_file is not None:
+        message = "give the Markdown file once: --markdown FILE (-o is its old name)"
+        raise NsysmapError(message, exit_code=ExitCode.USAGE)
+    click.echo(
+        "nsysmap: report -o FILE is now --markdown FILE (-o goes in the next release)", err=True
+    )
+    return old_output
 
 
 def _rank_report(run_dir: Path, output: Path | None, quiet: bool) -> None:

@@ -154,11 +154,18 @@ def _launch_frame(evs: list[dict[str, Any]], flows: pl.DataFrame) -> pl.DataFram
     """CUDA runtime and driver calls that carry a correlation id (from args, else a flow)."""
     frame = event_frame(evs).with_columns(arg_column(args_of(evs), "correlation"))
     frame = with_flow_correlation(frame, flows, "s")
-    return frame.filter(pl.col("correlation").is_not_null()).select(
+    launches = frame.filter(pl.col("correlation").is_not_null())
+    return _launch_columns(launches, pl.col("correlation"), pl.col("name"))
+
+
+def _launch_columns(frame: pl.DataFrame, correlation: pl.Expr, api: pl.Expr) -> pl.DataFrame:
+    """The launching calls' columns (as the API_CALLS rows are built from them): the
+    calling thread, the correlation id, the call's name and its time."""
+    return frame.select(
         "pid",
         "tid",
-        pl.col("correlation").alias("correlation_id"),
-        pl.col("name").alias("api_name"),
+        correlation.alias("correlation_id"),
+        api.alias("api_name"),
         "start_ns",
         "end_ns",
     )
@@ -262,14 +269,7 @@ def _cpu_units(cpu: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         _NULL.alias("bytes"),
         "input_shapes",
     )
-    api = ops.select(
-        "pid",
-        "tid",
-        pl.col("op_id").alias("correlation_id"),
-        pl.lit("cpu_op").alias("api_name"),
-        "start_ns",
-        "end_ns",
-    )
+    api = _launch_columns(ops, pl.col("op_id"), pl.lit("cpu_op"))
     return gpu_ops, api
 
 

@@ -30,17 +30,21 @@ ATTENTION_CLASS = r"(?i)attention|attn"
 TOP_N = 5
 NON_MATMUL_MIN_SHARE = 0.01
 
+# The columns naming a kernel (or copy, set) and its calls and time, in both tables below.
+_KERNEL_TIME = {
+    "kind": pl.String,
+    "name": pl.String,
+    "short_name": pl.String,
+    "category": pl.String,
+    "calls": pl.Int64,
+    "time_ns": pl.Int64,
+}
 TOP_KERNELS = pl.Schema(
     {
         "run": pl.String,  # "main" or "compare"
         "scope": pl.String,
         "rank": pl.Int64,
-        "kind": pl.String,
-        "name": pl.String,
-        "short_name": pl.String,
-        "category": pl.String,
-        "calls": pl.Int64,
-        "time_ns": pl.Int64,
+        **_KERNEL_TIME,
         "time_share": pl.Float64,  # of the scope's time
         "passes": pl.Int64,  # (device, step) pairs in the scope; null without steps
         "calls_per_pass": pl.Float64,
@@ -49,12 +53,7 @@ TOP_KERNELS = pl.Schema(
 )
 NON_MATMUL = pl.Schema(
     {
-        "kind": pl.String,
-        "name": pl.String,
-        "short_name": pl.String,
-        "category": pl.String,
-        "calls": pl.Int64,
-        "time_ns": pl.Int64,
+        **_KERNEL_TIME,
         "time_share": pl.Float64,  # of the full step's time
     }
 )

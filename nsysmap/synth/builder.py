@@ -305,7 +305,7 @@ class SynthExport:
         what: str = "Graph Creation",
     ) -> None:
         """A CUDA_GRAPH_EVENTS row: a graph created, cloned from `original`, or instantiated."""
-        row = (_ns(at_ms), _ns(at_ms), 0, global_tid(pid, tid), self.string_id(what), graph)
+        row = self._graph_row(pid, tid, at_ms, what, graph)
         self._rows["CUDA_GRAPH_EVENTS"].append((*row, original, exec_id))
 
     def graph_node_event(
@@ -320,8 +320,12 @@ class SynthExport:
     ) -> None:
         """A CUDA_GRAPH_NODE_EVENTS row: node created (during capture, on the capturing
         thread) or, with `original`, cloned from that node when its graph is instantiated."""
-        row = (_ns(at_ms), _ns(at_ms), 0, global_tid(pid, tid), self.string_id(what), node)
+        row = self._graph_row(pid, tid, at_ms, what, node)
         self._rows["CUDA_GRAPH_NODE_EVENTS"].append((*row, original))
+
+    def _graph_row(self, pid: int, tid: int, at_ms: float, what: str, key: int) -> tuple:
+        """The leading columns of a graph or graph-node event: an instant on a thread."""
+        return (_ns(at_ms), _ns(at_ms), 0, global_tid(pid, tid), self.string_id(what), key)
 
     def _gpu_row(
         self, pid: int, device: int, stream: int, start_ms: float, end_ms: float, corr: int | None

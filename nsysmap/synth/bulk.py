@@ -90,7 +90,6 @@ _SQL_TYPES = {"i": "INTEGER", "t": "TEXT", "r": "REAL"}
 # A table's content: a frame, or None for a table with no rows.
 Frame: TypeAlias = pl.DataFrame | pa.Table | None
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_INGEST_BATCH_ROWS = 1 << 20
 
 
 @dataclass(frozen=True)
