@@ -103,11 +103,3 @@ def write_outputs(
             raise write_failed(out_dir, exc) from None
         commit(folder, out_dir)
     return out_dir
-
-
-def read_outputs(out_dir: Path) -> dict[str, pl.DataFrame]:
-    """Read back every table a manifest in `out_dir` lists."""
-    manifest = json.loads((out_dir / MANIFEST).read_text())
-    return {
-        name: pl.read_parquet(out_dir / info["file"]) for name, info in manifest["tables"].items()
-    }
