@@ -112,7 +112,7 @@ def main() -> None:
         analysis = analyse_file(path, CACHE / "deep-out", stages=Stages(progress=False))
         total = time.perf_counter() - start
         ops = analysis.ops
-        depth = to_int(analysis.report.ranges["depth"].max() or 0)
+        depth = to_int(analysis.profile.ranges["depth"].max() or 0)
         longest = to_int(ops["range_path"].str.split(" > ").list.len().max() or 0)
         stages = " ".join(f"{k} {v:.2f}" for k, v in analysis.timings.items() if k != "hash")
         print(

@@ -1,7 +1,7 @@
 """`compiled.json`: which modules each compiled kernel came from (the contract).
 
 Written by instrument/launch/provenance.py at capture time, read by
-nsysmap/attribution/compiled.py; this module is the one both import, so it
+nsysmap/attribution/compiled_modules.py; this module is the one both import, so it
 imports neither torch nor polars. Documented in docs/compile.md.
 
     {"format": "nsysmap.compiled", "version": 1, "torch_version": "2.13.0+cpu",

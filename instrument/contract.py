@@ -1,8 +1,8 @@
 """The capture directory and its launch record: what the launcher leaves for nsysmap.
 
 `python -m instrument.launch --out DIR` (instrument/launch/) writes these
-files inside the training process; `nsysmap run` (nsysmap/capture/run.py),
-nsysmap/flops/model.py and nsysmap/read/compiled.py read them after it. This
+files inside the training process; `nsysmap run` (nsysmap/capture/profile_script.py),
+nsysmap/flops/flops_document.py and nsysmap/read/compiled_json.py read them after it. This
 module is the one both sides import for the layout and the record, so it
 imports neither torch nor polars; tests/test_contract_roundtrip.py writes
 with the launcher's code and reads with nsysmap's.

@@ -3,31 +3,31 @@
 The public verbs form one flow::
 
     import nsysmap
-    report = nsysmap.load_report("run.sqlite")     # read + normalise: a NestedReport
-    analysis = nsysmap.analyse(report)             # attribute + summarise + infer (pure)
-    nsysmap.write(analysis, "out/")                # Parquet tables and manifest.json
+    profile = nsysmap.load_profile("run.sqlite")     # read + normalise: a NestedProfile
+    analysis = nsysmap.analyse(profile)              # attribute + summarise + infer (pure)
+    nsysmap.write(analysis, "out/")                  # Parquet tables and manifest.json
 
-`attribute` and `summarize` are its first two steps on their own;
+`attribute` and `summarise` are its first two steps on their own;
 `analyse_file` is the whole flow from a file (what `nsysmap attribute` runs).
 Everything not in `__all__` is private to the package (docs/api.md).
 """
 
 from nsysmap._version import __version__
 from nsysmap.attribution.attribute import attribute
-from nsysmap.model import NestedReport, Report
-from nsysmap.output.summarize import Summaries, summarize
-from nsysmap.pipeline import Analysis, analyse, analyse_file, load_report, write
+from nsysmap.output.summarise import Summaries, summarise
+from nsysmap.pipeline import Analysis, analyse, analyse_file, load_profile, write
+from nsysmap.profile import NestedProfile, Profile
 
 __all__ = [
     "Analysis",
-    "NestedReport",
-    "Report",
+    "NestedProfile",
+    "Profile",
     "Summaries",
     "__version__",
     "analyse",
     "analyse_file",
     "attribute",
-    "load_report",
-    "summarize",
+    "load_profile",
+    "summarise",
     "write",
 ]

@@ -1,6 +1,6 @@
 """The one flow: read -> normalise -> attribute -> summarise -> write.
 
-`load_report` and `write` are the only steps that touch files; `analyse` in
+`load_profile` and `write` are the only steps that touch files; `analyse` in
 between is pure. Attribution runs block by block on every path: each block
 is summarised (partial sums, combined at the end) and handed to a sink
 (nsysmap.output.streamed) that holds the rows in memory (`analyse`, inputs
@@ -29,17 +29,16 @@ from nsysmap.attribution.normalise import normalise
 from nsysmap.attribution.rules import BUILTIN, NameRules
 from nsysmap.errors import NoGpuData
 from nsysmap.infer.summary import INFER_COLUMNS, LAYER_INDEX, Inferred, infer_ops
-from nsysmap.model import NestedReport, Report
 from nsysmap.output.conservation import check_conservation
 from nsysmap.output.placement import check_output_dir, staging
-from nsysmap.output.render import render_summary
 from nsysmap.output.streamed import HoldOps, OpsSink, OpsStore, StreamOps
-from nsysmap.output.summarize import (
+from nsysmap.output.summarise import (
     Summaries,
     combine_summaries,
     partial_summaries,
     with_overlap,
 )
+from nsysmap.output.summary_text import render_summary
 from nsysmap.output.writer import (
     OPS_FILE,
     build_manifest,
@@ -47,7 +46,8 @@ from nsysmap.output.writer import (
     table_entries,
     write_outputs,
 )
-from nsysmap.read.inputs import regular_file
+from nsysmap.profile import NestedProfile, Profile
+from nsysmap.read.regular_file import regular_file
 from nsysmap.stages import Stages
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -62,7 +62,7 @@ STREAM_OPS = 2_000_000
 class Analysis:
     """Everything one run of the flow produced."""
 
-    report: NestedReport
+    profile: NestedProfile
     store: OpsStore  # the OPS rows: held in memory, or in a Parquet file
     summaries: Summaries
     manifest: dict[str, Any]  # what manifest.json will say: every table written is listed
@@ -75,7 +75,7 @@ class Analysis:
     @property
     def summary_text(self) -> str:
         """The terminal summary, rendered when asked for (the CLI prints it)."""
-        meta = dict(zip(self.report.meta["key"], self.report.meta["value"], strict=True))
+        meta = dict(zip(self.profile.meta["key"], self.profile.meta["value"], strict=True))
         by_module = self.summaries.by_module
         return render_summary(self.summaries, meta) + inferred_text(self.inferred, by_module)
 
@@ -85,7 +85,7 @@ class Analysis:
         return self.store.read()
 
 
-def load_report(path: str | Path, *, stages: Stages | None = None) -> NestedReport:
+def load_profile(path: str | Path, *, stages: Stages | None = None) -> NestedProfile:
     """Read a report of any supported kind and normalise it (read, then nest its ranges).
 
     `.sqlite` nsys exports, `.nsys-rep` reports (exported with `nsys export`
@@ -96,13 +96,13 @@ def load_report(path: str | Path, *, stages: Stages | None = None) -> NestedRepo
     with stages.stage("read", "reading"):
         raw = _read_raw(path)
     with stages.stage("normalise", "nesting ranges"):
-        report = normalise(raw)
+        profile = normalise(raw)
     if path.name.lower().endswith(TRACE_SUFFIXES):  # torch.compile: kernels' modules, compile time
         from nsysmap.attribution.compile_time import with_compile_facts
-        from nsysmap.read.compiled import attach_compiled
+        from nsysmap.read.compiled_json import attach_compiled
 
-        report = with_compile_facts(attach_compiled(report, path))
-    return report
+        profile = with_compile_facts(attach_compiled(profile, path))
+    return profile
 
 
 def _expected(path: Path) -> str:
@@ -115,7 +115,7 @@ def _expected(path: Path) -> str:
     return "an nsys .sqlite export"
 
 
-def _read_raw(path: Path) -> Report:
+def _read_raw(path: Path) -> Profile:
     name = path.name.lower()
     if name.endswith(TRACE_SUFFIXES):
         from nsysmap.read.torch_trace import read_trace
@@ -131,7 +131,7 @@ def _read_raw(path: Path) -> Report:
 
 
 def analyse(
-    report: NestedReport,
+    profile: NestedProfile,
     *,
     options: dict[str, Any] | None = None,
     source: dict[str, Any] | None = None,
@@ -147,11 +147,11 @@ def analyse(
     from the kernel sequence (nsysmap.infer). `options` and `source` go into
     the manifest as they are.
     """
-    return _analysed(report, HoldOps(), options, source, stages, rules, infer)
+    return _analysed(profile, HoldOps(), options, source, stages, rules, infer)
 
 
 def _analysed(
-    report: NestedReport,
+    profile: NestedProfile,
     sink: OpsSink,
     options: dict[str, Any] | None,
     source: dict[str, Any] | None,
@@ -160,33 +160,33 @@ def _analysed(
     infer: bool,
 ) -> Analysis:
     """The flow after reading: blocks attributed, summarised and handed to `sink`."""
-    _require_ops(report)
+    _require_ops(profile)
     stages = stages or Stages(progress=False)
-    store, parts = _attributed(report, sink, stages, rules)
+    store, parts = _attributed(profile, sink, stages, rules)
     with stages.stage("summarise", "summarising"):
-        summaries = with_overlap(combine_summaries(parts, report.ranges), store.scan())
+        summaries = with_overlap(combine_summaries(parts, profile.ranges), store.scan())
     inferred = None
     if infer:  # only the columns inference reads
         with stages.stage("infer", "inferring blocks"):
             inferred = infer_ops(store.read(INFER_COLUMNS))
     options = _recorded_options(options, rules, infer)
-    source_path = report.meta_value("source_path")
-    check_conservation(report.gpu_ops, summaries, store.scan(), store.rows, source_path)
+    source_path = profile.meta_value("source_path")
+    check_conservation(profile.ops, summaries, store.scan(), store.rows, source_path)
     tables: dict[str, pl.DataFrame | int] = {"ops": store.rows, **summaries.tables()}
     tables |= inferred.tables() if inferred is not None else {}
-    manifest = build_manifest(report, tables, options=options or {}, source=source)
-    return Analysis(report, store, summaries, manifest, inferred=inferred)
+    manifest = build_manifest(profile, tables, options=options or {}, source=source)
+    return Analysis(profile, store, summaries, manifest, inferred=inferred)
 
 
 def _attributed(
-    report: NestedReport, sink: OpsSink, stages: Stages, rules: NameRules
+    profile: NestedProfile, sink: OpsSink, stages: Stages, rules: NameRules
 ) -> tuple[OpsStore, list[dict[str, pl.DataFrame]]]:
     """The OPS rows given to `sink` block by block, and each block's partial summaries.
 
     Times attribution, the partial summaries and the sink's own work (its
     `stage`) apart, although they interleave.
     """
-    blocks = attribute_blocks(report, block_rows=sink.block_rows, rules=rules)
+    blocks = attribute_blocks(profile, block_rows=sink.block_rows, rules=rules)
     parts: list[dict[str, pl.DataFrame]] = []
     spent = {"attribute": 0.0, "summarise": 0.0}
 
@@ -218,9 +218,9 @@ def _recorded_options(
     return {**(options or {}), **rules.options(), **({} if infer else {"infer": False})}
 
 
-def _require_ops(report: Report) -> None:
-    if report.gpu_ops.is_empty():
-        where = report.meta_value("source_path") or "report"
+def _require_ops(profile: Profile) -> None:
+    if profile.ops.is_empty():
+        where = profile.meta_value("source_path") or "report"
         raise NoGpuData(f"{where}: no GPU operations to attribute")
 
 
@@ -290,14 +290,14 @@ def analyse_file(
     stop = threading.Event()
     with ThreadPoolExecutor(1) as pool, ExitStack() as cleanup:
         try:
-            report = load_report(path, stages=stages)
+            profile = load_profile(path, stages=stages)
             # Hashed beside attribution (reading keeps both cores busy already).
             identity = pool.submit(_timed_identity, path, stop)
             # Large reports are streamed beside out_dir, moved into place with the other outputs.
             sink: OpsSink = HoldOps()
-            if report.gpu_ops.height > STREAM_OPS:
+            if profile.ops.height > STREAM_OPS:
                 sink = StreamOps(cleanup.enter_context(staging(out_dir)) / OPS_FILE)
-            analysis = _analysed(report, sink, options, None, stages, rules, infer)
+            analysis = _analysed(profile, sink, options, None, stages, rules, infer)
         except BaseException:
             stop.set()  # do not make a failure wait for the hash
             raise

@@ -42,7 +42,7 @@ Attribution = pl.Enum(ATTRIBUTION)
 # ---------------------------------------------------------------- normalised
 # One row per GPU operation (kernel, memcpy, memset) or, for the
 # torch.profiler CPU backend, per CPU operator (dur_ns is then its self time).
-GPU_OPS = declare(
+PROFILE_OPS = declare(
     {
         "op_id": pl.Int64,  # unique within the report
         "kind": OpKind,
@@ -102,7 +102,7 @@ RANGES = declare(
 # its creation, following clones back to the original), null when unknown.
 GRAPH_LINKS = declare(
     {
-        "op_id": pl.Int64,  # a GPU_OPS row
+        "op_id": pl.Int64,  # a PROFILE_OPS row
         "graph_id": pl.Int64,
         "graph_node_id": pl.Int64,  # null for a whole-graph replay
         "capture_tid": pl.Int64,  # thread of the op's pid that created the node or graph
@@ -238,7 +238,7 @@ OVERLAP = declare(
     }
 )
 
-# GPU time per range path (nsysmap.output.ranges); range_path null: outside every range.
+# GPU time per range path (nsysmap.output.by_range); range_path null: outside every range.
 BY_RANGE = declare(
     {
         "device_id": pl.Int64,

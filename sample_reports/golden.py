@@ -25,7 +25,7 @@ def attributed_tables(report: Path) -> dict[str, pl.DataFrame]:
 def chart_document(report: Path) -> dict[str, Any]:
     """The data behind every chart of the HTML report of `report` (nsysmap report --html)."""
     from nsysmap.report.build import build_report
-    from nsysmap.report.html.figures import missing_charts, report_charts
+    from nsysmap.report.html.charts import missing_charts, report_charts
     from nsysmap.report.io import read_run
 
     with tempfile.TemporaryDirectory() as tmp:

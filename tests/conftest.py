@@ -27,7 +27,7 @@ FAST_MODULES = frozenset(
         "test_labels_categories.py",
         "test_many_units.py",
         "test_nesting.py",
-        "test_nested_report.py",
+        "test_nested_profile.py",
         "test_nsys_tool.py",
         "test_operator_ranges.py",
         "test_overlap.py",

@@ -1,4 +1,4 @@
-"""Build reports inline, with whole-millisecond timings: `Frames.report()` is a NestedReport."""
+"""Build reports inline, with whole-millisecond timings: `Frames.report()` is a NestedProfile."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import polars as pl
 
 from nsysmap import schemas
 from nsysmap.attribution.normalise import normalise
-from nsysmap.model import NestedReport, Report, meta_frame
+from nsysmap.profile import NestedProfile, Profile, meta_frame
 
 MS = 1_000_000
 
 
 @dataclass
 class Frames:
-    """Collects rows; `report()` returns them read and normalised (a NestedReport)."""
+    """Collects rows; `report()` returns them read and normalised (a NestedProfile)."""
 
     ranges: list[dict] = field(default_factory=list)
     calls: list[dict] = field(default_factory=list)
@@ -93,9 +93,9 @@ class Frames:
         )
         return op_id
 
-    def report(self) -> NestedReport:
-        raw = Report(
-            gpu_ops=pl.DataFrame(self.ops, schema=schemas.GPU_OPS),
+    def report(self) -> NestedProfile:
+        raw = Profile(
+            ops=pl.DataFrame(self.ops, schema=schemas.PROFILE_OPS),
             api_calls=pl.DataFrame(self.calls, schema=schemas.API_CALLS),
             ranges=pl.DataFrame(self.ranges, schema=schemas.RANGES),
             meta=meta_frame({"backend": "test"}),

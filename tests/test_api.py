@@ -59,14 +59,16 @@ def test_the_docstrings_example_runs(tmp_path, monkeypatch):
     assert code.count("nsysmap.") >= 3
     scope: dict[str, object] = {}
     exec(compile(code, "nsysmap.__doc__", "exec"), scope)  # our own docstring
-    report = scope["report"]
-    assert isinstance(report, nsysmap.NestedReport)
+    profile = scope["profile"]
+    assert isinstance(profile, nsysmap.NestedProfile)
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     ops = pl.read_parquet(tmp_path / "out" / "ops.parquet")
-    assert ops.height == manifest["tables"]["ops"]["rows"] == report.gpu_ops.height > 0
+    assert ops.height == manifest["tables"]["ops"]["rows"] == profile.ops.height > 0
     assert manifest["nsysmap_version"] == nsysmap.__version__
 
 
-@pytest.mark.parametrize("name", ["analyse_report", "write_analysis", "STREAM_OPS"])
+@pytest.mark.parametrize(
+    "name", ["analyse_report", "write_analysis", "STREAM_OPS", "load_report", "summarize"]
+)
 def test_private_names_are_not_exported(name):
     assert name not in nsysmap.__all__

@@ -100,12 +100,12 @@ def test_every_op_once_and_time_conserved_per_device():
     f.kernel(MAIN, 13, "on_device_1", device=1, dur=3)
     report = f.report()
     ops = attribute(report)
-    assert sorted(ops["op_id"]) == sorted(report.gpu_ops["op_id"])
+    assert sorted(ops["op_id"]) == sorted(report.ops["op_id"])
 
     def by_dev(df: pl.DataFrame) -> dict:
         return dict(df.group_by("device_id").agg(pl.col("dur_ns").sum()).iter_rows())
 
-    assert by_dev(ops) == by_dev(report.gpu_ops) == {0: 9 * MS, 1: 3 * MS}
+    assert by_dev(ops) == by_dev(report.ops) == {0: 9 * MS, 1: 3 * MS}
 
 
 def test_launch_rows_are_matched_within_their_process():
@@ -211,8 +211,8 @@ def test_matches_reference_on_random_reports(data, kernels):
         f.kernel(tid, launch_at, device=device)
     report = f.report()
     ops = attribute(report)
-    expected = reference_attribution(report.gpu_ops, report.api_calls, report.ranges)
-    assert ops.height == report.gpu_ops.height
+    expected = reference_attribution(report.ops, report.api_calls, report.ranges)
+    assert ops.height == report.ops.height
     for row in ops.iter_rows(named=True):
         want = expected[row["op_id"]]
         got = {k: row[k] for k in want}

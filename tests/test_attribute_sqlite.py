@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nsysmap.cli import cli
-from nsysmap.pipeline import analyse_file, load_report
+from nsysmap.pipeline import analyse_file, load_profile
 from nsysmap.synth import SynthExport
 from tests import fake_nsys
 from tests.cli_runner import nsysmap_cli
@@ -199,9 +199,9 @@ def test_random_nestings_match_the_reference_through_sqlite(tmp_path_factory, da
         b.kernel(PID, device, 7, at + 1, at + 2, corr)
     path = tmp_path_factory.mktemp("rand") / "r.sqlite"
     b.write(path)
-    report = load_report(path)
+    report = load_profile(path)
     ops = analyse_file(path, path.parent / "out").ops
-    expected = reference_attribution(report.gpu_ops, report.api_calls, report.ranges)
+    expected = reference_attribution(report.ops, report.api_calls, report.ranges)
     assert ops.height == len(launches) == len(expected)
     for row in ops.iter_rows(named=True):
         want = expected[row["op_id"]]

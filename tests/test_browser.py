@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from nsysmap.diff.compare import compare
-from nsysmap.diff.figures import diff_page
+from nsysmap.diff.diff_charts import diff_page
 from nsysmap.pipeline import analyse_file
 from nsysmap.report.answers import ReportOptions
 from nsysmap.report.build import build_report

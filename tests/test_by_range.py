@@ -12,15 +12,15 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from nsysmap.attribution.attribute import attribute
+from nsysmap.output import by_range as rg
 from nsysmap.output import range_tree
-from nsysmap.output import ranges as rg
-from nsysmap.output.summarize import combine_summaries, partial_summaries, summarize
+from nsysmap.output.summarise import combine_summaries, partial_summaries, summarise
 from tests.frames import MS, Frames
 
 
 def _table(frames: Frames) -> pl.DataFrame:
     report = frames.report()
-    return summarize(attribute(report), report.ranges).by_range
+    return summarise(attribute(report), report.ranges).by_range
 
 
 def _rows(table: pl.DataFrame, device: int = 0) -> dict:
@@ -175,7 +175,7 @@ def test_names_keep_their_domain_and_text():
     f.kernel(1, 1, dur=2)
     report = f.report()
     ranges = report.ranges.with_columns(domain=pl.lit("cs336"))
-    table = summarize(attribute(report), ranges).by_range
+    table = summarise(attribute(report), ranges).by_range
     row = table.row(0, named=True)
     assert (row["range_path"], row["range_name"], row["domain"], row["range_depth"]) == (
         "computing softmax",
@@ -219,15 +219,15 @@ def test_ranges_nested_deeper_than_the_limit_fold_into_one_row(monkeypatch):
     }
 
 
-def test_summarize_without_ranges_leaves_by_range_empty():
+def test_summarise_without_ranges_leaves_by_range_empty():
     f = _sample()
-    assert summarize(attribute(f.report())).by_range.is_empty()
+    assert summarise(attribute(f.report())).by_range.is_empty()
 
 
 def test_block_by_block_equals_in_memory():
     report = _sample().report()
     ops = attribute(report)
-    whole = summarize(ops, report.ranges).by_range
+    whole = summarise(ops, report.ranges).by_range
     for size in (1, 3, 4):
         parts = [partial_summaries(ops.slice(i, size)) for i in range(0, ops.height, size)]
         assert_frame_equal(combine_summaries(parts, report.ranges).by_range, whole)
@@ -317,7 +317,7 @@ def test_matches_a_reference_that_climbs_every_operation(one, two, launches, blo
         f.kernel(tid, at, dur=1 + i % 4, device=device, run_at=at + i % 3)
     report = f.report()
     ops = attribute(report)
-    table = summarize(ops, report.ranges).by_range
+    table = summarise(ops, report.ranges).by_range
     cols = ["calls", "ops", "time_ns", "inclusive_ops", "inclusive_ns", "span_ns"]
     rows = table.select("device_id", "range_path", *cols).rows()
     got = {(r[0], r[1]): tuple(r[2:]) for r in rows}

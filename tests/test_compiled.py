@@ -1,7 +1,7 @@
 """Compiled kernels to modules and compile time, on hand-written traces (no compiling).
 
 The compiled.json contract (instrument/compiled_doc.py) and its use by
-nsysmap.attribution.compiled / compile_time: small Kineto traces whose
+nsysmap.attribution.compiled_modules / compile_time: small Kineto traces whose
 expected attribution is worked out by hand in whole microseconds.
 """
 
@@ -15,7 +15,7 @@ import pytest
 
 from instrument import compiled_doc as doc
 from nsysmap.errors import NotAnExport
-from nsysmap.pipeline import analyse, load_report
+from nsysmap.pipeline import analyse, load_profile
 
 US = 1000  # ns
 
@@ -213,7 +213,7 @@ def _by_op(ops: pl.DataFrame, t0_ns: int) -> dict[tuple[str, int], tuple]:
 
 
 def test_cpu_trace_compiled_kernels_get_their_call_sites_modules(tmp_path):
-    report = load_report(_write(tmp_path, CPU_EVENTS, COMPILED))
+    report = load_profile(_write(tmp_path, CPU_EVENTS, COMPILED))
     ops = analyse(report).ops
     assert _by_op(ops, int(ops["start_ns"].min()) - 105 * US) == EXPECTED_CPU
     assert ops["dur_ns"].sum() == sum(v[-1] for v in EXPECTED_CPU.values()) * US
@@ -221,7 +221,7 @@ def test_cpu_trace_compiled_kernels_get_their_call_sites_modules(tmp_path):
 
 
 def test_without_compiled_json_kernels_stay_in_the_compiled_regions_module(tmp_path):
-    ops = analyse(load_report(_write(tmp_path, CPU_EVENTS, None))).ops
+    ops = analyse(load_profile(_write(tmp_path, CPU_EVENTS, None))).ops
     kernels = ops.filter(pl.col("name").str.starts_with("graph_0_"))
     assert set(kernels["module"]) == {""} and kernels["fused_modules"].null_count() == 4
     # the graph calls are still named, and the module ranges give the directions
@@ -256,7 +256,7 @@ def test_a_compiled_submodule_puts_its_kernels_under_its_own_path(tmp_path):
         "2.13.0",
         [],
     )
-    ops = analyse(load_report(_write(tmp_path, events, compiled))).ops
+    ops = analyse(load_profile(_write(tmp_path, events, compiled))).ops
     rows = dict(
         zip(
             ops["name"],
@@ -271,7 +271,7 @@ def test_a_compiled_submodule_puts_its_kernels_under_its_own_path(tmp_path):
 def test_a_broken_compiled_json_is_a_one_line_input_error(tmp_path):
     (tmp_path / doc.FILE).write_text('{"format": "nsysmap.compiled", "version": 9}')
     with pytest.raises(NotAnExport, match="compiled-kernel document"):
-        load_report(_write(tmp_path, CPU_EVENTS, None))
+        load_profile(_write(tmp_path, CPU_EVENTS, None))
 
 
 # ------------------------------------------------------------ CUDA traces
@@ -350,7 +350,7 @@ EXPECTED_CUDA = {
 
 
 def test_cuda_trace_triton_extern_and_replayed_kernels_get_their_modules(tmp_path):
-    ops = analyse(load_report(_write(tmp_path, CUDA_EVENTS, CUDA_COMPILED))).ops
+    ops = analyse(load_profile(_write(tmp_path, CUDA_EVENTS, CUDA_COMPILED))).ops
     assert set(ops["kind"]) == {"kernel"}
     assert _by_op(ops, int(ops["start_ns"].min()) - 400 * US) == EXPECTED_CUDA
 
@@ -370,7 +370,7 @@ def test_compilation_inside_the_capture_is_counted_apart_and_warned(tmp_path):
         _op("backward._backward_impl (dynamo_timed)", 600, 100),  # a lazy backward
         _op("aten::mm", 800, 100),
     ]
-    report = load_report(_write(tmp_path, events, COMPILED))
+    report = load_profile(_write(tmp_path, events, COMPILED))
     facts = {
         k: report.meta_value(k) for k in ("compile_events", "compile_wall_ns", "compile_op_ns")
     }
@@ -386,12 +386,12 @@ def test_compilation_inside_the_capture_is_counted_apart_and_warned(tmp_path):
 
 
 def test_a_capture_without_compilation_says_so_and_eager_captures_say_nothing(tmp_path):
-    text = analyse(load_report(_write(tmp_path, CPU_EVENTS, COMPILED))).summary_text
+    text = analyse(load_profile(_write(tmp_path, CPU_EVENTS, COMPILED))).summary_text
     assert "Compilation: 2 compiled graphs traced to modules. No compilation inside" in text
     eager = tmp_path / "eager"
     eager.mkdir()
     plain = [*CPU_EVENTS[:3], _op("aten::mul", 320, 10)]
-    text = analyse(load_report(_write(eager, plain, None))).summary_text
+    text = analyse(load_profile(_write(eager, plain, None))).summary_text
     assert "Compilation" not in text
 
 
@@ -430,7 +430,8 @@ def test_the_shared_contract_imports_neither_torch_nor_polars():
     import sys
 
     code = (
-        "import sys, instrument.compiled_doc, nsysmap.read.compiled, nsysmap.attribution.compiled;"
+        "import sys, instrument.compiled_doc, nsysmap.read.compiled_json, "
+        "nsysmap.attribution.compiled_modules;"
         "print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

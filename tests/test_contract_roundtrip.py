@@ -14,8 +14,8 @@ import instrument
 from instrument import contract
 from instrument import launch as launcher
 from instrument.contract import CompileRecord, LaunchRecord
-from nsysmap.capture import run as nsys_run
-from nsysmap.flops import model as flops_model
+from nsysmap.capture import profile_script as nsys_run
+from nsysmap.flops import flops_document as flops_model
 
 SCRIPT = """
 import torch

@@ -10,7 +10,7 @@ import json
 import polars as pl
 import pytest
 
-from nsysmap.pipeline import load_report
+from nsysmap.pipeline import load_profile
 from tests.cli_runner import nsysmap_cli
 from tests.corpus import NO_GPU_FILES, all_export_files, corpus_path, independent_gpu_totals
 from tests.reference import reference_attribution, reference_overlap
@@ -93,8 +93,8 @@ def test_time_is_conserved_per_device_against_independent_sql(name, attributed):
 def test_innermost_range_and_status_match_reference(name, attributed):
     _, out = attributed(name)
     ops = pl.read_parquet(out / "ops.parquet")
-    report = load_report(corpus_path(name))
-    expected = reference_attribution(report.gpu_ops, report.api_calls, report.ranges)
+    report = load_profile(corpus_path(name))
+    expected = reference_attribution(report.ops, report.api_calls, report.ranges)
     for op_id, range_id, status in ops.select("op_id", "range_id", "attribution").iter_rows():
         assert (range_id, status) == (
             expected[op_id]["range_id"],

@@ -11,7 +11,7 @@ from polars.testing import assert_frame_equal
 from nsysmap import pipeline
 from nsysmap.output import streamed
 from nsysmap.output.streamed import HeldOps, OpsFile
-from nsysmap.pipeline import analyse, analyse_file, load_report
+from nsysmap.pipeline import analyse, analyse_file, load_profile
 from nsysmap.report.answers import RunData
 from nsysmap.report.build import build_report
 from nsysmap.stages import Stages
@@ -37,7 +37,7 @@ def real_path(name: str) -> Path:
 @pytest.fixture(scope="module", params=FILES)
 def analysed(request: pytest.FixtureRequest) -> tuple[Path, object, object]:
     path = real_path(request.param)
-    report = load_report(path)
+    report = load_profile(path)
     return path, report, analyse(report)
 
 

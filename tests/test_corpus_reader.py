@@ -35,7 +35,7 @@ def scalar(path, query):
 
 
 def per_device(report) -> dict[int, tuple[int, int]]:
-    totals = report.gpu_ops.group_by("device_id").agg(pl.len(), pl.col("dur_ns").sum())
+    totals = report.ops.group_by("device_id").agg(pl.len(), pl.col("dur_ns").sum())
     return {device: (count, total) for device, count, total in totals.rows()}
 
 
@@ -44,8 +44,8 @@ def test_gpu_ops_match_independent_sql_totals(name):
     path = corpus_path(name)
     report = read_sqlite(path)
     assert per_device(report) == independent_gpu_totals(path)
-    ops = report.gpu_ops
-    assert ops.schema == schemas.GPU_OPS
+    ops = report.ops
+    assert ops.schema == schemas.PROFILE_OPS
     assert ops["name"].null_count() == 0 and ops["op_id"].n_unique() == ops.height
     assert (ops["dur_ns"] >= 0).all()
 
@@ -57,7 +57,7 @@ def test_counts_and_versions_match_the_catalogue(name):
     facts = dict(report.meta.rows())
     assert facts.get("nsys_version") == entry["nsys_version"]
     assert facts.get("export_schema_version") == entry["export_schema_version"]
-    kernels = report.gpu_ops.filter(kind="kernel").group_by("device_id").len()
+    kernels = report.ops.filter(kind="kernel").group_by("device_id").len()
     assert sorted(kernels.rows()) == sorted(map(tuple, entry["kernels"]["devices"]))
     nvtx = entry["nvtx"]
     assert report.ranges.height == (nvtx["range_count"] if nvtx else 0)
@@ -72,7 +72,7 @@ def test_every_kernel_finds_at_most_one_launch(name):
     report = read_sqlite(corpus_path(name))
     keys = report.api_calls.drop_nulls("correlation_id").select("pid", "correlation_id")
     assert keys.is_unique().all()
-    matched = report.gpu_ops.filter(kind="kernel").join(keys, on=["pid", "correlation_id"])
+    matched = report.ops.filter(kind="kernel").join(keys, on=["pid", "correlation_id"])
     assert matched.height == ENTRIES[name]["kernels"]["matched_to_runtime_by_correlationId"]
 
 
@@ -85,7 +85,7 @@ def test_exports_without_gpu_activity(name):
     assert info.value.exit_code == ExitCode.NO_GPU_DATA and "\n" not in message
     assert "--trace=cuda" in message
     report = read_sqlite(path, require_gpu=False)
-    assert report.gpu_ops.is_empty()
+    assert report.ops.is_empty()
 
 
 def test_wsl2_capture_reports_its_launch_count():
@@ -114,9 +114,9 @@ def test_two_gpus_two_processes_in_fastvideo():
     report = read_sqlite(path)
     totals = independent_gpu_totals(path)
     assert set(totals) == {0, 1} and per_device(report) == totals
-    pids = report.gpu_ops.group_by("device_id").agg(pl.col("pid").unique())
+    pids = report.ops.group_by("device_id").agg(pl.col("pid").unique())
     assert sorted(len(p) for p in pids["pid"]) == [1, 1]  # one process per GPU
-    assert report.gpu_ops["pid"].n_unique() == 2
+    assert report.ops["pid"].n_unique() == 2
 
 
 def test_domain_names_where_create_events_exist():

@@ -97,7 +97,7 @@ def test_nsysmap_run_trace_gives_every_phase_and_modules_outside_the_optimizer(a
 def test_with_modules_without_stack_says_how_to_get_modules(analysed):
     analysis = analysed("gpt2_tiny_train_with_modules_h100.json.gz")
     assert analysis.ops["module"].is_null().all()  # PyTorch wrote no module frames
-    assert analysis.report.meta_value("with_modules") == "1"
+    assert analysis.profile.meta_value("with_modules") == "1"
     assert "with_stack=True" in analysis.summary_text
 
 

@@ -12,8 +12,8 @@ from nsysmap.attribution.attribute import attribute
 from nsysmap.attribution.paths import PATH_HEAD, PATH_TAIL
 from nsysmap.intervals.forest import Forest
 from nsysmap.intervals.nesting import nest_intervals
-from nsysmap.output.render import render_summary
-from nsysmap.output.summarize import summarize
+from nsysmap.output.summarise import summarise
+from nsysmap.output.summary_text import render_summary
 from tests import reference as ref
 from tests.frames import MS, Frames
 from tests.strategies import threads_of_ranges
@@ -64,7 +64,7 @@ def test_the_summary_says_how_many_ranges_were_closed():
     f.kernel(MAIN, 3)
     report = f.report()
     meta = dict(report.meta.iter_rows())
-    text = render_summary(summarize(attribute(report)), meta)
+    text = render_summary(summarise(attribute(report)), meta)
     assert "1 range had no end" in text
 
 

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 
 from nsysmap.cli import cli
 from nsysmap.diff.compare import DIFF, compare
-from nsysmap.diff.figures import diff_charts
-from nsysmap.diff.render import render, summary, unmatched
+from nsysmap.diff.diff_charts import diff_charts
+from nsysmap.diff.diff_text import render, summary, unmatched
 from nsysmap.pipeline import analyse_file
 from nsysmap.report.io import read_run
 from sample_reports.build import build

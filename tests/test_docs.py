@@ -20,7 +20,7 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 # The declared schemas that are internal (the readers' contract with the
 # attribution engine, docs/architecture.md), not output tables.
-INTERNAL = {"GPU_OPS", "API_CALLS", "RANGES", "GRAPH_LINKS", "THREADS", "DEVICES", "META"}
+INTERNAL = {"PROFILE_OPS", "API_CALLS", "RANGES", "GRAPH_LINKS", "THREADS", "DEVICES", "META"}
 INTERNAL |= {"COMPILED_KERNELS"}
 
 

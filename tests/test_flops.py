@@ -1,4 +1,4 @@
-"""FLOP counting: instrument.flops (fake tensors) and nsysmap.flops.tables (tables, CLI).
+"""FLOP counting: instrument.flops (fake tensors) and nsysmap.flops.module_flops (tables, CLI).
 
 The GPT-2 124M reference numbers are derived here from 2·m·k·n with the
 model's sizes, independently of the counter.
@@ -19,7 +19,7 @@ import pytest
 from instrument.flops import EXIT_FAILED, EXIT_MISSING, EXIT_SPEC, count_flops
 from instrument.flops import main as counter_main
 from nsysmap.errors import ExitCode
-from nsysmap.flops import tables as flops
+from nsysmap.flops import module_flops as flops
 from tests.cli_runner import nsysmap_cli
 
 pytestmark = pytest.mark.slow  # FLOP counting imports torch and runs models on fake tensors
@@ -252,7 +252,7 @@ def test_exclusive_rows_sum_to_the_inclusive_root():
 def test_model_is_never_materialised():
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-    from instrument.flops.run import materialise
+    from instrument.flops.fake_run import materialise
 
     with FakeTensorMode(allow_non_fake_inputs=True):
         model = materialise(gpt2_factory("small"))
@@ -458,6 +458,7 @@ def test_documents_of_another_kind_are_refused(doc):
 
 
 def test_nsysmap_side_never_imports_torch():
-    code = "import sys, nsysmap.flops.tables, nsysmap.cli.flops; print('torch' in sys.modules)"
+    code = "import sys, nsysmap.flops.module_flops, nsysmap.cli.flops; "
+    code += "print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.stdout.strip() == "False", done.stderr

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from nsysmap.cli import cli
-from nsysmap.pipeline import analyse_file, load_report
+from nsysmap.pipeline import analyse_file, load_profile
 from nsysmap.read.nsys_graphs import capture_points
 from nsysmap.synth import SynthExport
 from tests.corpus import independent_gpu_totals
@@ -107,7 +107,7 @@ def test_graph_replays_conserve_time_per_device(graph_trace, tmp_path):
 
 
 def test_untimed_replay_leaves_the_capture_window_alone(graph_trace):
-    meta = dict(load_report(graph_trace).meta.rows())
+    meta = dict(load_profile(graph_trace).meta.rows())
     assert int(meta["capture_start_ns"]) == 10 * MS
     assert (meta["graph_replays"], meta["graph_replay_time_ns"]) == ("5", str(80 * MS))
 

@@ -27,7 +27,7 @@ FLOORS: dict[str, tuple[str, ...]] = {
     # Leaves: shared by everything, know nothing of the flow.
     "nsysmap.schemas": ("nsysmap.",),
     "nsysmap.errors": ("nsysmap.",),
-    "nsysmap.naming": ("nsysmap.",),
+    "nsysmap.range_names": ("nsysmap.",),
     "nsysmap.scalars": ("nsysmap.",),
     "nsysmap.nsys_tool": ("nsysmap.read", "nsysmap.attribution", "nsysmap.pipeline"),
     "nsysmap.intervals": (
@@ -114,7 +114,7 @@ FLOORS: dict[str, tuple[str, ...]] = {
     ),
     # The flow and what works on its outputs: nothing below the CLI imports it.
     "nsysmap.pipeline": ("nsysmap.capture", "nsysmap.many", "nsysmap.report", "nsysmap.cli"),
-    "nsysmap.report": ("nsysmap.capture", "nsysmap.many.run", "nsysmap.cli"),
+    "nsysmap.report": ("nsysmap.capture", "nsysmap.many.run_many", "nsysmap.cli"),
     "nsysmap.capture": ("nsysmap.cli",),
     "nsysmap.many": ("nsysmap.cli",),
     "nsysmap.flops": ("nsysmap.cli",),

@@ -21,7 +21,7 @@ from nsysmap.cli import cli
 from nsysmap.infer.label import _steps
 from nsysmap.infer.motif import motif_regions, step_period
 from nsysmap.infer.summary import infer_ops
-from nsysmap.pipeline import analyse, load_report, write
+from nsysmap.pipeline import analyse, load_profile, write
 from nsysmap.report.answers import ReportOptions
 from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run
@@ -51,7 +51,7 @@ def gpt(request, tmp_path_factory) -> tuple[pl.DataFrame, int]:
     n_layer, n_kernels = request.param
     path = tmp_path_factory.mktemp("gpt") / "g.sqlite"
     write_export(path, gpt_tables(n_kernels, seed=3, n_layer=n_layer, processes=1))
-    ops = analyse(load_report(path), infer=False).ops
+    ops = analyse(load_profile(path), infer=False).ops
     labels = infer_ops(_hidden(ops)).labels
     return ops.join(labels, on=["op_id", "device_id"]), n_layer
 
@@ -72,13 +72,13 @@ def test_synthetic_blocks_phases_and_steps_match_the_truth(gpt):
 def test_measured_labels_are_not_read():
     """Inference gives the same answer whether or not the ops carry measured labels."""
     path = SAMPLES
-    ops = analyse(load_report(path / "gpt2_tiny_train.sqlite"), infer=False).ops
+    ops = analyse(load_profile(path / "gpt2_tiny_train.sqlite"), infer=False).ops
     assert infer_ops(ops).labels.equals(infer_ops(_hidden(ops)).labels)
 
 
 def test_ops_without_a_device_id_get_the_same_blocks():
     """An export whose device id column is unreadable (null) is inferred like the others."""
-    ops = analyse(load_report(SAMPLES / "gpt2_tiny_train.sqlite"), infer=False).ops
+    ops = analyse(load_profile(SAMPLES / "gpt2_tiny_train.sqlite"), infer=False).ops
     known = infer_ops(ops)
     unknown = infer_ops(ops.with_columns(pl.lit(None, pl.Int64).alias("device_id")))
     assert unknown.found[0].device_id is None
@@ -152,7 +152,7 @@ def _attention_layer(ops: pl.DataFrame) -> pl.DataFrame:
     ],
 )
 def test_real_exports_agree_with_their_ranges(name, phases):
-    ops = analyse(load_report(REAL / name), infer=False).ops
+    ops = analyse(load_profile(REAL / name), infer=False).ops
     ops = _attention_layer(ops.join(infer_ops(_hidden(ops)).labels, on=["op_id", "device_id"]))
     assert (
         _share(ops, pl.col("layer") == pl.col("inferred_block"), pl.col("layer").is_not_null())
@@ -164,7 +164,7 @@ def test_real_exports_agree_with_their_ranges(name, phases):
 
 @needs_real
 def test_export_without_ranges_gets_blocks():
-    report = load_report(REAL / "cs336a2_fwd_no_nvtx_a100.sqlite")
+    report = load_profile(REAL / "cs336a2_fwd_no_nvtx_a100.sqlite")
     inferred = analyse(report).inferred
     blocks = inferred.by_inferred_block.filter(pl.col("inferred_block").is_not_null())
     assert blocks["inferred_block"].n_unique() == 12
@@ -202,7 +202,7 @@ def test_the_summary_names_inferred_blocks_when_the_profile_has_no_ranges(tmp_pa
 def test_report_shows_inferred_blocks_when_no_module_names_them(tmp_path):
     """`nsysmap report` on a profile whose ranges are all gone: blocks 0, 1, 2 inferred."""
     path = write_export(tmp_path / "g.sqlite", gpt_tables(1000, seed=2, n_layer=3, processes=1))
-    report = load_report(path)
+    report = load_profile(path)
     write(analyse(replace(report, ranges=report.ranges.clear())), tmp_path / "out")
     text = render(build_report(read_run(tmp_path / "out")).findings, None, ReportOptions())
     section = text.split("## Per block, inferred from the repeating kernel sequence")[1]

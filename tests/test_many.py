@@ -21,8 +21,8 @@ import pytest
 from distributed import LocalCluster
 
 from nsysmap.errors import ExitCode
-from nsysmap.output.summarize import SUMMARY_SCHEMAS
-from nsysmap.synth.ranks import Job, rank_file, write_rank_exports
+from nsysmap.output.summarise import SUMMARY_SCHEMAS
+from nsysmap.synth.ddp_ranks import Job, rank_file, write_rank_exports
 from tests.cli_runner import nsysmap_cli
 from tests.corpus import independent_gpu_totals
 

@@ -11,10 +11,10 @@ import pytest
 from nsysmap.errors import InputNotFound
 from nsysmap.many import across
 from nsysmap.many.cluster import BASE_TASK_BYTES, plan_local
-from nsysmap.many.inputs import expand_inputs
-from nsysmap.many.overlap import exposed_communication
+from nsysmap.many.input_files import expand_inputs
 from nsysmap.many.progress import Progress, progress_line
-from nsysmap.many.ranks import DECLARED, FILE_ORDER, PROCESS, assign_ranks
+from nsysmap.many.rank_ids import DECLARED, FILE_ORDER, PROCESS, assign_ranks
+from nsysmap.many.rank_overlap import exposed_communication
 from nsysmap.many.task import FAILED, OK, Outcome, Unit
 from nsysmap.read.nsys_env import rank_facts
 from tests.test_many import invoke

@@ -22,7 +22,7 @@ from nsysmap.attribution.labels import name_labels
 from nsysmap.attribution.rules import PHASE_NAMES, RULES, BadNameRule, NameRule, user_rules
 from nsysmap.cli import cli
 from nsysmap.errors import ExitCode
-from nsysmap.report.tables import passes, scope_filter
+from nsysmap.report.scope_tables import passes, scope_filter
 from nsysmap.synth import SynthExport
 from tests.cli_runner import nsysmap_cli
 from tests.corpus import CORPUS, connect
@@ -262,7 +262,7 @@ def test_foreign_names_match_the_reference_on_random_reports(data, kernels):
     for tid, at in kernels:
         f.kernel(tid, at)
     report = f.report()
-    expected = reference_attribution(report.gpu_ops, report.api_calls, report.ranges)
+    expected = reference_attribution(report.ops, report.api_calls, report.ranges)
     for row in attribute(report).iter_rows(named=True):
         want = expected[row["op_id"]]
         assert {k: row[k] for k in want} == want, row

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from instrument.ranges import naming as fmt
-from nsysmap import naming as parse
+from nsysmap import range_names as parse
 from nsysmap.attribution.labels import name_labels
 
 paths = st.one_of(

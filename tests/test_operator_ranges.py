@@ -19,9 +19,9 @@ import pytest
 
 from nsysmap.attribution.attribute import attribute
 from nsysmap.attribution.labels import OPERATOR_CALL_FIELDS, name_labels, without_call_fields
-from nsysmap.flops.shapes import with_shape_flops
-from nsysmap.pipeline import load_report
-from nsysmap.report.shapes import shapes_table
+from nsysmap.flops.aten_flops import with_shape_flops
+from nsysmap.pipeline import load_profile
+from nsysmap.report.operator_shapes import shapes_table
 from tests.corpus import CORPUS, connect
 from tests.frames import Frames
 
@@ -159,7 +159,7 @@ def _independent_bmm_calls(path: Path) -> Counter:
 @pytest.fixture(scope="module", params=EXPORTS)
 def real_export(request) -> tuple[Path, pl.DataFrame]:
     path = _export(request.param)
-    return path, with_shape_flops(attribute(load_report(path)))
+    return path, with_shape_flops(attribute(load_profile(path)))
 
 
 def test_matmul_flops_come_from_sizes(real_export):

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nsysmap.cli import cli
-from nsysmap.output.overlap import overlap_line, overlap_table
+from nsysmap.output.comm_overlap import overlap_line, overlap_table
 from nsysmap.synth import SynthExport
 from tests.reference import reference_overlap
 

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 
 from nsysmap import schemas
 from nsysmap.errors import ExitCode, InputNotFound, NoGpuData, NotAnExport
-from nsysmap.pipeline import load_report
+from nsysmap.pipeline import load_profile
 from nsysmap.read.nsys_sqlite import read_sqlite
 from nsysmap.synth import NS_PER_MS, SynthExport, bulk_tables, global_tid, write_export
 from tests.corpus import independent_gpu_totals
@@ -64,7 +64,7 @@ def step_report(tmp_path):
 
 # ------------------------------------------------------------- GPU ops
 def test_frames_conform_to_the_declared_schemas(step_report):
-    assert step_report.gpu_ops.schema == schemas.GPU_OPS
+    assert step_report.ops.schema == schemas.PROFILE_OPS
     assert step_report.api_calls.schema == schemas.API_CALLS
     assert step_report.ranges.schema == schemas.RANGES
     assert step_report.threads.schema == schemas.THREADS
@@ -72,7 +72,7 @@ def test_frames_conform_to_the_declared_schemas(step_report):
 
 
 def test_gpu_ops_carry_times_ids_and_names(step_report):
-    ops = step_report.gpu_ops.sort("start_ns")
+    ops = step_report.ops.sort("start_ns")
     assert ops["kind"].to_list() == ["kernel", "memcpy", "memset"]
     assert ops["start_ns"].to_list() == [3 * MS, 7 * MS, 8 * MS]
     assert ops["dur_ns"].to_list() == [2 * MS, MS, MS]
@@ -93,7 +93,7 @@ def test_ids_decode_process_and_thread_from_global_ids(tmp_path):
     b.launch(0xABCDEF, 0x123456, 0, 1, corr=5)
     b.kernel(0xABCDEF, 2, 3, 1, 2, corr=5)
     report = read_sqlite(b.write(tmp_path / "x.sqlite"))
-    assert report.gpu_ops["pid"].to_list() == [0xABCDEF]
+    assert report.ops["pid"].to_list() == [0xABCDEF]
     assert report.api_calls.select("pid", "tid").row(0) == (0xABCDEF, 0x123456)
     assert report.threads.rows() == [(0xABCDEF, 0x123456, "worker")]
 
@@ -101,7 +101,7 @@ def test_ids_decode_process_and_thread_from_global_ids(tmp_path):
 def test_op_and_range_ids_are_deterministic(tmp_path):
     path = training_step().write(tmp_path / "x.sqlite")
     first, second = read_sqlite(path), read_sqlite(path)
-    assert first.gpu_ops.equals(second.gpu_ops) and first.ranges.equals(second.ranges)
+    assert first.ops.equals(second.ops) and first.ranges.equals(second.ranges)
 
 
 def _kernel_without(tmp_path, *dropped: str) -> str:
@@ -110,7 +110,7 @@ def _kernel_without(tmp_path, *dropped: str) -> str:
     tables = b.tables()
     tables[KERNEL_TABLE] = tables[KERNEL_TABLE].drop(*dropped)
     path = write_export(tmp_path / "x.sqlite", tables, exact_columns={KERNEL_TABLE})
-    return read_sqlite(path).gpu_ops["name"][0]
+    return read_sqlite(path).ops["name"][0]
 
 
 def test_kernel_name_falls_back_to_short_then_mangled_name(tmp_path):
@@ -123,7 +123,7 @@ def test_kernel_name_falls_back_to_short_then_mangled_name(tmp_path):
     kernel = tables[KERNEL_TABLE].drop("demangledName", "shortName")
     tables[KERNEL_TABLE] = kernel.with_columns(mangledName=pl.lit(mangled, pl.Int64))
     path = write_export(tmp_path / "y.sqlite", tables, exact_columns={KERNEL_TABLE})
-    assert read_sqlite(path).gpu_ops["name"].to_list() == ["_Z1kv"]
+    assert read_sqlite(path).ops["name"].to_list() == ["_Z1kv"]
 
 
 def test_a_foreign_name_column_in_the_kernel_table_is_ignored(tmp_path):
@@ -131,7 +131,7 @@ def test_a_foreign_name_column_in_the_kernel_table_is_ignored(tmp_path):
     b.column(KERNEL_TABLE, "name", "not the kernel name")
     b.table("EXTRAP_GPU_IDLE", pl.DataFrame({"start": [1], "duration": [2.5]}))
     report = read_sqlite(b.write(tmp_path / "x.sqlite"))
-    assert "void gemm<float>(int)" in report.gpu_ops["name"].to_list()
+    assert "void gemm<float>(int)" in report.ops["name"].to_list()
 
 
 @pytest.mark.parametrize("with_enum", [True, False])
@@ -140,7 +140,7 @@ def test_memcpy_names_from_the_enum_or_the_built_in_table(tmp_path, with_enum):
     for corr, kind in enumerate([1, 2, 8, 10, 11, 0, 42]):
         b.memcpy(1, 0, 7, corr, corr + 1, corr=corr, copy_kind=kind)
     omit = () if with_enum else ("ENUM_CUDA_MEMCPY_OPER",)
-    names = read_sqlite(b.write(tmp_path / "x.sqlite", omit=omit)).gpu_ops["name"].to_list()
+    names = read_sqlite(b.write(tmp_path / "x.sqlite", omit=omit)).ops["name"].to_list()
     assert names == [
         "[CUDA memcpy HtoD]",
         "[CUDA memcpy DtoH]",
@@ -160,7 +160,7 @@ def test_the_enum_wins_over_the_built_in_table(tmp_path):
         {"id": [1, 14], "name": ["CUDA_MEMCPY_KIND_DTOH", "CUDA_MEMCPY_KIND_UVM_PTOD"]}
     )
     path = write_export(tmp_path / "x.sqlite", b.tables() | {"ENUM_CUDA_MEMCPY_OPER": enum})
-    names = read_sqlite(path).gpu_ops["name"].to_list()
+    names = read_sqlite(path).ops["name"].to_list()
     assert names == ["[CUDA memcpy DtoH]", "[CUDA memcpy Unified PtoD]"]
 
 
@@ -274,7 +274,7 @@ def test_open_ranges_are_read_without_an_end(tmp_path):
 
     ms   0 ... 4 ........ 9 10
     step |-----------------|
-    open      |- - - - - ->|     closed with its container (load_report)
+    open      |- - - - - ->|     closed with its container (load_profile)
     """
     b = training_step()
     b.range(10, 11, 4, None, "never closed")
@@ -284,7 +284,7 @@ def test_open_ranges_are_read_without_an_end(tmp_path):
     assert ends == {"step 0": 10 * MS, "never closed": None}
     assert meta(report)["ranges_open_at_end"] == "1"
     assert meta(report)["capture_end_ns"] == str(10 * MS)
-    closed = load_report(path)
+    closed = load_profile(path)
     assert dict(closed.ranges.select("name", "end_ns").rows())["never closed"] == 10 * MS
 
 
@@ -300,7 +300,7 @@ def test_a_range_opened_last_extends_the_capture(tmp_path):
     b.range(10, 11, 12, None, "opened last", event_type=60)
     path = b.write(tmp_path / "x.sqlite")
     assert meta(read_sqlite(path))["capture_end_ns"] == str(12 * MS)
-    report = load_report(path)
+    report = load_profile(path)
     ends = dict(report.ranges.select("name", "end_ns").rows())
     assert (ends["never closed"], ends["opened last"]) == (10 * MS, 12 * MS)
     assert meta(report)["ranges_open_at_end"] == "2"
@@ -378,7 +378,7 @@ def test_invalid_utf8_is_decoded_with_replacement_characters(tmp_path):
     names = set(report.ranges["name"])
     assert {"bad \ufffd name", "registered \ufffd"} <= names
     assert "Gei\ufffd" in report.threads["thread_name"].to_list()
-    assert "void k\ufffd(int)" in report.gpu_ops["name"].to_list()
+    assert "void k\ufffd(int)" in report.ops["name"].to_list()
 
 
 def test_null_texts_before_the_first_name_do_not_confuse_type_inference(tmp_path):
@@ -408,7 +408,7 @@ def test_paths_with_uri_special_characters(tmp_path):
     odd = tmp_path / "dir with space #1" / "run?v=1%.sqlite"
     odd.parent.mkdir()
     report = read_sqlite(training_step().write(odd))
-    assert report.gpu_ops.height == 3
+    assert report.ops.height == 3
 
 
 def test_reading_leaves_no_journal_or_lock_files(tmp_path):
@@ -502,8 +502,8 @@ def test_nvtx_only_export(tmp_path):
         info, NoGpuData, ExitCode.NO_GPU_DATA, "CUPTI_ACTIVITY_KIND_KERNEL", "--trace=cuda"
     )
     report = read_sqlite(path, require_gpu=False)
-    assert report.gpu_ops.is_empty() and report.ranges["name"].to_list() == ["forward"]
-    assert report.gpu_ops.schema == schemas.GPU_OPS
+    assert report.ops.is_empty() and report.ranges["name"].to_list() == ["forward"]
+    assert report.ops.schema == schemas.PROFILE_OPS
 
 
 def test_launches_without_gpu_activity_like_wsl2(tmp_path):
@@ -527,7 +527,7 @@ def test_empty_gpu_tables(tmp_path):
     with pytest.raises(NoGpuData) as info:
         read_sqlite(path)
     assert_one_line_error(info, NoGpuData, ExitCode.NO_GPU_DATA, "MEMSET absent")
-    assert read_sqlite(path, require_gpu=False).gpu_ops.is_empty()
+    assert read_sqlite(path, require_gpu=False).ops.is_empty()
 
 
 def test_read_only_corpus_like_directory(tmp_path):
@@ -538,7 +538,7 @@ def test_read_only_corpus_like_directory(tmp_path):
     os.chmod(path, 0o444)
     folder.chmod(0o555)
     try:
-        assert read_sqlite(path).gpu_ops.height == 3
+        assert read_sqlite(path).ops.height == 3
         assert os.listdir(folder) == ["x.sqlite"]  # nothing written beside it
     finally:
         folder.chmod(0o755)
@@ -569,18 +569,18 @@ def test_every_op_is_read_once_with_its_duration(tmp_path_factory, ops):
         getattr(b, kind)(1, device, 7, start, start + dur, corr)
     path = b.write(tmp_path_factory.mktemp("p") / "x.sqlite")
     report = read_sqlite(path, require_gpu=False)
-    totals = report.gpu_ops.group_by("device_id").agg(pl.len(), pl.col("dur_ns").sum())
+    totals = report.ops.group_by("device_id").agg(pl.len(), pl.col("dur_ns").sum())
     got = {d: (n, t) for d, n, t in totals.rows()}
     assert got == independent_gpu_totals(path)
     assert report.api_calls.height == len(ops)
-    assert report.gpu_ops["op_id"].n_unique() == len(ops)
+    assert report.ops["op_id"].n_unique() == len(ops)
 
 
 def test_a_bulk_export_reads_whole(tmp_path):
     path = write_export(tmp_path / "bulk.sqlite", bulk_tables(100, ranges_per_kernel=3))
     report = read_sqlite(path)
-    assert (report.gpu_ops.height, report.api_calls.height, report.ranges.height) == (100, 100, 300)
-    launched = report.gpu_ops.join(report.api_calls, on=["pid", "correlation_id"])
+    assert (report.ops.height, report.api_calls.height, report.ranges.height) == (100, 100, 300)
+    launched = report.ops.join(report.api_calls, on=["pid", "correlation_id"])
     assert launched.height == 100
     names = report.ranges["name"]
     assert names.null_count() == 0

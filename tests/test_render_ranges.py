@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from nsysmap.attribution.attribute import attribute
-from nsysmap.output import render
-from nsysmap.output.render import render_summary
-from nsysmap.output.summarize import summarize
+from nsysmap.output import summary_text as render
+from nsysmap.output.summarise import summarise
+from nsysmap.output.summary_text import render_summary
 from tests.frames import Frames
 
 META = {"backend": "nsys", "source_path": "run.sqlite"}
@@ -13,7 +13,7 @@ META = {"backend": "nsys", "source_path": "run.sqlite"}
 
 def _text(f: Frames) -> str:
     report = f.report()
-    return render_summary(summarize(attribute(report), report.ranges), META)
+    return render_summary(summarise(attribute(report), report.ranges), META)
 
 
 def _user_profile() -> Frames:

@@ -29,8 +29,8 @@ from click.testing import CliRunner
 
 from nsysmap.cli import cli
 from nsysmap.errors import NotAnExport
-from nsysmap.flops.model import attach_model_flops
-from nsysmap.pipeline import analyse, analyse_file, load_report, write
+from nsysmap.flops.flops_document import attach_model_flops
+from nsysmap.pipeline import analyse, analyse_file, load_profile, write
 from nsysmap.report.answers import ReportOptions
 from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run
@@ -191,7 +191,7 @@ def with_model_flops(tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("flops") / "train"
     (run / "capture").mkdir(parents=True)
     (run / "capture" / "flops.json").write_text(json.dumps(flop_document()))
-    analysis = analyse(load_report(SAMPLES / "gpt2_tiny_train.sqlite"))
+    analysis = analyse(load_profile(SAMPLES / "gpt2_tiny_train.sqlite"))
     write(attach_model_flops(analysis, run / "capture"), run)
     assert (run / "flops.parquet").is_file()
     return run

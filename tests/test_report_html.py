@@ -19,7 +19,7 @@ from nsysmap.cli import cli
 from nsysmap.pipeline import analyse_file
 from nsysmap.report.answers import ReportOptions
 from nsysmap.report.build import build_report
-from nsysmap.report.html.figures import missing_charts, report_charts
+from nsysmap.report.html.charts import missing_charts, report_charts
 from nsysmap.report.html.names import distinct_labels, middle
 from nsysmap.report.html.page import plotly_js, report_page
 from nsysmap.report.html.tree import ROOT, module_paths, range_paths, tree

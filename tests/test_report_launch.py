@@ -10,8 +10,8 @@ import pytest
 
 import instrument
 from instrument import launch
-from nsysmap.flops.model import attach_model_flops, load_flops
-from nsysmap.pipeline import analyse, analyse_file, load_report, write
+from nsysmap.flops.flops_document import attach_model_flops, load_flops
+from nsysmap.pipeline import analyse, analyse_file, load_profile, write
 from nsysmap.report.answers import ReportOptions
 from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run
@@ -119,7 +119,7 @@ def test_attach_converts_the_document_and_load_reads_it_back(tmp_path, script):
     out = tmp_path / "run"
     analyse_file(capture / "trace.json", out)
     assert load_flops(out) is not None  # not attached: read from capture/flops.json
-    analysis = analyse(load_report(capture / "trace.json"))
+    analysis = analyse(load_profile(capture / "trace.json"))
     attached = attach_model_flops(analysis, capture)
     assert not (out / "flops.parquet").exists()  # attaching writes nothing
     write(attached, out)
@@ -153,7 +153,7 @@ def gpt2_small_run(tmp_path_factory):
     argv = ["--backend", "torch", "--out", str(capture), "--warmup-steps", "0", "--steps", "1"]
     args = ["--size", "small", "--batch", "8", "--seq-len", "128", "--steps", "1"]
     assert launch.main([*argv, str(EXAMPLE), *args, "--attn", "eager"]) == 0
-    write(attach_model_flops(analyse(load_report(capture / "trace.json")), capture), out)
+    write(attach_model_flops(analyse(load_profile(capture / "trace.json")), capture), out)
     return out
 
 

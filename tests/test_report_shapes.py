@@ -5,9 +5,9 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from nsysmap.flops import shapes as sf
+from nsysmap.flops import aten_flops as sf
 from nsysmap.pipeline import analyse_file
-from nsysmap.report.shapes import asked_shapes, shapes_table
+from nsysmap.report.operator_shapes import asked_shapes, shapes_table
 from nsysmap.synth import SynthExport
 
 

@@ -1,6 +1,6 @@
 """`nsysmap run`: backends, command lines, exit statuses, Ctrl-C.
 
-Covers nsysmap.capture.run and nsysmap.cli.run.
+Covers nsysmap.capture.profile_script and nsysmap.cli.run.
 
 Nsight Systems is not installed here: the nsys backend runs against the
 stand-in in tests/fake_nsys, whose `export` hands back a synthetic export with
@@ -21,7 +21,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap.capture import run as run_mod
+from nsysmap.capture import profile_script as run_mod
 from nsysmap.errors import ExitCode, ScriptFailed
 from nsysmap.synth import SynthExport
 from tests import fake_nsys

@@ -8,8 +8,8 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from nsysmap.output.summarize import SUMMARY_SCHEMAS
-from nsysmap.pipeline import load_report
+from nsysmap.output.summarise import SUMMARY_SCHEMAS
+from nsysmap.pipeline import load_profile
 from nsysmap.schemas import INFERRED_SCHEMAS, OPS
 from sample_reports.build import SAMPLES, build
 from sample_reports.golden import attributed_tables, read_golden, to_csv_frame
@@ -31,8 +31,8 @@ def test_outputs_match_golden_files(name):
 def test_committed_sample_is_what_the_builder_writes(name, tmp_path):
     fresh = tmp_path / f"{name}.sqlite"
     build(SAMPLES[name]).write(fresh)
-    committed, rebuilt = load_report(HERE / f"{name}.sqlite"), load_report(fresh)
-    for frame in ("gpu_ops", "api_calls", "ranges", "threads", "devices"):
+    committed, rebuilt = load_profile(HERE / f"{name}.sqlite"), load_profile(fresh)
+    for frame in ("ops", "api_calls", "ranges", "threads", "devices"):
         assert_frame_equal(getattr(committed, frame), getattr(rebuilt, frame)), frame
 
 

@@ -14,7 +14,7 @@ from nsysmap.attribution.attribute import attribute
 from nsysmap.attribution.rules import BUILTIN
 from nsysmap.output import streamed
 from nsysmap.output.streamed import HeldOps, HoldOps, OpsFile
-from nsysmap.pipeline import _analysed, analyse, analyse_file, load_report
+from nsysmap.pipeline import _analysed, analyse, analyse_file, load_profile
 from nsysmap.stages import Stages
 from nsysmap.synth.bulk import bulk_tables, write_export
 from nsysmap.synth.tile import gpt_tables
@@ -33,10 +33,10 @@ def gpt_export(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _check_against_reference(path) -> pl.DataFrame:
-    report = load_report(path)
+    report = load_profile(path)
     ops = attribute(report)
-    expected = reference_attribution(report.gpu_ops, report.api_calls, report.ranges)
-    assert ops.height == report.gpu_ops.height == len(expected)
+    expected = reference_attribution(report.ops, report.api_calls, report.ranges)
+    assert ops.height == report.ops.height == len(expected)
     for row in ops.iter_rows(named=True):
         want = expected[row["op_id"]]
         assert {k: row[k] for k in want} == want, row
@@ -83,7 +83,7 @@ def test_streamed_outputs_equal_the_in_memory_ones(gpt_export, tmp_path, monkeyp
 
 def test_rows_held_in_blocks_equal_those_held_whole(gpt_export):
     """The in-memory sink fed many blocks: the same rows, summaries and inference."""
-    report = load_report(gpt_export)
+    report = load_profile(gpt_export)
     whole = analyse(report)
     blocks = _analysed(report, HoldOps(block_rows=333), None, None, None, BUILTIN, True)
     assert blocks.store.frame.n_chunks() > 1 and whole.store.frame.n_chunks() == 1

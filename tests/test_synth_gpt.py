@@ -24,7 +24,7 @@ def export(tmp_path_factory):
 
 def test_two_processes_on_two_gpus_with_a_backward_thread(export):
     report = read_sqlite(export)
-    ops = report.gpu_ops
+    ops = report.ops
     assert set(ops["device_id"]) == {0, 1} and ops["pid"].n_unique() == 2
     assert dict(ops.group_by("kind").len().iter_rows()).keys() == {"kernel", "memcpy", "memset"}
     threads = report.ranges.group_by("pid").agg(pl.col("tid").n_unique())

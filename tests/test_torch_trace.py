@@ -109,7 +109,7 @@ def _reference_self(events: list[dict]) -> tuple[dict[tuple, int], int]:
 def test_cpu_trace_units_are_operators_timed_by_self_time(cpu_trace):
     raw_ops = _raw(cpu_trace, "cpu_op")
     report = read_trace(cpu_trace)
-    ops = report.gpu_ops
+    ops = report.ops
     assert ops.height == len(raw_ops) > 100
     assert set(ops["kind"]) == {"cpu_op"} and set(ops["device_id"]) == {-1}
     expected, top_total = _reference_self(raw_ops)
@@ -132,11 +132,11 @@ def test_cpu_trace_shapes_launches_and_meta(cpu_trace):
         (e["name"], None if "Input Dims" not in e["args"] else json.dumps(e["args"]["Input Dims"]))
         for e in raw_ops
     )
-    got = report.gpu_ops.select("name", "input_shapes").rows()
+    got = report.ops.select("name", "input_shapes").rows()
     assert Counter(got) == want
-    assert "[[8, 16], [32, 16], [32]]" in set(report.gpu_ops["input_shapes"])  # linear 16 -> 32
-    launches = report.gpu_ops.join(report.api_calls, on=["pid", "correlation_id"])
-    assert launches.height == report.gpu_ops.height == report.api_calls.height
+    assert "[[8, 16], [32, 16], [32]]" in set(report.ops["input_shapes"])  # linear 16 -> 32
+    launches = report.ops.join(report.api_calls, on=["pid", "correlation_id"])
+    assert launches.height == report.ops.height == report.api_calls.height
     assert (launches["start_ns"] == launches["start_ns_right"]).all()
     assert (launches["stream_id"] == launches["tid"]).all()
     assert set(report.api_calls["api_name"]) == {"cpu_op"}
@@ -168,10 +168,10 @@ def test_cpu_trace_ranges_are_user_annotations_and_autograd_nodes(cpu_trace):
 
 def test_cpu_trace_attributes_through_the_pipeline(cpu_trace):
     pipeline = pytest.importorskip("nsysmap.pipeline")
-    analysis = pipeline.analyse(pipeline.load_report(cpu_trace))
+    analysis = pipeline.analyse(pipeline.load_profile(cpu_trace))
     ops = analysis.ops
-    assert ops.height == read_trace(cpu_trace).gpu_ops.height
-    assert ops["dur_ns"].sum() == read_trace(cpu_trace).gpu_ops["dur_ns"].sum()
+    assert ops.height == read_trace(cpu_trace).ops.height
+    assert ops["dur_ns"].sum() == read_trace(cpu_trace).ops["dur_ns"].sum()
     fwd = ops.filter((pl.col("module") == "0") & (pl.col("direction") == "forward"))
     bwd = ops.filter((pl.col("module") == "0") & (pl.col("direction") == "backward"))
     assert "aten::addmm" in set(fwd["aten_op"])
@@ -258,7 +258,7 @@ def cuda_trace(tmp_path) -> Path:
 
 
 def test_cuda_trace_gpu_ops_by_hand(cuda_trace):
-    ops = read_trace(cuda_trace).gpu_ops
+    ops = read_trace(cuda_trace).ops
     cols = ["kind", "device_id", "stream_id", "pid", "correlation_id", "start_ns", "end_ns"]
     assert ops.select("op_id", *cols, "dur_ns").rows() == [
         (0, "kernel", 0, 7, 100, 501, 20500, 23750, 3250),
@@ -318,7 +318,7 @@ def test_cuda_trace_launches_ranges_devices_meta(cuda_trace):
 
 def test_cuda_trace_attributes_through_the_pipeline(cuda_trace):
     pipeline = pytest.importorskip("nsysmap.pipeline")
-    ops = pipeline.analyse(pipeline.load_report(cuda_trace)).ops.sort("op_id")
+    ops = pipeline.analyse(pipeline.load_profile(cuda_trace)).ops.sort("op_id")
     first, backward = ops.row(0, named=True), ops.row(3, named=True)
     assert (first["module"], first["direction"], first["aten_op"], first["step"]) == (
         "fc1",
@@ -341,7 +341,7 @@ def test_cuda_trace_attributes_through_the_pipeline(cuda_trace):
 def test_gzipped_trace_reads_the_same(cuda_trace, tmp_path):
     packed = tmp_path / "cuda.json.gz"
     packed.write_bytes(gzip.compress(cuda_trace.read_bytes()))
-    assert read_trace(packed).gpu_ops.equals(read_trace(cuda_trace).gpu_ops)
+    assert read_trace(packed).ops.equals(read_trace(cuda_trace).ops)
 
 
 def test_bare_event_array_and_text_ids(tmp_path):
@@ -351,7 +351,7 @@ def test_bare_event_array_and_text_ids(tmp_path):
     ]
     path = tmp_path / "array.json"
     path.write_text(json.dumps(events))
-    ops = read_trace(path).gpu_ops
+    ops = read_trace(path).ops
     assert set(ops["pid"]) == {4242}
     assert set(ops["stream_id"]) == {text_id("stream 7")}
     assert text_id("stream 7") == text_id("stream 7") < -1

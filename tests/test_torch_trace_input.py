@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from nsysmap.cli import cli
 from nsysmap.errors import ExitCode, InputNotFound, NoGpuData, NotAnExport
-from nsysmap.pipeline import analyse, load_report
+from nsysmap.pipeline import analyse, load_profile
 from nsysmap.read.torch_trace import read_trace
 from tests.torch_traces import STREAM, complete, flow, kernel, launch, op, write_trace
 
@@ -106,7 +106,7 @@ CASES = [
 def test_malformed_fields(tmp_path, change, skipped, gpu_ns, launched):
     events = _events()
     change(events)
-    report = load_report(write_trace(tmp_path / "t.json", events))
+    report = load_profile(write_trace(tmp_path / "t.json", events))
     ops = analyse(report).ops
     assert ops["dur_ns"].sum() == gpu_ns
     assert int(report.meta_value("events_skipped")) == skipped

@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap.pipeline import analyse, load_report
+from nsysmap.pipeline import analyse, load_profile
 from nsysmap.read.torch_trace import read_trace
 from tests.torch_traces import STREAM, complete, flow, launch, module, op, write_trace
 
@@ -53,7 +53,7 @@ def launches(tmp_path) -> Path:
 
 
 def test_every_launch_path_attributed(launches):
-    ops = analyse(load_report(launches)).ops.sort("op_id")
+    ops = analyse(load_profile(launches)).ops.sort("op_id")
     got = ops.select("kind", "launch_api", "aten_op", "module", "dur_ns").rows()
     expected = [
         (
@@ -74,8 +74,8 @@ def test_every_launch_path_attributed(launches):
 def test_gpu_user_annotations_are_neither_ops_nor_ranges(launches):
     report = read_trace(launches)
     # kernels, copy and set: 1 + 2 + ... + 7 µs, and the graph's second kernel (5 µs)
-    assert report.gpu_ops["dur_ns"].sum() == 1000 * (sum(range(1, 8)) + 5)
-    assert report.gpu_ops.height == len(APIS) + 1
+    assert report.ops["dur_ns"].sum() == 1000 * (sum(range(1, 8)) + 5)
+    assert report.ops.height == len(APIS) + 1
     assert report.ranges.filter(pl.col("pid") == 0).is_empty()
     assert report.meta_value("gpu_user_annotations") == "1"
 
@@ -111,7 +111,7 @@ def _old_trace(with_correlation: bool) -> list[dict]:
 @pytest.mark.parametrize("with_correlation", [True, False])
 def test_old_trace_categories_and_async_flows(tmp_path, with_correlation):
     path = write_trace(tmp_path / "old.json", _old_trace(with_correlation), deviceProperties=[])
-    ops = analyse(load_report(path)).ops.sort("op_id")
+    ops = analyse(load_profile(path)).ops.sort("op_id")
     assert ops.select(
         "kind", "correlation_id", "launch_api", "aten_op", "tid", "dur_ns"
     ).rows() == [
@@ -126,5 +126,5 @@ def test_old_trace_categories_and_async_flows(tmp_path, with_correlation):
 def test_old_trace_shapes_join_through_lower_case_external_id(tmp_path):
     events = copy.deepcopy(_old_trace(True))
     events[0]["args"]["Input Dims"] = [[8, 16], [16, 4]]
-    ops = read_trace(write_trace(tmp_path / "old.json", events)).gpu_ops
+    ops = read_trace(write_trace(tmp_path / "old.json", events)).ops
     assert ops["input_shapes"].to_list()[0] == "[[8, 16], [16, 4]]"

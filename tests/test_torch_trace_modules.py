@@ -29,7 +29,7 @@ import polars as pl
 import pytest
 
 from nsysmap.attribution.labels import name_labels
-from nsysmap.pipeline import analyse, analyse_file, load_report
+from nsysmap.pipeline import analyse, analyse_file, load_profile
 from nsysmap.read.torch_trace import read_trace
 from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run
@@ -87,7 +87,7 @@ def model_trace(tmp_path) -> Path:
 
 
 def _ops(path: Path) -> pl.DataFrame:
-    return analyse(load_report(path)).ops.sort("op_id")
+    return analyse(load_profile(path)).ops.sort("op_id")
 
 
 def test_module_frames_give_path_class_direction_phase_by_hand(model_trace):
@@ -109,7 +109,7 @@ def test_module_frames_give_path_class_direction_phase_by_hand(model_trace):
 
 
 def test_by_module_adds_up_by_hand(model_trace):
-    analysis = analyse(load_report(model_trace))
+    analysis = analyse(load_profile(model_trace))
     by_module = analysis.summaries.by_module
     rows = {r["module"]: r for r in by_module.iter_rows(named=True)}
     assert {m: rows[m]["time_ns"] for m in rows} == {L0: 7000, L1: 11000, "Net_0": 2000, None: 1000}

@@ -1,7 +1,7 @@
 """The estimated FLOPs per element of non-matmul operators: one table for both sides.
 
 instrument/flops/ops.py counts with it on fake tensors inside training;
-nsysmap/flops/shapes.py counts with it from recorded input shapes after
+nsysmap/flops/aten_flops.py counts with it from recorded input shapes after
 training. It imports neither torch nor polars (importing `instrument.flops`
 does not import torch either). The factors are documented in docs/flops.md.
 """

@@ -1,7 +1,7 @@
 """Models for instrument/flops/: GPT-2 presets, config JSON, `module:callable` factories.
 
 Every builder returns a factory (a callable with no arguments returning an
-`nn.Module`); instrument/flops/run.py calls it under FakeTensorMode, so no
+`nn.Module`); instrument/flops/fake_run.py calls it under FakeTensorMode, so no
 parameter is ever allocated. Weights are never downloaded (HF_HUB_OFFLINE=1).
 """
 

@@ -11,7 +11,7 @@ Two numbers per operator call:
   `grad_key` (dSᵀ·Q).
 * `other` FLOPs, an estimate from element counts and a fixed factor per
   operator kind (`ESTIMATES` in instrument/flops/estimates.py, shared with
-  nsysmap/flops/shapes.py; documented in docs/flops.md).
+  nsysmap/flops/aten_flops.py; documented in docs/flops.md).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ The chain, each link a vectorised lookup:
 6. inside a warm-up range (found like a phase, steps 3 and 4) -> phase `warmup`,
    whatever phase ranges lie inside it.
 7. a kernel of a torch.compile'd graph -> the module Inductor compiled it from
-   (`nsysmap.attribution.compiled`, from the capture's compiled.json).
+   (`nsysmap.attribution.compiled_modules`, from the capture's compiled.json).
 
 No operation is dropped: `attribution` says how far the chain got
 ("range", "other_thread", "no_range", "no_launch").
@@ -38,32 +38,32 @@ import polars as pl
 
 from nsysmap import schemas
 from nsysmap.attribution.categories import category_expr
-from nsysmap.attribution.compiled import apply_compiled, compiled_context
+from nsysmap.attribution.compiled_modules import apply_compiled, compiled_context
 from nsysmap.attribution.labels import name_labels
 from nsysmap.attribution.locate import ANCHORS, WARMUP, Scope, locate, queries, thread_keys
 from nsysmap.attribution.paths import range_paths
 from nsysmap.attribution.rules import BUILTIN, NameRules
 from nsysmap.launch_keys import call_key, first_calls
-from nsysmap.model import NestedReport, Report
+from nsysmap.profile import NestedProfile, Profile
 
 
-def attribute(report: NestedReport, rules: NameRules = BUILTIN) -> pl.DataFrame:
+def attribute(profile: NestedProfile, rules: NameRules = BUILTIN) -> pl.DataFrame:
     """One OPS row per GPU operation of `report` (nested by `normalise`).
 
     `rules` read step and phase names (nsysmap.attribution.rules).
     """
-    return pl.concat(attribute_blocks(report, block_rows=None, rules=rules))
+    return pl.concat(attribute_blocks(profile, block_rows=None, rules=rules))
 
 
 def attribute_blocks(
-    report: NestedReport, *, block_rows: int | None, rules: NameRules = BUILTIN
+    profile: NestedProfile, *, block_rows: int | None, rules: NameRules = BUILTIN
 ) -> Iterator[pl.DataFrame]:
     """The OPS rows of `report` in op_id order, `block_rows` rows at a time (None: one block).
 
     The ranges are searched once for all operations; names, labels and range
     paths are materialised one block at a time.
     """
-    ops = _with_graphs(_with_launches(report.gpu_ops, report.api_calls), report.graph_links)
+    ops = _with_graphs(_with_launches(profile.ops, profile.api_calls), profile.graph_links)
     if not ops["op_id"].is_sorted():
         ops = ops.sort("op_id")
     n, captures = ops.height, ops.select("pid", tid="capture_tid", launch_start_ns="capture_ns")
@@ -71,15 +71,15 @@ def attribute_blocks(
     threads = ops.select("pid", "tid")  # launching threads, then capturing ones when any
     if has_captures:
         threads = pl.concat([threads, captures.select("pid", "tid")])
-    keys = None if report.ranges.is_empty() else thread_keys(report.ranges, threads)
+    keys = None if profile.ranges.is_empty() else thread_keys(profile.ranges, threads)
     scope, found, captured = None, _nothing_found(n), None
     if keys is not None:
-        scope = Scope.of(report.ranges, keys[0], rules)
+        scope = Scope.of(profile.ranges, keys[0], rules)
         found = locate(scope, queries(ops, keys[1].slice(0, n)), n)
         if has_captures:
             captured = locate(scope, queries(captures, keys[1].slice(n, n)), n)
-    compiled = compiled_context(report) if scope is not None else None
-    rank = pl.lit(_rank(report), pl.Int64).alias("rank")
+    compiled = compiled_context(profile) if scope is not None else None
+    rank = pl.lit(_rank(profile), pl.Int64).alias("rank")
     step = block_rows or max(n, 1)
     for first in range(0, max(n, 1), step):
         block, at_capture = ops.slice(first, step), None
@@ -89,9 +89,9 @@ def attribute_blocks(
         yield _finish(apply_compiled(values, compiled).with_columns(rank))
 
 
-def _rank(report: Report) -> int | None:
+def _rank(profile: Profile) -> int | None:
     """The rank the reader found (torch.profiler's distributedInfo), else None."""
-    value = report.meta_value("rank")
+    value = profile.meta_value("rank")
     return int(value) if value is not None and value.lstrip("-").isdigit() else None
 
 

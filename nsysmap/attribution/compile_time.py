@@ -22,17 +22,17 @@ from dataclasses import replace
 
 import polars as pl
 
-from nsysmap.attribution.compiled import cpu_events
+from nsysmap.attribution.compiled_modules import cpu_events
 from nsysmap.launch_keys import first_calls
-from nsysmap.model import NestedReport, Report, meta_frame
+from nsysmap.profile import NestedProfile, Profile, meta_frame
 
 COMPILE_EVENT = " (dynamo_timed)"  # the name's end
 FACTS = ("compile_events", "compile_wall_ns", "compile_op_ns", "compiled_graphs")
 
 
-def compile_spans(report: Report) -> pl.DataFrame:
+def compile_spans(profile: Profile) -> pl.DataFrame:
     """The outermost compile events per thread: pid, tid, start_ns, end_ns."""
-    events = cpu_events(report, pl.col("name").str.ends_with(COMPILE_EVENT))
+    events = cpu_events(profile, pl.col("name").str.ends_with(COMPILE_EVENT))
     latest_end_first = [False, False, False, True]
     ordered = events.sort(["pid", "tid", "start_ns", "end_ns"], descending=latest_end_first)
     reach = pl.col("end_ns").cum_max().shift(1).over("pid", "tid")
@@ -40,17 +40,17 @@ def compile_spans(report: Report) -> pl.DataFrame:
     return outer.select("pid", "tid", "start_ns", "end_ns")
 
 
-def compile_facts(report: Report) -> dict[str, str]:
+def compile_facts(profile: Profile) -> dict[str, str]:
     """FACTS as metadata strings; {} when the capture neither compiled nor ran compiled code."""
-    spans = compile_spans(report)
-    graphs = report.compiled["graph"].n_unique()
+    spans = compile_spans(profile)
+    graphs = profile.compiled["graph"].n_unique()
     if spans.is_empty() and not graphs:
         return {}
-    calls = report.api_calls
+    calls = profile.api_calls
     launches = calls.filter(first_calls(calls)).select(
         "pid", "correlation_id", "tid", pl.col("start_ns").alias("at")
     )
-    ops = report.gpu_ops.select("pid", "correlation_id", "dur_ns").join(
+    ops = profile.ops.select("pid", "correlation_id", "dur_ns").join(
         launches, on=["pid", "correlation_id"]
     )
     inside = (
@@ -72,10 +72,10 @@ def compile_facts(report: Report) -> dict[str, str]:
     }
 
 
-def with_compile_facts(report: NestedReport) -> NestedReport:
+def with_compile_facts(profile: NestedProfile) -> NestedProfile:
     """The report with `compile_facts` added to its metadata (pure)."""
-    facts = compile_facts(report)
+    facts = compile_facts(profile)
     if not facts:
-        return report
-    kept = report.meta.filter(~pl.col("key").is_in(list(FACTS)))
-    return replace(report, meta=pl.concat([kept, meta_frame(facts)]))
+        return profile
+    kept = profile.meta.filter(~pl.col("key").is_in(list(FACTS)))
+    return replace(profile, meta=pl.concat([kept, meta_frame(facts)]))

@@ -2,7 +2,7 @@
 
 Two families of names are understood:
 
-* nsysmap's own ranges (the grammar in `nsysmap.naming`), emitted by
+* nsysmap's own ranges (the grammar in `nsysmap.range_names`), emitted by
   `instrument/`: steps, phases, module forward/backward calls.
 * Foreign styles seen in real reports: PyTorch's per-operator ranges
   (`emit_nvtx`, `nsys --pytorch`: `aten::addmm, seq = 12, sizes = [[..]]`,
@@ -22,8 +22,8 @@ from __future__ import annotations
 import polars as pl
 
 from nsysmap.attribution.rules import BUILTIN, NameRules
-from nsysmap.naming import PREFIX as NSYSMAP
-from nsysmap.naming import naming_columns
+from nsysmap.range_names import PREFIX as NSYSMAP
+from nsysmap.range_names import naming_columns
 
 LABELS = pl.Schema(
     {

@@ -1,7 +1,7 @@
-"""The normalise stage: from a reader's `Report` to the `NestedReport` attribution takes.
+"""The normalise stage: from a reader's `Profile` to the `NestedProfile` attribution takes.
 
 Readers leave range nesting empty, and ranges that were never closed without
-an end; this step (`normalise`, the only function that makes a NestedReport)
+an end; this step (`normalise`, the only function that makes a NestedProfile)
 closes those, adds synthetic spans for FSDP's paired hook
 ranges, fills `depth` and `parent_id`, and records in `meta` how many ranges
 were closed and how many had to be clipped because they crossed their parent.
@@ -14,17 +14,17 @@ import polars as pl
 from nsysmap.attribution.labels import fsdp_spans
 from nsysmap.errors import NotAnExport
 from nsysmap.intervals.nesting import close_open_ranges, nest_ranges
-from nsysmap.model import NestedReport, Report
+from nsysmap.profile import NestedProfile, Profile
 from nsysmap.scalars import to_int
 
 
-def normalise(raw: Report) -> NestedReport:
+def normalise(raw: Profile) -> NestedProfile:
     """The report with open ranges closed, FSDP spans added and ranges nested (pure).
 
     Raises NotAnExport when a GPU operation's times are unusable (see
     `check_op_times`).
     """
-    check_op_times(raw.gpu_ops, raw.meta_value("source_path") or "report")
+    check_op_times(raw.ops, raw.meta_value("source_path") or "report")
     ranges = raw.ranges
     first_id = to_int(ranges["range_id"].max() or 0) + 1 if ranges.height else 0
     spans = fsdp_spans(ranges, first_id)
@@ -40,8 +40,8 @@ def normalise(raw: Report) -> NestedReport:
         }
     )
     meta = pl.concat([raw.meta.filter(~pl.col("key").is_in(facts["key"].implode())), facts])
-    return NestedReport(
-        gpu_ops=raw.gpu_ops,
+    return NestedProfile(
+        ops=raw.ops,
         api_calls=raw.api_calls,
         ranges=nested,
         threads=raw.threads,

@@ -35,7 +35,7 @@ from typing import Any
 import polars as pl
 
 from nsysmap.errors import ExitCode, NsysmapError
-from nsysmap.naming import PHASES
+from nsysmap.range_names import PHASES
 
 PHASE_NAMES = (*PHASES, "warmup")
 KINDS = ("step", "phase")

@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from nsysmap.diff.compare import compare
-from nsysmap.diff.figures import diff_page
-from nsysmap.diff.render import render
+from nsysmap.diff.diff_charts import diff_page
+from nsysmap.diff.diff_text import render
 from nsysmap.report.html.page import write_page
 from nsysmap.report.io import read_run
 

@@ -12,7 +12,7 @@ from typing import Any
 import click
 import polars as pl
 
-from nsysmap.flops import tables as flops
+from nsysmap.flops import module_flops as flops
 
 
 def _counter_options(**opts: Any) -> list[str]:

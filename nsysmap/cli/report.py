@@ -9,7 +9,7 @@ import click
 
 from nsysmap.errors import ExitCode, NsysmapError
 from nsysmap.flops.peaks import DTYPES
-from nsysmap.many.report import is_multi_rank, rank_report
+from nsysmap.many.ranks_section import is_multi_rank, rank_report
 from nsysmap.output.placement import check_output_dir, check_output_file
 from nsysmap.report.answers import FLOP_SOURCES, ReportOptions
 from nsysmap.report.build import build_report

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from nsysmap.attribution.rules import user_rules
-from nsysmap.capture.run import BACKEND_NAMES, BACKENDS, RunRequest, run
+from nsysmap.capture.profile_script import BACKEND_NAMES, BACKENDS, RunRequest, run
 from nsysmap.cli.options import name_rule_options, output_option
 
 

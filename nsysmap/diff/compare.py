@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from nsysmap.report import tables as rt
+from nsysmap.report import scope_tables as rt
 
 LEVELS = {  # level -> (key column of ops.parquet, label column)
     "phase": ("phase", "phase"),

@@ -9,6 +9,6 @@ spread, communication) and a manifest listing every input. See docs/many.md.
 Dask is imported only when a run starts.
 """
 
-from nsysmap.many.run import ClusterOptions, ManyResult, run_many
+from nsysmap.many.run_many import ClusterOptions, ManyResult, run_many
 
 __all__ = ["ClusterOptions", "ManyResult", "run_many"]

@@ -18,7 +18,7 @@ durations, never by timestamps:
 * `rank_module`: the same per module over its inclusive time (the module
   and every module inside it), so that a slow layer shows as one row.
 * `rank_comm`: per rank, communication time, its overlapped and exposed parts
-  (nsysmap.many.overlap) and the collective wait summed over the steps.
+  (nsysmap.many.rank_overlap) and the collective wait summed over the steps.
 """
 
 from __future__ import annotations

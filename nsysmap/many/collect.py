@@ -14,10 +14,10 @@ import polars as pl
 
 from nsysmap import schemas
 from nsysmap.many import across
-from nsysmap.many.overlap import OVERLAP
-from nsysmap.many.ranks import RankOf
+from nsysmap.many.rank_ids import RankOf
+from nsysmap.many.rank_overlap import OVERLAP
 from nsysmap.many.task import OK, UNIT_KEY, Outcome
-from nsysmap.output.summarize import SUMMARY_SCHEMAS
+from nsysmap.output.summarise import SUMMARY_SCHEMAS
 
 STEPS = pl.Schema(
     {

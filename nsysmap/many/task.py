@@ -5,7 +5,7 @@ into a work directory on the shared output path, then splits what it made
 by process: each process with GPU operations is one rank (`Unit`), with its
 operations in its own Parquet part and its summary tables in the returned
 `Outcome`. Ranks are numbered later, on the client, once every report has
-said what it knows (nsysmap.many.ranks).
+said what it knows (nsysmap.many.rank_ids).
 
 It never raises for a bad report: the failure comes back in the `Outcome`
 (message and exit code), so that one corrupt file costs only its own result.
@@ -27,8 +27,8 @@ import polars as pl
 
 from nsysmap.attribution.rules import BUILTIN, NameRules
 from nsysmap.errors import ExitCode, NsysmapError
-from nsysmap.many.overlap import COMMUNICATION, exposed_communication
-from nsysmap.output.summarize import summarize
+from nsysmap.many.rank_overlap import COMMUNICATION, exposed_communication
+from nsysmap.output.summarise import summarise
 from nsysmap.pipeline import Analysis, analyse_file
 from nsysmap.stages import Stages
 
@@ -121,7 +121,7 @@ def split_by_process(
         part = target / f"ops-pid{row['pid']}.parquet"
         mine = ops.filter(pl.col("pid") == row["pid"])
         mine.drop("rank").sink_parquet(part)
-        summary = analysis.summaries if found.height == 1 else summarize(mine.collect())
+        summary = analysis.summaries if found.height == 1 else summarise(mine.collect())
         devices = tuple(int(d) for d in row["devices"])
         units.append(Unit(row["pid"], devices, row["ops"], row["time_ns"], str(part)))
         summaries.append(_with_pid(summary.tables(), row["pid"]))

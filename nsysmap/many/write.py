@@ -20,7 +20,7 @@ import polars as pl
 
 from nsysmap import schemas
 from nsysmap._version import __version__
-from nsysmap.many.ranks import RankOf
+from nsysmap.many.rank_ids import RankOf
 from nsysmap.many.task import Outcome
 from nsysmap.output.writer import MANIFEST, PARQUET
 

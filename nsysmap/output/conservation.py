@@ -12,7 +12,7 @@ from __future__ import annotations
 import polars as pl
 
 from nsysmap.errors import TotalsMismatch
-from nsysmap.output.summarize import NOT_PARTITIONS, Summaries
+from nsysmap.output.summarise import NOT_PARTITIONS, Summaries
 
 _WIDE = pl.Int128
 

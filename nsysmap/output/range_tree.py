@@ -1,6 +1,6 @@
 """Range instances by position: nesting pre-order, and sums over the ranges inside each.
 
-The positional half of `nsysmap.output.ranges` (pure). Ranges sorted by
+The positional half of `nsysmap.output.by_range` (pure). Ranges sorted by
 (thread, start, -end, id) are in nesting pre-order, so the ranges inside the
 one at `pos` are the slice pos + 1 .. stop - 1 after it::
 
@@ -137,7 +137,7 @@ def instances(placed: pl.DataFrame, forest: pl.DataFrame, max_depth: int) -> pl.
     inclusive ops and time, and the GPU span of those operations.
 
     `placed`: operations summed per (device, innermost range) with its `pos`
-    and thread code `g` (RANGE_LEAVES of nsysmap.output.ranges, placed).
+    and thread code `g` (RANGE_LEAVES of nsysmap.output.by_range, placed).
     """
     inner = placed.filter(pl.col("pos").is_not_null())
     devices = inner.select("device_id").unique().sort("device_id").with_row_index("dev")

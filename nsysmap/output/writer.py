@@ -13,8 +13,8 @@ import polars as pl
 
 from nsysmap import schemas
 from nsysmap._version import __version__
-from nsysmap.model import Report
 from nsysmap.output.placement import MANIFEST, commit, staging, write_failed
+from nsysmap.profile import Profile
 
 # zstd level 1: as small as the default level here, and faster to write.
 PARQUET: dict[str, Any] = {"compression": "zstd", "compression_level": 1, "statistics": True}
@@ -48,7 +48,7 @@ def input_identity(path: Path | None, stop: threading.Event | None = None) -> di
 
 
 def build_manifest(
-    report: Report,
+    profile: Profile,
     tables: Mapping[str, pl.DataFrame | int],
     *,
     options: dict[str, Any],
@@ -59,7 +59,7 @@ def build_manifest(
     `tables` maps each table to its frame, or to its row count (ops: the
     rows may be held or streamed, nsysmap.output.streamed).
     """
-    meta = dict(zip(report.meta["key"], report.meta["value"], strict=True))
+    meta = dict(zip(profile.meta["key"], profile.meta["value"], strict=True))
     return {
         "nsysmap_version": __version__,
         "output_schema_version": schemas.OUTPUT_SCHEMA_VERSION,
@@ -69,7 +69,7 @@ def build_manifest(
         "input": source or {"path": meta.get("source_path")},
         "options": options,
         "report_meta": meta,
-        "devices": report.devices.sort("device_id").to_dicts(),
+        "devices": profile.devices.sort("device_id").to_dicts(),
         "tables": table_entries(tables),
     }
 
@@ -103,3 +103,11 @@ def write_outputs(
             raise write_failed(out_dir, exc) from None
         commit(folder, out_dir)
     return out_dir
+
+
+def read_outputs(out_dir: Path) -> dict[str, pl.DataFrame]:
+    """Read back every table a manifest in `out_dir` lists."""
+    manifest = json.loads((out_dir / MANIFEST).read_text())
+    return {
+        name: pl.read_parquet(out_dir / info["file"]) for name, info in manifest["tables"].items()
+    }

@@ -38,9 +38,9 @@ LAUNCH_API = r"^cu(da)?(Graph)?Launch"  # cudaLaunchKernel_v7000, cuLaunchKernel
 
 @dataclass(frozen=True)
 class Frames:
-    """What the export's rows say, as frames and counts (the Report is assembled from it)."""
+    """What the export's rows say, as frames and counts (the Profile is assembled from it)."""
 
-    gpu_ops: pl.DataFrame
+    ops: pl.DataFrame
     api_calls: pl.DataFrame
     ranges: pl.DataFrame
     threads: pl.DataFrame
@@ -80,7 +80,7 @@ def build(raw: Raw, strings: pl.DataFrame) -> Frames:
         **rank_facts(raw.pop(specs.LAUNCH_ENV.table)),
     }
     return Frames(
-        gpu_ops=gpu_ops,
+        ops=gpu_ops,
         api_calls=api_calls,
         ranges=ranges,
         threads=_threads(raw[specs.THREAD_NAMES.table], strings),
@@ -131,7 +131,7 @@ def string_value(column: str, strings: pl.DataFrame) -> pl.Expr:
 def gpu_ops_frame(raw: Raw, strings: pl.DataFrame) -> pl.DataFrame:
     """Kernels, memcpys, memsets, then graph replays, each in file order; op_id counts them.
 
-    Two columns beyond GPU_OPS, `graph_node_id` and `graph_id`, say which ops
+    Two columns beyond PROFILE_OPS, `graph_node_id` and `graph_id`, say which ops
     ran in or as a CUDA graph (see `nsysmap.read.nsys_graphs`).
     """
     kernels = raw.pop(specs.KERNEL.table)

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nsysmap.errors import InputNotFound, NotAnExport
-from nsysmap.read.inputs import regular_file
+from nsysmap.read.regular_file import regular_file
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 

@@ -1,4 +1,4 @@
-"""Read an Nsight Systems SQLite export into a normalised `Report`: the reader's top level.
+"""Read an Nsight Systems SQLite export into a normalised `Profile`: the reader's top level.
 
 `read_sqlite` runs the reader's stages in one direction, each in its own
 module, none calling back into an earlier one:
@@ -9,7 +9,7 @@ module, none calling back into an earlier one:
    column (what is read: `nsysmap.read.nsys_specs`);
 3. frames (`nsysmap.read.nsys_frames`, with `nsys_graphs` and `nsys_env`):
    every lookup, decoding and join, in Polars;
-4. assemble (here): the Report and its meta.
+4. assemble (here): the Profile and its meta.
 
 Together they are the one place that knows how nsys exports differ across
 versions: the reader probes which tables and columns exist, never the
@@ -27,7 +27,7 @@ import os
 import polars as pl
 
 from nsysmap.errors import NoGpuData
-from nsysmap.model import Report, meta_frame
+from nsysmap.profile import Profile, meta_frame
 from nsysmap.read import nsys_frames as frames
 from nsysmap.read import nsys_specs as specs
 from nsysmap.read import nsys_sql as sql
@@ -53,8 +53,8 @@ TABLES = (
 )
 
 
-def read_sqlite(path: str | os.PathLike[str], *, require_gpu: bool = True) -> Report:
-    """The export at `path` as a Report of normalised frames.
+def read_sqlite(path: str | os.PathLike[str], *, require_gpu: bool = True) -> Profile:
+    """The export at `path` as a Profile of normalised frames.
 
     Raises InputNotFound, NotAnExport, or (with require_gpu, when the export
     holds no kernel, memcpy, memset or graph replay) NoGpuData, each with a
@@ -63,12 +63,10 @@ def read_sqlite(path: str | os.PathLike[str], *, require_gpu: bool = True) -> Re
     export = open_export(path)
     strings = frames.strings_table(sql.read_table(export, specs.STRINGS))
     if require_gpu and not any(export.has(s.table) for s in GPU_WORK_SPECS):
-        _require_gpu_ops(
-            export, {specs.RUNTIME.table: sql.read_table(export, specs.RUNTIME)}, strings
-        )
+        _require_ops(export, {specs.RUNTIME.table: sql.read_table(export, specs.RUNTIME)}, strings)
     raw = sql.read_tables(export, TABLES, frames.batch_builders(strings))
     if require_gpu:
-        _require_gpu_ops(export, raw, strings)
+        _require_ops(export, raw, strings)
     missing = ",".join(t for t in CORE_TABLES if raw[t] is None)
     built = frames.build(raw, strings)
     facts = {
@@ -81,8 +79,8 @@ def read_sqlite(path: str | os.PathLike[str], *, require_gpu: bool = True) -> Re
         "tables_missing": missing,
         **built.counts,
     }
-    return Report(
-        gpu_ops=built.gpu_ops,
+    return Profile(
+        ops=built.ops,
         api_calls=built.api_calls,
         ranges=built.ranges,
         threads=built.threads,
@@ -92,7 +90,7 @@ def read_sqlite(path: str | os.PathLike[str], *, require_gpu: bool = True) -> Re
     ).checked()
 
 
-def _require_gpu_ops(export: Export, raw: frames.Raw, strings: pl.DataFrame) -> None:
+def _require_ops(export: Export, raw: frames.Raw, strings: pl.DataFrame) -> None:
     """Raise NoGpuData when no kernel, memcpy, memset or graph replay was recorded."""
     if sum(frame.height for s in GPU_WORK_SPECS if (frame := raw.get(s.table)) is not None):
         return

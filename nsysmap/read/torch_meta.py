@@ -13,7 +13,7 @@ from typing import Any
 import polars as pl
 
 from nsysmap import schemas
-from nsysmap.model import meta_frame
+from nsysmap.profile import meta_frame
 from nsysmap.read.torch_columns import args_of, ids
 from nsysmap.read.torch_events import int_ok
 

@@ -1,4 +1,4 @@
-"""Reading torch.profiler traces (Kineto chrome-trace JSON) into a Report.
+"""Reading torch.profiler traces (Kineto chrome-trace JSON) into a Profile.
 
 `nsysmap.read.torch_events` parses the file, checks and sorts its events by
 category; this module builds the normalised tables from them:
@@ -7,11 +7,11 @@ category; this module builds the normalised tables from them:
     user_annotation                   ranges (push_pop, domain null)
     python_function "nn.Module: X_N"  ranges (synthetic module ranges,
                                       `nsysmap.read.torch_modules`)
-    kernel, gpu_memcpy, gpu_memset    gpu_ops: the unit of work is the GPU op
+    kernel, gpu_memcpy, gpu_memset    ops: the unit of work is the GPU op
     cuda_runtime, cuda_driver         api_calls: the launches, by "correlation"
     cpu_op                            with device events: ranges (so a kernel's
                                       aten op is the operator around its launch)
-                                      without: gpu_ops, the unit of work is the
+                                      without: ops, the unit of work is the
                                       CPU operator, timed by its self time
     gpu_user_annotation               counted in meta, neither op nor range
     flows fwdbwd / ac2g               links (`nsysmap.read.torch_links`)
@@ -29,8 +29,8 @@ import polars as pl
 
 from nsysmap.errors import NoGpuData
 from nsysmap.intervals.nesting import nest_intervals
-from nsysmap.model import Report
-from nsysmap.naming import PREFIX as NSYSMAP
+from nsysmap.profile import Profile
+from nsysmap.range_names import PREFIX as NSYSMAP
 from nsysmap.read.torch_columns import (
     arg_column,
     args_of,
@@ -56,8 +56,8 @@ _NULL = pl.lit(None, pl.Int64)
 _BASE = ["name", "pid", "tid", "start_ns", "end_ns", "kind"]
 
 
-def read_trace(path: str | Path) -> Report:
-    """Read a torch.profiler chrome trace (.json, or gzipped) into a Report.
+def read_trace(path: str | Path) -> Profile:
+    """Read a torch.profiler chrome trace (.json, or gzipped) into a Profile.
 
     Raises InputNotFound for a missing file, NotAnExport for anything that is
     not a chrome trace, NoGpuData for a trace without a single operator.
@@ -77,18 +77,18 @@ def _report(
     buckets: Buckets,
     thread_events: list[dict[str, Any]],
     skipped: Skipped,
-) -> Report:
-    """The Report from the checked events (`split_events`)."""
+) -> Profile:
+    """The Profile from the checked events (`split_events`)."""
     cpu, links = link_operators(_cpu_frame(buckets["cpu"]), flow_frame(buckets["fwdbwd"]))
     annotations = _base(event_frame(buckets["range"]), "push_pop")
     modules, module_facts = _modules(buckets["module"], annotations)
     launch_flows = flow_frame(buckets["launch_flow"])
     if buckets["gpu"]:
         api = _launch_frame(buckets["api"], launch_flows)
-        gpu_ops = _device_ops(buckets["gpu"], api, cpu, launch_flows)
+        units = _device_ops(buckets["gpu"], api, cpu, launch_flows)
         unit, operators = "gpu_op", autograd_ranges(cpu)
     elif cpu.height:
-        (gpu_ops, api), unit = _cpu_units(cpu), "cpu_op"
+        (units, api), unit = _cpu_units(cpu), "cpu_op"
         operators = autograd_ranges(cpu.filter(pl.col("seq").is_not_null()))
     else:
         raise NoGpuData(_nothing_message(path, skipped))
@@ -100,8 +100,8 @@ def _report(
         "compute_dtype": compute_dtype(buckets["cpu"]),
         **_skipped_facts(skipped),
     }
-    return Report(
-        gpu_ops=gpu_ops,
+    return Profile(
+        ops=units,
         api_calls=api,
         ranges=_ranges([annotations, modules, _base(operators, "push_pop")]),
         threads=threads_frame(thread_events),
@@ -190,7 +190,7 @@ def _device_frame(evs: list[dict[str, Any]], flows: pl.DataFrame) -> pl.DataFram
 def _device_ops(
     evs: list[dict[str, Any]], api: pl.DataFrame, cpu: pl.DataFrame, flows: pl.DataFrame
 ) -> pl.DataFrame:
-    """GPU_OPS rows: pid from the launch (device events carry the device as pid),
+    """PROFILE_OPS rows: pid from the launch (device events carry the device as pid),
     input shapes from the CPU operator the event is linked to by "External id"."""
     launch_pid = api.group_by("correlation_id").agg(pl.col("pid").first().alias("launch_pid"))
     shapes = (
@@ -244,7 +244,7 @@ def short_kernel_name(name: pl.Expr) -> pl.Expr:
 
 
 def _cpu_units(cpu: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """GPU_OPS and API_CALLS for a CPU-only trace: each operator is a unit of
+    """PROFILE_OPS and API_CALLS for a CPU-only trace: each operator is a unit of
     work, timed by its self time, that "launches" itself on its own thread."""
     ops = (
         cpu.sort("pid", "tid", "start_ns", "end_ns", descending=[False, False, False, True])

@@ -14,13 +14,13 @@ from typing import Any
 
 import polars as pl
 
+from nsysmap.flops.aten_flops import with_shape_flops
 from nsysmap.flops.peaks import normalise_dtype, peak_tflops
-from nsysmap.flops.shapes import with_shape_flops
-from nsysmap.report import flops as rf
-from nsysmap.report import ranges as rr
-from nsysmap.report import tables as rt
+from nsysmap.report import flops_time as rf
+from nsysmap.report import range_answers as rr
+from nsysmap.report import scope_tables as rt
 from nsysmap.report.blocks import blocks as block_parts
-from nsysmap.report.shapes import asked_shapes, shapes_table, softmax_flops
+from nsysmap.report.operator_shapes import asked_shapes, shapes_table, softmax_flops
 
 FLOP_SOURCES = ("auto", "shapes", "model", "none")
 REPORT_DEVICES = pl.Schema(

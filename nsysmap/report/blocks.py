@@ -11,14 +11,14 @@ adds of a GPT-2 block) are the part `""`. Times are split by phase:
     transformer.wte              ->  not in a block
 
 Devices and steps are pooled, as in report_layers; rates follow
-nsysmap.report.flops (pooled over Σ time × peak).
+nsysmap.report.flops_time (pooled over Σ time × peak).
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-from nsysmap.report.flops import pooled
+from nsysmap.report.flops_time import pooled
 
 PHASE_COLUMNS = ("forward", "backward")  # every other phase, and none, is "other"
 REPORT_BLOCKS = pl.Schema(
@@ -61,7 +61,7 @@ def _in_blocks(module_phase: pl.DataFrame) -> pl.DataFrame:
 
 
 def _pool(rows: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-    """Pooled rows (nsysmap.report.flops.pooled) with time by phase and block order columns."""
+    """Pooled rows (nsysmap.report.flops_time.pooled) with time by phase and block order columns."""
     by_phase = [
         pl.col("time_ns").filter(pl.col("phase") == p).sum().alias(f"{p}_ns") for p in PHASE_COLUMNS
     ]

@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 
 from nsysmap.errors import InputNotFound, NotAnExport
-from nsysmap.flops.model import load_flops, load_flops_description
+from nsysmap.flops.flops_document import load_flops, load_flops_description
 from nsysmap.output.placement import write_failed
 from nsysmap.output.writer import MANIFEST
 from nsysmap.report.answers import RunData

@@ -10,6 +10,7 @@ from nsysmap.report.answers import run_label
 from nsysmap.report.block_section import blocks_section
 from nsysmap.report.format import devices_text, flop, kernel_names, ms, num, pct, table
 from nsysmap.report.inferred_section import inferred_section
+from nsysmap.report.scope_tables import SCOPES, scope_label, share, softmax_time
 from nsysmap.report.sections import (
     categories_section,
     layers_section,
@@ -17,7 +18,6 @@ from nsysmap.report.sections import (
     ranges_section,
     shapes_section,
 )
-from nsysmap.report.tables import SCOPES, scope_label, share, softmax_time
 
 if TYPE_CHECKING:
     from nsysmap.report.answers import Findings, ReportOptions

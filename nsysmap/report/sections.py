@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from nsysmap.report.flops import totals
+from nsysmap.report.flops_time import totals
 from nsysmap.report.format import flop, kernel, ms, num, pct, table
-from nsysmap.report.ranges import shown_ranges
+from nsysmap.report.range_answers import shown_ranges
 from nsysmap.scalars import to_int
 
 if TYPE_CHECKING:

@@ -26,8 +26,8 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 
+from nsysmap.synth.gpt2_model import LOSS, Mod, Op, gpt2
 from nsysmap.synth.kernels import KERNELS
-from nsysmap.synth.model import LOSS, Mod, Op, gpt2
 
 MAIN, AUTOGRAD = 0, 1  # thread slots of one process
 NSYSMAP_DOMAIN, NCCL_DOMAIN = 1, 2  # NVTX domain ids (per process)

@@ -132,7 +132,7 @@ def report_facts(f: Findings, c: Findings | None) -> list[str]:
 
 def report_page(f: Findings, c: Findings | None = None) -> str:
     """The HTML of `nsysmap report --html`: the same answers as the Markdown, drawn."""
-    from nsysmap.report.html.figures import missing_charts, report_charts
+    from nsysmap.report.html.charts import missing_charts, report_charts
 
     notes = [*f.notes, *(f"Compared run: {n}" for n in (c.notes if c else []))]
     notes += missing_charts(f)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from nsysmap.naming import PHASES
+from nsysmap.range_names import PHASES
 from nsysmap.report.html.chart import PHASE_COLOURS, SERIES, Chart, Table, bar, layout, ms
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 The single-report answers (FLOPs, MFU, shapes) need one report's operations;
 on a multi-rank output `nsysmap report` writes the cross-rank section of
-nsysmap.many.render instead, from the tables `nsysmap attribute` wrote.
+nsysmap.many.ranks_text instead, from the tables `nsysmap attribute` wrote.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import polars as pl
 
 from nsysmap.errors import NotAnExport
-from nsysmap.many.render import findings, markdown_section
+from nsysmap.many.ranks_text import findings, markdown_section
 from nsysmap.many.write import LAYOUT
 from nsysmap.output.writer import MANIFEST
 

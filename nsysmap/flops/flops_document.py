@@ -5,7 +5,7 @@ the FLOP document of docs/flops.md for one step of the model it profiled,
 counted on fake tensors with the input shape of the model's first forward
 call, plus `compute_dtype` (autocast's dtype, else the parameters'; "tf32" when
 enabled) and `source`. `attach_model_flops` adds it to an analysis before it
-is written: the `FLOPS` table of nsysmap.flops.tables, written as
+is written: the `FLOPS` table of nsysmap.flops.module_flops, written as
 `flops.parquet` and listed under `tables.flops` in manifest.json, and the
 document's description (everything but its rows) under `model_flops`; the
 manifest is written once, with everything. `load_flops` reads it back.
@@ -21,7 +21,7 @@ import polars as pl
 
 from instrument.contract import CAPTURE_DIR
 from instrument.contract import FLOPS as FLOPS_JSON
-from nsysmap.flops.tables import FlopsFormatError, flops_table
+from nsysmap.flops.module_flops import FlopsFormatError, flops_table
 from nsysmap.output.writer import MANIFEST
 from nsysmap.pipeline import Analysis, with_tables
 

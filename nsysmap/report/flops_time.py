@@ -3,7 +3,7 @@
 Two sources of FLOPs, one per report (`flop_source`):
 
 * `shapes`: every operation's own FLOPs from its recorded input shapes
-  (nsysmap.flops.shapes), summed over the operations of each group.
+  (nsysmap.flops.aten_flops), summed over the operations of each group.
 * `model`: the profiled model's FLOP document (flops.parquet, one step,
   exclusive per module and direction), matched on (module, phase = direction)
   and multiplied by the number of steps in which that device ran that phase.
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from nsysmap.flops.tables import RECOMPUTE_PARTS
-from nsysmap.report.tables import layer_path, passes, scope_filter
+from nsysmap.flops.module_flops import RECOMPUTE_PARTS
+from nsysmap.report.scope_tables import layer_path, passes, scope_filter
 
 _FLOPS = ("matmul_flop", "recompute_flop", "other_flop_estimate")
 REPORT_MODULE_PHASE = pl.Schema(

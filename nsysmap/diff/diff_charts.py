@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from nsysmap.diff.compare import Diff
-from nsysmap.diff.render import names, summary, unmatched
+from nsysmap.diff.diff_text import names, summary, unmatched
 from nsysmap.report.blocks import block_of
 from nsysmap.report.html.chart import Chart, Table, bar, layout, ms, ratio
 from nsysmap.report.html.names import distinct_labels

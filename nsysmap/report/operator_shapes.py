@@ -1,15 +1,15 @@
 """Operator input shapes per module, and softmax against the attention matmuls in FLOPs.
 
 Shapes are those PyTorch recorded (ops.parquet's `input_shapes`); one *call*
-is one operator call (nsysmap.flops.shapes: `op_call`), not one kernel.
+is one operator call (nsysmap.flops.aten_flops: `op_call`), not one kernel.
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-from nsysmap.flops.shapes import CPU_COMPOSITES, signature_table
-from nsysmap.report.tables import in_attention_module, layer_path
+from nsysmap.flops.aten_flops import CPU_COMPOSITES, signature_table
+from nsysmap.report.scope_tables import in_attention_module, layer_path
 
 REPORT_SHAPES = pl.Schema(
     {

@@ -1,7 +1,7 @@
-"""A reader's Report and the NestedReport attribution takes are two types.
+"""A reader's Profile and the NestedProfile attribution takes are two types.
 
 `normalise` is the only step that nests ranges; a report straight from a
-reader has none, and both type checking (mypy) and the NestedReport itself
+reader has none, and both type checking (mypy) and the NestedProfile itself
 refuse it where nested ranges are needed.
 """
 
@@ -18,13 +18,13 @@ import pytest
 from nsysmap import schemas
 from nsysmap.attribution.attribute import attribute
 from nsysmap.attribution.normalise import normalise
-from nsysmap.model import NestedReport, Report, meta_frame
+from nsysmap.profile import NestedProfile, Profile, meta_frame
 from tests.frames import MS, Frames
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _read_form() -> Report:
+def _read_form() -> Profile:
     """A report as a reader returns it: two ranges, one inside the other, nesting empty."""
     ranges = pl.DataFrame(
         [
@@ -32,8 +32,8 @@ def _read_form() -> Report:
             dict(range_id=1, pid=1, tid=1, name="forward", start_ns=1 * MS, end_ns=4 * MS),
         ]
     ).with_columns(domain=None, kind=pl.lit("push_pop"), depth=None, parent_id=None)
-    return Report(
-        gpu_ops=schemas.empty(schemas.GPU_OPS),
+    return Profile(
+        ops=schemas.empty(schemas.PROFILE_OPS),
         api_calls=schemas.empty(schemas.API_CALLS),
         ranges=ranges,
         meta=meta_frame({"backend": "test"}),
@@ -42,18 +42,18 @@ def _read_form() -> Report:
 
 def test_normalise_makes_the_nested_form():
     raw = _read_form()
-    assert type(raw) is Report and raw.ranges["depth"].null_count() == 2
+    assert type(raw) is Profile and raw.ranges["depth"].null_count() == 2
     nested = normalise(raw)
-    assert type(nested) is NestedReport
+    assert type(nested) is NestedProfile
     assert nested.ranges["depth"].to_list() == [1, 2]  # a root is at depth 1
     assert nested.ranges["parent_id"].to_list() == [None, 0]
-    assert type(nested.checked()) is NestedReport  # conforming keeps the type
+    assert type(nested.checked()) is NestedProfile  # conforming keeps the type
 
 
 def test_a_nested_report_refuses_ranges_without_depth():
     raw = _read_form()
     with pytest.raises(TypeError, match="nest them with normalise"):
-        NestedReport(gpu_ops=raw.gpu_ops, api_calls=raw.api_calls, ranges=raw.ranges)
+        NestedProfile(ops=raw.ops, api_calls=raw.api_calls, ranges=raw.ranges)
     with pytest.raises(TypeError, match="nest them with normalise"):
         replace(normalise(raw), ranges=raw.ranges)
 
@@ -91,6 +91,6 @@ def test_mypy_rejects_attributing_a_report_straight_from_a_reader(tmp_path):
     )
     errors = [line for line in done.stdout.splitlines() if ": error:" in line]
     assert errors == [
-        f'{snippet}:8: error: Argument 1 to "attribute" has incompatible type "Report"; '
-        'expected "NestedReport"  [arg-type]'
+        f'{snippet}:8: error: Argument 1 to "attribute" has incompatible type "Profile"; '
+        'expected "NestedProfile"  [arg-type]'
     ], done.stdout

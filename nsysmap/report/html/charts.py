@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from nsysmap.report import tables as rt
+from nsysmap.report import scope_tables as rt
 from nsysmap.report.answers import run_label
 from nsysmap.report.html.chart import (
     CATEGORY_COLOURS,

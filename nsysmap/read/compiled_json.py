@@ -16,7 +16,7 @@ import polars as pl
 from instrument import compiled_doc, contract
 from nsysmap import schemas
 from nsysmap.errors import NotAnExport
-from nsysmap.model import NestedReport
+from nsysmap.profile import NestedProfile
 
 
 def read_compiled(path: Path) -> pl.DataFrame:
@@ -28,9 +28,9 @@ def read_compiled(path: Path) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schemas.COMPILED_KERNELS, strict=False)
 
 
-def attach_compiled(report: NestedReport, trace: Path) -> NestedReport:
+def attach_compiled(profile: NestedProfile, trace: Path) -> NestedProfile:
     """The report with the compiled.json found next to `trace`, if there is one."""
     doc = trace.parent / contract.COMPILED
     if not doc.is_file():
-        return report
-    return replace(report, compiled=read_compiled(doc)).checked()
+        return profile
+    return replace(profile, compiled=read_compiled(doc)).checked()

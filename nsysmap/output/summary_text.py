@@ -8,11 +8,11 @@ import polars as pl
 
 from nsysmap.attribution.labels import OPERATOR_RANGE
 from nsysmap.attribution.paths import PATH_SEPARATOR
-from nsysmap.naming import PREFIX as NSYSMAP
+from nsysmap.output.by_range import FOLDED, is_user_range
+from nsysmap.output.comm_overlap import overlap_line
 from nsysmap.output.graph_note import graph_line
-from nsysmap.output.overlap import overlap_line
-from nsysmap.output.ranges import FOLDED, is_user_range
-from nsysmap.output.summarize import Summaries
+from nsysmap.output.summarise import Summaries
+from nsysmap.range_names import PREFIX as NSYSMAP
 
 TOP = 10
 MAX_LABEL = 72

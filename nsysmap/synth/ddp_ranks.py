@@ -26,7 +26,7 @@ import polars as pl
 
 from nsysmap.synth import gpt
 from nsysmap.synth.bulk import Frame, write_export
-from nsysmap.synth.model import Mod, Op
+from nsysmap.synth.gpt2_model import Mod, Op
 from nsysmap.synth.tile import gpt_tables
 
 

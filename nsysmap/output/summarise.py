@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, replace
 import polars as pl
 
 from nsysmap import schemas
-from nsysmap.output.overlap import overlap_table
-from nsysmap.output.ranges import by_range, combine_leaves, conform_leaves, leaves_query
+from nsysmap.output.by_range import by_range, combine_leaves, conform_leaves, leaves_query
+from nsysmap.output.comm_overlap import overlap_table
 
 COVERAGE = schemas.declare(
     {
@@ -38,7 +38,7 @@ class Summaries:
     by_kernel: pl.DataFrame
     by_category: pl.DataFrame
     by_range: pl.DataFrame
-    # Communication overlap (not a partition of GPU time; nsysmap.output.overlap).
+    # Communication overlap (not a partition of GPU time; nsysmap.output.comm_overlap).
     overlap: pl.DataFrame = field(default_factory=lambda: schemas.empty(schemas.OVERLAP))
 
     def tables(self) -> dict[str, pl.DataFrame]:
@@ -57,7 +57,7 @@ SUMMARY_SCHEMAS: dict[str, pl.Schema] = {
     "by_range": schemas.BY_RANGE,
     "overlap": schemas.OVERLAP,
 }
-# The partial results of by_range (see nsysmap.output.ranges) in `partial_summaries`.
+# The partial results of by_range (see nsysmap.output.by_range) in `partial_summaries`.
 LEAVES = "range_leaves"
 
 
@@ -94,7 +94,7 @@ EXTRA = {
 }
 
 
-def summarize(ops: pl.DataFrame, ranges: pl.DataFrame | None = None) -> Summaries:
+def summarise(ops: pl.DataFrame, ranges: pl.DataFrame | None = None) -> Summaries:
     """All summary tables for an OPS frame.
 
     by_range needs the report's nested ranges (`report.ranges`); without

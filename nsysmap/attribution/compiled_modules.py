@@ -32,7 +32,7 @@ import polars as pl
 from instrument.compiled_doc import CALL_PREFIX, CALL_RANGE, RUNTIME_PREFIX
 from nsysmap import schemas
 from nsysmap.attribution.compiled_replay import UNIT, replayed
-from nsysmap.model import Report
+from nsysmap.profile import Profile
 
 ADDED = {"compiled_graph": pl.String, "fused_modules": pl.String}
 _KEYS = ["pid", "tid"]
@@ -48,17 +48,17 @@ class CompiledContext:
     replays: pl.DataFrame  # graph, graph_direction, kernel, occurrence, unit columns
 
 
-def compiled_context(report: Report) -> CompiledContext | None:
+def compiled_context(profile: Profile) -> CompiledContext | None:
     """Calls and units of `report`; None when it has no compiled-graph call.
 
     Only torch.profiler traces (or reports with a compiled.json) hold graph
     calls, so an nsys report with millions of ranges is not searched.
     """
-    trace = report.meta_value("backend") == "torch.profiler"
-    if report.compiled.is_empty() and not trace:
+    trace = profile.meta_value("backend") == "torch.profiler"
+    if profile.compiled.is_empty() and not trace:
         return None
     calls = (
-        cpu_events(report, pl.col("name").str.starts_with(CALL_PREFIX))
+        cpu_events(profile, pl.col("name").str.starts_with(CALL_PREFIX))
         .with_columns(graph=pl.col("name").str.extract(CALL_RANGE, 1))
         .filter(pl.col("graph").is_not_null())
         .sort("start_ns")
@@ -66,15 +66,15 @@ def compiled_context(report: Report) -> CompiledContext | None:
     )
     if calls.is_empty():
         return None
-    directions = report.compiled.select("graph", "graph_direction").unique("graph")
+    directions = profile.compiled.select("graph", "graph_direction").unique("graph")
     calls = calls.join(directions, on="graph", how="left").select(
         *_KEYS, "start_ns", "end_ns", "call", "graph", "graph_direction"
     )
     kernel = runtime_kernel_name(pl.col("name"))
-    names = report.compiled["kernel"].unique().implode()
-    events = cpu_events(report, kernel.is_in(names)).with_columns(kernel=kernel)
-    units = _sited(_kernel_events(events, calls, report.compiled), report.compiled)
-    return CompiledContext(calls, units, report.compiled)
+    names = profile.compiled["kernel"].unique().implode()
+    events = cpu_events(profile, kernel.is_in(names)).with_columns(kernel=kernel)
+    units = _sited(_kernel_events(events, calls, profile.compiled), profile.compiled)
+    return CompiledContext(calls, units, profile.compiled)
 
 
 def runtime_kernel_name(name: pl.Expr) -> pl.Expr:
@@ -82,11 +82,11 @@ def runtime_kernel_name(name: pl.Expr) -> pl.Expr:
     return name.str.replace(_SEQ_SUFFIX, "").str.replace(RUNTIME_PREFIX, "")
 
 
-def cpu_events(report: Report, keep: pl.Expr) -> pl.DataFrame:
+def cpu_events(profile: Profile, keep: pl.Expr) -> pl.DataFrame:
     """Named CPU-side intervals whose name satisfies `keep`: ranges, and the
     operators of a CPU-only trace (an event in both is kept once)."""
-    ranges = report.ranges.filter(keep).select(*_KEYS, "name", "start_ns", "end_ns")
-    cpu = report.gpu_ops.filter(pl.col("kind") == "cpu_op", keep).select(
+    ranges = profile.ranges.filter(keep).select(*_KEYS, "name", "start_ns", "end_ns")
+    cpu = profile.ops.filter(pl.col("kind") == "cpu_op", keep).select(
         "pid", pl.col("stream_id").alias("tid"), "name", "start_ns", "end_ns"
     )
     return pl.concat([ranges, cpu]).unique(maintain_order=True)

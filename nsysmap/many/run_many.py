@@ -23,10 +23,10 @@ from nsysmap.attribution.rules import BUILTIN, NameRules
 from nsysmap.errors import ExitCode
 from nsysmap.many import cluster as clusters
 from nsysmap.many.collect import output_tables
-from nsysmap.many.inputs import expand_inputs
+from nsysmap.many.input_files import expand_inputs
 from nsysmap.many.progress import Progress
-from nsysmap.many.ranks import assign_ranks
-from nsysmap.many.render import findings, terminal_summary
+from nsysmap.many.rank_ids import assign_ranks
+from nsysmap.many.ranks_text import findings, terminal_summary
 from nsysmap.many.task import FAILED, OK, Outcome, attribute_one
 from nsysmap.many.write import (
     WORK_DIR,
@@ -147,7 +147,7 @@ def _outcome(future: Future, index: int, paths: list[Path]) -> Outcome:
 
 
 class _Running:
-    """Report name -> seconds running, from the scheduler's view of its workers."""
+    """Profile name -> seconds running, from the scheduler's view of its workers."""
 
     def __init__(self, client: Client, keys: dict[str, Path]) -> None:
         self._client, self._keys = client, keys

@@ -12,20 +12,20 @@ from nsysmap import schemas
 
 
 @dataclass(frozen=True)
-class Report:
+class Profile:
     """A profile as read, in normalised tables, whatever produced it.
 
     Built by `nsysmap.read.nsys_sqlite` (nsys SQLite) or `nsysmap.read.torch_trace`
     (torch.profiler); every frame conforms to its schema in `nsysmap.schemas`.
     Its ranges are not nested yet (`depth`, `parent_id` empty, open ranges
     without an end): `nsysmap.attribution.normalise.normalise` makes the
-    `NestedReport` that attribution takes.
+    `NestedProfile` that attribution takes.
     `meta` holds key/value facts: `backend` ("nsys" or "torch.profiler"),
     `nsys_version`, `export_schema_version`, `source_path`, ... when known.
     `graph_links` says which GPU operations ran in or as a CUDA graph (nsys).
     """
 
-    gpu_ops: pl.DataFrame
+    ops: pl.DataFrame
     api_calls: pl.DataFrame
     ranges: pl.DataFrame
     threads: pl.DataFrame = field(default_factory=lambda: schemas.empty(schemas.THREADS))
@@ -44,7 +44,7 @@ class Report:
         """This report (of the same type) with every frame conformed to its declared schema."""
         return replace(
             self,
-            gpu_ops=schemas.conform(self.gpu_ops, schemas.GPU_OPS, "gpu_ops"),
+            ops=schemas.conform(self.ops, schemas.PROFILE_OPS, "ops"),
             api_calls=schemas.conform(self.api_calls, schemas.API_CALLS, "api_calls"),
             ranges=schemas.conform(self.ranges, schemas.RANGES, "ranges"),
             threads=schemas.conform(self.threads, schemas.THREADS, "threads"),
@@ -56,8 +56,8 @@ class Report:
 
 
 @dataclass(frozen=True)
-class NestedReport(Report):
-    """A Report ready for attribution: open ranges closed, FSDP spans added, ranges nested.
+class NestedProfile(Profile):
+    """A Profile ready for attribution: open ranges closed, FSDP spans added, ranges nested.
 
     Every range has its `depth` and `parent_id` (null for a root). Made by
     `nsysmap.attribution.normalise.normalise`, the only step that nests; the
@@ -68,7 +68,7 @@ class NestedReport(Report):
     def __post_init__(self) -> None:
         ranges = self.ranges
         if "depth" not in ranges.columns or ranges["depth"].null_count():
-            raise TypeError("NestedReport: ranges without depth; nest them with normalise()")
+            raise TypeError("NestedProfile: ranges without depth; nest them with normalise()")
 
 
 def meta_frame(items: Mapping[str, object]) -> pl.DataFrame:

@@ -7,7 +7,7 @@
                   its stdout and stderr are the user's; Ctrl-C is forwarded once
      3. capture   DIR/capture/report.nsys-rep -> nsys export -> report.sqlite,
                   or DIR/capture/trace.json
-     4. analyse   pipeline.load_report + analyse (+ the model's FLOPs from
+     4. analyse   pipeline.load_profile + analyse (+ the model's FLOPs from
                   DIR/capture/flops.json) + write -> DIR/*.parquet, manifest.json
      5. record    DIR/run.json: commands, backend, the script's exit status
 
@@ -43,10 +43,10 @@ from nsysmap.errors import (
     ProfilerFailed,
     ScriptFailed,
 )
-from nsysmap.flops.model import attach_model_flops
+from nsysmap.flops.flops_document import attach_model_flops
 from nsysmap.output.placement import check_output_dir, remove_outputs, write_failed
 from nsysmap.output.writer import input_identity
-from nsysmap.pipeline import Analysis, analyse, load_report, write
+from nsysmap.pipeline import Analysis, analyse, load_profile, write
 
 LAUNCHER_MODULE = "instrument.launch"
 BACKENDS = ("auto", "nsys", "torch")
@@ -159,7 +159,7 @@ def _analyse_capture(
         raise _nothing_to_analyse(nothing_captured(request.script, record), record)
     options = _options(request, record)
     try:
-        report = load_report(captured)
+        report = load_profile(captured)
         analysis = analyse(
             report, options=options, source=input_identity(captured), rules=request.rules
         )

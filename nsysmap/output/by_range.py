@@ -40,8 +40,8 @@ from nsysmap.attribution.labels import (
     without_call_fields,
 )
 from nsysmap.attribution.paths import PATH_SEPARATOR
-from nsysmap.naming import PREFIX as NSYSMAP
 from nsysmap.output.range_tree import instances, positions_of, preorder
+from nsysmap.range_names import PREFIX as NSYSMAP
 from nsysmap.scalars import to_int
 
 MAX_PATH_DEPTH = 64
