@@ -41,8 +41,8 @@ def overlap_table(ops: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
     if comm.is_empty():  # the common case: nothing more is read
         return schemas.empty(schemas.OVERLAP)
     devices = comm["device_id"].unique().implode()
-    compute = frame.filter(COMPUTE, pl.col("device_id").is_in(devices))
-    compute = compute.select("device_id", "stream_id", "start_ns", "end_ns").collect()
+    wanted = frame.filter(COMPUTE, pl.col("device_id").is_in(devices))
+    compute = wanted.select("device_id", "stream_id", "start_ns", "end_ns").collect()
     union = _compute_union(compute, comm)
     covered = _covered(comm, union)
     per_step = covered.group_by("device_id", "step").agg(
