@@ -1,4 +1,4 @@
-"""Build reports inline, with whole-millisecond timings: `Frames.report()` is a NestedProfile."""
+"""Build reports inline, with whole-millisecond timings: `Frames.profile()` is a NestedProfile."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ class Frames:
         )
         return op_id
 
-    def report(self) -> NestedProfile:
+    def profile(self) -> NestedProfile:
         raw = Profile(
             ops=pl.DataFrame(self.ops, schema=schemas.PROFILE_OPS),
             api_calls=pl.DataFrame(self.calls, schema=schemas.API_CALLS),

@@ -68,7 +68,7 @@ def test_the_docstrings_example_runs(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "name", ["analyse_report", "write_analysis", "STREAM_OPS", "load_report", "summarize"]
+    "name", ["analyse_report", "write_analysis", "STREAM_OPS", "load_profile", "summarise"]
 )
 def test_private_names_are_not_exported(name):
     assert name not in nsysmap.__all__

@@ -50,7 +50,7 @@ def _training_step() -> tuple[Frames, dict[str, int]]:
 
 def test_training_step_by_hand():
     f, ids = _training_step()
-    ops = attribute(f.report())
+    ops = attribute(f.profile())
     fwd = _row(ops, ids["fwd_gemm"])
     assert (fwd["step"], fwd["phase"], fwd["module"], fwd["module_class"]) == (
         0,
@@ -98,7 +98,7 @@ def test_training_step_by_hand():
 def test_every_op_once_and_time_conserved_per_device():
     f, _ = _training_step()
     f.kernel(MAIN, 13, "on_device_1", device=1, dur=3)
-    report = f.report()
+    report = f.profile()
     ops = attribute(report)
     assert sorted(ops["op_id"]) == sorted(report.ops["op_id"])
 
@@ -117,7 +117,7 @@ def test_launch_rows_are_matched_within_their_process():
     f.ops[b]["correlation_id"] = f.ops[a]["correlation_id"]
     f.calls[b]["correlation_id"] = f.calls[a]["correlation_id"]
     f.calls.append(dict(f.calls[a], start_ns=9 * MS))  # a duplicate launch row
-    ops = attribute(f.report())
+    ops = attribute(f.profile())
     assert ops.height == 2
     assert _row(ops, a)["phase"] == "forward" and _row(ops, b)["phase"] == "backward"
     assert _row(ops, a)["launch_start_ns"] == 5 * MS
@@ -129,7 +129,7 @@ def test_loss_inside_forward_is_the_loss_phase():
     f.range(MAIN, "nsysmap:fwd:GPT2LMHeadModel:", 0, 50)
     f.range(MAIN, "nsysmap:phase:loss", 40, 49)
     k = f.kernel(MAIN, 45, "cross_entropy_kernel")
-    row = _row(attribute(f.report()), k)
+    row = _row(attribute(f.profile()), k)
     assert (row["phase"], row["module"]) == ("loss", "")
 
 
@@ -141,7 +141,7 @@ def test_emit_nvtx_backward_op_takes_the_module_of_its_forward_seq():
     f.range(AUTOGRAD, "aten::mm, stashed seq = 7, op_id = 40", 21, 29)
     fwd = f.kernel(MAIN, 2, "sm90_xmma_gemm")
     bwd = f.kernel(AUTOGRAD, 22, "sm90_xmma_gemm")
-    ops = attribute(f.report())
+    ops = attribute(f.profile())
     assert _row(ops, fwd)["aten_op"] == "aten::addmm"
     assert _row(ops, fwd)["input_shapes"] == "[[8, 16], [16, 32]]"
     row = _row(ops, bwd)
@@ -159,7 +159,7 @@ def test_fsdp_hook_ranges_become_block_spans():
     f.range(MAIN, "FSDP::post_forward (blocks.3._checkpoint_wrapped_module), op_id = 9", 30, 32)
     inside = f.kernel(MAIN, 10, "flash_fwd_kernel")
     outside = f.kernel(MAIN, 40, "flash_fwd_kernel")
-    ops = attribute(f.report())
+    ops = attribute(f.profile())
     assert _row(ops, inside)["module"] == "blocks.3._checkpoint_wrapped_module"
     assert _row(ops, inside)["direction"] == "forward"
     assert _row(ops, inside)["category"] == "attention"
@@ -173,7 +173,7 @@ def test_foreign_phase_and_step_names():
     f.range(MAIN, "forward", 0, 30)
     a = f.kernel(MAIN, 85)
     b = f.kernel(MAIN, 10)
-    ops = attribute(f.report())
+    ops = attribute(f.profile())
     assert (_row(ops, a)["step"], _row(ops, a)["phase"]) == (4, "optimizer")
     assert _row(ops, b)["phase"] == "forward"
 
@@ -209,7 +209,7 @@ def test_matches_reference_on_random_reports(data, kernels):
             f.range(tid, name, start, end)
     for tid, launch_at, device in kernels:
         f.kernel(tid, launch_at, device=device)
-    report = f.report()
+    report = f.profile()
     ops = attribute(report)
     expected = reference_attribution(report.ops, report.api_calls, report.ranges)
     assert ops.height == report.ops.height

@@ -19,7 +19,7 @@ from tests.frames import MS, Frames
 
 
 def _table(frames: Frames) -> pl.DataFrame:
-    report = frames.report()
+    report = frames.profile()
     return summarise(attribute(report), report.ranges).by_range
 
 
@@ -143,7 +143,7 @@ def test_range_ids_with_gaps_or_out_of_order_give_the_same_table(renumber):
     """Leaves and parents find their range by offset (ids without gaps), by a
     binary search (gaps) or by a join (ids not increasing): one table."""
     for frames in (_sample(), _nested_sample()):
-        report = frames.report()
+        report = frames.profile()
         ops, ranges = attribute(report), report.ranges
         expected = rg.by_range(rg.range_leaves(ops), ranges)
         n = ranges.height
@@ -160,7 +160,7 @@ def test_range_ids_with_gaps_or_out_of_order_give_the_same_table(renumber):
 
 @pytest.mark.parametrize("unknown", [-1, 7, 10**9])
 def test_an_operation_in_an_unknown_range_is_an_error(unknown):
-    report = _sample().report()
+    report = _sample().profile()
     ops = attribute(report).with_columns(
         range_id=pl.when(pl.col("range_id") == 1).then(unknown).otherwise(pl.col("range_id"))
     )
@@ -173,7 +173,7 @@ def test_names_keep_their_domain_and_text():
     f = Frames()
     f.range(1, "computing softmax", 0, 10)
     f.kernel(1, 1, dur=2)
-    report = f.report()
+    report = f.profile()
     ranges = report.ranges.with_columns(domain=pl.lit("cs336"))
     table = summarise(attribute(report), ranges).by_range
     row = table.row(0, named=True)
@@ -221,11 +221,11 @@ def test_ranges_nested_deeper_than_the_limit_fold_into_one_row(monkeypatch):
 
 def test_summarise_without_ranges_leaves_by_range_empty():
     f = _sample()
-    assert summarise(attribute(f.report())).by_range.is_empty()
+    assert summarise(attribute(f.profile())).by_range.is_empty()
 
 
 def test_block_by_block_equals_in_memory():
-    report = _sample().report()
+    report = _sample().profile()
     ops = attribute(report)
     whole = summarise(ops, report.ranges).by_range
     for size in (1, 3, 4):
@@ -315,7 +315,7 @@ def test_matches_a_reference_that_climbs_every_operation(one, two, launches, blo
             f.range(tid, name, start, end)
     for i, (tid, at, device) in enumerate(launches):
         f.kernel(tid, at, dur=1 + i % 4, device=device, run_at=at + i % 3)
-    report = f.report()
+    report = f.profile()
     ops = attribute(report)
     table = summarise(ops, report.ranges).by_range
     cols = ["calls", "ops", "time_ns", "inclusive_ops", "inclusive_ns", "span_ns"]

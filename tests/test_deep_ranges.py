@@ -49,7 +49,7 @@ def test_open_ranges_end_with_their_container_or_their_threads_last_event():
     f.range(OTHER, "Q", 0, 5)
     _open(f, OTHER, "D", 1)
     f.kernel(MAIN, 20)
-    report = f.report()
+    report = f.profile()
     assert _ends(report) == {"P": 10, "A": 10, "B": 10, "C": 20, "Q": 5, "D": 5}
     parents = dict(report.ranges.select("range_id", "parent_id").iter_rows())
     assert parents[2] == 1 and parents[1] == 0  # B inside A inside P
@@ -62,7 +62,7 @@ def test_the_summary_says_how_many_ranges_were_closed():
     f.range(MAIN, "P", 0, 10)
     _open(f, MAIN, "A", 2)
     f.kernel(MAIN, 3)
-    report = f.report()
+    report = f.profile()
     meta = dict(report.meta.iter_rows())
     text = render_summary(summarise(attribute(report)), meta)
     assert "1 range had no end" in text
@@ -97,7 +97,7 @@ def _open_chain(depth: int) -> Frames:
 
 @pytest.mark.parametrize("depth", [500, 5000])
 def test_paths_of_a_chain_thousands_deep_take_work_independent_of_depth(monkeypatch, depth):
-    report = _open_chain(depth).report()
+    report = _open_chain(depth).profile()
     assert report.meta_value("ranges_open_at_end") == str(depth)
     budget = _GatherBudget(monkeypatch, 2_000)
     ops = attribute(report).sort("op_id")
@@ -123,7 +123,7 @@ def test_climbs_through_a_deep_closed_chain_take_work_independent_of_depth(monke
         f.range(MAIN, f"nsysmap:fwd:Linear:m{i}" if i % 2 else f"r{i}", i, 2 * n - i)
     for k in (1, 2, 1000, 4000):
         f.kernel(MAIN, 2 * n - k)  # inside range k-1 only: 1 <= depth
-    report = f.report()
+    report = f.profile()
     budget = _GatherBudget(monkeypatch, 3_000)
     ops = attribute(report).sort("op_id")
     assert ops["range_name"].to_list() == [

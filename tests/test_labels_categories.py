@@ -76,7 +76,7 @@ def test_fsdp_pairs_each_pre_hook_with_the_next_post_hook_of_the_same_block():
     f.range(1, "FSDP::post_forward (blocks.0), op_id = 4", 12, 13)
     f.range(2, "FSDP::post_forward (blocks.0), op_id = 5", 20, 21)  # other thread
     f.range(1, "FSDP::pre_backward (blocks.0), op_id = 6", 30, 31)  # never closed
-    ranges = pl.DataFrame(f.ranges, schema=f.report().ranges.schema).head(6)
+    ranges = pl.DataFrame(f.ranges, schema=f.profile().ranges.schema).head(6)
     spans = fsdp_spans(ranges, first_id=100)
     got = {
         (r["name"], r["start_ns"] // 10**6, r["end_ns"] // 10**6)

@@ -197,7 +197,7 @@ def _warmup_report() -> tuple[Frames, dict[str, int]]:
 
 def test_warm_up_ranges_outrank_the_phases_inside_them():
     f, ops = _warmup_report()
-    got = attribute(f.report()).select("op_id", "step", "phase", "attribution").rows()
+    got = attribute(f.profile()).select("op_id", "step", "phase", "attribution").rows()
     by_op = {op_id: rest for op_id, *rest in got}
     assert by_op[ops["warm_forward"]] == [None, "warmup", "range"]
     assert by_op[ops["warm_backward"]] == [None, "warmup", "other_thread"]  # the process's range
@@ -214,7 +214,7 @@ def test_the_report_leaves_warm_up_work_out_of_per_step_figures():
     f.range(MAIN, "forward", 40, 60)
     for at in (5, 25, 45):
         f.kernel(MAIN, at)
-    ops = attribute(f.report())
+    ops = attribute(f.profile())
     assert ops["phase"].to_list() == ["warmup", None, "forward"]
     in_steps = scope_filter(ops, "step")
     assert in_steps["launch_start_ns"].to_list() == [25 * 10**6, 45 * 10**6]
@@ -261,7 +261,7 @@ def test_foreign_names_match_the_reference_on_random_reports(data, kernels):
             f.range(tid, name.format(i=data.draw(st.integers(0, 2))), start, end)
     for tid, at in kernels:
         f.kernel(tid, at)
-    report = f.report()
+    report = f.profile()
     expected = reference_attribution(report.ops, report.api_calls, report.ranges)
     for row in attribute(report).iter_rows(named=True):
         want = expected[row["op_id"]]

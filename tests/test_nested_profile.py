@@ -62,7 +62,7 @@ def test_attribute_takes_the_nested_report():
     frames = Frames()
     frames.range(1, "forward", 0, 5)
     frames.kernel(1, 2)
-    ops = attribute(frames.report())
+    ops = attribute(frames.profile())
     assert ops["phase"].to_list() == ["forward"]
 
 

@@ -95,7 +95,7 @@ def test_repeated_calls_with_new_style_names_group_and_count_flops():
         )
         f.range(1, name, 10 * i, 10 * i + 5)
         f.kernel(1, 10 * i + 1, "ampere_sgemm_128x64_tn")
-    ops = with_shape_flops(attribute(f.report()))
+    ops = with_shape_flops(attribute(f.profile()))
     assert ops["input_shapes"].to_list() == [ADDMM_SIZES] * 3
     assert ops["matmul_flop"].to_list() == [2 * 2048 * 768 * 768] * 3
     assert ops["other_flop_estimate"].to_list() == [2048 * 768] * 3  # the bias

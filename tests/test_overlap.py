@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nsysmap.cli import cli
+from nsysmap.output import comm_overlap as overlap
 from nsysmap.output.comm_overlap import overlap_line, overlap_table
 from nsysmap.synth import SynthExport
 from tests.reference import reference_overlap
@@ -109,6 +110,18 @@ def test_same_stream_compute_does_not_count():
     assert overlap_table(ops).select("overlapped_ns", "exposed_ns").row(0) == (0, 10)
 
 
+@pytest.mark.parametrize("packed", [True, False])
+def test_compute_inside_longer_compute_counts_once(packed):
+    """[0, 10) holds [1, 2) and [3, 4): their union is [0, 10), whichever way it is merged."""
+    rows = [("kernel", "communication", 0, 0, 0, 20, 0)]
+    rows += [("kernel", "gemm", 0, 1, s, e, 0) for s, e in ((0, 10), (1, 2), (3, 4), (12, 14))]
+    with pytest.MonkeyPatch.context() as patch:
+        if not packed:
+            patch.setattr(overlap, "PACK_BITS", 0)
+        table = overlap_table(_ops(rows))
+    assert table.select("overlapped_ns", "exposed_ns").row(0) == (12, 8)
+
+
 interval = st.tuples(st.integers(0, 40), st.integers(1, 12)).map(lambda t: (t[0], t[0] + t[1]))
 op = st.tuples(
     st.sampled_from([("kernel", "communication"), ("kernel", "gemm"), ("graph", "graph")]),
@@ -121,8 +134,17 @@ op = st.tuples(
 
 @pytest.mark.slow  # a property test against the reference: seconds
 @settings(max_examples=200, deadline=None)
-@given(st.lists(op, max_size=25))
-def test_random_overlaps_match_the_reference(rows):
+@given(st.lists(op, max_size=25), st.booleans())
+def test_random_overlaps_match_the_reference(rows, packed):
+    """Both ways of merging compute: one packed sort key, and (for times too wide to
+    pack) windows per device and stream."""
+    with pytest.MonkeyPatch.context() as patch:
+        if not packed:
+            patch.setattr(overlap, "PACK_BITS", 0)
+        _check_against_reference(rows)
+
+
+def _check_against_reference(rows: list) -> None:
     ops = _ops([(*kc, dev, stream, s, e, step) for kc, dev, stream, (s, e), step in rows])
     table = overlap_table(ops)
     got = {

@@ -12,7 +12,7 @@ META = {"backend": "nsys", "source_path": "run.sqlite"}
 
 
 def _text(f: Frames) -> str:
-    report = f.report()
+    report = f.profile()
     return render_summary(summarise(attribute(report), report.ranges), META)
 
 

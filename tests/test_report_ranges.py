@@ -15,7 +15,7 @@ from tests.frames import MS, Frames
 
 
 def _run(f: Frames) -> RunData:
-    analysis = analyse(f.report())
+    analysis = analyse(f.profile())
     return RunData("run", analysis.ops, analysis.manifest, by_range=analysis.summaries.by_range)
 
 

@@ -88,7 +88,7 @@ def test_gpu_time_conserved_exactly(analysed, name):
     got = ops.group_by("device_id").agg(pl.len(), pl.col("dur_ns").sum()).rows()
     assert {d: (n, t) for d, n, t in got} == expected
     annotations = sum(e.get("cat") == "gpu_user_annotation" for e in _events(name))
-    assert analysed(name).report.meta_value("gpu_user_annotations") == str(annotations)
+    assert analysed(name).profile.meta_value("gpu_user_annotations") == str(annotations)
 
 
 def _stack_walk(events, keep) -> dict[tuple, list[str]]:
@@ -158,7 +158,7 @@ def test_ddp_phases_cover_gpu_time(analysed):
     assert ops.filter(pl.col("phase").is_not_null())["dur_ns"].sum() >= 0.95 * total
     assert set(ops["phase"].drop_nulls()) == {"forward", "backward", "optimizer"}
     assert set(ops["rank"]) == {0}
-    assert analysed(DDP).report.meta_value("world_size") == "1"
+    assert analysed(DDP).profile.meta_value("world_size") == "1"
 
 
 def _ddp_backward_links(events) -> dict[int, tuple[int, bool]]:
@@ -224,4 +224,4 @@ def test_ddp_backward_kernels_reach_their_forward_operators(analysed):
     assert linked >= 0.95 * backward["dur_ns"].sum()
     assert in_forward >= 0.9 * backward["dur_ns"].sum()
     flows = sum(e.get("cat") == "fwdbwd" and e["ph"] == "s" for e in _events(DDP))
-    assert analysed(DDP).report.meta_value("fwdbwd_flows") == str(flows) == "905"
+    assert analysed(DDP).profile.meta_value("fwdbwd_flows") == str(flows) == "905"

@@ -58,7 +58,6 @@ RANGE_LEAVES = pl.Schema(
         "last_end_ns": pl.Int64,
     }
 )
-_LEAF_RULES = {"ops": "sum", "time_ns": "sum", "first_start_ns": "min", "last_end_ns": "max"}
 
 
 def range_leaves(ops: pl.DataFrame) -> pl.DataFrame:
@@ -82,24 +81,49 @@ def conform_leaves(leaves: pl.DataFrame) -> pl.DataFrame:
 
 
 def combine_leaves(parts: list[pl.DataFrame]) -> pl.DataFrame:
-    """The RANGE_LEAVES of the union of disjoint sets of operations (one part: itself,
-    already one row per device and range)."""
+    """The RANGE_LEAVES of the union of disjoint sets of operations, for `by_range`.
+
+    The parts are only stacked: a (device, range) whose operations fall in
+    several parts keeps a row per part, which `by_range` adds up like any
+    other leaves of one path (regrouping the ~0.9 leaves per operation of a
+    large report would cost a hash group-by of them all).
+    """
     if len(parts) == 1:
         return conform_leaves(parts[0])
-    how = {"sum": pl.Expr.sum, "min": pl.Expr.min, "max": pl.Expr.max}
-    merged = pl.concat([schemas.empty(RANGE_LEAVES), *parts]).group_by("device_id", "range_id")
-    return merged.agg(how[rule](pl.col(c)) for c, rule in _LEAF_RULES.items())
+    return pl.concat([schemas.empty(RANGE_LEAVES), *parts], rechunk=True)
 
 
 def by_range(leaves: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
-    """BY_RANGE from the leaves of every operation and the report's nested ranges."""
+    """BY_RANGE from the leaves of every operation and the report's nested ranges.
+
+    A (device, range) may have several rows in `leaves` (see `combine_leaves`):
+    every use below adds them up.
+    """
     forest = preorder(ranges)
     placed = _placed(leaves, forest, ranges["range_id"])
     inside = instances(placed, forest, MAX_PATH_DEPTH)
-    node_path, paths = _paths(forest, ranges, inside["pos"].unique())
+    domains = _domain_codes(ranges["domain"])
+    node_path, paths = _paths(forest, ranges, inside["pos"].unique(), domains["code"])
     own = _exclusive(placed, forest)
     rows = pl.concat([_path_rows(inside, own, node_path, paths.height), _outside(placed)])
-    return _finished(rows, pl.concat([paths, _folded_paths(own, node_path, paths)]))
+    paths = pl.concat([paths, _folded_paths(own, node_path, paths)])
+    return _finished(rows, paths, _domain_names(domains))
+
+
+def _domain_codes(domain: pl.Series) -> pl.DataFrame:
+    """Each range's domain as an integer `code` (null: none), beside the text: the tables
+    group by the code, and name it at the end."""
+    if domain.null_count() == domain.len():  # the common case: no domain anywhere
+        code = pl.repeat(None, domain.len(), dtype=pl.UInt32, eager=True)
+    else:
+        code = domain.cast(pl.Categorical).to_physical()
+    return pl.DataFrame({"code": code, "domain": domain})
+
+
+def _domain_names(domains: pl.DataFrame) -> pl.DataFrame:
+    """dom (a code of `_domain_codes`) -> domain, once per code."""
+    named = domains.drop_nulls("code").unique("code", keep="any")
+    return named.select(dom="code", domain="domain")
 
 
 def _placed(leaves: pl.DataFrame, forest: pl.DataFrame, ids: pl.Series) -> pl.DataFrame:
@@ -161,9 +185,11 @@ def is_user_range(name: pl.Expr) -> pl.Expr:
 
 
 def _paths(
-    forest: pl.DataFrame, ranges: pl.DataFrame, nodes: pl.Series
+    forest: pl.DataFrame, ranges: pl.DataFrame, nodes: pl.Series, domain: pl.Series
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(pos, path_id, domain of `nodes`; path_id, range_path, range_name, range_depth).
+    """(pos, path_id, dom of `nodes`; path_id, range_path, range_name, range_depth).
+
+    `domain`: each range's domain code (row order); `dom` is that of the node.
 
     `nodes` holds every ancestor of each of its members (a range with an
     operation inside has it inside every range around it), so each level's
@@ -178,7 +204,7 @@ def _paths(
     index = kept.cast(pl.Int64).cum_sum() - 1
     picked = picked.select("pos", "parent", "depth").with_columns(
         code=codes.gather(index.gather(picked["row"])),
-        domain=ranges["domain"].gather(picked["row"]),
+        dom=domain.gather(picked["row"]),
     )
     n_codes = keys.len()
     path_of = pl.repeat(None, forest.height + 1, dtype=pl.Int64, eager=True)
@@ -211,11 +237,11 @@ def _paths(
         )
         done = level.join(distinct.select("pair", "path_id"), on="pair")
         path_of.scatter(done["pos"], done["path_id"])
-        node_path.append(done.select("pos", "path_id", "domain"))
+        node_path.append(done.select("pos", "path_id", "dom"))
     return pl.concat(node_path), pl.concat(paths)
 
 
-_NO_NODES = pl.DataFrame(schema={"pos": pl.UInt32, "path_id": pl.Int64, "domain": pl.String})
+_NO_NODES = pl.DataFrame(schema={"pos": pl.UInt32, "path_id": pl.Int64, "dom": pl.UInt32})
 _NO_PATHS = pl.DataFrame(
     schema={
         "path_id": pl.Int64,
@@ -248,12 +274,12 @@ def _exclusive(placed: pl.DataFrame, forest: pl.DataFrame) -> pl.DataFrame:
 def _path_rows(
     inside: pl.DataFrame, own: pl.DataFrame, node_path: pl.DataFrame, n_paths: int
 ) -> pl.DataFrame:
-    """One row per (device, path, domain): calls, exclusive and inclusive sums, span.
+    """One row per (device, path, domain code): calls, exclusive and inclusive sums, span.
 
     Folded leaves (see `_exclusive`) make a row of their own per ancestor
     path, with path id `n_paths` + the ancestor's.
     """
-    keys = ["device_id", "path_id", "domain"]
+    keys = ["device_id", "path_id", "dom"]
     calls = (
         _with_path(inside, "pos", node_path)
         .group_by(keys)
@@ -273,7 +299,7 @@ def _path_rows(
 
 
 def _with_path(frame: pl.DataFrame, at: str, node_path: pl.DataFrame) -> pl.DataFrame:
-    """`frame` with the path_id and domain of the node at column `at` (an inner join
+    """`frame` with the path_id and dom of the node at column `at` (an inner join
     on pos, by gathers: node_path holds each pos once)."""
     if frame.is_empty() or node_path.is_empty():
         return frame.join(node_path, left_on=at, right_on="pos")
@@ -284,7 +310,7 @@ def _with_path(frame: pl.DataFrame, at: str, node_path: pl.DataFrame) -> pl.Data
     )
     found = where.gather(frame[at])
     hit = found.is_not_null()
-    columns = node_path.select("path_id", "domain")
+    columns = node_path.select("path_id", "dom")
     if hit.all():
         return pl.concat([frame, columns[found]], how="horizontal")
     return pl.concat([frame.filter(hit), columns[found.filter(hit)]], how="horizontal")
@@ -306,7 +332,7 @@ def _folded_rows(placed: pl.DataFrame, n_paths: int) -> pl.DataFrame:
         .select(
             "device_id",
             pl.col("path_id") + n_paths,
-            pl.lit(None, pl.String).alias("domain"),
+            pl.lit(None, pl.UInt32).alias("dom"),
             "calls",
             pl.col("ops").alias("inclusive_ops"),
             pl.col("time_ns").alias("inclusive_ns"),
@@ -337,7 +363,7 @@ def _outside(placed: pl.DataFrame) -> pl.DataFrame:
         .select(
             "device_id",
             pl.lit(None, pl.Int64).alias("path_id"),
-            pl.lit(None, pl.String).alias("domain"),
+            pl.lit(None, pl.UInt32).alias("dom"),
             pl.lit(0, pl.Int64).alias("calls"),
             pl.col("ops").alias("inclusive_ops"),
             pl.col("time_ns").alias("inclusive_ns"),
@@ -348,9 +374,10 @@ def _outside(placed: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _finished(rows: pl.DataFrame, paths: pl.DataFrame) -> pl.DataFrame:
-    """Path names and shares of the device's time; sorted by device and path."""
+def _finished(rows: pl.DataFrame, paths: pl.DataFrame, domains: pl.DataFrame) -> pl.DataFrame:
+    """Path and domain names, shares of the device's time; sorted by device and path."""
     total = pl.col("time_ns").sum().over("device_id")
+    rows = rows.join(domains, on="dom", how="left")
     done = rows.join(paths, on="path_id", how="left").with_columns(
         time_share=pl.when(total > 0).then(pl.col("time_ns") / total).otherwise(0.0),
         inclusive_share=pl.when(total > 0).then(pl.col("inclusive_ns") / total).otherwise(0.0),

@@ -24,10 +24,13 @@ from __future__ import annotations
 import polars as pl
 
 from nsysmap import schemas
+from nsysmap.scalars import opt_int
 
 COMM = (pl.col("kind") == "kernel") & (pl.col("category") == "communication")
 COMPUTE = pl.col("kind").is_in(["kernel", "graph"]) & (pl.col("category") != "communication")
 _KEY = ["device_id", "comm_stream"]
+# Bits of the Int64 sort key of `_compute_union` (pair index and time).
+PACK_BITS = 62
 _COLUMNS = ["kind", "category", "device_id", "stream_id", "start_ns", "end_ns", "dur_ns", "step"]
 
 
@@ -38,7 +41,8 @@ def overlap_table(ops: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
     if comm.is_empty():  # the common case: nothing more is read
         return schemas.empty(schemas.OVERLAP)
     devices = comm["device_id"].unique().implode()
-    compute = frame.filter(COMPUTE, pl.col("device_id").is_in(devices)).collect()
+    wanted = frame.filter(COMPUTE, pl.col("device_id").is_in(devices))
+    compute = wanted.select("device_id", "stream_id", "start_ns", "end_ns").collect()
     union = _compute_union(compute, comm)
     covered = _covered(comm, union)
     per_step = covered.group_by("device_id", "step").agg(
@@ -61,14 +65,43 @@ def _share(column: str) -> pl.Expr:
 def _compute_union(compute: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
     """Disjoint intervals covering the compute on streams other than each communication
     stream: device_id, comm_stream, start_ns, end_ns, before_ns (union length before start).
+
+    The pieces of each (device, communication stream) are sorted by one Int64
+    key, the pair's index above the time since the first start, so that
+    running maxima of the packed ends need no window per pair: a pair's
+    packed times all lie above the previous pair's.
     """
-    streams = comm.select(_KEY).unique()
+    streams = comm.select(_KEY).unique().sort(_KEY).with_row_index("pair")
     pieces = (
         compute.join(streams, on="device_id")
         .filter(pl.col("stream_id") != pl.col("comm_stream"), pl.col("end_ns") > pl.col("start_ns"))
-        .select(*_KEY, "start_ns", "end_ns")
-        .sort(*_KEY, "start_ns")
+        .select("pair", "start_ns", "end_ns")
     )
+    t0, t1 = opt_int(pieces["start_ns"].min()), opt_int(pieces["end_ns"].max())
+    if t0 is None or t1 is None:
+        return _merged_by_windows(pieces.join(streams, on="pair"))
+    t_bits = (t1 - t0).bit_length()
+    if t_bits + max(1, (streams.height - 1).bit_length()) > PACK_BITS:
+        return _merged_by_windows(pieces.join(streams, on="pair"))
+    base = pl.col("pair").cast(pl.Int64) * (1 << t_bits) - t0
+    packed = pieces.select(s=base + pl.col("start_ns"), e=base + pl.col("end_ns")).sort("s")
+    reach = pl.col("e").cum_max()  # furthest packed end so far, this piece included
+    opens = (pl.col("s") > reach.shift(1)).fill_null(True)
+    closes = opens.shift(-1).fill_null(True)
+    marked = packed.select("s", reach=reach, opens=opens, closes=closes)
+    first = marked.filter("opens")["s"]
+    last = marked.filter("closes")["reach"]
+    pair = first // (1 << t_bits)
+    merged = pl.DataFrame({"pair": pair.cast(pl.UInt32), "start_ns": first, "end_ns": last})
+    merged = merged.with_columns(
+        pl.col("start_ns", "end_ns") - pl.col("pair").cast(pl.Int64) * (1 << t_bits) + t0
+    )
+    return _with_before(merged.join(streams, on="pair", maintain_order="left"))
+
+
+def _merged_by_windows(pieces: pl.DataFrame) -> pl.DataFrame:
+    """`_compute_union` for times too wide to pack: windows per (device, stream)."""
+    pieces = pieces.select(*_KEY, "start_ns", "end_ns").sort(*_KEY, "start_ns")
     reach = pl.col("end_ns").cum_max().shift(1).over(_KEY)  # furthest end so far
     opens = reach.is_null() | (pl.col("start_ns") > reach)
     merged = (
@@ -77,6 +110,11 @@ def _compute_union(compute: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
         .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
         .sort(*_KEY, "start_ns")
     )
+    return _with_before(merged)
+
+
+def _with_before(merged: pl.DataFrame) -> pl.DataFrame:
+    """Disjoint intervals sorted by (device, stream, start) with before_ns."""
     length = pl.col("end_ns") - pl.col("start_ns")
     before = length.cum_sum().shift(1, fill_value=0).over(_KEY)
     return merged.select(*_KEY, "start_ns", "end_ns", before_ns=before)

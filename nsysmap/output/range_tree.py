@@ -147,7 +147,7 @@ def instances(placed: pl.DataFrame, forest: pl.DataFrame, max_depth: int) -> pl.
     inner = inner.with_columns(key=pl.col("base") + pl.col("pos")).sort("key")
     pairs = inner.select("device_id", "base", "g").unique()
     shallow = forest.filter(pl.col("depth") <= max_depth).select("pos", "g", "stop")
-    asked = pairs.join(shallow, on="g")
+    asked = _asked(pairs, shallow)
     keys = inner["key"]
     lo = keys.search_sorted(asked["base"] + asked["pos"], side="left")
     hi = keys.search_sorted(asked["base"] + asked["stop"], side="left")
@@ -161,6 +161,25 @@ def instances(placed: pl.DataFrame, forest: pl.DataFrame, max_depth: int) -> pl.
         inclusive_ns=window_sum(inner["time_ns"], lo, hi),
         span_ns=last - first,
     )
+
+
+def _asked(pairs: pl.DataFrame, shallow: pl.DataFrame) -> pl.DataFrame:
+    """Each range of `shallow` once per device whose operations its thread launched.
+
+    Usually a thread launches on one device only: then a range's device and
+    base are gathered by its thread code, and the ranges stay in pre-order
+    (the binary searches that follow then walk the leaves in order), instead
+    of a join of every range on the thread code.
+    """
+    if pairs.is_empty() or not pairs["g"].is_unique().all():
+        return pairs.join(shallow, on="g")
+    size = max(to_int(pairs["g"].max()), to_int(shallow["g"].max() or 0)) + 1
+    at = pl.repeat(None, size, dtype=pl.UInt32, eager=True)
+    at = at.scatter(pairs["g"], pl.int_range(pairs.height, dtype=pl.UInt32, eager=True))
+    found = at.gather(shallow["g"])
+    hit = found.is_not_null()
+    mine = pairs.select("device_id", "base")[found.filter(hit)]
+    return pl.concat([mine, shallow.filter(hit)], how="horizontal")
 
 
 def window_sum(values: pl.Series, lo: pl.Series, hi: pl.Series) -> pl.Series:
