@@ -67,8 +67,6 @@ def test_the_docstrings_example_runs(tmp_path, monkeypatch):
     assert manifest["nsysmap_version"] == nsysmap.__version__
 
 
-@pytest.mark.parametrize(
-    "name", ["analyse_report", "write_analysis", "STREAM_OPS", "load_profile", "summarise"]
-)
+@pytest.mark.parametrize("name", ["analyse_report", "write_analysis", "STREAM_OPS"])
 def test_private_names_are_not_exported(name):
     assert name not in nsysmap.__all__
