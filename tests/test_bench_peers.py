@@ -118,9 +118,7 @@ def test_the_side_by_side_table_gives_the_ratio_to_nsysmap():
     table = peers.side_by_side(
         {
             "peer_versions": {"nsys-ai": "0.3.0"},
-            "sizes": [
-                {"kernels": 1000, "runs": {"nsysmap": nsysmap}, "peers": {"nsys-ai": slow}}
-            ],
+            "sizes": [{"kernels": 1000, "runs": {"nsysmap": nsysmap}, "peers": {"nsys-ai": slow}}],
         }
     )
     assert "| 1,000 | nsysmap | 3 | 2.00 | 1.50..2.50 | 0.50 | 1.0 | - |" in table
