@@ -202,9 +202,12 @@ DISTRIBUTIONS = {NSYS_AI.name: "nsys_ai", HTA.name: "holistictraceanalysis"}
 
 
 def versions(venv: Path, peers: Sequence[Peer]) -> dict[str, str]:
-    """The installed version of each peer (and DuckDB's), read from `venv`'s metadata."""
+    """The installed version of each peer (and DuckDB's for nsys-ai), from `venv`'s metadata."""
     found = {}
-    for name, dist in [*((p.name, DISTRIBUTIONS[p.name]) for p in peers), ("duckdb", "duckdb")]:
+    wanted = [(p.name, DISTRIBUTIONS[p.name]) for p in peers]
+    if NSYS_AI in peers:
+        wanted.append(("duckdb", "duckdb"))  # what nsys-ai reads exports with
+    for name, dist in wanted:
         infos = sorted(venv.glob("lib/python*/site-packages/*.dist-info"))
         for info in infos:
             stem, _, version = info.name.removesuffix(".dist-info").rpartition("-")
