@@ -67,7 +67,7 @@ $(PEERS)/.installed: bench/peers.txt bench/peer_child.py
 peers: $(PEERS)/.installed
 
 bench: $(BIN)/.bench-installed peers
-	$(BIN)/python -m bench $(BENCH_ARGS)
+	$(BIN)/python -m bench --peers-venv $(PEERS) $(BENCH_ARGS)
 
 samples: $(BIN)/.installed
 	$(BIN)/python -m sample_reports.build --golden
