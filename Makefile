@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 # The CPU build of PyTorch; pinned so that pip does not pull CUDA packages.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test lint check bench samples screenshots chromium clean
+.PHONY: demo test lint check bench peers samples screenshots chromium clean
 
 $(BIN)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,8 +50,24 @@ $(BIN)/.bench-installed: $(BIN)/.installed
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	touch $@
 
-bench: $(BIN)/.bench-installed
-	$(BIN)/python -m bench $(BENCH_ARGS)
+# The peers run beside nsysmap when installed (nsys-ai, HolisticTraceAnalysis;
+# bench/peers.txt) live in their own environment so that their pins never touch
+# .venv. When they cannot be installed (offline, say), `make bench` goes on and
+# skips them with a message.
+PEERS ?= .venv-peers
+$(PEERS)/.installed: bench/peers.txt bench/peer_child.py
+	@rm -rf $(PEERS); \
+	if $(PYTHON) -m venv $(PEERS) && $(PEERS)/bin/python -m pip install --quiet --upgrade pip \
+	  && $(PEERS)/bin/python -m pip install --quiet -r bench/peers.txt; then \
+	  $(PEERS)/bin/python bench/peer_child.py duckdb-sqlite >/dev/null || \
+	    echo "DuckDB's SQLite extension could not be installed: nsys-ai will use its slower path"; \
+	  touch $@; \
+	else rm -rf $(PEERS); echo "the peers (bench/peers.txt) could not be installed: make bench skips them"; fi
+
+peers: $(PEERS)/.installed
+
+bench: $(BIN)/.bench-installed peers
+	$(BIN)/python -m bench --peers-venv $(PEERS) $(BENCH_ARGS)
 
 samples: $(BIN)/.installed
 	$(BIN)/python -m sample_reports.build --golden
@@ -65,4 +81,4 @@ screenshots: $(BIN)/.installed chromium
 	  docs/images/report.png --width 1200 --max-height 2600
 
 clean:
-	rm -rf $(VENV) out .pytest_cache .ruff_cache .mypy_cache .hypothesis
+	rm -rf $(VENV) $(PEERS) out .pytest_cache .ruff_cache .mypy_cache .hypothesis

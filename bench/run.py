@@ -9,7 +9,9 @@ engine runs in its own process, runs interleaved:
 * nsysmap: `nsysmap attribute` end to end, with its stage timings
   (bench/nsysmap_run.py);
 * sql: the straightforward attribution in SQLite with indexes
-  (bench/sql_engine.py).
+  (bench/sql_engine.py);
+* nsys-ai, when installed in .venv-peers (`make peers`; bench/peers.py):
+  its NVTX layer breakdown, killed at --peer-timeout (a result, "> limit").
 
 Reports the median wall time, its spread (min..max), peak RSS, time per
 kernel and the ratio to the floor; checks that nsysmap and SQL give the
@@ -21,20 +23,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sqlite3
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import compare, generate
+from bench import compare, generate, peers
 from bench.engines import ENGINES as ALL_ENGINES
 from bench.engines import Engine, available
 from bench.measure import Run, machine, run_child, summary, warm
 from bench.report import markdown
 
 RESULTS = Path(__file__).parent / "results"
-ENGINES = ("floor", "nsysmap", "sql")  # families, for --engines
+ENGINES = ("floor", "nsysmap", "sql", "nsys-ai")  # families, for --engines
 LARGE = 10_000_000  # sizes from here on use the --large-* run counts
 
 
@@ -56,6 +60,9 @@ def _plan(args: argparse.Namespace, n: int) -> dict[str, int]:
         "floor": runs if "floor" in args.engines else 0,
         "nsysmap": runs if "nsysmap" in args.engines else 0,
         "sql": (args.sql_large_runs if large else args.sql_runs) if "sql" in args.engines else 0,
+        "nsys-ai": (args.peer_large_runs if large else args.peer_runs)
+        if "nsys-ai" in args.engines
+        else 0,
     }
 
 
@@ -68,19 +75,27 @@ def _child_args(engine: Engine, path: Path, work: Path) -> tuple[str, ...]:
     return (str(path), str(work), *engine.args)
 
 
-def bench_size(args: argparse.Namespace, n: int, engines: list[Engine]) -> dict:
+def bench_size(
+    args: argparse.Namespace, n: int, engines: list[Engine], others: Sequence[peers.Peer] = ()
+) -> dict:
     """All runs at one size, with the engines whose packages are installed."""
     path = generate.export(n, args.seed)
     work = generate.CACHE / f"work-{n}"
     record: dict[str, Any] = {"size": n, **_counts(path), "runs": {}, "stages": {}}
+    record["load_before"] = os.getloadavg()
     warm(path)
     plan, runs = _plan(args, n), dict[str, list[Run]]()
+    peer_runs: dict[str, list[peers.PeerRun]] = {}
     for i in range(max(plan.values())):
         for engine in engines:
             if i < plan[engine.family]:
                 runs.setdefault(engine.name, []).append(
                     run_child(engine.module, *_child_args(engine, path, work))
                 )
+        for peer in others if i < plan["nsys-ai"] else []:
+            peer_runs.setdefault(peer.name, []).append(
+                peers.run_peer(peer, path, args.peers_venv, args.peer_timeout)
+            )
         print(f"  {n:,} kernels: round {i + 1} done", flush=True)
     for name, done in runs.items():
         record["runs"][name] = {
@@ -88,6 +103,10 @@ def bench_size(args: argparse.Namespace, n: int, engines: list[Engine]) -> dict:
             "peak_rss_gb": summary([r.peak_rss_bytes / 1e9 for r in done]),
             "outputs": [r.output for r in done],
         }
+    record["load_after"] = os.getloadavg()
+    record["peers"] = {
+        name: peers.summarise(done, args.peer_timeout) for name, done in peer_runs.items()
+    }
     if "nsysmap" in runs:
         names = runs["nsysmap"][0].output["stages"]
         record["stages"] = {
@@ -112,7 +131,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--large-runs", type=int, default=3, help="runs per engine from 1e7")
     parser.add_argument("--sql-runs", type=int, default=3, help="SQL engine runs below 1e7")
     parser.add_argument("--sql-large-runs", type=int, default=1, help="SQL engine runs from 1e7")
-    parser.add_argument("--engines", default=",".join(ENGINES), help="subset of floor,nsysmap,sql")
+    parser.add_argument(
+        "--engines", default=",".join(ENGINES), help="subset of " + ",".join(ENGINES)
+    )
+    parser.add_argument("--peer-runs", type=int, default=3, help="nsys-ai runs below 1e7")
+    parser.add_argument("--peer-large-runs", type=int, default=1, help="nsys-ai runs from 1e7")
+    parser.add_argument(
+        "--peer-timeout", type=float, default=peers.TIMEOUT_S, help="seconds; a result when hit"
+    )
+    parser.add_argument("--peers-venv", type=Path, default=peers.VENV, help="see `make peers`")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS / "latest.json")
     parser.add_argument("--keep-outputs", action="store_true", help="keep bench/cache/work-*")
@@ -123,19 +150,25 @@ def main(argv: list[str] | None = None) -> None:
     results: dict[str, Any] = {
         "started": started,
         "machine": machine(),
-        "argv": vars(args) | {"engines": sorted(args.engines), "out": str(args.out)},
+        "argv": vars(args)
+        | {"engines": sorted(args.engines), "out": str(args.out)}
+        | {"peers_venv": str(args.peers_venv)},
         "sizes": [],
     }
     engines, skipped = available(e for e in ALL_ENGINES if e.family in args.engines)
-    for line in skipped:
+    others, skipped_peers = peers.available(
+        peers.PEERS if "nsys-ai" in args.engines else (), args.peers_venv, kind="nsys"
+    )
+    for line in skipped + skipped_peers:
         print(line, flush=True)
-    results["skipped"] = skipped
+    results["skipped"] = skipped + skipped_peers
+    results["peer_versions"] = peers.versions(args.peers_venv, others)
     for n in sizes:
         print(f"{n:,} kernels ...", flush=True)
-        results["sizes"].append(bench_size(args, n, engines))
+        results["sizes"].append(bench_size(args, n, engines, others))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=1) + "\n")
-    table = markdown(results)
+    table = markdown(results) + peers.side_by_side(results)
     args.out.with_suffix(".md").write_text(table)
     print(table)
 

@@ -19,6 +19,7 @@ the file to put it in the page cache:
 | parse (orjson) | read the file and `orjson.loads` it (skipped when orjson is missing) |
 | parse (orjson, collector off) | the same, Python's cyclic collector off (as nsysmap reads) |
 | nsysmap | `analyse_file`, what `nsysmap attribute` runs, with its stage timings |
+| HTA | HolisticTraceAnalysis: parse, then GPU kernel breakdown (.venv-peers; bench/peers.py) |
 
 The floor is the faster parse. Prints a Markdown table and writes
 bench/results/torch-latest.json. Not a test.
@@ -30,6 +31,7 @@ import argparse
 import gc
 import gzip
 import json
+import os
 import re
 import shutil
 import statistics
@@ -38,6 +40,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from bench import peers
 from bench.engines import Engine, available
 from bench.measure import machine, run_child, warm
 
@@ -163,6 +166,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tiles", type=int, default=22)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULTS / "torch-latest.json")
+    parser.add_argument("--peer-timeout", type=float, default=peers.TIMEOUT_S, help="seconds")
+    parser.add_argument("--peers-venv", type=Path, default=peers.VENV, help="see `make peers`")
+    parser.add_argument("--no-peers", action="store_true", help="leave HTA out")
     parser.add_argument("--parse", choices=("json", "orjson"), help=argparse.SUPPRESS)
     parser.add_argument("--file", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--no-gc", action="store_true", help=argparse.SUPPRESS)
@@ -173,11 +179,17 @@ def main(argv: list[str] | None = None) -> None:
     path = tiled(args.trace, args.tiles)
     n_ops = _gpu_ops(path)
     engines, skipped = available(ENGINES)
+    others, skipped_peers = peers.available(
+        () if args.no_peers else peers.PEERS, args.peers_venv, kind="torch"
+    )
+    skipped += skipped_peers
     for line in skipped:
         print(line, flush=True)
+    load_before = os.getloadavg()
     warm(path)
     work = CACHE / "work-torch"
     runs: dict[str, list] = {}
+    peer_runs: dict[str, list[peers.PeerRun]] = {}
     for i in range(args.runs):
         for engine in engines:
             if engine.family == "parse":
@@ -185,6 +197,11 @@ def main(argv: list[str] | None = None) -> None:
             else:
                 cmd = (str(path), str(work))
             runs.setdefault(engine.name, []).append(run_child(engine.module, *cmd))
+        for peer in others:
+            folder = peers.trace_folder(path, CACHE)
+            peer_runs.setdefault(peer.name, []).append(
+                peers.run_peer(peer, folder, args.peers_venv, args.peer_timeout)
+            )
         print(f"  round {i + 1} done", flush=True)
     shutil.rmtree(work, ignore_errors=True)
     record = {
@@ -195,6 +212,12 @@ def main(argv: list[str] | None = None) -> None:
         "file_bytes": path.stat().st_size,
         "gpu_ops": n_ops,
         "skipped": skipped,
+        "load_before": load_before,
+        "load_after": os.getloadavg(),
+        "peer_versions": peers.versions(args.peers_venv, others),
+        "peers": {
+            name: peers.summarise(done, args.peer_timeout) for name, done in peer_runs.items()
+        },
         "runs": {
             name: {
                 "wall_s": _median([r.wall_s for r in done]),
@@ -211,7 +234,9 @@ def main(argv: list[str] | None = None) -> None:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n")
-    table = markdown(record)
+    table = markdown(record) + peers.side_by_side(
+        {"sizes": [record | {"kernels": n_ops}], "peer_versions": record["peer_versions"]}
+    )
     args.out.with_suffix(".md").write_text(table)
     print(table)
 

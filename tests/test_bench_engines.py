@@ -45,7 +45,7 @@ def test_the_benchmark_runs_without_the_missing_engine(monkeypatch, tmp_path, ca
     monkeypatch.setitem(sys.modules, "connectorx", None)
     seen = []
 
-    def fake_size(args, n, engines):
+    def fake_size(args, n, engines, others=()):
         seen.append(_names(engines))
         return {"size": n, "kernels": n, "ranges": 3 * n, "runs": {}, "stages": {}}
 
