@@ -26,6 +26,7 @@ FAST_MODULES = frozenset(
         "test_imports.py",
         "test_labels_categories.py",
         "test_many_units.py",
+        "test_module_names.py",
         "test_nesting.py",
         "test_nested_profile.py",
         "test_nsys_tool.py",

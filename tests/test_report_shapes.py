@@ -68,6 +68,7 @@ def test_without_shapes_there_is_nothing_to_count():
     assert sf.signature_flops(None, "[[1, 2]]") is None
 
 
+@pytest.mark.slow  # imports torch (instrument.flops.ops)
 def test_the_estimate_table_is_instrument_s_table():
     """One table: the counter on fake tensors and the shapes reader use the same object."""
     flops_ops = pytest.importorskip("instrument.flops.ops")
@@ -85,6 +86,7 @@ def gpt2_documents():
     ]
 
 
+@pytest.mark.slow  # FLOP counting on fake tensors
 def test_shape_flops_agree_with_instrument_on_every_row_they_both_count(gpt2_documents):
     """The FLOP document records each operator's shapes: nsysmap's count from those
     shapes must be the document's, for every operator both sides know."""
