@@ -3,7 +3,7 @@
 `load_profile` and `write` are the only steps that touch files; `analyse` in
 between is pure. Attribution runs block by block on every path: each block
 is summarised (partial sums, combined at the end) and handed to a sink
-(nsysmap.output.streamed) that holds the rows in memory (`analyse`, inputs
+(nsysmap.output.ops_sinks) that holds the rows in memory (`analyse`, inputs
 that fit) or streams them into a staged ops.parquet (`analyse_file`, above
 STREAM_OPS GPU operations). `Analysis.store` says which; overlap and
 inference read the rows from it, the same way on both. Each step can be
@@ -30,8 +30,8 @@ from nsysmap.attribution.rules import BUILTIN, NameRules
 from nsysmap.errors import NoGpuData
 from nsysmap.infer.summary import INFER_COLUMNS, LAYER_INDEX, Inferred, infer_ops
 from nsysmap.output.conservation import check_conservation
+from nsysmap.output.ops_sinks import HoldOps, OpsSink, OpsStore, StreamOps
 from nsysmap.output.placement import check_output_dir, staging
-from nsysmap.output.streamed import HoldOps, OpsSink, OpsStore, StreamOps
 from nsysmap.output.summarise import (
     Summaries,
     combine_summaries,

@@ -9,8 +9,8 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from nsysmap import pipeline
-from nsysmap.output import streamed
-from nsysmap.output.streamed import HeldOps, OpsFile
+from nsysmap.output import ops_sinks as streamed
+from nsysmap.output.ops_sinks import HeldOps, OpsFile
 from nsysmap.pipeline import analyse, analyse_file, load_profile
 from nsysmap.report.answers import RunData
 from nsysmap.report.build import build_report

@@ -12,8 +12,8 @@ from bench import compare, sql_engine
 from nsysmap import pipeline
 from nsysmap.attribution.attribute import attribute
 from nsysmap.attribution.rules import BUILTIN
-from nsysmap.output import streamed
-from nsysmap.output.streamed import HeldOps, HoldOps, OpsFile
+from nsysmap.output import ops_sinks as streamed
+from nsysmap.output.ops_sinks import HeldOps, HoldOps, OpsFile
 from nsysmap.pipeline import _analysed, analyse, analyse_file, load_profile
 from nsysmap.stages import Stages
 from nsysmap.synth.bulk import bulk_tables, write_export

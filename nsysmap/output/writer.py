@@ -23,7 +23,7 @@ OPS_FILE = "ops.parquet"
 
 
 class PlacesOps(Protocol):
-    """The OPS rows of an analysis, wherever they are (nsysmap.output.streamed)."""
+    """The OPS rows of an analysis, wherever they are (nsysmap.output.ops_sinks)."""
 
     def place(self, folder: Path) -> None: ...  # put them into `folder` as ops.parquet
 
@@ -57,7 +57,7 @@ def build_manifest(
     """The manifest: versions, input identity, options and what was written.
 
     `tables` maps each table to its frame, or to its row count (ops: the
-    rows may be held or streamed, nsysmap.output.streamed).
+    rows may be held or streamed, nsysmap.output.ops_sinks).
     """
     meta = dict(zip(profile.meta["key"], profile.meta["value"], strict=True))
     return {
@@ -89,7 +89,7 @@ def write_outputs(
 
     Everything is written into a staging folder and then moved into place as
     a whole (`nsysmap.output.placement`). `ops` puts ops.parquet there itself
-    (`nsysmap.output.streamed`: written from memory, or moved or copied).
+    (`nsysmap.output.ops_sinks`: written from memory, or moved or copied).
     """
     out_dir = Path(out_dir)
     with staging(out_dir) as folder:

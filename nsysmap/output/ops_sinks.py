@@ -4,17 +4,17 @@ Attribution makes the OPS rows a block at a time (`attribute_blocks`); the
 flow (`nsysmap.pipeline`) summarises each block as it passes and hands the
 blocks to a sink, which decides what stays in memory::
 
-    report ──> locate (all ops) ──> block 1 ──┬─> partial summaries ──> summaries
+    profile ─> locate (all ops) ──> block 1 ──┬─> partial summaries ──> summaries
                                     block 2 ──┤         ...
                                     ...       └─> sink
         HoldOps:    the blocks concatenated             -> HeldOps  (a frame)
         StreamOps:  Polars' streaming Parquet writer    -> OpsFile  (ops.parquet)
 
 Held rows serve the pure API (`nsysmap.analyse`) and inputs that fit; for
-reports with millions of GPU operations `analyse_file` streams them, so that
-they are never all in memory next to the report. Either store reads the same
+profiles with millions of operations `analyse_file` streams them, so that
+they are never all in memory next to the profile. Either store reads the same
 way (`scan`, `read`), counts its rows, and puts itself into an output folder
-(`place`): the rows are exactly those `attribute(report)` returns.
+(`place`): the rows are exactly those `attribute(profile)` returns.
 """
 
 from __future__ import annotations
