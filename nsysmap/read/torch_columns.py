@@ -112,7 +112,7 @@ def event_frame(evs: list[dict[str, Any]]) -> pl.DataFrame:
     return pl.DataFrame(
         {
             "name": pl.Series(names, dtype=pl.String),
-            "cat": pl.Series(list(map(lower.__getitem__, cats)), dtype=pl.String),
+            "cat": pl.Series([lower[c] for c in cats], dtype=pl.String),
             "pid": ids(pid),
             "tid": ids(tid),
             "start_ns": start,

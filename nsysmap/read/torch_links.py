@@ -23,7 +23,6 @@ bind to the event of their thread that starts at their time:
 
 from __future__ import annotations
 
-from operator import itemgetter
 from typing import Any
 
 import polars as pl
@@ -31,19 +30,17 @@ import polars as pl
 from nsysmap.read.torch_columns import ids, ns_from_us
 
 _KEYS = ["pid", "tid", "start_ns"]
-_FLOW_KEYS = ("ph", "id", "pid", "tid", "ts")  # present in every checked flow event
 
 
 def flow_frame(evs: list[dict[str, Any]]) -> pl.DataFrame:
     """ph, id, pid, tid, start_ns of checked flow events."""
-    ph, flow_id, pid, tid, ts = (list(map(itemgetter(k), evs)) for k in _FLOW_KEYS)
     return pl.DataFrame(
         {
-            "ph": pl.Series(ph, dtype=pl.String),
-            "id": pl.Series(flow_id, dtype=pl.Int64),
-            "pid": ids(pid),
-            "tid": ids(tid),
-            "start_ns": ns_from_us(ts),
+            "ph": pl.Series([e["ph"] for e in evs], dtype=pl.String),
+            "id": pl.Series([e["id"] for e in evs], dtype=pl.Int64),
+            "pid": ids([e["pid"] for e in evs]),
+            "tid": ids([e["tid"] for e in evs]),
+            "start_ns": ns_from_us([e["ts"] for e in evs]),
         }
     )
 
