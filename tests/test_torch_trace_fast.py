@@ -5,7 +5,15 @@ from __future__ import annotations
 import gc
 import itertools
 
-from nsysmap.read.torch_columns import ids, int_series, ns_from_us
+from nsysmap.read.torch_columns import (
+    MAX_DIMS_DEPTH,
+    axis_columns,
+    dims_column,
+    dims_text,
+    ids,
+    int_series,
+    ns_from_us,
+)
 from nsysmap.read.torch_events import (
     Number,
     Skipped,
@@ -77,6 +85,38 @@ def test_column_fast_paths_give_the_general_results():
     assert ns_from_us([Number("1.00049"), Number("2"), None]).to_list() == [1000, 2000, None]
     assert ns_from_us([Number("1.5"), Number("1e-05")]).to_list() == [1500, 0]
     assert ns_from_us([]).to_list() == []
+
+
+def _nested(depth: int) -> list:
+    value: list = [1]
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+# Input Dims and grid values, usual and odd: the text checks must decide as the
+# value-by-value ones (floats are Number text here, as the parser leaves them).
+SHAPES = [[[8, 128], [], [1]], [], [3, -4], [[1, [2, [3]]]], [2**63 - 1], [-(2**63)],
+          [2**63], [-(2**63) - 1], [[1] * 3] * 7, _nested(MAX_DIMS_DEPTH),
+          _nested(MAX_DIMS_DEPTH + 1), [[1], [2, [3, [4, [5, [6, 2**64]]]]]], [True], [1, None],
+          [Number("1.5")], ["1"], ["[1]"], [{"a": 1}], [[1], "x"], [4, 106, 1], [4, 106],
+          [4, 106, 1, 9], [4, 1, 2**63], "[1, 2]", 5, None, {"x": [1]}, Number("2.0")]  # fmt: skip
+
+
+def test_dims_column_is_dims_text_of_each_value():
+    expected = [dims_text(v) for v in SHAPES]
+    assert dims_column("d", SHAPES).to_list() == expected
+    assert expected[0] == "[[8, 128], [], [1]]" and expected[10] is None and expected[11] is None
+    assert dims_column("d", [None, None]).to_list() == [None, None]
+
+
+def test_axis_columns_are_null_unless_a_list_of_int64():
+    args = [{"grid": v} for v in SHAPES] + [{}]
+    x, y, z = (c.to_list() for c in axis_columns(args, "grid", ("x", "y", "z")))
+    for v, *got in zip([*SHAPES, None], x, y, z, strict=True):
+        ok = type(v) is list and all(type(i) is int and int_ok(i) for i in v)
+        assert got == [v[i] if ok and len(v) > i else None for i in range(3)], v
+    assert (x[-8], y[-8], z[-8]) == (4, 106, 1)
 
 
 def test_paused_gc_restores_the_collector():

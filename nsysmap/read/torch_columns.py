@@ -24,6 +24,8 @@ _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1  # int_ok's bounds, inlined in the hot 
 _INT_OR_NONE = {int, type(None)}
 _TEXT_OR_NONE = {Number, str, type(None)}
 _CHECKED = ("ts", "dur", "pid", "tid", "cat")  # present in every checked event
+_INT_LIST = r"^\[(?:-?\d+(?:, -?\d+)*)?\]$"  # the repr of a flat list of ints
+_DIMS_CHARS = r"^\[[\[\], 0-9-]*\]$"  # the repr of nested lists of ints, and only that
 
 
 @lru_cache(maxsize=4096)
@@ -134,16 +136,23 @@ def arg_column(args: list[dict[str, Any]], key: str) -> pl.Series:
 
 def axis_columns(args: list[dict[str, Any]], key: str, axes: tuple[str, ...]) -> list[pl.Series]:
     """A list-of-integers argument ("grid": [4, 106, 1]) as one Int64 column per axis
-    (`key_x`, ...): null where the value is not a list of Int64 integers or is too short."""
+    (`key_x`, ...): null where the value is not a list of Int64 integers or is too short.
+
+    Checked on the values' text: the repr of a JSON value is "[4, 106, 1]" only
+    for a list of integers (text, floats, booleans and None print otherwise), and
+    an element beyond Int64 fails the integer cast, which voids the whole value.
+    """
     values = list(map(dict.get, args, repeat(key)))
-    ok = [
-        v
-        if type(v) is list and all(type(x) is int and _I64_MIN <= x <= _I64_MAX for x in v)
-        else ()
-        for v in values
-    ]
+    if set(map(type, values)) <= {type(None)}:
+        return [pl.Series(f"{key}_{axis}", [None] * len(values), pl.Int64) for axis in axes]
+    text = pl.Series(list(map(repr, values)), dtype=pl.String)
+    items = text.str.strip_prefix("[").str.strip_suffix("]").str.split(", ")
+    numbers = items.list.eval(pl.element().cast(pl.Int64, strict=False))
+    ok = text.str.contains(_INT_LIST) & ~numbers.list.eval(pl.element().is_null()).list.any()
     return [
-        pl.Series(f"{key}_{axis}", [v[i] if len(v) > i else None for v in ok], dtype=pl.Int64)
+        pl.select(pl.when(ok).then(numbers.list.get(i, null_on_oob=True)))
+        .to_series()
+        .alias(f"{key}_{axis}")
         for i, axis in enumerate(axes)
     ]
 
@@ -158,6 +167,32 @@ def first_arg(args: list[dict[str, Any]], keys: tuple[str, ...]) -> pl.Series:
 def dims_text(value: Any) -> str | None:
     """`Input Dims` as compact text ("[[8, 128], []]"); None unless nested lists of ints."""
     return json.dumps(value) if isinstance(value, list) and _dims_ok(value, 1) else None
+
+
+def dims_column(name: str, values: list[Any]) -> pl.Series:
+    """`dims_text` of each value, checked on the values' text in one pass.
+
+    The repr of a list of integers and lists is its JSON text ("[[8, 128], []]"),
+    and only such a list prints with nothing but brackets, digits, minus signs
+    and ", " (text is quoted, floats have a point, booleans and None are words).
+    What the text alone cannot show (more than `MAX_DIMS_DEPTH` levels, an
+    integer beyond Int64) is possible only with more than that many brackets or
+    19 digits in a row; those few values are checked one by one.
+    """
+    if set(map(type, values)) <= {type(None)}:
+        return pl.Series(name, [None] * len(values), pl.String)
+    text = pl.Series(name, list(map(repr, values)), dtype=pl.String)
+    shaped = text.str.contains(_DIMS_CHARS)
+    doubtful = shaped & (
+        (text.str.count_matches(r"\[", literal=False) > MAX_DIMS_DEPTH)
+        | text.str.contains(r"\d{19}")
+    )
+    out = pl.select(pl.when(shaped & ~doubtful).then(text)).to_series().alias(name)
+    rows = doubtful.arg_true()
+    if rows.len():
+        checked = pl.Series([dims_text(values[i]) for i in rows], dtype=pl.String)
+        out = out.scatter(rows, checked)
+    return out
 
 
 def _dims_ok(value: list[Any], depth: int) -> bool:

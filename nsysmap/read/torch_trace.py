@@ -22,6 +22,7 @@ same. This module never imports torch: it only reads the file.
 
 from __future__ import annotations
 
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from nsysmap.read.torch_columns import (
     arg_column,
     args_of,
     axis_columns,
-    dims_text,
+    dims_column,
     event_frame,
     first_arg,
 )
@@ -144,7 +145,7 @@ def _cpu_frame(evs: list[dict[str, Any]]) -> pl.DataFrame:
     args = args_of(evs)
     return event_frame(evs).with_columns(
         first_arg(args, _EXTERNAL_ID).alias("external_id"),
-        pl.Series("input_shapes", [dims_text(a.get("Input Dims")) for a in args], pl.String),
+        dims_column("input_shapes", list(map(dict.get, args, repeat("Input Dims")))),
         arg_column(args, "Sequence number").alias("seq"),
         arg_column(args, "Fwd thread id").alias("fwd_tid"),
     )
