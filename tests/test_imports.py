@@ -369,3 +369,10 @@ def test_every_module_imports_in_a_fresh_interpreter(package):
         )
     for batch, libraries in zip(batches, loaded, strict=True):
         assert libraries == [], f"{batch[0]} and its batch load {libraries}"
+
+
+def test_every_barred_prefix_names_modules_that_exist(graph):
+    """A renamed module must not leave a floor behind that no longer bars anything."""
+    barred = {prefix.rstrip(".") for bars in FLOORS.values() for prefix in bars}
+    dead = sorted(p for p in barred if not any(m == p or m.startswith(p + ".") for m in graph))
+    assert dead == []
