@@ -5,7 +5,7 @@ between is pure. Attribution runs block by block on every path: each block
 is summarised (partial sums, combined at the end) and handed to a sink
 (nsysmap.output.ops_sinks) that holds the rows in memory (`analyse`, inputs
 that fit) or streams them into a staged ops.parquet (`analyse_file`, above
-STREAM_OPS GPU operations). `Analysis.store` says which; overlap and
+STREAM_OPS operations). `Analysis.store` says which; overlap and
 inference read the rows from it, the same way on both. Each step can be
 timed by a `Stages` (which also shows progress on a terminal);
 `analyse_file` returns the timings in `Analysis.timings`.
@@ -53,7 +53,7 @@ from nsysmap.stages import Stages
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 
-# Reports with more GPU operations than this are streamed by `analyse_file`:
+# Profiles with more operations than this are streamed by `analyse_file`:
 # their OPS rows go into ops.parquet as they are made, never all in memory.
 STREAM_OPS = 2_000_000
 
@@ -81,12 +81,12 @@ class Analysis:
 
     @property
     def ops(self) -> pl.DataFrame:
-        """One OPS row per GPU operation (read from ops.parquet when it was streamed)."""
+        """One OPS row per operation (read from ops.parquet when it was streamed)."""
         return self.store.read()
 
 
 def load_profile(path: str | Path, *, stages: Stages | None = None) -> NestedProfile:
-    """Read a report of any supported kind and normalise it (read, then nest its ranges).
+    """Read a profile of any supported kind and normalise it (read, then nest its ranges).
 
     `.sqlite` nsys exports, `.nsys-rep` reports (exported with `nsys export`
     next to the input), and torch.profiler traces (`.json`, `.json.gz`).
@@ -139,7 +139,7 @@ def analyse(
     rules: NameRules = BUILTIN,
     infer: bool = True,
 ) -> Analysis:
-    """Attribute, summarise and infer a normalised report (pure: no file access).
+    """Attribute, summarise and infer a normalised profile (pure: no file access).
 
     The OPS rows are held in memory. `rules` read step and phase names
     (nsysmap.attribution.rules); the user's rules among them are recorded
@@ -220,7 +220,7 @@ def _recorded_options(
 
 def _require_ops(profile: Profile) -> None:
     if profile.ops.is_empty():
-        where = profile.meta_value("source_path") or "report"
+        where = profile.meta_value("source_path") or "profile"
         raise NoGpuData(f"{where}: no GPU operations to attribute")
 
 
@@ -281,7 +281,7 @@ def analyse_file(
     """`nsysmap attribute`: the whole flow from a file.
 
     The input's SHA-256 (for the manifest) is computed in a background
-    thread while the report is attributed; `timings` gets its duration as
+    thread while the profile is attributed; `timings` gets its duration as
     "hash" (mostly off the critical path). Progress shows on
     stderr when it is a terminal, unless `stages` says otherwise.
     """
@@ -293,7 +293,7 @@ def analyse_file(
             profile = load_profile(path, stages=stages)
             # Hashed beside attribution (reading keeps both cores busy already).
             identity = pool.submit(_timed_identity, path, stop)
-            # Large reports are streamed beside out_dir, moved into place with the other outputs.
+            # A large profile's OPS rows are staged beside out_dir, then moved in with the rest.
             sink: OpsSink = HoldOps()
             if profile.ops.height > STREAM_OPS:
                 sink = StreamOps(cleanup.enter_context(staging(out_dir)) / OPS_FILE)

@@ -17,6 +17,8 @@ class Profile:
 
     Built by `nsysmap.read.nsys_sqlite` (nsys SQLite) or `nsysmap.read.torch_trace`
     (torch.profiler); every frame conforms to its schema in `nsysmap.schemas`.
+    `ops` are the operations of any device: GPU kernels, copies and memsets, or
+    CPU operators when a torch.profiler trace has no device events.
     Its ranges are not nested yet (`depth`, `parent_id` empty, open ranges
     without an end): `nsysmap.attribution.normalise.normalise` makes the
     `NestedProfile` that attribution takes.
@@ -41,7 +43,7 @@ class Profile:
         return None if hit.is_empty() else hit["value"][0]
 
     def checked(self) -> Self:
-        """This report (of the same type) with every frame conformed to its declared schema."""
+        """This profile (of the same type) with every frame conformed to its declared schema."""
         return replace(
             self,
             ops=schemas.conform(self.ops, schemas.PROFILE_OPS, "ops"),
@@ -62,7 +64,7 @@ class NestedProfile(Profile):
     Every range has its `depth` and `parent_id` (null for a root). Made by
     `nsysmap.attribution.normalise.normalise`, the only step that nests; the
     attribution (`nsysmap.attribution.attribute.attribute`) takes nothing else,
-    so type checking rejects a report straight from a reader.
+    so type checking rejects a profile straight from a reader.
     """
 
     def __post_init__(self) -> None:

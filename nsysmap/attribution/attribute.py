@@ -1,8 +1,12 @@
-"""Attribution: every GPU operation to the step, phase, module and range that launched it.
+"""Attribution: every operation to the step, phase, module and range that launched it.
+
+The operations are the profile's `ops`: GPU kernels, copies and memsets, or
+the CPU operators of a torch.profiler trace without device events (each one
+"launched" by itself, on its own thread).
 
 The chain, each link a vectorised lookup:
 
-1. GPU op ⋈ launch call on (pid, correlation_id)             -> launching thread, time
+1. op ⋈ launch call on (pid, correlation_id)                 -> launching thread, time
 2. launch time -> innermost range on that thread              -> range, path, depth
 3. launch time -> innermost step / phase / module / aten range on that thread
 4. step or phase still unknown (e.g. backward kernels launched from the autograd
@@ -27,7 +31,7 @@ No operation is dropped: `attribution` says how far the chain got
 How: `nsysmap.attribution.locate` finds range positions for all operations at once
 (as-of joins and parent climbs, `nsysmap.intervals.forest`); this module turns them
 into names and labels a block of operations at a time, so that a caller can
-write large reports block by block (`attribute_blocks`).
+write the OPS rows of a large profile block by block (`attribute_blocks`).
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from nsysmap.profile import NestedProfile, Profile
 
 
 def attribute(profile: NestedProfile, rules: NameRules = BUILTIN) -> pl.DataFrame:
-    """One OPS row per GPU operation of `report` (nested by `normalise`).
+    """One OPS row per operation of `profile` (nested by `normalise`).
 
     `rules` read step and phase names (nsysmap.attribution.rules).
     """
@@ -58,7 +62,7 @@ def attribute(profile: NestedProfile, rules: NameRules = BUILTIN) -> pl.DataFram
 def attribute_blocks(
     profile: NestedProfile, *, block_rows: int | None, rules: NameRules = BUILTIN
 ) -> Iterator[pl.DataFrame]:
-    """The OPS rows of `report` in op_id order, `block_rows` rows at a time (None: one block).
+    """The OPS rows of `profile` in op_id order, `block_rows` rows at a time (None: one block).
 
     The ranges are searched once for all operations; names, labels and range
     paths are materialised one block at a time.
@@ -222,8 +226,8 @@ def _categories(ops: pl.DataFrame) -> pl.Series:
     return joined["category"]
 
 
-def _with_launches(gpu_ops: pl.DataFrame, api_calls: pl.DataFrame) -> pl.DataFrame:
-    """GPU ops with the launching call's tid, api name and start (left join).
+def _with_launches(ops: pl.DataFrame, api_calls: pl.DataFrame) -> pl.DataFrame:
+    """`ops` with the launching call's tid, api name and start (left join).
 
     Of calls sharing (pid, correlation_id), the one `first_calls` keeps
     (nsysmap/launch_keys.py: the one that started first).
@@ -232,7 +236,7 @@ def _with_launches(gpu_ops: pl.DataFrame, api_calls: pl.DataFrame) -> pl.DataFra
     first = first_calls(calls)
     if not first.all():
         calls = calls.filter(first)
-    key = call_key(calls, gpu_ops)
+    key = call_key(calls, ops)
     launches = calls.select(
         "pid",
         "correlation_id",
@@ -241,10 +245,8 @@ def _with_launches(gpu_ops: pl.DataFrame, api_calls: pl.DataFrame) -> pl.DataFra
         pl.col("start_ns").alias("launch_start_ns"),
     )
     if key is None:
-        return gpu_ops.join(
-            launches, on=["pid", "correlation_id"], how="left", maintain_order="left"
-        )
-    joined = gpu_ops.with_columns(_k=key).join(
+        return ops.join(launches, on=["pid", "correlation_id"], how="left", maintain_order="left")
+    joined = ops.with_columns(_k=key).join(
         launches.with_columns(_k=key).drop("pid", "correlation_id"),
         on="_k",
         how="left",

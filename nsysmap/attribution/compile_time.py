@@ -11,7 +11,7 @@ The outermost of them on each thread are compilations:
     ops        ^ aten ops run while compiling (fake tensors, autotuning) count as inside
 
 `compile_facts` gives the number of compilations, their wall time, and the
-time of the report's operations launched inside them, as report metadata
+time of the profile's operations launched inside them, as profile metadata
 (shown in the summary, kept in manifest.json). Run-time events
 (`TorchDynamo Cache Lookup`, `Torch-Compiled Region`) are not compilation.
 """
@@ -73,7 +73,7 @@ def compile_facts(profile: Profile) -> dict[str, str]:
 
 
 def with_compile_facts(profile: NestedProfile) -> NestedProfile:
-    """The report with `compile_facts` added to its metadata (pure)."""
+    """The profile with `compile_facts` added to its metadata (pure)."""
     facts = compile_facts(profile)
     if not facts:
         return profile

@@ -2,7 +2,7 @@
 
 Inside a compiled region no module hook fires, so the kernels first land in
 the region's own module range (the model, for `torch.compile(model)`). The
-capture's compiled.json (`report.compiled`) lists, per compiled graph, its
+capture's compiled.json (`profile.compiled`) lists, per compiled graph, its
 kernel calls in order with the modules their FX nodes came from. In the
 trace, every call of a graph is a range `## Call CompiledFxGraph <key> ##`
 on the calling thread, and every kernel call inside it a CPU-side event
@@ -41,7 +41,7 @@ _SEQ_SUFFIX = r", (?:stashed )?seq = .*$"  # the trace reader's autograd-link su
 
 @dataclass(frozen=True)
 class CompiledContext:
-    """Graph calls and kernel units of a report, found once for all blocks of ops."""
+    """Graph calls and kernel units of a profile, found once for all blocks of ops."""
 
     calls: pl.DataFrame  # pid, tid, start_ns, end_ns, call, graph, graph_direction
     units: pl.DataFrame  # pid, tid, start_ns, end_ns, unit columns (CPU-side kernel calls)
@@ -49,10 +49,10 @@ class CompiledContext:
 
 
 def compiled_context(profile: Profile) -> CompiledContext | None:
-    """Calls and units of `report`; None when it has no compiled-graph call.
+    """Calls and units of `profile`; None when it has no compiled-graph call.
 
-    Only torch.profiler traces (or reports with a compiled.json) hold graph
-    calls, so an nsys report with millions of ranges is not searched.
+    Only torch.profiler traces (or profiles with a compiled.json) hold graph
+    calls, so an nsys export with millions of ranges is not searched.
     """
     trace = profile.meta_value("backend") == "torch.profiler"
     if profile.compiled.is_empty() and not trace:

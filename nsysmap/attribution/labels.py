@@ -4,7 +4,7 @@ Two families of names are understood:
 
 * nsysmap's own ranges (the grammar in `nsysmap.range_names`), emitted by
   `instrument/`: steps, phases, module forward/backward calls.
-* Foreign styles seen in real reports: PyTorch's per-operator ranges
+* Foreign styles seen in real profiles: PyTorch's per-operator ranges
   (`emit_nvtx`, `nsys --pytorch`: `aten::addmm, seq = 12, sizes = [[..]]`,
   `stashed seq` on backward), FSDP hook ranges (`FSDP::pre_forward (blocks.3)`),
   and the step and phase names of the rule table in

@@ -1,7 +1,7 @@
-"""Where each GPU operation's launch lies among the ranges: positions, not yet names.
+"""Where each operation's launch lies among the ranges: positions, not yet names.
 
 `locate` answers, for every launched operation, the positions (rows of
-`report.ranges`) of the innermost range on the launching thread, of the
+`profile.ranges`) of the innermost range on the launching thread, of the
 innermost step, phase, module and operator range, of the step / phase range
 of the process when the thread has none, and of the module found through
 the autograd sequence number (see `nsysmap.attribution.attribute` for the rules). Names

@@ -19,12 +19,12 @@ from nsysmap.scalars import to_int
 
 
 def normalise(raw: Profile) -> NestedProfile:
-    """The report with open ranges closed, FSDP spans added and ranges nested (pure).
+    """The profile with open ranges closed, FSDP spans added and ranges nested (pure).
 
-    Raises NotAnExport when a GPU operation's times are unusable (see
+    Raises NotAnExport when an operation's times are unusable (see
     `check_op_times`).
     """
-    check_op_times(raw.ops, raw.meta_value("source_path") or "report")
+    check_op_times(raw.ops, raw.meta_value("source_path") or "profile")
     ranges = raw.ranges
     first_id = to_int(ranges["range_id"].max() or 0) + 1 if ranges.height else 0
     spans = fsdp_spans(ranges, first_id)
@@ -54,7 +54,7 @@ def normalise(raw: Profile) -> NestedProfile:
 MAX_TOTAL_NS = (1 << 63) - 1
 
 
-def check_op_times(gpu_ops: pl.DataFrame, source: str) -> None:
+def check_op_times(ops: pl.DataFrame, source: str) -> None:
     """Refuse operations without a usable duration, and devices whose total overflows.
 
     An operation needs a start and an end (not NULL, not text), the end not
@@ -66,7 +66,7 @@ def check_op_times(gpu_ops: pl.DataFrame, source: str) -> None:
     start, end, dur = pl.col("start_ns"), pl.col("end_ns"), pl.col("dur_ns")
     own = pl.col("kind") == "cpu_op"  # a CPU operator's dur_ns is its self time
     usable = (end >= start) & (dur >= 0) & (own | (dur == end - start))
-    bad = gpu_ops.filter(~usable.fill_null(False))
+    bad = ops.filter(~usable.fill_null(False))
     if bad.height:
         first = bad.row(0, named=True)
         raise NotAnExport(
@@ -75,11 +75,11 @@ def check_op_times(gpu_ops: pl.DataFrame, source: str) -> None:
             f"{_short(first['name'])}): a missing or non-numeric time, or an end before the "
             "start; the export is damaged"
         )
-    totals = gpu_ops.group_by("device_id").agg(total=dur.cast(pl.Int128).sum())
+    totals = ops.group_by("device_id").agg(total=dur.cast(pl.Int128).sum())
     over = totals.filter(pl.col("total") > MAX_TOTAL_NS)
     if over.height:
         device = over.row(0, named=True)
-        longest = gpu_ops.filter(pl.col("device_id").eq_missing(device["device_id"]))
+        longest = ops.filter(pl.col("device_id").eq_missing(device["device_id"]))
         worst = longest.sort("dur_ns", descending=True).row(0, named=True)
         raise NotAnExport(
             f"{source}: device {device['device_id']}'s GPU time adds up to more than 2^63-1 ns "

@@ -22,8 +22,8 @@ nothing here is global state.
 
 The `warmup` phase marks work done before measurement: an operation inside
 any warm-up range gets phase `warmup` whatever phase ranges lie inside it, so
-summaries can leave it out (`phase != "warmup"`) and the report's per-step
-figures do.
+summaries can leave it out (`phase != "warmup"`) and `nsysmap report`'s
+per-step figures do.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Inferred step, phase and block of every GPU operation, from the kernel sequence alone.
+"""Inferred step, phase and block of every operation, from the kernel sequence alone.
 
 Pure: an OPS frame in, an INFERRED frame out (one row per op, keyed by
 op_id). Ranges, steps, phases and modules the profile measured are never

@@ -86,7 +86,7 @@ def combine_leaves(parts: list[pl.DataFrame]) -> pl.DataFrame:
     The parts are only stacked: a (device, range) whose operations fall in
     several parts keeps a row per part, which `by_range` adds up like any
     other leaves of one path (regrouping the ~0.9 leaves per operation of a
-    large report would cost a hash group-by of them all).
+    large profile would cost a hash group-by of them all).
     """
     if len(parts) == 1:
         return conform_leaves(parts[0])
@@ -94,7 +94,7 @@ def combine_leaves(parts: list[pl.DataFrame]) -> pl.DataFrame:
 
 
 def by_range(leaves: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
-    """BY_RANGE from the leaves of every operation and the report's nested ranges.
+    """BY_RANGE from the leaves of every operation and the profile's nested ranges.
 
     A (device, range) may have several rows in `leaves` (see `combine_leaves`):
     every use below adds them up.
@@ -129,7 +129,7 @@ def _domain_names(domains: pl.DataFrame) -> pl.DataFrame:
 def _placed(leaves: pl.DataFrame, forest: pl.DataFrame, ids: pl.Series) -> pl.DataFrame:
     """Leaves with their range's pos, thread code and depth (null: outside every range).
 
-    `ids`: the report's range ids, row by row.
+    `ids`: the profile's range ids, row by row.
     """
     pos = positions_of(forest, ids, leaves["range_id"])
     if pos is None:

@@ -139,7 +139,7 @@ def _covered(comm: pl.DataFrame, union: pl.DataFrame) -> pl.DataFrame:
 def overlap_line(overlap: pl.DataFrame) -> str:
     """One line: communication time, how much compute on other streams hid, what was exposed.
 
-    Empty when the report has no communication kernels.
+    Empty when the profile has no communication kernels.
     """
     comm = int(overlap["comm_ns"].sum())
     if comm == 0:

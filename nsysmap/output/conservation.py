@@ -1,6 +1,6 @@
 """The check every run makes before it writes: nothing lost, nothing counted twice.
 
-Per device, the input's GPU operations (rows and summed durations) must
+Per device, the input profile's operations (rows and summed durations) must
 equal the OPS rows and every summary table's `ops` and `time_ns` totals.
 Sums are taken in 128 bits, so a total that wrapped around in 64 bits shows
 as a mismatch. A failure is a TotalsMismatch (exit 11): one line, and no
@@ -18,7 +18,7 @@ _WIDE = pl.Int128
 
 
 def check_conservation(
-    gpu_ops: pl.DataFrame,
+    profile_ops: pl.DataFrame,
     summaries: Summaries,
     ops: pl.DataFrame | pl.LazyFrame,
     n_ops: int,
@@ -26,13 +26,13 @@ def check_conservation(
 ) -> None:
     """Raise TotalsMismatch unless every table adds up to the input, per device.
 
-    `ops`: the OPS rows (a lazy scan of ops.parquet when they were streamed);
-    `n_ops` their row count.
+    `profile_ops`: the input profile's `ops`; `ops`: the OPS rows (a lazy
+    scan of ops.parquet when they were streamed), `n_ops` their row count.
     """
     where = f"{source}: " if source else ""
-    if n_ops != gpu_ops.height:
-        raise _mismatch(where, f"{n_ops:,} operation rows for {gpu_ops.height:,} input rows")
-    expected = _totals(gpu_ops.select("device_id", "dur_ns"), rows=True)
+    if n_ops != profile_ops.height:
+        raise _mismatch(where, f"{n_ops:,} operation rows for {profile_ops.height:,} input rows")
+    expected = _totals(profile_ops.select("device_id", "dur_ns"), rows=True)
     tables = {"ops": _totals(ops.lazy().select("device_id", "dur_ns").collect(), rows=True)}
     for name, table in summaries.tables().items():
         if name in NOT_PARTITIONS:

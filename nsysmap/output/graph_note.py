@@ -1,4 +1,4 @@
-"""The terminal summary's line on CUDA graphs (from the reader's counts in the report's meta)."""
+"""The terminal summary's line on CUDA graphs (from the reader's counts in the profile's meta)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ NODE_MODE = "nsys profile --cuda-graph-trace=node"
 def graph_line(meta: dict[str, str], total_ns: int) -> str:
     """How much GPU time ran in CUDA graphs, and whether the kernels inside are visible.
 
-    Empty when the report has no graph replays and no graph-node operations.
+    Empty when the profile has no graph replays and no graph-node operations.
     """
     replays, nodes = int(meta.get("graph_replays", 0)), int(meta.get("graph_node_ops", 0))
     lines = []

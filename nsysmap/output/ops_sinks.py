@@ -105,7 +105,7 @@ class OpsSink(Protocol):
 class HoldOps:
     """Keep the rows in memory: the blocks, concatenated.
 
-    One block by default: attributing a report whole is as fast as it gets,
+    One block by default: attributing a profile whole is as fast as it gets,
     and the rows are all held anyway.
     """
 

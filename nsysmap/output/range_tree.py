@@ -30,7 +30,7 @@ def preorder(ranges: pl.DataFrame) -> pl.DataFrame:
     The ranges inside the one at `pos` are those at pos + 1 .. stop - 1: the
     following ones on its thread that start before it ends. Ranges without a
     thread cannot hold an operation and are left out; one without a start
-    counts from the first instant of the report, one without an end to the last.
+    counts from the first instant of the profile, one without an end to the last.
     """
     columns = ["range_id", "pid", "tid", "start_ns", "end_ns", "depth", "parent_id"]
     usable = ranges.select(columns).with_row_index("row").drop_nulls(["pid", "tid"])
@@ -62,9 +62,9 @@ def _parent_positions(ordered: pl.DataFrame, ids: pl.Series) -> pl.Series:
 
 def positions_of(forest: pl.DataFrame, ids: pl.Series, refs: pl.Series) -> pl.Series | None:
     """The pos in `forest` (a `preorder`) of each range id in `refs`; null: null, not
-    among the report's ranges, or left out of the forest.
+    among the profile's ranges, or left out of the forest.
 
-    `ids` are the report's range ids, row by row (`forest["row"]`). When they
+    `ids` are the profile's range ids, row by row (`forest["row"]`). When they
     increase (as `nest_ranges` leaves them) a ref's row is its offset from
     the first id (ids without gaps) or a binary search, and its pos a gather
     of the inverse pre-order; None when they do not (callers join instead).

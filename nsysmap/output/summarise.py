@@ -97,7 +97,7 @@ EXTRA = {
 def summarise(ops: pl.DataFrame, ranges: pl.DataFrame | None = None) -> Summaries:
     """All summary tables for an OPS frame.
 
-    by_range needs the report's nested ranges (`report.ranges`); without
+    by_range needs the profile's nested ranges (`profile.ranges`); without
     them it is left empty.
     """
     return with_overlap(combine_summaries([partial_summaries(ops)], ranges), ops)
@@ -112,7 +112,7 @@ def partial_summaries(ops: pl.DataFrame) -> dict[str, pl.DataFrame]:
     """Per table, the groups of `ops` with counts, sums, minima and maxima.
 
     Partial results of disjoint sets of ops combine into the summaries of
-    their union (`combine_summaries`), so large reports can be summarised
+    their union (`combine_summaries`), so large profiles can be summarised
     block by block.
     """
     lazy = ops.lazy()
@@ -135,7 +135,7 @@ def combine_summaries(
 ) -> Summaries:
     """The summary tables from the partial results of disjoint sets of ops.
 
-    by_range needs the report's nested ranges; without them it is left empty.
+    by_range needs the profile's nested ranges; without them it is left empty.
     """
     frames = {}
     for name, keys in KEYS.items():

@@ -29,7 +29,7 @@ def read_compiled(path: Path) -> pl.DataFrame:
 
 
 def attach_compiled(profile: NestedProfile, trace: Path) -> NestedProfile:
-    """The report with the compiled.json found next to `trace`, if there is one."""
+    """The profile with the compiled.json found next to `trace`, if there is one."""
     doc = trace.parent / contract.COMPILED
     if not doc.is_file():
         return profile

@@ -1,4 +1,4 @@
-"""The rank a report declares in its launch environment.
+"""The rank an nsys export declares in its launch environment.
 
 nsys records the environment of the process it launched in
 `META_DATA_CAPTURE` (`PROCESS_0:ENVIRONMENT_VARIABLE` rows holding
@@ -6,7 +6,7 @@ nsys records the environment of the process it launched in
 (`torchrun ... nsys profile python train.py`, `srun nsys profile ...`), that
 environment holds the rank the launcher gave it. When nsys launched the
 launcher itself (`nsys profile torchrun ...`), it does not: the ranks are then
-the report's processes (see nsysmap.many).
+the export's processes (see nsysmap.many).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Stage 3 of the nsys reader: the report's frames from the rows read (Polars only, no SQL).
+"""Stage 3 of the nsys reader: the Profile's frames from the rows read (Polars only, no SQL).
 
 `build(raw, strings)` turns the tables `nsysmap.read.nsys_sql` read into the
-frames of a report: kernels, memcpys, memsets and CUDA graph replays become
+frames of a Profile: kernels, memcpys, memsets and CUDA graph replays become
 `gpu_ops` (graph links by `nsysmap.read.nsys_graphs`), NVTX rows become
 `ranges`, runtime rows `api_calls` (backtrace twins and duplicate launches
 dropped), with every StringIds lookup an expression. `batch_builders` gives
@@ -49,7 +49,7 @@ class Frames:
     export_meta: dict[str, str]  # the export's own metadata (the keys read)
     start_ns: int | None  # the first start and last end of ops, calls and ranges
     end_ns: int | None
-    counts: dict[str, object]  # facts for the report's meta: rows dropped, graphs, rank
+    counts: dict[str, object]  # facts for the profile's meta: rows dropped, graphs, rank
 
 
 def build(raw: Raw, strings: pl.DataFrame) -> Frames:

@@ -118,7 +118,7 @@ def graph_links(ops: pl.DataFrame, nodes: pl.DataFrame, graphs: pl.DataFrame) ->
 
 
 def graph_facts(ops: pl.DataFrame, links: pl.DataFrame) -> dict[str, object]:
-    """Counts for the report's meta: replays, node ops, their time, and captures found."""
+    """Counts for the profile's meta: replays, node ops, their time, and captures found."""
     replays = ops.filter(pl.col("kind") == "graph")
     nodes = ops.filter(pl.col("graph_node_id").is_not_null())
     if replays.is_empty() and nodes.is_empty():

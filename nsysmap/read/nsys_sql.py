@@ -1,7 +1,7 @@
 """Stage 2 of the nsys reader: run the queries (SQL only, no lookups or joins).
 
 Given the probed `Export` (`nsysmap.read.nsys_probe`), `read_tables` reads
-every table the report uses, once each, in parallel threads, and hands back
+every table the reader uses, once each, in parallel threads, and hands back
 one frame per table (None for a table the export lacks); `read_table` reads
 one. Nothing here interprets a value: string lookups, id decoding and joins
 are the frames stage's (`nsysmap.read.nsys_frames`), which may pass a function

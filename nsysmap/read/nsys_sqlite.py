@@ -38,7 +38,7 @@ GPU_SPECS = (specs.KERNEL, specs.MEMCPY, specs.MEMSET)
 GPU_WORK_SPECS = (*GPU_SPECS, specs.GRAPH_TRACE)
 GRAPH_SPECS = (specs.GRAPH_TRACE, specs.GRAPH_NODE_EVENTS, specs.GRAPH_EVENTS)
 CORE_TABLES = tuple(s.table for s in (*GPU_SPECS, specs.RUNTIME, specs.NVTX))
-# Every table the report uses, biggest first (so the reading threads finish together).
+# Every table the reader uses, biggest first (so the reading threads finish together).
 TABLES = (
     specs.NVTX,
     *GPU_SPECS,

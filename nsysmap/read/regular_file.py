@@ -1,7 +1,7 @@
 """The one check every input file passes before a reader opens it.
 
 Only regular files are read: a named pipe (FIFO) would block the first read
-forever, and a device or socket is never a report. Each refusal is an
+forever, and a device or socket is never a profile. Each refusal is an
 InputNotFound (exit 3) with a one-line message that starts with the path.
 """
 

@@ -69,10 +69,10 @@ def read_trace(path: str | Path) -> Profile:
         header, events = load_events(path)
         buckets, thread_events, skipped = split_events(events)
         del events
-        return _report(path, header, buckets, thread_events, skipped)
+        return _profile_of(path, header, buckets, thread_events, skipped)
 
 
-def _report(
+def _profile_of(
     path: Path,
     header: dict[str, Any],
     buckets: Buckets,
@@ -253,7 +253,7 @@ def _cpu_units(cpu: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         .with_columns(pl.col("op_id").cast(pl.Int64))
     )
     ops = ops.join(self_times(ops), on="op_id", how="left", maintain_order="left")
-    gpu_ops = ops.select(
+    units = ops.select(
         "op_id",
         pl.lit("cpu_op").alias("kind"),
         pl.lit(-1, pl.Int64).alias("device_id"),
@@ -271,7 +271,7 @@ def _cpu_units(cpu: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         "input_shapes",
     )
     api = _launch_columns(ops, pl.col("op_id"), pl.lit("cpu_op"))
-    return gpu_ops, api
+    return units, api
 
 
 def self_times(ops: pl.DataFrame) -> pl.DataFrame:
