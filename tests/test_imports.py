@@ -23,6 +23,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # What each part of nsysmap may not import (prefixes of module names). A
 # prefix matches the module itself and everything below it.
+_DRIVERS = ("nsysmap.pipeline", "nsysmap.capture", "nsysmap.many", "nsysmap.cli")  # run the flow
+_LATER = ("nsysmap.output", "nsysmap.infer", "nsysmap.report")  # work on attributed ops
+_NSYS_QUERY = ("nsysmap.read.nsys_probe", "nsysmap.read.nsys_sql")
+_NSYS_ASSEMBLY = "nsysmap.read.nsys_sqlite"
+_NSYS_FRAMES = ("nsysmap.read.nsys_frames", "nsysmap.read.nsys_graphs", "nsysmap.read.nsys_env")
 FLOORS: dict[str, tuple[str, ...]] = {
     # Leaves: shared by everything, know nothing of the flow.
     "nsysmap.schemas": ("nsysmap.",),
@@ -33,85 +38,25 @@ FLOORS: dict[str, tuple[str, ...]] = {
     "nsysmap.intervals": (
         "nsysmap.read",
         "nsysmap.attribution",
-        "nsysmap.output",
-        "nsysmap.infer",
-        "nsysmap.report",
+        *_LATER,
         "nsysmap.pipeline",
         "nsysmap.cli",
     ),
     # Readers: files in, normalised frames out.
-    "nsysmap.read": (
-        "nsysmap.attribution",
-        "nsysmap.output",
-        "nsysmap.infer",
-        "nsysmap.report",
-        "nsysmap.pipeline",
-        "nsysmap.capture",
-        "nsysmap.many",
-        "nsysmap.cli",
-    ),
+    "nsysmap.read": ("nsysmap.attribution", *_LATER, *_DRIVERS),
     # Within the nsys reader, one direction: probe -> query -> frames -> assemble
     # (nsys_sqlite); nothing calls back into an earlier stage's caller.
-    "nsysmap.read.nsys_probe": (
-        "nsysmap.read.nsys_sql",
-        "nsysmap.read.nsys_frames",
-        "nsysmap.read.nsys_graphs",
-        "nsysmap.read.nsys_env",
-        "nsysmap.read.nsys_sqlite",
-    ),
-    "nsysmap.read.nsys_sql": (
-        "nsysmap.read.nsys_frames",
-        "nsysmap.read.nsys_graphs",
-        "nsysmap.read.nsys_env",
-        "nsysmap.read.nsys_sqlite",
-    ),
+    "nsysmap.read.nsys_probe": ("nsysmap.read.nsys_sql", *_NSYS_FRAMES, _NSYS_ASSEMBLY),
+    "nsysmap.read.nsys_sql": (*_NSYS_FRAMES, _NSYS_ASSEMBLY),
     # Frames are built in Polars only: no file, no SQL.
-    "nsysmap.read.nsys_frames": (
-        "nsysmap.read.nsys_probe",
-        "nsysmap.read.nsys_sql",
-        "nsysmap.read.nsys_sqlite",
-    ),
-    "nsysmap.read.nsys_graphs": (
-        "nsysmap.read.nsys_probe",
-        "nsysmap.read.nsys_sql",
-        "nsysmap.read.nsys_frames",
-        "nsysmap.read.nsys_sqlite",
-    ),
-    "nsysmap.read.nsys_env": (
-        "nsysmap.read.nsys_probe",
-        "nsysmap.read.nsys_sql",
-        "nsysmap.read.nsys_frames",
-        "nsysmap.read.nsys_sqlite",
-    ),
+    "nsysmap.read.nsys_frames": (*_NSYS_QUERY, _NSYS_ASSEMBLY),
+    "nsysmap.read.nsys_graphs": (*_NSYS_QUERY, "nsysmap.read.nsys_frames", _NSYS_ASSEMBLY),
+    "nsysmap.read.nsys_env": (*_NSYS_QUERY, "nsysmap.read.nsys_frames", _NSYS_ASSEMBLY),
     "nsysmap.read.nsys_specs": ("nsysmap.",),
     # The pure middle.
-    "nsysmap.attribution": (
-        "nsysmap.read",
-        "nsysmap.output",
-        "nsysmap.infer",
-        "nsysmap.report",
-        "nsysmap.pipeline",
-        "nsysmap.capture",
-        "nsysmap.many",
-        "nsysmap.cli",
-    ),
-    "nsysmap.infer": (
-        "nsysmap.read",
-        "nsysmap.output",
-        "nsysmap.report",
-        "nsysmap.pipeline",
-        "nsysmap.capture",
-        "nsysmap.many",
-        "nsysmap.cli",
-    ),
-    "nsysmap.output": (
-        "nsysmap.read",
-        "nsysmap.report",
-        "nsysmap.pipeline",
-        "nsysmap.capture",
-        "nsysmap.many",
-        "nsysmap.cli",
-    ),
+    "nsysmap.attribution": ("nsysmap.read", *_LATER, *_DRIVERS),
+    "nsysmap.infer": ("nsysmap.read", "nsysmap.output", "nsysmap.report", *_DRIVERS),
+    "nsysmap.output": ("nsysmap.read", "nsysmap.report", *_DRIVERS),
     # The flow and what works on its outputs: nothing below the CLI imports it.
     "nsysmap.pipeline": ("nsysmap.capture", "nsysmap.many", "nsysmap.report", "nsysmap.cli"),
     "nsysmap.report": ("nsysmap.capture", "nsysmap.many.run_many", "nsysmap.cli"),
