@@ -172,10 +172,14 @@ def _analysed(
     options = _recorded_options(options, rules, infer)
     source_path = profile.meta_value("source_path")
     check_conservation(profile.ops, summaries, store.scan(), store.rows, source_path)
-    tables: dict[str, pl.DataFrame | int] = {"ops": store.rows, **summaries.tables()}
-    tables |= inferred.tables() if inferred is not None else {}
+    tables: dict[str, pl.DataFrame | int] = {"ops": store.rows, **_flow_tables(summaries, inferred)}
     manifest = build_manifest(profile, tables, options=options or {}, source=source)
     return Analysis(profile, store, summaries, manifest, inferred=inferred)
+
+
+def _flow_tables(summaries: Summaries, inferred: Inferred | None) -> dict[str, pl.DataFrame]:
+    """The tables the flow writes besides ops.parquet: the summaries, then the inferred ones."""
+    return summaries.tables() | (inferred.tables() if inferred is not None else {})
 
 
 def _attributed(
@@ -256,10 +260,7 @@ def write(analysis: Analysis, out_dir: str | Path, *, stages: Stages | None = No
     out_dir = Path(out_dir)
     stages = stages or Stages(progress=False)
     with stages.stage("write", "writing"):
-        tables = analysis.summaries.tables()
-        if analysis.inferred is not None:
-            tables |= analysis.inferred.tables()
-        tables |= analysis.extra_tables
+        tables = _flow_tables(analysis.summaries, analysis.inferred) | analysis.extra_tables
         write_outputs(tables, analysis.manifest, out_dir, ops=analysis.store)
     return replace(
         analysis,

@@ -62,17 +62,19 @@ def attach_model_flops(analysis: Analysis, capture_dir: Path) -> Analysis:
     return with_tables(analysis, {FLOPS_TABLE: flops_table(doc)}, model_flops=describe(doc))
 
 
-def load_flops(run_dir: Path) -> pl.DataFrame | None:
+def load_flops(run_dir: Path, manifest: dict[str, Any] | None = None) -> pl.DataFrame | None:
     """The FLOPS table of the profiled model, None when there is none.
 
     The table the manifest lists (`attach_model_flops` ran); else, when the
     manifest says nothing about model FLOPs, the capture's flops.json.
+    `manifest`: run_dir's manifest when the caller has read it already.
     """
     run_dir = Path(run_dir)
-    try:
-        manifest = json.loads((run_dir / MANIFEST).read_text())
-    except (OSError, ValueError):
-        manifest = {}
+    if manifest is None:
+        try:
+            manifest = json.loads((run_dir / MANIFEST).read_text())
+        except (OSError, ValueError):
+            manifest = {}
     listed = (manifest.get("tables") or {}).get(FLOPS_TABLE)
     if isinstance(listed, dict) and (run_dir / str(listed.get("file"))).is_file():
         return pl.read_parquet(run_dir / str(listed["file"]))

@@ -41,13 +41,20 @@ def text_id(value: str) -> int:
     return -2 - zlib.crc32(text.encode())
 
 
+def _plain_ints(name: str, values: Sequence[Any]) -> pl.Series | None:
+    """`values` as Int64 when each is None or an int that fits (checked in C); else None."""
+    if set(map(type, values)) <= _INT_OR_NONE:  # the usual case
+        try:
+            return pl.Series(name, values, dtype=pl.Int64)
+        except (TypeError, OverflowError):  # beyond Int64: the caller's general path
+            pass
+    return None
+
+
 def ids(values: Sequence[Any]) -> pl.Series:
     """pid/tid values (ints, or text in some traces) as Int64."""
-    if set(map(type, values)) <= _INT_OR_NONE:
-        try:
-            return pl.Series(values, dtype=pl.Int64)
-        except (TypeError, OverflowError):  # beyond Int64: the general path
-            pass
+    if (plain := _plain_ints("", values)) is not None:
+        return plain
     return pl.Series(
         [
             v if v is None or (type(v) is int and _I64_MIN <= v <= _I64_MAX) else text_id(str(v))
@@ -59,11 +66,8 @@ def ids(values: Sequence[Any]) -> pl.Series:
 
 def int_series(name: str, values: Sequence[Any]) -> pl.Series:
     """Each value as Int64 if it is an integer that fits (`int_ok`), else null."""
-    if set(map(type, values)) <= _INT_OR_NONE:  # the usual case: checked in C
-        try:
-            return pl.Series(name, values, dtype=pl.Int64)
-        except (TypeError, OverflowError):
-            pass
+    if (plain := _plain_ints(name, values)) is not None:
+        return plain
     return pl.Series(name, int_values(values), dtype=pl.Int64)
 
 

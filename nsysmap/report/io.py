@@ -39,7 +39,7 @@ def read_run(run_dir: str | Path) -> RunData:
         label=str(run_dir),
         ops=_table(run_dir / ops_file, OPS, "ops", renamed_window=older),
         manifest=manifest,
-        model_flops=load_flops(run_dir),
+        model_flops=load_flops(run_dir, manifest),
         model_info=load_flops_description(run_dir, manifest),
         by_range=_table(run_dir / ranges_file, BY_RANGE, "by_range") if ranges_file else None,
         by_inferred_block=(
