@@ -178,6 +178,7 @@ def reference_attribution(
         launches.setdefault((row["pid"], row["correlation_id"]), row)
     rows = list(ranges.iter_rows(named=True))
     names = {r["range_id"]: r["name"] for r in rows}
+    depths = {r["range_id"]: r["depth"] for r in rows}
     labels = {rid: _own_labels(n) for rid, n in names.items()}
 
     def finder(keep: callable, by_thread: bool) -> Innermost:
@@ -213,28 +214,32 @@ def reference_attribution(
             thread, t = (launch["pid"], launch["tid"]), launch["start_ns"]
             res["range_id"] = any_range.at(thread, t)
             projected = False
+            found: dict[str, int | None] = {}
             for k in ("step", "phase", "module"):
                 rid = fam[k].at(thread, t)
                 if rid is None and k in win:
                     rid = win[k].at((launch["pid"],), t)
                     projected = projected or rid is not None
                 res[k] = labels[rid][k] if rid is not None else None
+                found[k] = rid
             warm_rid = warm[0].at(thread, t)
             if warm_rid is None:
                 warm_rid = warm[1].at((launch["pid"],), t)
                 projected = projected or warm_rid is not None
             if warm_rid is not None:
                 res["phase"] = "warmup"
+            own_range = res["range_id"] is not None
+            if not own_range and projected:  # credited: the innermost range that gave step or phase
+                given = [found["phase"], warm_rid, found["step"]]
+                given = [rid for rid in given if rid is not None]
+                deepest = max(depths[rid] for rid in given)
+                res["range_id"] = next(rid for rid in given if depths[rid] == deepest)
             node_id = nodes.at(thread, t) if res["module"] is None else None
             node = _seq_node(names[node_id]) if node_id is not None else None
             if node is not None and node[1]:
                 res["module"] = forward_modules.get((launch["pid"], node[0]))
             res["attribution"] = (
-                "range"
-                if res["range_id"] is not None
-                else "other_thread"
-                if projected
-                else "no_range"
+                "range" if own_range else "other_thread" if projected else "no_range"
             )
         out[op["op_id"]] = res
     return out

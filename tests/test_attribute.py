@@ -82,6 +82,9 @@ def test_training_step_by_hand():
         "backward",
         None,
     )
+    # No range on its own thread: credited to the phase range that gave it its phase.
+    assert outside["range_path"] == "nsysmap:step:0 > nsysmap:phase:backward"
+    assert outside["range_depth"] == 2
     opt = _row(ops, ids["optimizer"])
     assert (opt["phase"], opt["module"], opt["category"]) == ("optimizer", None, "optimizer")
     assert _row(ops, ids["after_step"])["attribution"] == "no_range"

@@ -362,3 +362,27 @@ def test_path_key_codes_agree_with_path_keys():
     assert keys.gather(codes).to_list() == expected.to_list()
     assert keys.n_unique() == keys.len() == expected.n_unique()
     assert codes[0] == codes[2] and codes[1] == codes[4] and codes[3] == codes[6]
+
+
+def test_kernels_from_a_thread_without_ranges_count_in_the_phase_range():
+    """Backward kernels launched from autograd's thread, which has no ranges, count
+    under the user's `backward pass` range that gave them their phase."""
+    f = Frames()
+    f.range(1, "train step", 0, 100)
+    f.range(1, "forward pass", 0, 40)
+    f.range(1, "backward pass", 50, 90)
+    f.kernel(1, 10, dur=2)
+    f.kernel(2, 60, dur=3)  # autograd's thread: no range of its own
+    f.kernel(2, 70, dur=4)
+    rows = _rows(_table(f))
+    cols = ("calls", "ops", "time_ns", "inclusive_ops", "inclusive_ns")
+    got = {path: dict(zip(cols, rows[path][:5], strict=True)) for path in rows}
+    assert got["train step > backward pass"] == {
+        "calls": 1,
+        "ops": 2,
+        "time_ns": 7 * MS,
+        "inclusive_ops": 2,
+        "inclusive_ns": 7 * MS,
+    }
+    assert got["train step"]["inclusive_ns"] == 9 * MS
+    assert None not in rows  # nothing left outside every range

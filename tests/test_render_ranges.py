@@ -96,16 +96,28 @@ def test_long_paths_are_cut_at_a_separator_from_the_left(monkeypatch):
 
 
 def test_time_outside_the_shown_ranges_is_named_with_its_likely_cause():
-    """Backward kernels launched from another thread sit in none of the main thread's ranges."""
+    """Backward kernels launched inside autograd's own operator ranges on its thread sit
+    in none of the main thread's ranges."""
     f = _user_profile()  # 10 ms of kernels on thread 1, all in "forward pass"
     f.range(1, "backward pass", 100, 200)
-    f.kernel(2, 150, dur=8)  # from the autograd thread: phase backward, no range of its own
+    f.range(2, "autograd::engine::evaluate_function: MmBackward0", 140, 160)
+    f.kernel(2, 150, dur=8)  # phase backward from thread 1, range on its own thread
     ranges = [line for line in _text(f).splitlines() if "inside none of these ranges" in line]
     assert ranges == [
         "  8.000 ms (44.4%) is inside none of these ranges: launched outside them or from "
         "another thread (backward kernels from autograd's thread take their phase from these "
         "ranges, see the phase table)"
     ]
+
+
+def test_kernels_of_a_thread_without_ranges_count_in_the_range_that_gave_their_phase():
+    f = _user_profile()
+    f.range(1, "backward pass", 100, 200)
+    f.kernel(2, 150, dur=8)  # from the autograd thread: phase backward, no range of its own
+    text = _text(f)
+    assert "inside none of these ranges" not in text
+    (line,) = [line for line in text.splitlines() if line.lstrip().startswith("backward pass")]
+    assert line.split()[-2:] == ["8.000", "44.4%"]
 
 
 def test_no_outside_line_when_the_ranges_hold_all_the_time():

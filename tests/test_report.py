@@ -388,6 +388,6 @@ def test_an_older_output_reads_window_as_other_thread(outputs, tmp_path):
     read = read_run(run).ops
     assert read["attribution"].dtype == ops["attribution"].dtype
     assert read["attribution"].to_list() == ops["attribution"].to_list()
-    (run / "manifest.json").write_text(json.dumps(manifest))  # 1.3 has no `window`
+    (run / "manifest.json").write_text(json.dumps(manifest))  # 1.3 on has no `window`
     with pytest.raises(NotAnExport, match="not an ops table"):
         read_run(run)

@@ -138,7 +138,8 @@ def _values(
 
 def _labels(found: pl.DataFrame, scope: Scope) -> pl.DataFrame:
     ranges = scope.ranges
-    inner, module = found["inner"], found["module"]
+    module = found["module"]
+    inner = _coalesce(found["inner"], _credited(found, ranges["depth"]))
     aten = name_labels(
         ranges["name"].gather(found["aten"]), ["lbl_aten_op", "lbl_direction", "lbl_shapes"]
     )
@@ -159,8 +160,32 @@ def _labels(found: pl.DataFrame, scope: Scope) -> pl.DataFrame:
             ),
             "a_op": aten["lbl_aten_op"],
             "a_shapes": aten["lbl_shapes"],
+            OWN_RANGE: found["inner"].is_not_null(),
         }
     )
+
+
+def _credited(found: pl.DataFrame, depth: pl.Series) -> pl.Series:
+    """The range credited to an op with no range on its own thread whose step or phase
+    came from another thread (`projected`): the innermost of those step, phase and
+    warm-up ranges. Null for every other op.
+
+        main thread      |------------ backward pass ------------|
+        autograd thread      (no range)
+        launch                  ^ kernel: range `backward pass`, attribution other_thread
+    """
+    families = ("phase", WARMUP, "step")
+    frame = pl.DataFrame(
+        {**{f: found[f] for f in families}, **{f"d_{f}": depth.gather(found[f]) for f in families}}
+    )
+    deepest = pl.max_horizontal(*(pl.col(f"d_{f}") for f in families))
+    pick = pl.coalesce(pl.when(pl.col(f"d_{f}") == deepest).then(pl.col(f)) for f in families)
+    take = pl.lit(found["inner"].is_null() & found["projected"])
+    return frame.select(pl.when(take).then(pick)).to_series()
+
+
+# Whether an op's range is on its own launching thread (else credited from another: `_credited`).
+OWN_RANGE = "own_range"
 
 
 # What an op of a CUDA graph takes from where it was captured rather than replayed
@@ -186,7 +211,9 @@ def _phase(scope: Scope, found: pl.DataFrame) -> pl.Series:
 
 def _no_labels(n_ops: int) -> pl.DataFrame:
     labelled = {c: schemas.OPS[c] for c in _LABELLED}
-    schema = schemas.declare({**labelled, "a_op": pl.String, "a_shapes": pl.String})
+    schema = schemas.declare(
+        {**labelled, "a_op": pl.String, "a_shapes": pl.String, OWN_RANGE: pl.Boolean}
+    )
     return pl.DataFrame(schema=schema).clear(n_ops)
 
 
@@ -260,7 +287,7 @@ def _finish(ops: pl.DataFrame) -> pl.DataFrame:
     status = (
         pl.when(pl.col("launch_start_ns").is_null())
         .then(pl.lit("no_launch"))
-        .when(pl.col("range_id").is_not_null())
+        .when(pl.col(OWN_RANGE))
         .then(pl.lit("range"))
         .when(pl.col("projected"))
         .then(pl.lit("other_thread"))
