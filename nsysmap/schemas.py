@@ -162,6 +162,8 @@ OPS = declare(
         "range_name": pl.String,
         "range_path": pl.String,  # outermost to innermost, joined by " > "
         "range_depth": pl.Int32,
+        # the step/phase range of another thread that gave the op its step or phase
+        "other_thread_range_id": pl.Int64,
         "step": pl.Int64,
         "phase": pl.String,
         "module": pl.String,  # fully qualified module path, "" for the root module

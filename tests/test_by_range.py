@@ -236,6 +236,7 @@ def test_block_by_block_equals_in_memory():
 # ------------------------------------------------------------------ reference
 
 _FIELDS = re.compile(r", (?:stashed seq|seq|op_id|sizes|input_op_ids) = .*$", re.S)
+_STEP = re.compile(r"^(ProfilerStep#)\d+$")
 
 
 def reference_by_range(ops: pl.DataFrame, ranges: pl.DataFrame) -> dict:
@@ -245,9 +246,16 @@ def reference_by_range(ops: pl.DataFrame, ranges: pl.DataFrame) -> dict:
     def path(rid: int) -> str:
         names = []
         while rid is not None:
-            names.append(_FIELDS.sub("", info[rid]["name"] or ""))
+            names.append(_STEP.sub(r"\1*", _FIELDS.sub("", info[rid]["name"] or "")))
             rid = info[rid]["parent_id"]
         return " > ".join(reversed(names))
+
+    def chain(rid: int | None) -> set[int]:
+        found = set()
+        while rid is not None:
+            found.add(rid)
+            rid = info[rid]["parent_id"]
+        return found
 
     own: dict = defaultdict(lambda: [0, 0])
     inst: dict = {}
@@ -256,12 +264,13 @@ def reference_by_range(ops: pl.DataFrame, ranges: pl.DataFrame) -> dict:
         key = (dev, None if rid is None else path(rid))
         own[key][0] += 1
         own[key][1] += op["dur_ns"]
-        while rid is not None:
-            i = inst.setdefault((dev, rid), [0, 0, op["start_ns"], op["end_ns"]])
+        # Inside every range around its launch, and every range around the one on
+        # another thread that gave it its step or phase.
+        for inside in chain(rid) | chain(op["other_thread_range_id"]):
+            i = inst.setdefault((dev, inside), [0, 0, op["start_ns"], op["end_ns"]])
             i[0] += 1
             i[1] += op["dur_ns"]
             i[2], i[3] = min(i[2], op["start_ns"]), max(i[3], op["end_ns"])
-            rid = info[rid]["parent_id"]
     out: dict = {}
     for (dev, rid), (n, t, first, last) in inst.items():
         row = out.setdefault((dev, path(rid)), [0, 0, 0, 0])
@@ -279,7 +288,10 @@ def reference_by_range(ops: pl.DataFrame, ranges: pl.DataFrame) -> dict:
 
 
 _NAMES = st.sampled_from(
-    ["fwd", "attention", "aten::mm, seq = 3, op_id = 7", "aten::mm, op_id = 8", "x", ""]
+    [
+        *("fwd", "attention", "aten::mm, seq = 3, op_id = 7", "aten::mm, op_id = 8", "x", ""),
+        *("backward pass", "ProfilerStep#2"),  # a phase and a step: taken by the other thread
+    ]
 )
 
 
@@ -386,3 +398,21 @@ def test_kernels_from_a_thread_without_ranges_count_in_the_phase_range():
     }
     assert got["train step"]["inclusive_ns"] == 9 * MS
     assert None not in rows  # nothing left outside every range
+
+
+def test_kernels_launched_inside_their_own_threads_ranges_count_in_the_phase_range_too():
+    """autograd's thread has operator ranges of its own: its kernels stay there
+    (exclusive) and also count inside the user's `backward pass` (inclusive)."""
+    f = Frames()
+    f.range(1, "train step", 0, 100)
+    f.range(1, "backward pass", 50, 90)
+    f.range(2, "autograd::engine::evaluate_function: MmBackward0", 55, 80)
+    f.kernel(1, 10, dur=2)
+    f.kernel(2, 60, dur=3)
+    f.kernel(2, 70, dur=4)
+    rows = _rows(_table(f))
+    mm = "autograd::engine::evaluate_function: MmBackward0"
+    assert rows[mm][:5] == (1, 2, 7 * MS, 2, 7 * MS)
+    assert rows["train step > backward pass"][:5] == (1, 0, 0, 2, 7 * MS)
+    assert rows["train step"][:5] == (1, 1, 2 * MS, 3, 9 * MS)
+    assert rows["train step > backward pass"][5] == 14 * MS  # span: 61 ms to 75 ms

@@ -139,7 +139,7 @@ def _values(
 def _labels(found: pl.DataFrame, scope: Scope) -> pl.DataFrame:
     ranges = scope.ranges
     module = found["module"]
-    inner = _coalesce(found["inner"], _credited(found, ranges["depth"]))
+    inner = _coalesce(found["inner"], found["other"])  # none on its thread: the one taken
     aten = name_labels(
         ranges["name"].gather(found["aten"]), ["lbl_aten_op", "lbl_direction", "lbl_shapes"]
     )
@@ -151,6 +151,7 @@ def _labels(found: pl.DataFrame, scope: Scope) -> pl.DataFrame:
             "range_name": ranges["name"].gather(inner),
             "range_path": range_paths(scope.forest.parent, ranges["name"], ranges["depth"], inner),
             "range_depth": ranges["depth"].gather(inner),
+            "other_thread_range_id": ranges["range_id"].gather(found["other"]),
             "step": scope.label(found["step"], "lbl_step"),
             "phase": _phase(scope, found),
             "module": _coalesce(own["lbl_module"], seq["lbl_module"]),
@@ -165,26 +166,7 @@ def _labels(found: pl.DataFrame, scope: Scope) -> pl.DataFrame:
     )
 
 
-def _credited(found: pl.DataFrame, depth: pl.Series) -> pl.Series:
-    """The range credited to an op with no range on its own thread whose step or phase
-    came from another thread (`projected`): the innermost of those step, phase and
-    warm-up ranges. Null for every other op.
-
-        main thread      |------------ backward pass ------------|
-        autograd thread      (no range)
-        launch                  ^ kernel: range `backward pass`, attribution other_thread
-    """
-    families = ("phase", WARMUP, "step")
-    frame = pl.DataFrame(
-        {**{f: found[f] for f in families}, **{f"d_{f}": depth.gather(found[f]) for f in families}}
-    )
-    deepest = pl.max_horizontal(*(pl.col(f"d_{f}") for f in families))
-    pick = pl.coalesce(pl.when(pl.col(f"d_{f}") == deepest).then(pl.col(f)) for f in families)
-    take = pl.lit(found["inner"].is_null() & found["projected"])
-    return frame.select(pl.when(take).then(pick)).to_series()
-
-
-# Whether an op's range is on its own launching thread (else credited from another: `_credited`).
+# Whether an op's range is on its own launching thread (else the one taken from another).
 OWN_RANGE = "own_range"
 
 
@@ -218,7 +200,8 @@ def _no_labels(n_ops: int) -> pl.DataFrame:
 
 
 _LABELLED: tuple[str, ...]
-_LABELLED = ("range_id", "range_name", "range_path", "range_depth", "step", "phase")
+_LABELLED = ("range_id", "range_name", "range_path", "range_depth", "other_thread_range_id")
+_LABELLED += ("step", "phase")
 _LABELLED += ("module", "module_class", "direction")
 
 

@@ -27,7 +27,8 @@ SCOPE_FAMILIES = {"step": "lbl_step", "phase": "lbl_phase", "module": "lbl_modul
 WARMUP = "warmup"
 WINDOW_FAMILIES = ("step", "phase", WARMUP)
 # Columns of `locate`: range positions (UInt32, null when none) and `projected`.
-ANCHORS = ("inner", "step", "phase", WARMUP, "module", "aten", "seq_module")
+# `other`: the innermost of the step, phase and warm-up ranges taken from another thread.
+ANCHORS = ("inner", "step", "phase", WARMUP, "module", "aten", "seq_module", "other")
 
 
 @dataclass(frozen=True)
@@ -130,14 +131,35 @@ def locate(scope: Scope, q: Queries, n_ops: int) -> pl.DataFrame:
     found["inner"] = inner
     found["aten"] = forest.climb(inner, q.t, scope.names_match(ATEN_OP))
     projected = pl.repeat(False, q.t.len(), eager=True)
+    taken = {}
     for family in WINDOW_FAMILIES:
         found[family], filled = _window(scope, q, found[family], family)
         projected = projected | filled
+        taken[family] = pl.select(pl.when(filled).then(found[family])).to_series()
+    found["other"] = _innermost_of(taken, scope.ranges["depth"])
     found["seq_module"] = _module_via_seq(scope, q, inner, found["module"])
     where = pl.repeat(None, n_ops, dtype=pl.UInt32, eager=True)
     where = where.scatter(q.row, pl.int_range(q.row.len(), dtype=pl.UInt32, eager=True))
     located = pl.DataFrame({**{a: found[a] for a in ANCHORS}, "projected": projected})
     return located.select(pl.all().gather(where))
+
+
+def _innermost_of(taken: dict[str, pl.Series], depth: pl.Series) -> pl.Series:
+    """Per op, the deepest of the ranges taken from another thread (phase, then
+    warm-up, then step on a tie); null when none was.
+
+        main thread      |------------ step ------------------------|
+                            |-------- backward pass ---------|
+        autograd thread       |- MmBackward0 -|
+        launch                        ^ kernel: other = `backward pass`
+    """
+    families = ("phase", WARMUP, "step")
+    frame = pl.DataFrame(
+        {**{f: taken[f] for f in families}, **{f"d_{f}": depth.gather(taken[f]) for f in families}}
+    )
+    deepest = pl.max_horizontal(*(pl.col(f"d_{f}") for f in families))
+    pick = pl.coalesce(pl.when(pl.col(f"d_{f}") == deepest).then(pl.col(f)) for f in families)
+    return frame.select(pick.cast(pl.UInt32)).to_series()
 
 
 def _window(

@@ -14,7 +14,10 @@ and step numbers (`ProfilerStep#*`). Per device and path:
 
 * exclusive (`ops`, `time_ns`): operations whose innermost range has the path;
   they add up to the device's total (operations outside every range: null path);
-* inclusive: operations launched inside an instance of the path, at any depth.
+* inclusive: operations launched inside an instance of the path, at any depth,
+  and those that took their step or phase from it on another thread (OPS
+  `other_thread_range_id`: autograd's backward kernels count inside the user's
+  `backward pass` as well as inside their own thread's operator ranges).
   Instances of one path never nest, so nothing is counted twice;
 * `calls`: instances of the path with at least one operation inside;
 * `span_ns`: per instance, first GPU start to last GPU end of those operations.
@@ -56,6 +59,8 @@ RANGE_LEAVES = pl.Schema(
         "time_ns": pl.Int64,
         "first_start_ns": pl.Int64,
         "last_end_ns": pl.Int64,
+        # True: operations taken in by a range of another thread (inclusive only)
+        "taken": pl.Boolean,
     }
 )
 
@@ -66,13 +71,22 @@ def range_leaves(ops: pl.DataFrame) -> pl.DataFrame:
 
 
 def leaves_query(ops: pl.LazyFrame) -> pl.LazyFrame:
-    """The query of `range_leaves` (to collect with others; then `conform_leaves`)."""
-    return ops.group_by("device_id", "range_id").agg(
+    """The query of `range_leaves` (to collect with others; then `conform_leaves`).
+
+    Operations per innermost range, then (`taken`) per range of another thread
+    that gave them their step or phase, when that is not their innermost range.
+    """
+    sums = (
         pl.len().cast(pl.Int64).alias("ops"),
         pl.col("dur_ns").sum().alias("time_ns"),
         pl.col("start_ns").min().alias("first_start_ns"),
         pl.col("end_ns").max().alias("last_end_ns"),
     )
+    own = ops.group_by("device_id", "range_id").agg(*sums).with_columns(taken=pl.lit(False))
+    other = pl.col("other_thread_range_id")
+    taken = ops.filter(other.is_not_null() & (other != pl.col("range_id")).fill_null(True))
+    taken = taken.group_by("device_id", range_id=other).agg(*sums)
+    return pl.concat([own, taken.with_columns(taken=pl.lit(True))])
 
 
 def conform_leaves(leaves: pl.DataFrame) -> pl.DataFrame:
@@ -259,7 +273,7 @@ def _exclusive(placed: pl.DataFrame, forest: pl.DataFrame) -> pl.DataFrame:
     MAX_PATH_DEPTH their ancestor at that depth (`folded` true): in pre-order,
     the last range of that depth on the thread at or before them.
     """
-    inner = placed.filter(pl.col("pos").is_not_null())
+    inner = placed.filter(pl.col("pos").is_not_null() & ~pl.col("taken"))
     deep = pl.col("depth") > MAX_PATH_DEPTH
     kept = inner.filter(~deep).with_columns(node=pl.col("pos"), folded=pl.lit(False))
     folded = inner.filter(deep).sort("pos")
@@ -357,7 +371,7 @@ def _folded_paths(own: pl.DataFrame, node_path: pl.DataFrame, paths: pl.DataFram
 def _outside(placed: pl.DataFrame) -> pl.DataFrame:
     """Per device, the operations outside every range (null path)."""
     return (
-        placed.filter(pl.col("range_id").is_null())
+        placed.filter(pl.col("range_id").is_null() & ~pl.col("taken"))
         .group_by("device_id")
         .agg(pl.col("ops", "time_ns").sum())
         .select(

@@ -220,7 +220,7 @@ def _ranges(table: pl.DataFrame, top: int) -> str:
 
 
 def _outside_ranges(shown: pl.DataFrame, total: int) -> str:
-    """A line for the time inside none of the shown ranges (kernels of other threads)."""
+    """A line for the time inside none of the shown ranges."""
     paths = set(shown["range_path"])
     outermost = [p for p in paths if not any(a in paths for a in _ancestors(p))]
     inside = int(shown.filter(pl.col("range_path").is_in(outermost))["inclusive_ns"].sum())
@@ -228,8 +228,8 @@ def _outside_ranges(shown: pl.DataFrame, total: int) -> str:
         return ""
     return (
         f"\n  {_ms(total - inside)} ms ({_pct(total - inside, total)}) is inside none of these"
-        " ranges: launched outside them or from another thread (backward kernels from"
-        " autograd's thread take their phase from these ranges, see the phase table)"
+        " ranges: launched outside every range, or inside ranges not listed here"
+        " (by_range.parquet has them all)"
     )
 
 

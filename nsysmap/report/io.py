@@ -107,7 +107,7 @@ def _renamed_window(attribution: pl.Expr) -> pl.Expr:
 # OPS columns added after output schema 1.0: older outputs read them as null.
 LATER_COLUMNS: tuple[str, ...]
 LATER_COLUMNS = ("rank", "graph_id", "graph_node_id", "capture_range_path")
-LATER_COLUMNS += ("compiled_graph", "fused_modules")
+LATER_COLUMNS += ("compiled_graph", "fused_modules", "other_thread_range_id")
 
 
 def _with_later_columns(frame: pl.DataFrame, schema: pl.Schema) -> pl.DataFrame:
