@@ -15,7 +15,7 @@ Three exports, written to bench/cache/ (gitignored) and timed end to end with
 * same start: N ranges that all start at one instant, with distinct ends.
 
 One kernel is launched every `--period` ranges. Prints seconds per stage, the
-deepest range and the longest range path written (paths keep their 8
+deepest innermost range of an operation and the longest range path written (paths keep their 8
 outermost and 56 innermost names, see docs/outputs.md). Not a test.
 """
 
@@ -112,7 +112,7 @@ def main() -> None:
         analysis = analyse_file(path, CACHE / "deep-out", stages=Stages(progress=False))
         total = time.perf_counter() - start
         ops = analysis.ops
-        depth = to_int(analysis.profile.ranges["depth"].max() or 0)
+        depth = to_int(ops["range_depth"].max() or 0)
         longest = to_int(ops["range_path"].str.split(" > ").list.len().max() or 0)
         stages = " ".join(f"{k} {v:.2f}" for k, v in analysis.timings.items() if k != "hash")
         print(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 
 import polars as pl
 import pytest
@@ -79,6 +81,31 @@ def test_streamed_outputs_equal_the_in_memory_ones(gpt_export, tmp_path, monkeyp
     assert manifests[0]["input"] == manifests[1]["input"]
     for run in (held, streamed_run):
         assert {"read", "normalise", "attribute", "summarise", "write", "hash"} <= set(run.timings)
+
+
+def test_analyse_file_lets_the_ranges_go_before_inference(gpt_export, tmp_path, monkeypatch):
+    """Nothing holds the profile's ranges or API calls once the summaries are taken."""
+    frames: list[weakref.ref] = []
+
+    def load(path, *, stages=None):
+        profile = load_profile(path, stages=stages)
+        frames.extend(weakref.ref(f) for f in (profile.ranges, profile.api_calls))
+        return profile
+
+    alive: list[list[bool]] = []
+    real_infer = pipeline.infer_ops
+
+    def infer(ops):
+        gc.collect()
+        alive.append([ref() is not None for ref in frames])
+        return real_infer(ops)
+
+    monkeypatch.setattr(pipeline, "load_profile", load)
+    monkeypatch.setattr(pipeline, "infer_ops", infer)
+    analysis = analyse_file(gpt_export, tmp_path / "out", stages=Stages(progress=False))
+    assert alive == [[False, False]]
+    assert analysis.profile.ranges.is_empty() and analysis.profile.api_calls.is_empty()
+    assert analysis.profile.ops.height == analysis.store.rows > 0
 
 
 def test_rows_held_in_blocks_equal_those_held_whole(gpt_export):
