@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
@@ -27,12 +27,14 @@ import polars as pl
 from nsysmap.attribution.attribute import attribute_blocks
 from nsysmap.attribution.normalise import normalise
 from nsysmap.attribution.rules import BUILTIN, NameRules
+from nsysmap.by_process import ByProcess, process_blocks, split_processes
 from nsysmap.errors import NoGpuData
 from nsysmap.infer.summary import INFER_COLUMNS, LAYER_INDEX, Inferred, infer_ops
-from nsysmap.output.conservation import check_conservation
+from nsysmap.output.conservation import check_conservation, input_totals
 from nsysmap.output.ops_sinks import HoldOps, OpsSink, OpsStore, StreamOps
 from nsysmap.output.placement import check_output_dir, staging
 from nsysmap.output.summarise import (
+    LEAVES,
     Summaries,
     combine_summaries,
     partial_summaries,
@@ -162,7 +164,8 @@ def _analysed(
     """The flow after reading: blocks attributed, summarised and handed to `sink`."""
     stages = stages or Stages(progress=False)
     store, summaries = _summarised(profile, sink, stages, rules)
-    return _completed(profile, store, summaries, options, source, stages, rules, infer)
+    totals = input_totals(profile.ops)
+    return _completed(profile, store, summaries, totals, options, source, stages, rules, infer)
 
 
 def _summarised(
@@ -180,6 +183,7 @@ def _completed(
     profile: NestedProfile,
     store: OpsStore,
     summaries: Summaries,
+    totals: pl.DataFrame,
     options: dict[str, Any] | None,
     source: dict[str, Any] | None,
     stages: Stages,
@@ -187,14 +191,15 @@ def _completed(
     infer: bool,
 ) -> Analysis:
     """The rest of the flow, from the OPS rows and summaries: inference, the
-    conservation check and the manifest (`profile`'s ranges are not read)."""
+    conservation check against the input's `totals` (`input_totals`) and the
+    manifest (`profile`'s operations and ranges are not read)."""
     inferred = None
     if infer:  # only the columns inference reads
         with stages.stage("infer", "inferring blocks"):
             inferred = infer_ops(store.read(INFER_COLUMNS))
     options = _recorded_options(options, rules, infer)
     source_path = profile.meta_value("source_path")
-    check_conservation(profile.ops, summaries, store.scan(), store.rows, source_path)
+    check_conservation(totals, summaries, store.scan(), store.rows, source_path)
     tables: dict[str, pl.DataFrame | int] = {"ops": store.rows, **_flow_tables(summaries, inferred)}
     manifest = build_manifest(profile, tables, options=options or {}, source=source)
     return Analysis(profile, store, summaries, manifest, inferred=inferred)
@@ -219,34 +224,47 @@ def _flow_tables(summaries: Summaries, inferred: Inferred | None) -> dict[str, p
 def _attributed(
     profile: NestedProfile, sink: OpsSink, stages: Stages, rules: NameRules
 ) -> tuple[OpsStore, list[dict[str, pl.DataFrame]]]:
-    """The OPS rows given to `sink` block by block, and each block's partial summaries.
-
-    Times attribution, the partial summaries and the sink's own work (its
-    `stage`) apart, although they interleave.
-    """
+    """The OPS rows given to `sink` block by block, and each block's partial summaries."""
     blocks = attribute_blocks(profile, block_rows=sink.block_rows, rules=rules)
     parts: list[dict[str, pl.DataFrame]] = []
+    return _taken(blocks, parts, sink, stages), parts
+
+
+def _taken(
+    blocks: Iterator[pl.DataFrame],
+    parts: list[dict[str, pl.DataFrame]],
+    sink: OpsSink,
+    stages: Stages,
+) -> OpsStore:
+    """`blocks` given to `sink`, each block's partial summaries appended to `parts`
+    before the next block is asked for.
+
+    Times attribution, the partial summaries and the sink's own work (its
+    `stage`) apart, although they interleave; stages that `blocks` times
+    itself (reading the next process) are not counted again as attribution.
+    """
     spent = {"attribute": 0.0, "summarise": 0.0}
 
     def summarised() -> Iterator[pl.DataFrame]:
         while True:
-            start = time.perf_counter()
+            start, timed = time.perf_counter(), sum(stages.timings.values())
             block = next(blocks, None)
             middle = time.perf_counter()
-            spent["attribute"] += middle - start
+            spent["attribute"] += middle - start - (sum(stages.timings.values()) - timed)
             if block is None:
                 return
             parts.append(partial_summaries(block))
             spent["summarise"] += time.perf_counter() - middle
             yield block
 
-    start = time.perf_counter()
+    start, timed = time.perf_counter(), sum(stages.timings.values())
     with stages.progress("attributing"):
         store = sink.take(summarised())
+    inside = sum(stages.timings.values()) - timed  # stages timed by `blocks` itself
     for name, seconds in spent.items():
         stages.add(name, seconds)
-    stages.add(sink.stage, time.perf_counter() - start - sum(spent.values()))
-    return store, parts
+    stages.add(sink.stage, time.perf_counter() - start - sum(spent.values()) - inside)
+    return store
 
 
 def _recorded_options(
@@ -312,6 +330,7 @@ def analyse_file(
     stages: Stages | None = None,
     rules: NameRules = BUILTIN,
     infer: bool = True,
+    memory_gb: float | None = None,
 ) -> Analysis:
     """`nsysmap attribute`: the whole flow from a file.
 
@@ -320,35 +339,85 @@ def analyse_file(
     the summaries are taken, to lower the peak memory of what follows (read
     them with `load_profile` when needed).
 
+    An nsys export that would need more than `memory_gb` (None: 80 % of the
+    memory available) is attributed one process at a time when it has
+    several (nsysmap.by_process); `Analysis.profile` then holds only the meta,
+    threads and devices.
+
     The input's SHA-256 (for the manifest) is computed in a background
     thread while the profile is attributed; `timings` gets its duration as
     "hash" (mostly off the critical path). Progress shows on
     stderr when it is a terminal, unless `stages` says otherwise.
     """
     path, out_dir = Path(path), check_output_dir(out_dir)
+    path = regular_file(path, _expected(path))
     stages = stages or Stages()
     stop = threading.Event()
     with ThreadPoolExecutor(1) as pool, ExitStack() as cleanup:
         try:
-            profile = load_profile(path, stages=stages)
-            # Hashed beside attribution (reading keeps both cores busy already).
-            identity = pool.submit(_timed_identity, path, stop)
-            # A large profile's OPS rows are staged beside out_dir, then moved in with the rest.
-            sink: OpsSink = HoldOps()
-            if profile.ops.height > STREAM_OPS:
-                sink = StreamOps(cleanup.enter_context(staging(out_dir)) / OPS_FILE)
-            store, summaries = _summarised(profile, sink, stages, rules)
-            # The last reference to the ranges and API calls: inference and what
-            # follows run without them (at 10^7 kernels, 4.9 of the profile's 6.6 GB).
-            profile = released(profile)
-            analysis = _completed(profile, store, summaries, options, None, stages, rules, infer)
+            hashed = []
+
+            def read() -> None:  # hashed beside attribution (reading keeps both cores busy)
+                hashed.append(pool.submit(_timed_identity, path, stop))
+
+            def staged() -> Path:  # large OPS rows are staged beside out_dir, then moved in
+                return cleanup.enter_context(staging(out_dir)) / OPS_FILE
+
+            flow = _summarised_file(path, read, staged, stages, rules, memory_gb)
+            analysis = _completed(*flow, options, None, stages, rules, infer)
         except BaseException:
             stop.set()  # do not make a failure wait for the hash
             raise
-        source, hash_s = identity.result()
+        source, hash_s = hashed[0].result()
         manifest = {**analysis.manifest, "input": source}
         analysis = replace(analysis, manifest=manifest, timings={**stages.timings, "hash": hash_s})
         return write(analysis, out_dir, stages=stages)
+
+
+def _summarised_file(
+    path: Path,
+    read: Callable[[], None],
+    staged: Callable[[], Path],
+    stages: Stages,
+    rules: NameRules,
+    memory_gb: float | None,
+) -> tuple[NestedProfile, OpsStore, Summaries, pl.DataFrame]:
+    """(the profile released, the OPS rows, the summaries, the input's totals) of `path`.
+
+    `read` is called once the input is read (whole, or its first process);
+    `staged()` is where to stream the OPS rows of a large profile.
+    """
+    processes = split_processes(path, memory_gb)
+    if processes is not None:
+        read()
+        return _summarised_by_process(path, processes, StreamOps(staged()), stages, rules)
+    profile = load_profile(path, stages=stages)
+    read()
+    sink: OpsSink = HoldOps() if profile.ops.height <= STREAM_OPS else StreamOps(staged())
+    store, summaries = _summarised(profile, sink, stages, rules)
+    # The profile's last reference goes on return: inference and what follows run
+    # without its ranges and API calls (at 10^7 kernels, 4.9 of its 6.6 GB).
+    return released(profile), store, summaries, input_totals(profile.ops)
+
+
+def _summarised_by_process(
+    path: Path, processes: list[int], sink: StreamOps, stages: Stages, rules: NameRules
+) -> tuple[NestedProfile, OpsStore, Summaries, pl.DataFrame]:
+    """`_summarised_file` one process at a time (nsysmap.by_process)."""
+    parts: list[dict[str, pl.DataFrame]] = []
+    kept = ByProcess()
+
+    def leaves_of(first: int) -> list[pl.DataFrame]:
+        return [part.pop(LEAVES) for part in parts[first:]]  # not kept once used
+
+    blocks = process_blocks(
+        path, processes, leaves_of, kept, block_rows=sink.block_rows, rules=rules, stages=stages
+    )
+    store = _taken(blocks, parts, sink, stages)
+    with stages.stage("summarise", "summarising"):
+        summaries = replace(combine_summaries(parts), by_range=kept.merged_by_range())
+        summaries = with_overlap(summaries, store.scan())
+    return kept.profile(), store, summaries, kept.input_totals()
 
 
 def _timed_identity(path: Path, stop: threading.Event) -> tuple[dict[str, Any], float]:

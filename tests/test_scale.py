@@ -14,6 +14,7 @@ from bench import compare, sql_engine
 from nsysmap import pipeline
 from nsysmap.attribution.attribute import attribute
 from nsysmap.attribution.rules import BUILTIN
+from nsysmap.by_process import split_processes
 from nsysmap.output import ops_sinks as streamed
 from nsysmap.output.ops_sinks import HeldOps, HoldOps, OpsFile
 from nsysmap.pipeline import _analysed, analyse, analyse_file, load_profile
@@ -106,6 +107,38 @@ def test_analyse_file_lets_the_ranges_go_before_inference(gpt_export, tmp_path, 
     assert alive == [[False, False]]
     assert analysis.profile.ranges.is_empty() and analysis.profile.api_calls.is_empty()
     assert analysis.profile.ops.height == analysis.store.rows > 0
+
+
+def test_one_process_at_a_time_gives_the_tables_of_the_whole(gpt_export, tmp_path):
+    """An export too large for the memory budget is attributed process by process:
+    every summary identical, the same OPS rows (numbered process by process)."""
+    quiet = Stages(progress=False)
+    whole = analyse_file(gpt_export, tmp_path / "whole", stages=quiet)
+    split = analyse_file(gpt_export, tmp_path / "split", stages=quiet, memory_gb=1e-6)
+    assert whole.profile.meta_value("processes_read_apart") is None
+    assert split.profile.meta_value("processes_read_apart") == "2"
+    assert isinstance(split.store, OpsFile)
+    for table in (*TABLES[1:], "overlap", "by_inferred_block"):
+        a = pl.read_parquet(tmp_path / "whole" / f"{table}.parquet")
+        b = pl.read_parquet(tmp_path / "split" / f"{table}.parquet")
+        assert_frame_equal(a, b, check_exact=False, rel_tol=1e-12)
+    ids = ["op_id", "range_id", "other_thread_range_id"]
+    order = ["pid", "kind", "correlation_id", "start_ns", "device_id"]
+    a, b = (pl.read_parquet(tmp_path / d / "ops.parquet") for d in ("whole", "split"))
+    assert_frame_equal(a.drop(ids).sort(order), b.drop(ids).sort(order))
+    assert b["op_id"].is_unique().all() and b["op_id"].is_sorted()
+    spans = b.group_by("pid").agg(lo=pl.col("range_id").min(), hi=pl.col("range_id").max())
+    assert spans.height == 2 and spans["hi"].min() < spans["lo"].max()  # one after the other
+    meta = [json.loads((tmp_path / d / "manifest.json").read_text()) for d in ("whole", "split")]
+    for key in ("cuda_launch_calls", "capture_start_ns", "capture_end_ns", "ranges_open_at_end"):
+        assert meta[0]["report_meta"][key] == meta[1]["report_meta"][key], key
+
+
+def test_small_or_single_process_exports_are_read_whole(gpt_export, tmp_path):
+    single = write_export(tmp_path / "one.sqlite", bulk_tables(300))
+    assert split_processes(gpt_export, memory_gb=None) is None  # fits in memory
+    assert split_processes(gpt_export, memory_gb=1e-6) == [4100, 4101]
+    assert split_processes(single, memory_gb=1e-6) is None  # one process
 
 
 def test_rows_held_in_blocks_equal_those_held_whole(gpt_export):

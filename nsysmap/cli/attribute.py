@@ -43,6 +43,12 @@ CLUSTER_OPTIONS = ("scheduler", "workers", "threads_per_worker", "memory_limit")
     help="Do not infer steps, phases and blocks from the repeating kernel sequence.",
 )
 @click.option(
+    "--memory-gb",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Memory budget: an nsys export expected to need more is attributed one process "
+    "at a time (default: 80% of the memory available).",
+)
+@click.option(
     "--ranks",
     "as_ranks",
     is_flag=True,
@@ -65,6 +71,7 @@ def attribute_command(
     phase_rules: tuple[str, ...],
     quiet: bool,
     no_infer: bool,
+    memory_gb: float | None,
     as_ranks: bool,
     **cluster: Any,  # click has checked each against its option type
 ) -> None:
@@ -85,7 +92,12 @@ def attribute_command(
     report = reports[0]
     target = out_dir or Path("out") / report.name.split(".")[0]
     analysis = analyse_file(
-        report, target, options={"command": "attribute"}, rules=rules, infer=not no_infer
+        report,
+        target,
+        options={"command": "attribute"},
+        rules=rules,
+        infer=not no_infer,
+        memory_gb=memory_gb,
     )
     if not quiet:
         click.echo(analysis.summary_text, nl=False)

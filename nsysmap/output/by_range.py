@@ -124,6 +124,26 @@ def by_range(leaves: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     return _finished(rows, paths, _domain_names(domains))
 
 
+def merge_by_range(tables: list[pl.DataFrame]) -> pl.DataFrame:
+    """One BY_RANGE from those of disjoint sets of range instances (the processes
+    of one profile, say): per (device, path, domain), calls, sums and spans add
+    up, since each counts instances and no instance is in two sets."""
+    if len(tables) == 1:
+        return tables[0]
+    keys = ["device_id", "range_path", "range_name", "domain", "range_depth"]
+    summed = ["calls", "ops", "time_ns", "inclusive_ops", "inclusive_ns"]
+    rows = (
+        pl.concat(tables)
+        .group_by(keys)
+        .agg(
+            pl.col(summed).sum(),
+            # Null (the operations outside every range) stays null.
+            pl.when(pl.col("span_ns").is_not_null().any()).then(pl.col("span_ns").sum()),
+        )
+    )
+    return _shared_and_sorted(rows)
+
+
 def _domain_codes(domain: pl.Series) -> pl.DataFrame:
     """Each range's domain as an integer `code` (null: none), beside the text: the tables
     group by the code, and name it at the end."""
@@ -390,9 +410,14 @@ def _outside(placed: pl.DataFrame) -> pl.DataFrame:
 
 def _finished(rows: pl.DataFrame, paths: pl.DataFrame, domains: pl.DataFrame) -> pl.DataFrame:
     """Path and domain names, shares of the device's time; sorted by device and path."""
-    total = pl.col("time_ns").sum().over("device_id")
     rows = rows.join(domains, on="dom", how="left")
-    done = rows.join(paths, on="path_id", how="left").with_columns(
+    return _shared_and_sorted(rows.join(paths, on="path_id", how="left"))
+
+
+def _shared_and_sorted(rows: pl.DataFrame) -> pl.DataFrame:
+    """BY_RANGE from named rows: shares of the device's time; sorted by device and path."""
+    total = pl.col("time_ns").sum().over("device_id")
+    done = rows.with_columns(
         time_share=pl.when(total > 0).then(pl.col("time_ns") / total).otherwise(0.0),
         inclusive_share=pl.when(total > 0).then(pl.col("inclusive_ns") / total).otherwise(0.0),
     )

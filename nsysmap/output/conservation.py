@@ -17,8 +17,21 @@ from nsysmap.output.summarise import NOT_PARTITIONS, Summaries
 _WIDE = pl.Int128
 
 
+def input_totals(profile_ops: pl.DataFrame) -> pl.DataFrame:
+    """Per device, the input's operations and their summed durations (for
+    `check_conservation`; those of parts of the input add up, `added_totals`)."""
+    return _totals(profile_ops.select("device_id", "dur_ns"), rows=True)
+
+
+def added_totals(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """The `input_totals` of the union of disjoint parts of the input."""
+    stacked = pl.concat(parts)
+    summed = stacked.group_by("device_id").agg(pl.col("n", "time").sum())
+    return summed.sort("device_id", nulls_last=True)
+
+
 def check_conservation(
-    profile_ops: pl.DataFrame,
+    expected: pl.DataFrame,
     summaries: Summaries,
     ops: pl.DataFrame | pl.LazyFrame,
     n_ops: int,
@@ -26,13 +39,13 @@ def check_conservation(
 ) -> None:
     """Raise TotalsMismatch unless every table adds up to the input, per device.
 
-    `profile_ops`: the input profile's `ops`; `ops`: the OPS rows (a lazy
+    `expected`: the input's `input_totals`; `ops`: the OPS rows (a lazy
     scan of ops.parquet when they were streamed), `n_ops` their row count.
     """
     where = f"{source}: " if source else ""
-    if n_ops != profile_ops.height:
-        raise _mismatch(where, f"{n_ops:,} operation rows for {profile_ops.height:,} input rows")
-    expected = _totals(profile_ops.select("device_id", "dur_ns"), rows=True)
+    n_input = int(expected["n"].sum())
+    if n_ops != n_input:
+        raise _mismatch(where, f"{n_ops:,} operation rows for {n_input:,} input rows")
     tables = {"ops": _totals(ops.lazy().select("device_id", "dur_ns").collect(), rows=True)}
     for name, table in summaries.tables().items():
         if name in NOT_PARTITIONS:

@@ -156,9 +156,9 @@ def combine_summaries(
         frames[name] = _finished(grouped, keys, SUMMARY_SCHEMAS[name], name)
     frames["by_step"] = frames["by_step"].sort("device_id", "step", nulls_last=True)
     frames["by_module"] = _with_inclusive(frames["by_module"])
-    leaves = combine_leaves([part[LEAVES] for part in parts])
-    empty = schemas.empty(schemas.BY_RANGE)
-    frames["by_range"] = empty if ranges is None else by_range(leaves, ranges)
+    frames["by_range"] = schemas.empty(schemas.BY_RANGE)
+    if ranges is not None:
+        frames["by_range"] = by_range(combine_leaves([part[LEAVES] for part in parts]), ranges)
     return Summaries(**frames)
 
 

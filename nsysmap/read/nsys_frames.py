@@ -52,14 +52,16 @@ class Frames:
     counts: dict[str, object]  # facts for the profile's meta: rows dropped, graphs, rank
 
 
-def build(raw: Raw, strings: pl.DataFrame) -> Frames:
+def build(raw: Raw, strings: pl.DataFrame, first_ids: tuple[int, int] = (0, 0)) -> Frames:
     """The frames from the tables read (table name -> rows); `strings` from `strings_table`.
 
-    Each raw table is popped from `raw` once used (a lower peak).
+    Each raw table is popped from `raw` once used (a lower peak). op_id and
+    range_id count from `first_ids` (operations, ranges): a process read on
+    its own continues the numbering of those read before it.
     """
     for name, frame in raw.items():
         raw[name] = None if frame is None else rechunked(frame)
-    gpu_ops = gpu_ops_frame(raw, strings)
+    gpu_ops = gpu_ops_frame(raw, strings, first_ids[0])
     gpu_ops, graph_links, graph_facts = split_graphs(
         gpu_ops, raw.pop(specs.GRAPH_NODE_EVENTS.table), raw.pop(specs.GRAPH_EVENTS.table)
     )
@@ -68,7 +70,7 @@ def build(raw: Raw, strings: pl.DataFrame) -> Frames:
     nvtx = nvtx_batch(specs.NVTX.empty_if_none(None), strings) if nvtx is None else nvtx
     in_ranges = nvtx.lazy().filter(pl.col("eventType").is_in(RANGE_KINDS))
     start, end = _extent(_timed(gpu_ops), api_calls, in_ranges.select("start_ns", end_ns="end"))
-    ranges = ranges_frame(nvtx)
+    ranges = ranges_frame(nvtx, first_ids[1])
     del nvtx
     metas = [raw.pop(spec.table) for spec in specs.META_TABLES]
     counts = {
@@ -128,8 +130,9 @@ def string_value(column: str, strings: pl.DataFrame) -> pl.Expr:
     )
 
 
-def gpu_ops_frame(raw: Raw, strings: pl.DataFrame) -> pl.DataFrame:
-    """Kernels, memcpys, memsets, then graph replays, each in file order; op_id counts them.
+def gpu_ops_frame(raw: Raw, strings: pl.DataFrame, first_id: int = 0) -> pl.DataFrame:
+    """Kernels, memcpys, memsets, then graph replays, each in file order; op_id counts
+    them from `first_id`.
 
     Two columns beyond PROFILE_OPS, `graph_node_id` and `graph_id`, say which ops
     ran in or as a CUDA graph (see `nsysmap.read.nsys_graphs`).
@@ -144,7 +147,8 @@ def gpu_ops_frame(raw: Raw, strings: pl.DataFrame) -> pl.DataFrame:
         _graph_replays(specs.GRAPH_TRACE.empty_if_none(raw.pop(specs.GRAPH_TRACE.table))),
     ]
     ops = pl.concat(frames, how="diagonal_relaxed")
-    return ops.with_columns(op_id=pl.int_range(pl.len(), dtype=pl.Int64), input_shapes=None)
+    op_id = pl.int_range(first_id, first_id + pl.len(), dtype=pl.Int64)
+    return ops.with_columns(op_id=op_id, input_shapes=None)
 
 
 def _op_columns(kind: str) -> dict[str, pl.Expr]:
@@ -241,8 +245,9 @@ def nvtx_batch(nvtx: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def ranges_frame(nvtx: pl.DataFrame) -> pl.DataFrame:
-    """Push/pop and start/end ranges with names and domains (from `nvtx_batch` rows).
+def ranges_frame(nvtx: pl.DataFrame, first_id: int = 0) -> pl.DataFrame:
+    """Push/pop and start/end ranges with names and domains (from `nvtx_batch` rows),
+    range_id counting them from `first_id`.
 
     An open range (no end) keeps a null `end_ns`: `nsysmap.attribution.normalise`
     closes it at its container's end or its thread's last event.
@@ -252,7 +257,7 @@ def ranges_frame(nvtx: pl.DataFrame) -> pl.DataFrame:
     )
     domains = domains.unique(["pid", "domainId"], keep="first", maintain_order=True)
     ranges = _range_rows(nvtx).select(
-        range_id=pl.int_range(pl.len(), dtype=pl.Int64),
+        range_id=pl.int_range(first_id, first_id + pl.len(), dtype=pl.Int64),
         pid="pid",
         tid="tid",
         domain=_domain(domains),

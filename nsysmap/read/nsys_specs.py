@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-_ID_MASK = 0xFFFFFF
+ID_MASK = 0xFFFFFF  # a serialized id's process (above 24 bits) and thread (below)
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,9 @@ class TableSpec:
     ints: str
     texts: str = ""
     where: str = ""
+    # The column holding each row's serialized process (globalPid or globalTid),
+    # for reading one process's rows; "" for tables of the whole capture.
+    process: str = ""
 
     def empty_if_none(self, frame: pl.DataFrame | None) -> pl.DataFrame:
         """`frame`, or (for an absent table) an empty frame of the columns read."""
@@ -52,32 +55,39 @@ KERNEL = TableSpec(
     "CUPTI_ACTIVITY_KIND_KERNEL",
     "start end deviceId streamId correlationId globalPid demangledName shortName mangledName"
     " gridX gridY gridZ blockX blockY blockZ graphNodeId graphId",
+    process="globalPid",
 )
 MEMCPY = TableSpec(
     "CUPTI_ACTIVITY_KIND_MEMCPY",
     "start end deviceId streamId correlationId globalPid bytes copyKind graphNodeId graphId",
+    process="globalPid",
 )
 MEMSET = TableSpec(
     "CUPTI_ACTIVITY_KIND_MEMSET",
     "start end deviceId streamId correlationId globalPid bytes graphNodeId graphId",
+    process="globalPid",
 )
 # One row per replay of a CUDA graph traced as a whole (--cuda-graph-trace=graph).
 GRAPH_TRACE = TableSpec(
     "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
     "start end deviceId streamId correlationId globalPid graphId graphExecId",
+    process="globalPid",
 )
 # Graph node creations and clones (--cuda-graph-trace=node). Older exports
 # keep the same rows in CUDA_GRAPH_EVENTS (with graphNodeId); newer ones use
 # CUDA_GRAPH_EVENTS for whole graphs (graphId, originalGraphId, graphExecId).
 GRAPH_NODE_EVENTS = TableSpec(
-    "CUDA_GRAPH_NODE_EVENTS", "start globalTid graphNodeId originalGraphNodeId"
+    "CUDA_GRAPH_NODE_EVENTS", "start globalTid graphNodeId originalGraphNodeId", process="globalTid"
 )
 GRAPH_EVENTS = TableSpec(
     "CUDA_GRAPH_EVENTS",
     "start globalTid graphId originalGraphId graphNodeId originalGraphNodeId",
+    process="globalTid",
 )
 RUNTIME = TableSpec(
-    "CUPTI_ACTIVITY_KIND_RUNTIME", "start end eventClass globalTid correlationId nameId"
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "start end eventClass globalTid correlationId nameId",
+    process="globalTid",
 )
 # Only ranges (59 push/pop, 60 start/end) and domain creations (75).
 NVTX = TableSpec(
@@ -85,9 +95,10 @@ NVTX = TableSpec(
     "start end eventType globalTid textId domainId",
     "text",
     " WHERE eventType IN (59, 60, 75)",
+    process="globalTid",
 )
 STRINGS = TableSpec("StringIds", "id", "value")
-THREAD_NAMES = TableSpec("ThreadNames", "nameId globalTid")
+THREAD_NAMES = TableSpec("ThreadNames", "nameId globalTid", process="globalTid")
 GPU_INFO = TableSpec(
     "TARGET_INFO_GPU",
     "device_id=id|deviceId sm_count=smCount memory=totalMemory"
@@ -117,12 +128,12 @@ LAUNCH_ENV = TableSpec(
 
 def process_id(column: str) -> pl.Expr:
     """The process of a serialized globalTid / globalPid: (id >> 24) & 0xFFFFFF."""
-    return (pl.col(column) // (1 << 24)) & _ID_MASK
+    return (pl.col(column) // (1 << 24)) & ID_MASK
 
 
 def thread_id(column: str) -> pl.Expr:
     """The thread of a serialized globalTid: id & 0xFFFFFF."""
-    return pl.col(column) & _ID_MASK
+    return pl.col(column) & ID_MASK
 
 
 def text_or_null(text: str | pl.Expr) -> pl.Expr:

@@ -36,7 +36,7 @@ import pyarrow as pa
 
 from nsysmap.errors import NotAnExport
 from nsysmap.read.nsys_probe import BACKEND_ERRORS, BATCH_ROWS, Export, arrow, decode, unreadable
-from nsysmap.read.nsys_specs import KERNEL, NVTX, RUNTIME, TableSpec
+from nsysmap.read.nsys_specs import ID_MASK, KERNEL, NVTX, RUNTIME, TableSpec
 from nsysmap.scalars import opt_int
 
 Batch = Callable[[pl.DataFrame], pl.DataFrame]
@@ -50,7 +50,10 @@ SPLIT_SPECS = (NVTX, KERNEL, RUNTIME)
 
 
 def read_tables(
-    export: Export, specs: Sequence[TableSpec], batches: Mapping[str, Batch] | None = None
+    export: Export,
+    specs: Sequence[TableSpec],
+    batches: Mapping[str, Batch] | None = None,
+    process: int | None = None,
 ) -> Raw:
     """Table name -> its rows (None when absent), every table read in parallel threads.
 
@@ -58,13 +61,14 @@ def read_tables(
     finish together); large ones are read in READ_THREADS parts by rowid and
     the parts joined in rowid order (one chunk per batch: nothing is copied).
     `batches` maps a table name to the function applied to each of its
-    batches as it arrives.
+    batches as it arrives. `process`: only that process's rows of the tables
+    that say whose they are (`TableSpec.process`).
     """
     batches = batches or {}
     with ThreadPoolExecutor(READ_THREADS) as pool:
         futures = {
             spec.table: [
-                pool.submit(read_table, export, spec, rows, batches.get(spec.table))
+                pool.submit(read_table, export, spec, rows, batches.get(spec.table), process)
                 for rows in _parts(export, spec)
             ]
             for spec in specs
@@ -77,10 +81,12 @@ def read_table(
     spec: TableSpec,
     rows: tuple[int, int] | None = None,
     batch: Batch | None = None,
+    process: int | None = None,
 ) -> pl.DataFrame | None:
     """The table of `spec` as a frame, or None when the export lacks it.
 
-    With `rows` = (low, high), only the rows with low < rowid <= high.
+    With `rows` = (low, high), only the rows with low < rowid <= high; with
+    `process`, only that process's rows (when the table says whose they are).
     `batch` is applied to each batch as it arrives (see `fetch`).
     """
     present = export.columns(spec.table)
@@ -88,9 +94,25 @@ def read_table(
         return None
     try:
         with export.connect() as conn:
-            return fetch(conn, spec, present, rows, batch)
+            return fetch(conn, spec, present, rows, batch, process)
     except BACKEND_ERRORS as exc:
         raise unreadable(export.file, exc) from None
+
+
+def distinct_processes(export: Export, spec: TableSpec) -> set[int | None]:
+    """The processes whose rows the table holds (None for rows without one);
+    empty when the export lacks the table."""
+    present = export.columns(spec.table)
+    if present is None or not has_process_column(spec, present):
+        return set()
+    column = f'"{spec.process}"'
+    query = f"SELECT DISTINCT (({column} >> 24) & {ID_MASK}) AS pid FROM {_quoted(spec.table)}"
+    try:
+        with export.connect() as conn:
+            values = arrow(conn, query)["pid"].to_pylist()
+    except BACKEND_ERRORS as exc:
+        raise unreadable(export.file, exc) from None
+    return {opt_int(v) for v in values}
 
 
 def last_rowid(export: Export, table: str) -> int | None:
@@ -135,10 +157,14 @@ def _joined(parts: list[pl.DataFrame | None]) -> pl.DataFrame | None:
     return pl.concat(frames, rechunk=False)
 
 
-def select_sql(spec: TableSpec, present: set[str], *, bounded: bool = False) -> str:
+def select_sql(
+    spec: TableSpec, present: set[str], *, bounded: bool = False, process: bool = False
+) -> str:
     """The SELECT for `spec` given the columns the table has.
 
-    `bounded` adds `low < rowid <= high` with two parameters.
+    `bounded` adds `low < rowid <= high` with two parameters; `process` adds
+    one more, the process whose rows are read, when the table has its
+    `spec.process` column.
     """
     parts = []
     folded = {c.lower() for c in present}  # SQLite column names are case-insensitive
@@ -155,6 +181,9 @@ def select_sql(spec: TableSpec, present: set[str], *, bounded: bool = False) -> 
     if bounded:
         where += " AND " if where else " WHERE "
         where += "rowid > ? AND rowid <= ?"
+    if process and has_process_column(spec, present):
+        where += " AND " if where else " WHERE "
+        where += f'(("{spec.process}" >> 24) & {ID_MASK}) = ?'
     return f"SELECT {', '.join(parts)} FROM {_quoted(spec.table)}{where}"
 
 
@@ -176,6 +205,11 @@ def _integer(column: str) -> str:
     return f"CASE typeof({quoted}) WHEN 'integer' THEN {quoted} WHEN 'real' THEN {real} END"
 
 
+def has_process_column(spec: TableSpec, present: set[str]) -> bool:
+    """Does the table say whose each row is (its `spec.process` column)?"""
+    return bool(spec.process) and spec.process.lower() in {c.lower() for c in present}
+
+
 def _quoted(identifier: str) -> str:
     """A table name from the probe, quoted (names with a quote are refused)."""
     if '"' in identifier:
@@ -189,6 +223,7 @@ def fetch(
     present: set[str],
     rows: tuple[int, int] | None = None,
     batch: Batch | None = None,
+    process: int | None = None,
 ) -> pl.DataFrame:
     """The table's columns as a frame: Int64 for integers, String for texts.
 
@@ -200,7 +235,10 @@ def fetch(
     keep = batch or (lambda frame: frame)
     with conn.cursor() as cur:
         cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
-        cur.execute(select_sql(spec, present, bounded=rows is not None), parameters=rows)
+        query = select_sql(spec, present, bounded=rows is not None, process=process is not None)
+        filtered = process is not None and has_process_column(spec, present)
+        parameters = (*(rows or ()), *((process,) if filtered else ()))
+        cur.execute(query, parameters=parameters or None)
         frames = [keep(_frame(spec, b)) for b in cur.fetch_record_batch()]
     if not frames:
         return keep(spec.empty_if_none(None))

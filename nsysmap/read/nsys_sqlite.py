@@ -53,8 +53,17 @@ TABLES = (
 )
 
 
-def read_sqlite(path: str | os.PathLike[str], *, require_gpu: bool = True) -> Profile:
+def read_sqlite(
+    path: str | os.PathLike[str],
+    *,
+    require_gpu: bool = True,
+    process: int | None = None,
+    first_ids: tuple[int, int] = (0, 0),
+) -> Profile:
     """The export at `path` as a Profile of normalised frames.
+
+    `process`: only that process's rows (see `gpu_processes`), with op_id and
+    range_id counting from `first_ids` (operations, ranges).
 
     Raises InputNotFound, NotAnExport, or (with require_gpu, when the export
     holds no kernel, memcpy, memset or graph replay) NoGpuData, each with a
@@ -64,11 +73,11 @@ def read_sqlite(path: str | os.PathLike[str], *, require_gpu: bool = True) -> Pr
     strings = frames.strings_table(sql.read_table(export, specs.STRINGS))
     if require_gpu and not any(export.has(s.table) for s in GPU_WORK_SPECS):
         _require_ops(export, {specs.RUNTIME.table: sql.read_table(export, specs.RUNTIME)}, strings)
-    raw = sql.read_tables(export, TABLES, frames.batch_builders(strings))
+    raw = sql.read_tables(export, TABLES, frames.batch_builders(strings), process)
     if require_gpu:
         _require_ops(export, raw, strings)
     missing = ",".join(t for t in CORE_TABLES if raw[t] is None)
-    built = frames.build(raw, strings)
+    built = frames.build(raw, strings, first_ids)
     facts = {
         "backend": "nsys",
         "source_path": str(export.file),
@@ -88,6 +97,26 @@ def read_sqlite(path: str | os.PathLike[str], *, require_gpu: bool = True) -> Pr
         meta=meta_frame(facts),
         graph_links=built.graph_links,
     ).checked()
+
+
+def gpu_processes(path: str | os.PathLike[str]) -> list[int] | None:
+    """The processes that ran GPU work, ascending, when every row of the export
+    can be read one process at a time; None when some cannot (a table that
+    does not say whose its rows are, or a row of GPU work without a process).
+
+    One scan of each GPU activity table.
+    """
+    export = open_export(path)
+    for spec in TABLES:
+        present = export.columns(spec.table)
+        if spec.process and present is not None and not sql.has_process_column(spec, present):
+            return None
+    found: set[int | None] = set()
+    for spec in GPU_WORK_SPECS:
+        found |= sql.distinct_processes(export, spec)
+    if None in found:
+        return None
+    return sorted(p for p in found if p is not None)
 
 
 def _require_ops(export: Export, raw: frames.Raw, strings: pl.DataFrame) -> None:
