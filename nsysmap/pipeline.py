@@ -29,9 +29,9 @@ from nsysmap.attribution.normalise import normalise
 from nsysmap.attribution.rules import BUILTIN, NameRules
 from nsysmap.by_process import ByProcess, process_blocks, split_processes
 from nsysmap.errors import NoGpuData
-from nsysmap.infer.summary import INFER_COLUMNS, LAYER_INDEX, Inferred, infer_ops
+from nsysmap.infer.summary import INFER_COLUMNS, LAYER_INDEX, Inferred, combined, infer_ops
 from nsysmap.output.conservation import check_conservation, input_totals
-from nsysmap.output.ops_sinks import HoldOps, OpsSink, OpsStore, StreamOps
+from nsysmap.output.ops_sinks import HeldOps, HoldOps, OpsSink, OpsStore, StreamOps
 from nsysmap.output.placement import check_output_dir, staging
 from nsysmap.output.summarise import (
     LEAVES,
@@ -194,15 +194,29 @@ def _completed(
     conservation check against the input's `totals` (`input_totals`) and the
     manifest (`profile`'s operations and ranges are not read)."""
     inferred = None
-    if infer:  # only the columns inference reads
+    if infer:
         with stages.stage("infer", "inferring blocks"):
-            inferred = infer_ops(store.read(INFER_COLUMNS))
+            inferred = _inferred(store)
     options = _recorded_options(options, rules, infer)
     source_path = profile.meta_value("source_path")
     check_conservation(totals, summaries, store.scan(), store.rows, source_path)
     tables: dict[str, pl.DataFrame | int] = {"ops": store.rows, **_flow_tables(summaries, inferred)}
     manifest = build_manifest(profile, tables, options=options or {}, source=source)
     return Analysis(profile, store, summaries, manifest, inferred=inferred)
+
+
+def _inferred(store: OpsStore) -> Inferred:
+    """Inference over the OPS rows: only the columns it reads, and for rows streamed
+    to ops.parquet one device at a time (inference is per device; a lower peak)."""
+    if isinstance(store, HeldOps):
+        return infer_ops(store.read(INFER_COLUMNS))
+    scan = store.scan()
+    devices = scan.select(pl.col("device_id").unique().sort(nulls_last=True)).collect()
+    parts = []
+    for device in devices["device_id"]:
+        mine = pl.col("device_id").is_null() if device is None else pl.col("device_id") == device
+        parts.append(infer_ops(scan.filter(mine).select(INFER_COLUMNS).collect()))
+    return combined(parts)
 
 
 def released(profile: NestedProfile) -> NestedProfile:

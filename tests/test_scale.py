@@ -70,7 +70,12 @@ def test_streamed_outputs_equal_the_in_memory_ones(gpt_export, tmp_path, monkeyp
     streamed_run = analyse_file(gpt_export, tmp_path / "streamed", stages=Stages(progress=False))
     assert isinstance(held.store, HeldOps) and isinstance(streamed_run.store, OpsFile)
     assert streamed_run.store.path == tmp_path / "streamed" / "ops.parquet"
-    for table in TABLES:
+    # Streamed rows are inferred a device at a time: the same tables.
+    assert held.inferred is not None and len(held.inferred.found) == 2
+    assert streamed_run.inferred is not None
+    assert streamed_run.inferred.lines() == held.inferred.lines()
+    assert_frame_equal(streamed_run.inferred.agreement, held.inferred.agreement)
+    for table in (*TABLES, "inferred", "by_inferred_block"):
         a = pl.read_parquet(tmp_path / "held" / f"{table}.parquet")
         b = pl.read_parquet(tmp_path / "streamed" / f"{table}.parquet")
         assert_frame_equal(a, b, check_exact=False, rel_tol=1e-12)

@@ -56,6 +56,23 @@ def infer_ops(ops: pl.DataFrame) -> Inferred:
     return Inferred(labels, by_inferred_block(joined), tuple(found), agreement(joined))
 
 
+def combined(parts: list[Inferred]) -> Inferred:
+    """One Inferred from those of disjoint sets of devices, in ascending device order.
+
+    Inference looks at each device's kernel sequence on its own, so a large
+    profile can be inferred a device at a time (a lower peak) with the same
+    tables.
+    """
+    if len(parts) == 1:
+        return parts[0]
+    return Inferred(
+        pl.concat([p.labels for p in parts]),
+        pl.concat([p.by_inferred_block for p in parts]),
+        tuple(f for p in parts for f in p.found),
+        pl.concat([p.agreement for p in parts]),
+    )
+
+
 def by_inferred_block(joined: pl.DataFrame) -> pl.DataFrame:
     keys = ["device_id", "inferred_phase", "inferred_block"]
     top = (
