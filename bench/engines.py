@@ -46,6 +46,8 @@ ENGINES = (
         "connectorx",
     ),
     Engine("nsysmap", "nsysmap", "bench.nsysmap_run"),
+    # The same with a budget too small for any export: one process at a time.
+    Engine("nsysmap (by process)", "nsysmap", "bench.nsysmap_run", ("--memory-gb", "0.001")),
     Engine("sql", "sql", "bench.sql_engine"),
 )
 

@@ -1,6 +1,6 @@
 """`nsysmap attribute` as the benchmark runs it, with its stage timings.
 
-    python -m bench.nsysmap_run EXPORT OUTDIR
+    python -m bench.nsysmap_run EXPORT OUTDIR [--memory-gb GB]
 
 Runs `nsysmap.pipeline.analyse_file` (what the `nsysmap attribute` command
 runs) with progress off and prints one JSON line: seconds per stage.
@@ -21,10 +21,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("export", type=Path)
     parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--memory-gb", type=float, help="as `nsysmap attribute --memory-gb`")
     args = parser.parse_args()
     start = time.perf_counter()
     analysis = analyse_file(
-        args.export, args.out_dir, options={"command": "attribute"}, stages=Stages(progress=False)
+        args.export,
+        args.out_dir,
+        options={"command": "attribute"},
+        stages=Stages(progress=False),
+        memory_gb=args.memory_gb,
     )
     seconds = time.perf_counter() - start
     print(json.dumps({"seconds": seconds, "stages": analysis.timings}))

@@ -79,7 +79,7 @@ def bench_size(
     args: argparse.Namespace, n: int, engines: list[Engine], others: Sequence[peers.Peer] = ()
 ) -> dict:
     """All runs at one size, with the engines whose packages are installed."""
-    path = generate.export(n, args.seed)
+    path = generate.export(n, args.seed, processes=args.processes)
     work = generate.CACHE / f"work-{n}"
     record: dict[str, Any] = {"size": n, **_counts(path), "runs": {}, "stages": {}}
     record["load_before"] = os.getloadavg()
@@ -141,6 +141,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--peers-venv", type=Path, default=peers.VENV, help="see `make peers`")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--processes", type=int, default=2, help="processes (one GPU each) in the exports"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "latest.json")
     parser.add_argument("--keep-outputs", action="store_true", help="keep bench/cache/work-*")
     args = parser.parse_args(argv)

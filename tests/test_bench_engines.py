@@ -27,7 +27,7 @@ def test_every_optional_engine_missing_leaves_the_core_engines(monkeypatch):
     for module in ("connectorx", "adbc_driver_sqlite"):
         monkeypatch.setitem(sys.modules, module, None)
     ready, skipped = available(ENGINES)
-    assert _names(ready) == ["nsysmap", "sql"]
+    assert _names(ready) == ["nsysmap", "nsysmap (by process)", "sql"]
     assert [line.split(":")[0] for line in skipped] == [
         "skipping floor (adbc)",
         "skipping floor (connectorx)",

@@ -59,6 +59,7 @@ FLOORS: dict[str, tuple[str, ...]] = {
     "nsysmap.output": ("nsysmap.read", "nsysmap.report", *_DRIVERS),
     # The flow and what works on its outputs: nothing below the CLI imports it.
     "nsysmap.pipeline": ("nsysmap.capture", "nsysmap.many", "nsysmap.report", "nsysmap.cli"),
+    "nsysmap.by_process": (*_DRIVERS, "nsysmap.report"),
     "nsysmap.report": ("nsysmap.capture", "nsysmap.many.run_many", "nsysmap.cli"),
     "nsysmap.capture": ("nsysmap.cli",),
     "nsysmap.many": ("nsysmap.cli",),
