@@ -13,8 +13,24 @@ import json
 import time
 from pathlib import Path
 
-from nsysmap.pipeline import analyse_file
+from nsysmap.pipeline import Analysis, analyse_file
 from nsysmap.stages import Stages
+
+
+def attributed(
+    export: Path, out_dir: Path, *, infer: bool = True, memory_gb: float | None = None
+) -> tuple[Analysis, float]:
+    """`nsysmap attribute` on `export` with progress off, and its wall seconds."""
+    start = time.perf_counter()
+    analysis = analyse_file(
+        export,
+        out_dir,
+        options={"command": "attribute"},
+        stages=Stages(progress=False),
+        infer=infer,
+        memory_gb=memory_gb,
+    )
+    return analysis, time.perf_counter() - start
 
 
 def main() -> None:
@@ -23,15 +39,7 @@ def main() -> None:
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--memory-gb", type=float, help="as `nsysmap attribute --memory-gb`")
     args = parser.parse_args()
-    start = time.perf_counter()
-    analysis = analyse_file(
-        args.export,
-        args.out_dir,
-        options={"command": "attribute"},
-        stages=Stages(progress=False),
-        memory_gb=args.memory_gb,
-    )
-    seconds = time.perf_counter() - start
+    analysis, seconds = attributed(args.export, args.out_dir, memory_gb=args.memory_gb)
     print(json.dumps({"seconds": seconds, "stages": analysis.timings}))
 
 

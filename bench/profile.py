@@ -142,20 +142,11 @@ def main() -> None:
     args = parser.parse_args()
     recorder = Recorder()
     install(recorder)
-    from nsysmap.pipeline import analyse_file
-    from nsysmap.stages import Stages
+    from bench.nsysmap_run import attributed
 
     sampler = threading.Thread(target=recorder.sample, daemon=True)
     sampler.start()
-    start = time.perf_counter()
-    analysis = analyse_file(
-        args.export,
-        args.out_dir,
-        options={"command": "attribute"},
-        stages=Stages(progress=False),
-        infer=not args.no_infer,
-    )
-    seconds = time.perf_counter() - start
+    analysis, seconds = attributed(args.export, args.out_dir, infer=not args.no_infer)
     recorder.stop.set()
     peak = max([r for _, r in recorder.samples] + [rss_bytes()])
     gb = 1e9

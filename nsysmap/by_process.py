@@ -20,7 +20,7 @@ and `ByProcess` collects what the rest of the flow needs from each.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import polars as pl
@@ -100,15 +100,10 @@ class ByProcess:
     def profile(self) -> NestedProfile:
         """The processes' meta (counts added up, the capture's extent), threads and
         devices, with no operations, ranges or API calls (those are in ops.parquet)."""
-        first = self.profiles[0]
-        return NestedProfile(
-            ops=first.ops.clear(),
-            api_calls=first.api_calls.clear(),
-            ranges=first.ranges.clear(),
+        return replace(
+            self.profiles[0],
             threads=pl.concat([p.threads for p in self.profiles]).unique(maintain_order=True),
-            devices=first.devices,
             meta=merged_meta([p.meta for p in self.profiles], len(self.profiles)),
-            graph_links=first.graph_links.clear(),
         )
 
 
@@ -147,7 +142,7 @@ def process_blocks(
             leaves = combine_leaves(leaves_of(start))
             kept.by_range.append(by_range(leaves, profile.ranges))
         kept.totals.append(input_totals(profile.ops))
-        kept.profiles.append(_meta_only(profile))
+        kept.profiles.append(profile.released(ops=False))
         del profile
 
 
@@ -161,18 +156,6 @@ def _next_ids(profile: NestedProfile, first_ids: tuple[int, int]) -> tuple[int, 
     return (
         first_ids[0] if last_op is None else max(first_ids[0], last_op + 1),
         first_ids[1] if last_range is None else max(first_ids[1], last_range + 1),
-    )
-
-
-def _meta_only(profile: NestedProfile) -> NestedProfile:
-    return NestedProfile(
-        ops=profile.ops.clear(),
-        api_calls=profile.api_calls.clear(),
-        ranges=profile.ranges.clear(),
-        threads=profile.threads,
-        devices=profile.devices,
-        meta=profile.meta,
-        graph_links=profile.graph_links.clear(),
     )
 
 

@@ -219,17 +219,6 @@ def _inferred(store: OpsStore) -> Inferred:
     return combined(parts)
 
 
-def released(profile: NestedProfile) -> NestedProfile:
-    """`profile` without its ranges, API calls and graph links (empty frames of
-    their schemas): what `analyse_file` keeps once the summaries are taken."""
-    return replace(
-        profile,
-        ranges=profile.ranges.clear(),
-        api_calls=profile.api_calls.clear(),
-        graph_links=profile.graph_links.clear(),
-    )
-
-
 def _flow_tables(summaries: Summaries, inferred: Inferred | None) -> dict[str, pl.DataFrame]:
     """The tables the flow writes besides ops.parquet: the summaries, then the inferred ones."""
     return summaries.tables() | (inferred.tables() if inferred is not None else {})
@@ -411,7 +400,7 @@ def _summarised_file(
     store, summaries = _summarised(profile, sink, stages, rules)
     # The profile's last reference goes on return: inference and what follows run
     # without its ranges and API calls (at 10^7 kernels, 4.9 of its 6.6 GB).
-    return released(profile), store, summaries, input_totals(profile.ops)
+    return profile.released(), store, summaries, input_totals(profile.ops)
 
 
 def _summarised_by_process(

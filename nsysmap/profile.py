@@ -72,6 +72,18 @@ class NestedProfile(Profile):
         if "depth" not in ranges.columns or ranges["depth"].null_count():
             raise TypeError("NestedProfile: ranges without depth; nest them with normalise()")
 
+    def released(self, *, ops: bool = True) -> NestedProfile:
+        """This profile without its ranges, API calls and graph links (empty frames of
+        their schemas), and without its operations unless `ops`: what the flow keeps
+        once the summaries are taken (meta, threads, devices)."""
+        return replace(
+            self,
+            ranges=self.ranges.clear(),
+            api_calls=self.api_calls.clear(),
+            graph_links=self.graph_links.clear(),
+            ops=self.ops if ops else self.ops.clear(),
+        )
+
 
 def meta_frame(items: Mapping[str, object]) -> pl.DataFrame:
     """A META frame from a dict (values as text), leaving out keys whose value is None."""

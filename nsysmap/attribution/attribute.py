@@ -161,13 +161,8 @@ def _labels(found: pl.DataFrame, scope: Scope) -> pl.DataFrame:
             ),
             "a_op": aten["lbl_aten_op"],
             "a_shapes": aten["lbl_shapes"],
-            OWN_RANGE: found["inner"].is_not_null(),
         }
     )
-
-
-# Whether an op's range is on its own launching thread (else the one taken from another).
-OWN_RANGE = "own_range"
 
 
 # What an op of a CUDA graph takes from where it was captured rather than replayed
@@ -193,9 +188,7 @@ def _phase(scope: Scope, found: pl.DataFrame) -> pl.Series:
 
 def _no_labels(n_ops: int) -> pl.DataFrame:
     labelled = {c: schemas.OPS[c] for c in _LABELLED}
-    schema = schemas.declare(
-        {**labelled, "a_op": pl.String, "a_shapes": pl.String, OWN_RANGE: pl.Boolean}
-    )
+    schema = schemas.declare({**labelled, "a_op": pl.String, "a_shapes": pl.String})
     return pl.DataFrame(schema=schema).clear(n_ops)
 
 
@@ -265,12 +258,19 @@ def _with_launches(ops: pl.DataFrame, api_calls: pl.DataFrame) -> pl.DataFrame:
     return joined.drop("_k")
 
 
+# The op's range is on its launching thread: it has one, and it is not the one taken
+# from another thread (ops with no range of their own take that one, `_labels`).
+_on_own_thread = pl.col("range_id").is_not_null() & pl.col("range_id").ne_missing(
+    pl.col("other_thread_range_id")
+)
+
+
 def _finish(ops: pl.DataFrame) -> pl.DataFrame:
     """Attribution status, then the declared OPS columns."""
     status = (
         pl.when(pl.col("launch_start_ns").is_null())
         .then(pl.lit("no_launch"))
-        .when(pl.col(OWN_RANGE))
+        .when(_on_own_thread)
         .then(pl.lit("range"))
         .when(pl.col("projected"))
         .then(pl.lit("other_thread"))

@@ -158,13 +158,17 @@ def _joined(parts: list[pl.DataFrame | None]) -> pl.DataFrame | None:
 
 
 def select_sql(
-    spec: TableSpec, present: set[str], *, bounded: bool = False, process: bool = False
-) -> str:
-    """The SELECT for `spec` given the columns the table has.
+    spec: TableSpec,
+    present: set[str],
+    *,
+    rows: tuple[int, int] | None = None,
+    process: int | None = None,
+) -> tuple[str, tuple[int, ...]]:
+    """The SELECT for `spec` given the columns the table has, and its parameters.
 
-    `bounded` adds `low < rowid <= high` with two parameters; `process` adds
-    one more, the process whose rows are read, when the table has its
-    `spec.process` column.
+    `rows` = (low, high) adds `low < rowid <= high`; `process` keeps that
+    process's rows, when the table has its `spec.process` column. Values
+    are parameters, never SQL text.
     """
     parts = []
     folded = {c.lower() for c in present}  # SQLite column names are case-insensitive
@@ -177,14 +181,16 @@ def select_sql(
         else:
             value = _integer(column) if alias in _GUARDED else f'CAST("{column}" AS INTEGER)'
         parts.append(f'{value} AS "{alias}"')
-    where = spec.where
-    if bounded:
-        where += " AND " if where else " WHERE "
-        where += "rowid > ? AND rowid <= ?"
-    if process and has_process_column(spec, present):
-        where += " AND " if where else " WHERE "
-        where += f'(("{spec.process}" >> 24) & {ID_MASK}) = ?'
-    return f"SELECT {', '.join(parts)} FROM {_quoted(spec.table)}{where}"
+    conditions = [spec.where.removeprefix(" WHERE ")] if spec.where else []
+    parameters: list[int] = []
+    if rows is not None:
+        conditions.append("rowid > ? AND rowid <= ?")
+        parameters.extend(rows)
+    if process is not None and has_process_column(spec, present):
+        conditions.append(f'(("{spec.process}" >> 24) & {ID_MASK}) = ?')
+        parameters.append(process)
+    where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+    return f"SELECT {', '.join(parts)} FROM {_quoted(spec.table)}{where}", tuple(parameters)
 
 
 # Columns whose values make durations: text there must not read as 0. (Guarding
@@ -235,9 +241,7 @@ def fetch(
     keep = batch or (lambda frame: frame)
     with conn.cursor() as cur:
         cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
-        query = select_sql(spec, present, bounded=rows is not None, process=process is not None)
-        filtered = process is not None and has_process_column(spec, present)
-        parameters = (*(rows or ()), *((process,) if filtered else ()))
+        query, parameters = select_sql(spec, present, rows=rows, process=process)
         cur.execute(query, parameters=parameters or None)
         frames = [keep(_frame(spec, b)) for b in cur.fetch_record_batch()]
     if not frames:
