@@ -136,3 +136,23 @@ def test_two_gpu_training_capture(attributed, capsys):
     code = nsysmap_cli(["attribute", str(corpus_path(name)), "-o", str(out_dir)])
     text = capsys.readouterr().out
     assert code == 0 and f"Coverage: {100 * in_range:.1f}% of GPU time attributed" in text
+
+
+SUMMARY_TABLES = ("coverage", "by_phase", "by_step", "by_module", "by_module_phase")
+SUMMARY_TABLES += ("by_kernel", "by_category", "by_range", "overlap", "by_inferred_block")
+
+
+def test_a_real_two_process_export_read_one_process_at_a_time_gives_the_same_tables(attributed):
+    """FSDP training on two H100s, two processes in one export: attributed one
+    process at a time (a memory budget too small for it), every table as whole."""
+    name = "fastvideo_training_mfu_h100x2_before.sqlite"
+    code, whole = attributed(name)
+    split = whole.parent / "fastvideo-split"
+    tiny = ["--memory-gb", "0.000001", "--quiet"]
+    assert code == 0
+    assert nsysmap_cli(["attribute", str(corpus_path(name)), "-o", str(split), *tiny]) == 0
+    meta = json.loads((split / "manifest.json").read_text())["report_meta"]
+    assert meta["processes_read_apart"] == "2"
+    for table in SUMMARY_TABLES:
+        a, b = (pl.read_parquet(d / f"{table}.parquet") for d in (whole, split))
+        assert a.equals(b), table
