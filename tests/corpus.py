@@ -20,6 +20,11 @@ _ABSENT = f"the nsys export corpus is not at {CORPUS}"
 # The second set: real profiles with users' own ranges (nsys exports and torch traces).
 REAL = CORPUS.parent / "real"
 REAL_CATALOGUE = REAL / "catalogue.json"
+# The third set: real2 (MoE, B200, DDP ranks, warm-up/measure ranges, inputs without GPU work).
+REAL2 = CORPUS.parent / "real2"
+REAL2_CATALOGUE = REAL2 / "catalogue.json"
+# Every folder of real profiles, in the order files are looked up.
+FOLDERS = (CORPUS, REAL, REAL2)
 
 # Marker for corpus tests: `@needs_corpus` skips them when the corpus is absent.
 needs_corpus = pytest.mark.skipif(not CATALOGUE.is_file(), reason=_ABSENT)
@@ -57,6 +62,17 @@ def real_nsys_files() -> list[str]:
     return [entry["file"] for entry in entries if entry["format"] == "nsys-sqlite"]
 
 
+def real_profiles(fmt: str | None = None) -> list[str]:
+    """Every profile of ../shared/corpus/real and real2 (`fmt`: "nsys-sqlite" or
+    "kineto-json" only); a placeholder when both are absent."""
+    names = []
+    for catalogue_file in (REAL_CATALOGUE, REAL2_CATALOGUE):
+        if catalogue_file.is_file():
+            entries = json.loads(catalogue_file.read_text())
+            names += [e["file"] for e in entries if fmt is None or e["format"] == fmt]
+    return names or ["<real corpus absent>"]
+
+
 def all_export_files() -> list[str]:
     """Every real nsys export: the first corpus, then the second set."""
     return corpus_files() + real_nsys_files()
@@ -64,10 +80,11 @@ def all_export_files() -> list[str]:
 
 def corpus_path(name: str) -> Path:
     """The path of a file of either corpus; skips the test when it is absent."""
-    for folder in (CORPUS, REAL):
+    for folder in FOLDERS:
         if (folder / name).is_file():
             return folder / name
-    pytest.skip(_ABSENT if not CORPUS.is_dir() else f"{name} is not in the corpus at {REAL}")
+    where = ", ".join(str(folder) for folder in FOLDERS)
+    pytest.skip(_ABSENT if not CORPUS.is_dir() else f"{name} is not in the corpus at {where}")
 
 
 def connect(path: Path) -> sqlite3.Connection:
