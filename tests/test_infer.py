@@ -25,7 +25,6 @@ from nsysmap.pipeline import analyse, load_profile, write
 from nsysmap.report.answers import ReportOptions
 from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run
-from nsysmap.report.markdown import render
 from nsysmap.synth.bulk import write_export
 from nsysmap.synth.tile import gpt_tables
 from tests.corpus import REAL
@@ -204,7 +203,7 @@ def test_report_shows_inferred_blocks_when_no_module_names_them(tmp_path):
     path = write_export(tmp_path / "g.sqlite", gpt_tables(1000, seed=2, n_layer=3, processes=1))
     report = load_profile(path)
     write(analyse(replace(report, ranges=report.ranges.clear())), tmp_path / "out")
-    text = render(build_report(read_run(tmp_path / "out")).findings, None, ReportOptions())
+    text = build_report(read_run(tmp_path / "out"), options=ReportOptions()).markdown
     section = text.split("## Per block, inferred from the repeating kernel sequence")[1]
     rows = [line for line in section.splitlines() if line.startswith("| forward | ")]
     assert [row.split(" | ")[1] for row in rows[:3]] == ["0", "1", "2"]

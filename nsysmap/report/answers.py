@@ -21,6 +21,8 @@ from nsysmap.report import range_answers as rr
 from nsysmap.report import scope_tables as rt
 from nsysmap.report.blocks import blocks as block_parts
 from nsysmap.report.operator_shapes import asked_shapes, shapes_table, softmax_flops
+from nsysmap.report.passes import forward_passes as count_forward_passes
+from nsysmap.report.passes import manifest_rules
 
 FLOP_SOURCES = ("auto", "shapes", "model", "none")
 REPORT_DEVICES = pl.Schema(
@@ -95,6 +97,8 @@ class Findings:
     notes: list[str] = field(default_factory=list)
     blocks: pl.DataFrame = field(default_factory=pl.DataFrame)  # REPORT_BLOCKS
     kind: str = ""  # what the run is: see run_kind
+    passes_source: str | None = None  # where forward_passes come from: steps or ranges
+    answers: dict[str, Any] = field(default_factory=dict)  # answers.json (answer_doc)
 
 
 def choose_source(
@@ -159,6 +163,9 @@ def analyse_run(run: RunData, options: ReportOptions, label: str = "main") -> Fi
     module_phase = rf.module_phase(ops_f, model, source, devices)
     softmax_time, attention_source = rr.attention_from(run.ops)
     shapes = shapes_table(ops_f)
+    forward_passes, passes_source = count_forward_passes(
+        run.ops, run.by_range, manifest_rules(run.manifest)
+    )
     findings = Findings(
         run=run,
         backend=str(run.manifest.get("backend") or "unknown"),
@@ -171,7 +178,7 @@ def analyse_run(run: RunData, options: ReportOptions, label: str = "main") -> Fi
         blocks=block_parts(module_phase),
         phases=rf.phases(module_phase),
         categories=rf.categories(ops_f, model, source),
-        top=rt.top_kernels(run.ops, label),
+        top=rt.top_kernels(run.ops, label, forward_passes=forward_passes),
         non_matmul=rt.non_matmul_kernels(run.ops),
         shapes=shapes,
         asked=asked_shapes(shapes),
@@ -179,7 +186,8 @@ def analyse_run(run: RunData, options: ReportOptions, label: str = "main") -> Fi
         softmax_time=softmax_time,
         softmax_flop=softmax_flops(ops_f, model, source),
         steps=rt.passes(rt.scope_filter(run.ops, "step")),
-        forward_passes=rt.passes(rt.scope_filter(run.ops, "forward")),
+        forward_passes=forward_passes,
+        passes_source=passes_source,
         wall=rf.step_wall(ops_f, module_phase, source),
         ranges=rr.range_table(run.by_range),
         attention_source=attention_source,
@@ -223,13 +231,29 @@ def compare_notes(c: Findings) -> list[str]:
 def limitations(f: Findings) -> list[str]:
     """What this run's data cannot answer, one plain sentence each."""
     notes = []
-    if f.steps is None:
+    basis = rt.step_basis(f.run.ops)
+    if basis == "phases":
+        notes.append(
+            "No step ranges: full-step answers cover every phase (work outside every phase "
+            "is left out, with its time); per-step counts unknown."
+        )
+    elif basis == "capture":
         notes.append("No step ranges: shares are over the whole capture; per-step counts unknown.")
     no_forward = rt.scope_filter(f.run.ops, "forward").is_empty()
     if no_forward:
         notes.append("No forward phase: no forward-only share, top kernel or calls per pass.")
     elif f.forward_passes is None:
-        notes.append("The forward phase has no step ranges: calls per forward pass are unknown.")
+        notes.append(
+            "Neither step ranges nor forward ranges count the forward passes: calls per "
+            "forward pass are unknown."
+        )
+    graph = int(f.run.ops.filter(pl.col("kind").cast(pl.String) == "graph")["dur_ns"].sum())
+    if graph:
+        notes.append(
+            "CUDA graph replays were traced whole (nsys --cuda-graph-trace=graph): their "
+            "kernels are unknown, so matmul shares and top kernels of scopes holding them are "
+            "unknown (bounds are given); profile with --cuda-graph-trace=node to see them."
+        )
     if f.source is None:
         notes.append(
             f"No FLOPs, so no TFLOP/s or MFU ({f.source_note.removeprefix('no FLOPs: ')})."

@@ -122,3 +122,8 @@ def part_order(table: pl.DataFrame) -> list[str]:
     """Parts of REPORT_BLOCKS by their total time over all blocks, largest first."""
     totals = table.group_by("part").agg(pl.col("time_ns").sum())
     return totals.sort(["time_ns", "part"], descending=[True, False])["part"].to_list()
+
+
+def part_label(part: str) -> str:
+    """How a part is named in tables and charts: the block's own operations are "(own)"."""
+    return part or "(own)"

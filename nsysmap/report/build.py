@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import polars as pl
 
+from nsysmap.report.answer_doc import answers_document
 from nsysmap.report.answers import (
     FLOP_SOURCES,
     Findings,
@@ -24,8 +26,13 @@ class ReportResult:
 
     tables: dict[str, pl.DataFrame]
     markdown: str
-    findings: Findings
+    findings: Findings  # its `answers` is answers.json
     compare: Findings | None = None
+
+    @property
+    def answers(self) -> dict[str, Any]:
+        """answers.json: the report's answers as data."""
+        return self.findings.answers
 
 
 def build_report(
@@ -56,4 +63,5 @@ def build_report(
     }
     if f.ranges is not None:
         tables["report_ranges"] = f.ranges
-    return ReportResult(tables, render(f, c, options), f, c)
+    f = replace(f, answers=answers_document(f, c))
+    return ReportResult(tables, render(f.answers, options.show_shapes), f, c)

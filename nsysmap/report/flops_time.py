@@ -11,9 +11,12 @@ Two sources of FLOPs, one per report (`flop_source`):
     achieved TFLOP/s = matmul_flop / time           (hardware matmul work)
     MFU              = (matmul_flop − recompute_flop) / time / dense peak
 
-time is the summed duration of the group's GPU operations (CPU self time on
-the CPU backend, where there is no MFU). Pooled rows (several devices) divide
-by the summed capacity Σ time·peak.
+time is `flop_time_ns`: the summed duration of the group's operations whose
+FLOPs could be counted (CPU self time on the CPU backend, where there is no
+MFU). With `shapes` those are the operations whose PyTorch operator is known
+(a kernel with no launch record or outside every operator range has no
+shapes, so neither its FLOPs nor its time count); with `model`, all of them.
+Pooled rows (several devices) divide by the summed capacity Σ time·peak.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ REPORT_MODULE_PHASE = pl.Schema(
         "phase": pl.String,
         "ops": pl.Int64,
         "time_ns": pl.Int64,
+        "flop_time_ns": pl.Int64,  # time of the operations whose FLOPs could be counted
         "matmul_flop": pl.Int64,
         "recompute_flop": pl.Int64,
         "other_flop_estimate": pl.Int64,
@@ -43,6 +47,7 @@ REPORT_MODULE_PHASE = pl.Schema(
 )
 _POOLED_TAIL = {
     "time_ns": pl.Int64,
+    "flop_time_ns": pl.Int64,
     "matmul_flop": pl.Int64,
     "recompute_flop": pl.Int64,
     "other_flop_estimate": pl.Int64,
@@ -102,8 +107,12 @@ def _sum_or_null(column: str) -> pl.Expr:
 
 def shapes_module_phase(ops_f: pl.DataFrame) -> pl.DataFrame:
     """Time and shape-based FLOPs per (device, module, class, phase)."""
+    counted = pl.col("dur_ns").filter(pl.col("aten_op").is_not_null()).sum()
     grouped = ops_f.group_by("device_id", "module", "module_class", "phase").agg(
-        pl.len().alias("ops"), pl.col("dur_ns").sum().alias("time_ns"), *map(_sum_or_null, _FLOPS)
+        pl.len().alias("ops"),
+        pl.col("dur_ns").sum().alias("time_ns"),
+        counted.alias("flop_time_ns"),
+        *map(_sum_or_null, _FLOPS),
     )
     known = pl.col("matmul_flop").is_not_null()
     return grouped.with_columns(flop_source=pl.when(known).then(pl.lit("shapes")))
@@ -141,13 +150,14 @@ def model_module_phase(ops: pl.DataFrame, model: pl.DataFrame) -> pl.DataFrame:
     return joined.with_columns(
         pl.coalesce("module_class", "m_class").alias("module_class"),
         pl.col("ops", "time_ns").fill_null(0),
+        pl.col("time_ns").fill_null(0).alias("flop_time_ns"),
         flop_source=pl.when(pl.col("matmul_flop").is_not_null()).then(pl.lit("model")),
     ).drop("m_class")
 
 
 def with_rates(frame: pl.DataFrame) -> pl.DataFrame:
-    """Add tflops_per_s and mfu from matmul FLOPs, time and `peak_tflops`."""
-    time = pl.when(pl.col("time_ns") > 0).then(pl.col("time_ns"))
+    """Add tflops_per_s and mfu from matmul FLOPs, their time and `peak_tflops`."""
+    time = pl.when(pl.col("flop_time_ns") > 0).then(pl.col("flop_time_ns"))
     model_flop = pl.col("matmul_flop") - pl.col("recompute_flop").fill_null(0)
     return frame.with_columns(
         tflops_per_s=pl.col("matmul_flop") / time / 1e3,
@@ -181,7 +191,9 @@ def pooled(
     frame: pl.DataFrame, keys: list[str], extra: list[pl.Expr] | None = None
 ) -> pl.DataFrame:
     """REPORT_MODULE_PHASE rows summed over `keys` (devices pooled), rates recomputed."""
-    capacity = pl.col("time_ns") * pl.col("peak_tflops") * 1e3
+    if "flop_time_ns" not in frame.columns:  # rows made before the column (all time counted)
+        frame = frame.with_columns(flop_time_ns=pl.col("time_ns"))
+    capacity = pl.col("flop_time_ns") * pl.col("peak_tflops") * 1e3
     model_flop = pl.col("matmul_flop") - pl.col("recompute_flop").fill_null(0)
     return (
         frame.with_columns(_capacity=capacity, _model=model_flop)
@@ -189,13 +201,14 @@ def pooled(
         .agg(
             pl.col("ops").sum(),
             pl.col("time_ns").sum(),
+            pl.col("flop_time_ns").sum(),
             *map(_sum_or_null, [*_FLOPS, "_model"]),
             pl.when(pl.col("_capacity").is_not_null().all()).then(pl.col("_capacity").sum()),
             *(extra or []),
         )
         .with_columns(
             tflops_per_s=pl.col("matmul_flop")
-            / pl.when(pl.col("time_ns") > 0).then("time_ns")
+            / pl.when(pl.col("flop_time_ns") > 0).then("flop_time_ns")
             / 1e3,
             mfu=pl.col("_model") / pl.when(pl.col("_capacity") > 0).then("_capacity"),
         )

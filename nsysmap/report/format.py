@@ -52,11 +52,20 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines + ["| " + " | ".join(row) + " |" for row in rows] + [""]
 
 
-def devices_text(devices: pl.DataFrame) -> str:
+def devices_text(devices: pl.DataFrame | list[dict[str, Any]]) -> str:
     """ "A100 (device 0), CPU": the run's devices as one phrase (empty when none)."""
+    rows = devices.to_dicts() if isinstance(devices, pl.DataFrame) else devices
     return ", ".join(
         f"{row['device_name'] or 'unnamed GPU'} (device {row['device_id']})"
         if row["device_id"] >= 0
         else "CPU"
-        for row in devices.iter_rows(named=True)
+        for row in rows
     )
+
+
+def sentence(text: str) -> str:
+    """`text` as a sentence: capitalised, ending in a full stop."""
+    text = text.strip()
+    if not text:
+        return text
+    return text[0].upper() + text[1:] + ("" if text.endswith((".", "!", "?")) else ".")

@@ -16,6 +16,7 @@ from nsysmap.report.build import ReportResult
 from nsysmap.schemas import BY_INFERRED_BLOCK, BY_RANGE, OPS, SchemaMismatch, conform
 
 REPORT_MD = "report.md"
+ANSWERS_JSON = "answers.json"
 
 
 def read_run(run_dir: str | Path) -> RunData:
@@ -71,12 +72,15 @@ def _table(
 
 
 def write_report(result: ReportResult, out_dir: Path, markdown: Path | None = None) -> Path:
-    """Write every report table as Parquet into `out_dir`, and the Markdown; returns its path."""
+    """Write every report table as Parquet and answers.json into `out_dir`, and the Markdown;
+    returns the Markdown's path."""
     target = markdown or out_dir / REPORT_MD
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         for name, frame in result.tables.items():
             frame.write_parquet(out_dir / f"{name}.parquet", statistics=True)
+        answers = json.dumps(result.answers, indent=1, allow_nan=False, ensure_ascii=False)
+        (out_dir / ANSWERS_JSON).write_text(answers + "\n")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(result.markdown)
     except OSError as exc:

@@ -1,211 +1,335 @@
-"""The Markdown of `nsysmap report`: one section per question, the numbers behind each answer."""
+"""The Markdown of `nsysmap report`, rendered from answers.json alone.
+
+Every number printed here is a value of the answers document
+(nsysmap.report.answer_doc), formatted by nsysmap.report.format; nothing is
+computed from the profile in this module.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-import polars as pl
-
-from nsysmap.report.answers import run_label
-from nsysmap.report.block_section import blocks_section
-from nsysmap.report.format import devices_text, flop, kernel_names, ms, num, pct, table
-from nsysmap.report.inferred_section import inferred_section
-from nsysmap.report.scope_tables import SCOPES, scope_label, share, softmax_time
-from nsysmap.report.sections import (
+from nsysmap.report.communication import communication_section
+from nsysmap.report.doc_sections import (
+    blocks_section,
     categories_section,
+    inferred_section,
     layers_section,
     phases_section,
     ranges_section,
     shapes_section,
 )
+from nsysmap.report.format import devices_text, flop, kernel, ms, num, pct, table
+from nsysmap.report.questions import present_scopes
 
 if TYPE_CHECKING:
-    from nsysmap.report.answers import Findings, ReportOptions
+    from nsysmap.report.answers import Findings
 
-
+FORWARD_ONLY = "forward-only run"
 _ATTENTION_FROM = {
     "modules": "attention modules are those whose class name says attention.",
     "ranges": (
         "no attention module, so from the profile's own ranges: time launched inside a\n"
         "range whose name mentions softmax (attention softmax), or matmul or scores (attention\n"
-        "matmuls), within a range whose name mentions attention, whatever its kernels."
+        "matmuls), within a range named for attention where the profile has one."
     ),
-    None: "no attention module and no range named for attention: attention rows are 0.",
+    None: "no attention module and no range named for softmax or the attention matmuls.",
 }
 
 
-def render(f: Findings, c: Findings | None, options: ReportOptions) -> str:
+def scopes(f: Findings) -> list[str]:
+    """The scopes worth showing: forward + backward only when there is backward work."""
+    return present_scopes(f.run.ops)
+
+
+def render(doc: dict[str, Any], show_shapes: bool = False) -> str:
     """The whole report."""
+    answers = doc["answers"]
     parts = [
-        _header(f, c),
-        _limits(f, c),
-        _matmul_share(f, c),
-        _top_kernel(f, c),
-        _non_matmul(f),
-        _softmax(f),
-        phases_section(f),
-        layers_section(f),
-        ranges_section(f),
-        blocks_section(f),
-        inferred_section(f),
-        categories_section(f),
-        shapes_section(f, options.show_shapes),
+        _header(doc),
+        _limits(doc),
+        _left_out(doc),
+        _matmul_share(doc),
+        _top_kernel(doc),
+        _non_matmul(doc),
+        _softmax(doc),
+        communication_section(answers["communication"]),
+        phases_section(doc),
+        layers_section(doc),
+        ranges_section(answers["ranges"]),
+        blocks_section(answers["blocks"]),
+        inferred_section(answers["inferred_blocks"]),
+        categories_section(doc),
+        shapes_section(answers["shapes"], show_shapes),
     ]
     return "\n".join(line for part in parts for line in part).rstrip() + "\n"
 
 
-def _header(f: Findings, c: Findings | None) -> list[str]:
-    devices = devices_text(f.devices)
+def compare_label(doc: dict[str, Any]) -> str:
+    """The compared run's name in tables: "forward-only run" only when it is one."""
+    other = doc.get("compare") or {}
+    return FORWARD_ONLY if other.get("kind") == FORWARD_ONLY else "compared run"
+
+
+def _scope_name(doc: dict[str, Any], scope: str) -> str:
+    return str(doc["scopes"].get(scope, {}).get("label", scope))
+
+
+def _header(doc: dict[str, Any]) -> list[str]:
+    run = doc["run"]
+    devices = devices_text(run["devices"])
     lines = [
         "# nsysmap report",
         "",
-        f"- Run: `{f.run.label}` ({f.backend} backend; {devices or 'no device'})",
-        f"- Steps: {_steps(f)}",
-        f"- FLOPs: {f.source_note}",
-        f"- Peak: {'; '.join(sorted(set(f.devices['peak_note'].drop_nulls().to_list()))) or '–'}",
+        f"- Run: `{run['label']}` ({run['backend']} backend; {devices or 'no device'})",
+        f"- Steps: {_steps(run)}",
+        f"- Forward passes: {_forward_passes(run)}",
+        f"- FLOPs: {run['flop_note']}",
+        f"- Peak: {'; '.join(run['peak_notes']) or '–'}",
     ]
-    if c is not None:
-        lines.append(f"- Compared with: `{c.run.label}` ({c.kind}), steps: {_steps(c)}")
+    other = doc.get("compare")
+    if other is not None:
+        lines.append(
+            f"- Compared with: `{other['label']}` ({other['kind']}), steps: {_steps(other)}"
+        )
     return [*lines, ""]
 
 
-def scopes(f: Findings) -> list[str]:
-    """The scopes worth showing: forward + backward only when there is a backward phase."""
-    backward = (f.run.ops["phase"] == "backward").any()
-    return [s for s in SCOPES if backward or s != "forward_backward"]
+def _steps(run: dict[str, Any]) -> str:
+    if run["steps"] is None:
+        text = "no step ranges"
+    else:
+        text = f"{run['steps']} measured (counted per device)"
+    if run["warmup_ops"]:
+        text += (
+            f"; warm-up work left out: {run['warmup_ops']:,} operations, "
+            f"{ms(run['warmup_time_ns'])}"
+        )
+    return text
 
 
-def _steps(f: Findings) -> str:
-    if f.steps is None:
-        return "no step ranges"
-    fwd = "unknown" if f.forward_passes is None else str(f.forward_passes)
-    return f"{f.steps} (counted per device), of which {fwd} with a forward phase"
+def _forward_passes(run: dict[str, Any]) -> str:
+    if run["forward_passes"] is None:
+        return "unknown"
+    source = {
+        "steps": "one per step and device",
+        "forward ranges": "forward range instances",
+        "root module calls": "calls of the outermost module",
+    }
+    return f"{run['forward_passes']} ({source.get(run['forward_passes_source'], '?')})"
 
 
-def _limits(f: Findings, c: Findings | None) -> list[str]:
-    notes = [*f.notes, *(f"Compared run: {n}" for n in (c.notes if c else []))]
+def _limits(doc: dict[str, Any]) -> list[str]:
+    notes = [*doc["cannot_answer"], *(f"Compared run: {n}" for n in doc["compare_cannot_answer"])]
     if not notes:
         return []
     return ["## What this data cannot answer", "", *(f"- {n}" for n in notes), ""]
 
 
-def _matmul_share(f: Findings, c: Findings | None) -> list[str]:
-    rows, runs = [], [("this run", f)] + ([(run_label(c), c)] if c else [])
-    for label, run in runs:
-        for scope in scopes(run):
-            matmul, total = run.matmul[scope]
-            if total:
-                rows.append(
-                    [
-                        label,
-                        scope_label(run.run.ops, scope),
-                        ms(total),
-                        ms(matmul),
-                        pct(share(matmul, total)),
-                    ]
-                )
-    lines = ["## Matrix multiplication's share of time", ""]
-    lines.append("Matrix multiplication = `gemm` kernels plus fused `attention` kernels.")
+def _left_out(doc: dict[str, Any]) -> list[str]:
+    if not doc["left_out"]:
+        return []
+    step = _scope_name(doc, "step")
+    lines = ["## What the answers leave out", ""]
+    lines.append(f"The {step} answers are about the steady state; these are not in them:")
     lines.append("")
-    step, fwd = f.matmul["step"], f.matmul["forward"]
-    where = scope_label(f.run.ops, "step")
-    answer = f"In the {where} {pct(share(*step))} of the time is matrix multiplication"
-    answer += f"; in the forward phase {pct(share(*fwd))}" if fwd[1] else ""
-    if c is not None:
-        answer += f"; in the {run_label(c)}'s steps {pct(share(*c.matmul['step']))}"
-    return [*lines, answer + ".", "", *table(["run", "scope", "time", "matmul", "share"], rows)]
+    rows = [[r["what"], ms(r["time_ns"]), pct(r["share"]), r["why"]] for r in doc["left_out"]]
+    return [*lines, *table(["left out", "time", "share of all", "why"], rows)]
 
 
-def _top_kernel(f: Findings, c: Findings | None) -> list[str]:
-    lines = ["## Top kernel by cumulative time", ""]
-    firsts = pl.concat(
-        [
-            x.top.filter((pl.col("rank") == 1) & pl.col("scope").is_in(scopes(x)))
-            for x in (f, c)
-            if x is not None
-        ]
-    )
-    runs = {"main": f} if c is None else {"main": f, "compare": c}
+def _share_cell(entry: dict[str, Any]) -> str:
+    if entry.get("share") is not None:
+        return pct(entry["share"])
+    if "share_at_least" in entry:
+        return f"unknown ({pct(entry['share_at_least'])} to {pct(entry['share_at_most'])})"
+    return "unknown"
+
+
+def _matmul_share(doc: dict[str, Any]) -> list[str]:
+    answer = doc["answers"]["matmul_share"]
+    runs = [("this run", answer["scopes"])]
+    if "compare" in answer:
+        runs.append((compare_label(doc), answer["compare"]))
     rows = [
         [
-            "this run" if r["run"] == "main" else run_label(runs[r["run"]]),
-            scope_label(runs[r["run"]].run.ops, r["scope"]),
             label,
-            r["category"] or "–",
-            str(r["calls"]),
-            num(r["calls_per_pass"]),
-            num(r["forward_calls_per_pass"]),
-            ms(r["time_ns"]),
-            pct(r["time_share"]),
+            _scope_name(doc, scope) if label == "this run" else scope_label_of(scope),
+            ms(entry.get("time_ns")),
+            ms(entry.get("matmul_time_ns")),
+            _share_cell(entry),
         ]
-        for r, label in zip(firsts.iter_rows(named=True), kernel_names(firsts), strict=True)
+        for label, per_scope in runs
+        for scope, entry in per_scope.items()
+        if entry.get("time_ns")
     ]
+    lines = ["## Matrix multiplication's share of time", ""]
+    lines.append(f"Matrix multiplication = {answer['definition']}.")
+    lines.append("")
+    for scope, entry in answer["scopes"].items():
+        if not entry.get("time_ns"):
+            continue
+        where = _scope_name(doc, scope).capitalize()
+        if entry["share"] is None:
+            lines.append(f"- {where}: unknown, {entry['unknown']}.")
+        else:
+            lines.append(
+                f"- {where}: {pct(entry['share'])} of {ms(entry['time_ns'])} is matrix "
+                "multiplication."
+            )
+    for scope, entry in answer.get("compare", {}).items():
+        if entry.get("time_ns"):
+            where = f"{compare_label(doc).capitalize()}, {scope_label_of(scope)}"
+            lines.append(f"- {where}: {_share_cell(entry)} of {ms(entry['time_ns'])}.")
+    lines.append("")
+    return [*lines, *table(["run", "scope", "time", "matmul", "share"], rows)]
+
+
+def scope_label_of(scope: str) -> str:
+    return {"forward": "forward", "forward_backward": "forward + loss + backward"}.get(
+        scope, "full step"
+    )
+
+
+def _top_kernel(doc: dict[str, Any]) -> list[str]:
+    answer = doc["answers"]["top_kernel"]
+    runs = [("this run", answer["scopes"])]
+    if "compare" in answer:
+        runs.append((compare_label(doc), answer["compare"]))
+    rows = []
+    for label, per_scope in runs:
+        for scope, e in per_scope.items():
+            if e.get("name") is None:
+                continue
+            name = scope_label_of(scope) if label != "this run" else _scope_name(doc, scope)
+            rows.append(
+                [
+                    label,
+                    name,
+                    kernel(e["label"], 90),
+                    e["category"] or "–",
+                    f"{e['calls']:,}",
+                    num(e["calls_per_pass"]),
+                    num(e["calls_per_forward_pass"]),
+                    ms(e["time_ns"]),
+                    pct(e["share"]),
+                ]
+            )
     header = ["run", "scope", "kernel", "category", "calls", "calls per pass"]
     header += ["calls per forward pass", "time", "share"]
-    lines += table(header, rows)
-    lines.append(_same_kernel(f, c))
-    lines.append("A pass is one step on one device with operations in the scope; calls per")
-    lines.append("forward pass = the kernel's calls in the forward phase / forward passes,")
-    lines.append("whatever the scope.")
+    lines = ["## Top kernel by cumulative time", "", *table(header, rows)]
+    lines += [line for line in (_top_unknowns(doc, answer), _same_kernel(doc, answer)) if line]
+    lines.append("")
+    lines.append("A pass is one step on one device with operations in the scope (without")
+    lines.append("steps, a forward pass is one forward range); calls per forward pass = the")
+    lines.append("kernel's calls in the forward scope / forward passes, whatever the scope.")
     return [*lines, ""]
 
 
-def _same_kernel(f: Findings, c: Findings | None) -> str:
-    def top(x: Findings, scope: str) -> str | None:
-        hit = x.top.filter((pl.col("scope") == scope) & (pl.col("rank") == 1))
-        return None if hit.is_empty() else hit["name"][0]
-
-    fwd, both = top(f, "forward"), top(f, "forward_backward")
-    if fwd is None or both is None:
-        return "Whether the top kernel changes with backward included: unknown (no phases).\n"
-    text = "Same top kernel with backward included: " + ("yes." if fwd == both else "no.")
-    if c is not None and top(c, "step") is not None:
-        same = top(c, "step") == top(f, "step")
-        text += f" Same top kernel in the {run_label(c)}'s steps as in this run's full step: "
-        text += "yes." if same else "no."
-    return text + "\n"
-
-
-def _non_matmul(f: Findings) -> list[str]:
-    lines = [f"## Non-matmul kernels above 1 % of the {scope_label(f.run.ops, 'step')}'s time", ""]
-    if f.non_matmul.is_empty():
-        return [*lines, "None.", ""]
-    rows = [
-        [
-            label,
-            r["category"] or "–",
-            str(r["calls"]),
-            ms(r["time_ns"]),
-            pct(r["time_share"]),
-        ]
-        for r, label in zip(
-            f.non_matmul.iter_rows(named=True), kernel_names(f.non_matmul), strict=True
-        )
+def _top_unknowns(doc: dict[str, Any], answer: dict[str, Any]) -> str:
+    notes = [
+        f"Top kernel of the {_scope_name(doc, scope)}: unknown, {e['unknown']}."
+        for scope, e in answer["scopes"].items()
+        if e.get("unknown") and e.get("name") is not None
     ]
-    return lines + table(["kernel", "category", "calls", "time", "share"], rows)
+    return " ".join(notes)
 
 
-def _softmax(f: Findings) -> list[str]:
-    st, sf = f.softmax_time, f.softmax_flop
-    per = "" if f.source != "model" else " (per step)"
+def _same_kernel(doc: dict[str, Any], answer: dict[str, Any]) -> str:
+    same = answer["same_with_backward"]
+    if same is None:
+        why = answer["same_with_backward_unknown"]
+        text = f"Same top kernel with backward included: unknown ({why})."
+    else:
+        forward = answer["scopes"]["forward"]["label"]
+        both = answer["scopes"]["forward_backward"]["label"]
+        text = (
+            f"Same top kernel with backward included: {'yes' if same else 'no'} "
+            f"(forward: `{forward}`; forward + loss + backward: `{both}`)."
+        )
+    if "same_in_compare" in answer:
+        verdict = {True: "yes", False: "no", None: "unknown"}[answer["same_in_compare"]]
+        text += f" Same top kernel in the {compare_label(doc)}'s full step: {verdict}."
+    return text
+
+
+def _non_matmul(doc: dict[str, Any]) -> list[str]:
+    answer = doc["answers"]["non_matmul_kernels"]
+    share = pct(answer["min_share"])
+    lines = [f"## Non-matmul kernels above {share} of the time", ""]
+    for scope, entry in answer["scopes"].items():
+        if scope == "forward_backward":
+            continue
+        lines += [f"### In the {_scope_name(doc, scope)}", ""]
+        if entry.get("unknown"):
+            lines += [f"Unknown: {entry['unknown']}.", ""]
+            continue
+        lines += [
+            f"Of {ms(entry['time_ns'])}, {ms(entry['non_matmul_time_ns'])} is not matmul.",
+            "",
+        ]
+        rows = [
+            [
+                kernel(k["label"], 90),
+                k["category"] or "–",
+                f"{k['calls']:,}",
+                ms(k["time_ns"]),
+                pct(k["share"]),
+            ]
+            for k in entry["kernels"]
+        ]
+        lines += (
+            table(["kernel", "category", "calls", "time", "share"], rows) if rows else ["None.", ""]
+        )
+        if entry["operators_unknown"]:
+            lines += [f"By operator: unknown ({entry['operators_unknown']}).", ""]
+        elif entry["operators"]:
+            ops = [
+                [
+                    f"`{o['aten_op']}`",
+                    o["category"] or "–",
+                    f"{o['kernels']:,}",
+                    f"{o['distinct_kernels']:,}",
+                    ms(o["time_ns"]),
+                    pct(o["share"]),
+                ]
+                for o in entry["operators"]
+            ]
+            lines += ["By the PyTorch operator that launched them:", ""]
+            lines += table(
+                ["operator", "category", "kernels", "distinct kernels", "time", "share"], ops
+            )
+    return lines
+
+
+def _softmax(doc: dict[str, Any]) -> list[str]:
+    answer = doc["answers"]["softmax_vs_matmul"]
+    source = answer["attention_source"]
+    where = {"ranges": "attention ranges", "modules": "attention modules"}.get(source, "attention")
     rows = []
-    where = "attention ranges" if f.attention_source == "ranges" else "attention modules"
-    for label, key, den in (
-        (where, "attention_softmax", "attention_matmul"),
-        ("everywhere", "softmax", "matmul"),
+    for label, block in (
+        (where, answer["attention"]),
+        ("by kernel category", answer["by_kernel_category"]),
     ):
-        soft = softmax_time(st, key)
-        ratio = num(share(soft, st[den]), 3) if soft is not None else "– (inside fused kernels)"
-        rows.append([f"time, {label}", ms(soft), ms(st[den]), ratio])
-    for label, key, den in (
-        ("attention modules", "attention_softmax", "attention_matmul"),
-        ("everywhere", "softmax", "matmul"),
-    ):
+        t, fl = block["time"], block["flops"]
+        rows.append([f"time, {label}", ms(t["softmax_ns"]), ms(t["matmul_ns"]), _ratio(t, 3)])
         rows.append(
-            [f"FLOPs, {label}{per}", flop(sf[key]), flop(sf[den]), num(share(sf[key], sf[den]), 4)]
+            [f"FLOPs, {label}", flop(fl["softmax_flop"]), flop(fl["matmul_flop"]), _ratio(fl, 4)]
         )
     lines = ["## Softmax versus the attention matmuls", ""]
-    scope = scope_label(f.run.ops, "step").capitalize()
-    lines.append(f"{scope}; {_ATTENTION_FROM[f.attention_source]}")
+    lines.append(f"{_scope_name(doc, 'step').capitalize()}; {_ATTENTION_FROM[source]}")
+    lines.append("By kernel category: `softmax` kernels against every matmul kernel.")
     lines.append("Softmax FLOPs are estimates (5 per element forward, 4 backward).")
-    return [*lines, "", *table(["", "softmax", "matmul", "softmax / matmul"], rows)]
+    lines += ["", *table(["", "softmax", "matmul", "softmax / matmul"], rows)]
+    reasons = sorted(
+        {
+            str(e["unknown"])
+            for block in (answer["attention"], answer["by_kernel_category"])
+            for e in block.values()
+            if e["unknown"]
+        }
+    )
+    return [*lines, f"Unknown where marked –: {'; '.join(reasons)}.", ""] if reasons else lines
+
+
+def _ratio(entry: dict[str, Any], digits: int) -> str:
+    return "–" if entry["ratio"] is None else num(entry["ratio"], digits)

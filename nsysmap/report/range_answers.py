@@ -51,17 +51,25 @@ REPORT_RANGES = pl.Schema(
 _SUMS = ("calls", "ops", "time_ns", "inclusive_ops", "inclusive_ns", "span_ns")
 
 
-def attention_part() -> pl.Expr:
-    """ "softmax", "matmul" or null for each operation, from the ranges around its launch."""
+def attention_part(enclosed: bool = True) -> pl.Expr:
+    """ "softmax", "matmul" or null for each operation, from the ranges around its launch.
+
+    `enclosed`: the softmax or matmul range must lie inside a range named for
+    attention; without (a profile with no such range), the ranges are matched
+    by their own names alone.
+    """
     names = pl.col("range_path").str.split(PATH_SEPARATOR)
     user = is_user_range(pl.element())
 
     def mentions(items: pl.Expr, pattern: str) -> pl.Expr:
         return items.list.eval(user & pl.element().str.contains(pattern))
 
-    attention = mentions(names, ATTENTION_RANGE)
-    inside = names.list.slice(attention.list.arg_max() + 1)
-    in_attention = attention.list.any().fill_null(False)
+    if enclosed:
+        attention = mentions(names, ATTENTION_RANGE)
+        inside = names.list.slice(attention.list.arg_max() + 1)
+        in_attention = attention.list.any().fill_null(False)
+    else:
+        inside, in_attention = names, pl.lit(True)
     return (
         pl.when(in_attention & mentions(inside, SOFTMAX_RANGE).list.any())
         .then(pl.lit("softmax"))
@@ -70,14 +78,36 @@ def attention_part() -> pl.Expr:
     )
 
 
+def attention_parts(ops: pl.DataFrame) -> pl.Series | None:
+    """Each operation's attention part from the ranges; None when no range names one.
+
+    Ranges inside a range named for attention when the profile has such ranges,
+    else the softmax and matmul ranges by their own names.
+    """
+    if ops.is_empty() or ops["range_path"].is_null().all():
+        return None
+    names = pl.col("range_path").str.split(PATH_SEPARATOR)
+    has_attention = ops.select(
+        names.list.eval(is_user_range(pl.element()) & pl.element().str.contains(ATTENTION_RANGE))
+        .list.any()
+        .any()
+    ).item()
+    parts = ops.select(attention_part(enclosed=bool(has_attention))).to_series()
+    return None if parts.is_null().all() else parts
+
+
 def attention_times(ops: pl.DataFrame) -> dict[str, int] | None:
     """Time of softmax and matmul work in attention ranges; None when there is none."""
-    parts = ops.select("dur_ns", part=attention_part())
-    if parts["part"].is_null().all():
+    parts = attention_parts(ops)
+    if parts is None:
         return None
-    sums = parts.select(
-        attention_softmax=pl.col("dur_ns").filter(pl.col("part") == "softmax").sum(),
-        attention_matmul=pl.col("dur_ns").filter(pl.col("part") == "matmul").sum(),
+    sums = (
+        ops.select("dur_ns")
+        .with_columns(part=parts)
+        .select(
+            attention_softmax=pl.col("dur_ns").filter(pl.col("part") == "softmax").sum(),
+            attention_matmul=pl.col("dur_ns").filter(pl.col("part") == "matmul").sum(),
+        )
     )
     return {k: int(v or 0) for k, v in sums.row(0, named=True).items()}
 

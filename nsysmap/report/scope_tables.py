@@ -1,17 +1,24 @@
 """Time, FLOPs and kernels by scope: the pure tables behind `nsysmap report`.
 
-Scopes select operations of ops.parquet by phase:
+Scopes select operations of ops.parquet from the structure the profile carries:
 
-    step              every operation inside a step but not in the `warmup` phase
-                      (all of them when no step is known)
-    forward           phase "forward"
-    forward_backward  phases "forward", "loss" and "backward"
+    step              every operation inside a step but not warm-up work; without
+                      step ranges, every operation in a phase (work outside every
+                      phase, such as initialisation copies, is left out and said);
+                      without phases either, the whole capture
+    forward           phase "forward"; in a profile without any phase, the
+                      operations of forward module calls (direction "forward"),
+                      when module calls cover at least half of the time
+    forward_backward  phases "forward", "loss" and "backward" (without phases:
+                      forward and backward module calls)
 
 A *pass* of a scope is one (device, step) pair with operations in it, so
 "calls per forward pass" is the calls in phase forward divided by the number
 of distinct (device, step) pairs with forward operations: per step and per
-GPU. Matrix multiplication is the `gemm` category plus fused `attention`
-kernels. Devices are pooled: time and FLOPs add up over GPUs.
+GPU. Without steps, forward passes are counted from the forward ranges
+themselves (nsysmap.report.passes). Matrix multiplication is the `gemm`
+category plus fused `attention` kernels. Devices are pooled: time and FLOPs
+add up over GPUs.
 """
 
 from __future__ import annotations
@@ -29,6 +36,9 @@ WARMUP = "warmup"  # the phase of warm-up work, left out of per-step figures
 ATTENTION_CLASS = r"(?i)attention|attn"
 TOP_N = 5
 NON_MATMUL_MIN_SHARE = 0.01
+# Without phase ranges, module calls stand for the forward and backward scopes only
+# when they cover at least this share of the time (else a few recorded modules would).
+MODULE_SCOPE_MIN_SHARE = 0.5
 
 # The columns naming a kernel (or copy, set) and its calls and time, in both tables below.
 _KERNEL_TIME = {
@@ -61,18 +71,74 @@ NON_MATMUL = pl.Schema(
 
 def has_steps(ops: pl.DataFrame) -> bool:
     """True when some operation lies in a known step."""
-    return ops["step"].is_not_null().any()
+    return bool(ops["step"].is_not_null().any())
+
+
+def has_phases(ops: pl.DataFrame) -> bool:
+    """True when some operation has a phase."""
+    return bool(ops["phase"].is_not_null().any())
+
+
+def is_warmup() -> pl.Expr:
+    """Warm-up work: left out of every scope."""
+    return (pl.col("phase") == WARMUP).fill_null(False)
+
+
+def modules_cover(ops: pl.DataFrame) -> bool:
+    """True when module calls (a direction) cover at least MODULE_SCOPE_MIN_SHARE of the
+    time: enough for forward and backward scopes without phase ranges."""
+    total = int(ops["dur_ns"].sum())
+    called = int(ops.filter(pl.col("direction").is_not_null())["dur_ns"].sum())
+    return bool(total) and called >= MODULE_SCOPE_MIN_SHARE * total
+
+
+def has_backward(ops: pl.DataFrame) -> bool:
+    """True when the profile has backward work: a backward phase, or without phases,
+    backward module calls."""
+    if has_phases(ops):
+        return bool((ops["phase"] == "backward").any())
+    return (
+        not scope_filter(ops, "forward_backward")
+        .filter(pl.col("direction").cast(pl.String) == "backward")
+        .is_empty()
+    )
+
+
+def step_basis(ops: pl.DataFrame) -> str:
+    """What the step scope is made of: "steps", "phases" or "capture"."""
+    if has_steps(ops):
+        return "steps"
+    return "phases" if has_phases(ops) else "capture"
 
 
 def scope_filter(ops: pl.DataFrame, scope: str) -> pl.DataFrame:
     """The operations of one scope (see the module docstring)."""
     if scope == "step":
-        if not has_steps(ops):
+        basis = step_basis(ops)
+        if basis == "capture":
             return ops
-        measured = (pl.col("phase") != WARMUP).fill_null(True)
-        return ops.filter(pl.col("step").is_not_null() & measured)
+        inside = pl.col("step" if basis == "steps" else "phase").is_not_null()
+        return ops.filter(inside & ~is_warmup())
+    if not has_phases(ops):
+        if not modules_cover(ops):
+            return ops.clear()
+        wanted = ["forward"] if scope == "forward" else ["forward", "backward"]
+        return ops.filter(pl.col("direction").cast(pl.String).is_in(wanted))
     phases = ["forward"] if scope == "forward" else ["forward", "loss", "backward"]
     return ops.filter(pl.col("phase").is_in(phases))
+
+
+def scope_source(ops: pl.DataFrame, scope: str) -> str:
+    """Where a scope's operations come from, in words."""
+    if scope == "step":
+        return {
+            "steps": "step ranges, warm-up work left out",
+            "phases": "every phase (no step ranges), work outside every phase left out",
+            "capture": "the whole capture (neither step nor phase ranges)",
+        }[step_basis(ops)]
+    if has_phases(ops):
+        return "phase ranges"
+    return "module calls of that direction (no phase ranges)"
 
 
 def passes(ops: pl.DataFrame) -> int | None:
@@ -110,10 +176,14 @@ def matmul_shares(ops: pl.DataFrame) -> dict[str, tuple[int, int]]:
     return out
 
 
-def top_kernels(ops: pl.DataFrame, run: str = "main", n: int = TOP_N) -> pl.DataFrame:
-    """The `n` operations (by name) with the most cumulative time in each scope."""
+def top_kernels(
+    ops: pl.DataFrame, run: str = "main", n: int = TOP_N, forward_passes: int | None = None
+) -> pl.DataFrame:
+    """The `n` operations (by name) with the most cumulative time in each scope the profile
+    has (forward + backward only with backward work). `forward_passes`: counted from the
+    forward ranges where there are no steps (nsysmap.report.passes)."""
     forward = scope_filter(ops, "forward")
-    forward_passes = passes(forward)
+    forward_passes = passes(forward) or forward_passes
     per_forward = forward.group_by("name").agg(
         (pl.len() / forward_passes if forward_passes else pl.lit(None, pl.Float64)).alias(
             "forward_calls_per_pass"
@@ -121,8 +191,10 @@ def top_kernels(ops: pl.DataFrame, run: str = "main", n: int = TOP_N) -> pl.Data
     )
     frames = []
     for scope in SCOPES:
+        if scope == "forward_backward" and not has_backward(ops):
+            continue
         rows = scope_filter(ops, scope)
-        count = passes(rows)
+        count = forward_passes if scope == "forward" else passes(rows)
         total = rows["dur_ns"].sum()
         top = (
             rows.group_by("kind", "name", "short_name", "category")
@@ -185,8 +257,12 @@ def softmax_time(times: dict[str, int], key: str) -> int | None:
 
 
 def scope_label(ops: pl.DataFrame, scope: str) -> str:
-    """How a scope is named: the step scope is the whole capture when there are no steps."""
-    return "whole capture" if scope == "step" and not has_steps(ops) else SCOPE_LABELS[scope]
+    """How a scope is named: the step scope says what it is made of."""
+    if scope != "step":
+        return SCOPE_LABELS[scope]
+    return {"steps": "full step", "phases": "all phases", "capture": "whole capture"}[
+        step_basis(ops)
+    ]
 
 
 def layer_path() -> pl.Expr:

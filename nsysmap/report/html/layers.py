@@ -6,8 +6,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from nsysmap.report.block_section import part_label
-from nsysmap.report.blocks import block_totals, part_order
+from nsysmap.report.blocks import block_totals, part_label, part_order
 from nsysmap.report.html import tree
 from nsysmap.report.html.chart import PHASE_COLOURS, SERIES, Chart, Table, bar, layout, ms, ratio
 

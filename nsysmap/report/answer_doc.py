@@ -1,0 +1,264 @@
+"""answers.json: the report's answers as data, the one source of report.md (pure).
+
+`answers_document(findings, compare)` returns a JSON-able dict, versioned by
+ANSWERS_SCHEMA_VERSION and documented in docs/report.md::
+
+    {"schema": "nsysmap.answers", "schema_version": "1.0",
+     "run": {...}, "compare": {...} | None,
+     "scopes": {"forward": {"label", "source", "ops", "time_ns"}, ...},
+     "left_out": [{"what", "time_ns", "share", "why"}],
+     "cannot_answer": ["No step ranges: ...", ...],
+     "answers": {"matmul_share": {...}, "top_kernel": {...}, "non_matmul_kernels": {...},
+                 "softmax_vs_matmul": {...}, "flop_rate": {...}, "phase_time": {...},
+                 "layer_time": {...}, "communication": {...}, "ranges": {...},
+                 "blocks": {...}, "inferred_blocks": {...}, "categories": {...},
+                 "shapes": {...}}}
+
+Times are integer nanoseconds, FLOPs integer counts, shares fractions 0..1;
+a value the profile cannot give is null beside an `unknown` reason.
+nsysmap.report.markdown renders the Markdown from this dict alone.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from nsysmap.report import questions as q
+from nsysmap.report import scope_tables as rt
+from nsysmap.report.blocks import block_totals, part_order
+from nsysmap.report.communication import communication_answer
+from nsysmap.report.flops_time import totals
+from nsysmap.report.range_answers import shown_ranges
+from nsysmap.report.softmax_answer import softmax_vs_matmul
+
+if TYPE_CHECKING:
+    from nsysmap.report.answers import Findings
+
+ANSWERS_SCHEMA = "nsysmap.answers"
+ANSWERS_SCHEMA_VERSION = "1.0"
+LAYER_ROWS = 20  # layers listed, by time
+RANGE_ROWS = 15  # ranges by time inside them
+OWN_ROWS = 10  # range paths by own time
+MAX_PARTS = 6  # block parts with a column of their own
+
+
+def answers_document(f: Findings, c: Findings | None = None) -> dict[str, Any]:
+    """The whole answers.json of one report (and its compared run)."""
+    answers: dict[str, Any] = {
+        "matmul_share": q.matmul_share(f.run.ops),
+        "top_kernel": q.top_kernel(f.run.ops, f.forward_passes, f.passes_source),
+        "non_matmul_kernels": q.non_matmul_kernels(f.run.ops, rt.NON_MATMUL_MIN_SHARE),
+        "softmax_vs_matmul": softmax_vs_matmul(f.ops_f, f.run.model_flops, f.source),
+        "flop_rate": flop_rate(f),
+        "phase_time": phase_time(f),
+        "layer_time": layer_time(f),
+        "communication": communication_answer(f.run.ops),
+        "ranges": ranges(f),
+        "blocks": blocks(f),
+        "inferred_blocks": inferred_blocks(f),
+        "categories": categories(f),
+        "shapes": shapes(f),
+    }
+    if c is not None:
+        _add_compare(answers, c)
+    doc = {
+        "schema": ANSWERS_SCHEMA,
+        "schema_version": ANSWERS_SCHEMA_VERSION,
+        "run": run_facts(f),
+        "compare": run_facts(c) if c is not None else None,
+        "scopes": scope_facts(f.run.ops),
+        "left_out": left_out(f.run.ops),
+        "cannot_answer": list(f.notes),
+        "compare_cannot_answer": list(c.notes) if c is not None else [],
+        "answers": answers,
+    }
+    return clean(doc)
+
+
+def clean(value: Any) -> Any:
+    """`value` with NaN and infinite floats as None, tuples as lists (valid JSON)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean(v) for v in value]
+    return value
+
+
+def run_facts(f: Findings) -> dict[str, Any]:
+    """What the run is: backend, devices, steps, forward passes, FLOP source, peaks."""
+    warmup = f.run.ops.filter(rt.is_warmup())
+    return {
+        "label": f.run.label,
+        "backend": f.backend,
+        "kind": f.kind,
+        "devices": f.devices.to_dicts(),
+        "steps": f.steps,
+        "steps_source": "step ranges" if f.steps is not None else None,
+        "warmup_ops": warmup.height,
+        "warmup_time_ns": int(warmup["dur_ns"].sum()),
+        "forward_passes": f.forward_passes,
+        "forward_passes_source": f.passes_source,
+        "flop_source": f.source,
+        "flop_note": f.source_note,
+        "peak_notes": sorted(set(f.devices["peak_note"].drop_nulls().to_list())),
+        "time_ns": int(f.run.ops["dur_ns"].sum()),
+        "ops": f.run.ops.height,
+    }
+
+
+def scope_facts(ops: pl.DataFrame) -> dict[str, Any]:
+    """Each scope the profile has: its name, where it comes from, its operations and time."""
+    out = {}
+    for scope in q.present_scopes(ops):
+        rows = rt.scope_filter(ops, scope)
+        out[scope] = {
+            "label": rt.scope_label(ops, scope),
+            "source": rt.scope_source(ops, scope),
+            "ops": rows.height,
+            "time_ns": int(rows["dur_ns"].sum()),
+        }
+    return out
+
+
+def left_out(ops: pl.DataFrame) -> list[dict[str, Any]]:
+    """What the step scope leaves out of all time, and why."""
+    total = int(ops["dur_ns"].sum())
+    out = []
+    warm = int(ops.filter(rt.is_warmup())["dur_ns"].sum())
+    if warm:
+        out.append(("warm-up work", warm, "work in warm-up ranges is not the steady state"))
+    basis = rt.step_basis(ops)
+    column = {"steps": "step", "phases": "phase"}.get(basis)
+    if column:
+        outside = int(ops.filter(pl.col(column).is_null() & ~rt.is_warmup())["dur_ns"].sum())
+        where = "every step" if column == "step" else "every phase"
+        why = (
+            "work outside the measured steps or phases (initialisation, weight copies, "
+            "set-up) is not the steady state"
+        )
+        if outside:
+            out.append((f"work outside {where}", outside, why))
+    return [
+        {"what": what, "time_ns": ns, "share": rt.share(ns, total), "why": why}
+        for what, ns, why in out
+    ]
+
+
+def flop_rate(f: Findings) -> dict[str, Any]:
+    """Matmul FLOPs over the time of the operations whose FLOPs could be counted."""
+    pooled = totals(f.module_phase)
+    time, counted = pooled.get("time_ns"), pooled.get("flop_time_ns")
+    unknown = None if f.source else f.source_note
+    return {
+        "question": "What matmul throughput (TFLOP/s) and MFU does the run reach?",
+        "flop_source": f.source,
+        "matmul_flop": pooled.get("matmul_flop") if f.source else None,
+        "time_ns": time,
+        "flop_time_ns": counted if f.source else None,
+        "flop_time_share": rt.share(counted, time) if f.source else None,
+        "tflops_per_s": pooled.get("tflops_per_s") if f.source else None,
+        "mfu": pooled.get("mfu") if f.source else None,
+        "step_wall_ns": f.wall.get("step_wall_ns"),
+        "mfu_step_wall": f.wall.get("mfu_step_wall"),
+        "unknown": unknown,
+    }
+
+
+def phase_time(f: Findings) -> dict[str, Any]:
+    total = int(f.phases["time_ns"].sum())
+    return {
+        "question": "Where does the time go per training phase?",
+        "time_ns": total,
+        "all_time_ns": int(f.run.ops["dur_ns"].sum()),
+        "phases": f.phases.to_dicts(),
+        "unknown": None if rt.has_phases(f.run.ops) else "no phase ranges in this profile",
+    }
+
+
+def layer_time(f: Findings) -> dict[str, Any]:
+    has_modules = bool(f.run.ops["module"].is_not_null().any())
+    return {
+        "question": "Where does the time go per layer, against the FLOPs each layer does?",
+        "per_step": f.steps,
+        "layers_total": f.layers.height,
+        "layers": f.layers.head(LAYER_ROWS).to_dicts(),
+        "unknown": None if has_modules else "no module records or module ranges in this profile",
+    }
+
+
+def ranges(f: Findings) -> dict[str, Any]:
+    table = f.ranges
+    if table is None:
+        return {
+            "unknown": "no by_range.parquet here (written by an older nsysmap): run "
+            "`nsysmap attribute` again for this section"
+        }
+    shown = shown_ranges(table)
+    own = table.filter(pl.col("time_ns") > 0)
+    own = own.sort(["time_ns", "range_path"], descending=[True, False]).head(OWN_ROWS)
+    return {
+        "user_ranges_only": shown.height < table.height,
+        "inside": shown.head(RANGE_ROWS).to_dicts(),
+        "own": own.to_dicts(),
+        "unknown": None if table.height else "no operation was launched inside a range",
+    }
+
+
+def blocks(f: Findings) -> dict[str, Any]:
+    if f.blocks.is_empty():
+        return {"unknown": "no numbered modules (blocks such as transformer.h.0)", "rows": []}
+    parts = part_order(f.blocks)
+    shown, rest = parts[:MAX_PARTS], parts[MAX_PARTS:]
+    per_part = {(r["block"], r["part"]): r["time_ns"] for r in f.blocks.iter_rows(named=True)}
+    rows = []
+    for r in block_totals(f.module_phase).to_dicts():
+        r["parts_ns"] = {p: per_part.get((r["block"], p), 0) for p in shown}
+        r["other_parts_ns"] = sum(per_part.get((r["block"], p), 0) for p in rest) if rest else None
+        rows.append(r)
+    return {"per_step": f.steps, "parts": shown, "rows": rows, "unknown": None}
+
+
+def inferred_blocks(f: Findings) -> dict[str, Any]:
+    table = f.run.by_inferred_block
+    if table is None or table.is_empty() or not f.blocks.is_empty():
+        return {"shown": False, "devices": []}
+    devices = []
+    for (device,), rows in table.group_by("device_id", maintain_order=True):
+        placed = rows.filter(pl.col("inferred_block").is_not_null())["time_share"].sum()
+        devices.append({"device_id": device, "placed_share": placed, "rows": rows.to_dicts()})
+    return {"shown": True, "devices": devices}
+
+
+def categories(f: Findings) -> dict[str, Any]:
+    return {
+        "scope": "step",
+        "time_ns": int(f.categories["time_ns"].sum()),
+        "all_time_ns": int(f.run.ops["dur_ns"].sum()),
+        "rows": f.categories.to_dicts(),
+    }
+
+
+def shapes(f: Findings) -> dict[str, Any]:
+    return {
+        "asked": f.asked.to_dicts(),
+        "every_module": f.shapes.to_dicts(),
+        "unknown": None if f.asked.height else "no operator carries recorded input shapes",
+    }
+
+
+def _add_compare(answers: dict[str, Any], c: Findings) -> None:
+    """The compared run's matmul shares and top kernels beside this run's."""
+    answers["matmul_share"]["compare"] = q.matmul_share(c.run.ops)["scopes"]
+    other = q.top_kernel(c.run.ops, c.forward_passes, c.passes_source)
+    answers["top_kernel"]["compare"] = other["scopes"]
+    mine = answers["top_kernel"]["scopes"].get("step") or {}
+    theirs = other["scopes"].get("step") or {}
+    known = mine.get("name") is not None and theirs.get("name") is not None
+    answers["top_kernel"]["same_in_compare"] = (
+        mine.get("name") == theirs.get("name") if known else None
+    )

@@ -1,0 +1,295 @@
+"""Report sections on where time and FLOPs go, rendered from answers.json alone.
+
+By phase, layer, range, block (measured and inferred), kernel category, and
+operator shapes: each function takes its part of the answers document
+(nsysmap.report.answer_doc) and returns Markdown lines.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nsysmap.report.blocks import part_label
+from nsysmap.report.format import flop, kernel, ms, num, pct, sentence, table
+
+
+def denominator(total: int, everything: int, scope: str) -> str:
+    """The sentence naming what a section's shares divide by (`scope`: the step scope's name)."""
+    if total == everything:
+        return f"Shares are of all operations' time ({ms(total)}), devices together."
+    return (
+        f"Shares are of the time in the {scope} ({ms(total)} of {ms(everything)} in "
+        "all), devices together; the summary of `nsysmap attribute` divides by all of it."
+    )
+
+
+def phases_section(doc: dict[str, Any]) -> list[str]:
+    answer = doc["answers"]["phase_time"]
+    rows = [
+        [
+            r["phase"] or "(none)",
+            f"{r['ops']:,}",
+            ms(r["time_ns"]),
+            pct(r["time_share"]),
+            flop(r["matmul_flop"]),
+            num(r["tflops_per_s"], 3),
+            pct(r["mfu"]),
+        ]
+        for r in answer["phases"]
+    ]
+    header = ["phase", "ops", "time", "share", "matmul FLOPs", "TFLOP/s", "MFU"]
+    lines = ["## Where the time goes: by phase", ""]
+    if answer["unknown"]:
+        lines += [sentence(answer["unknown"]), ""]
+    lines += [denominator(answer["time_ns"], answer["all_time_ns"], "phases"), ""]
+    return [*lines, *_utilisation(doc["answers"]["flop_rate"]), *table(header, rows)]
+
+
+def _utilisation(rate: dict[str, Any]) -> list[str]:
+    """Totals: FLOPs, achieved rate and MFU over their time and over the steps' wall time."""
+    if rate["unknown"]:
+        return []
+    lines = [
+        f"Matmul FLOPs: {flop(rate['matmul_flop'])} in {ms(rate['flop_time_ns'])} of operations "
+        f"whose FLOPs are counted ({pct(rate['flop_time_share'])} of {ms(rate['time_ns'])}): "
+        f"{num(rate['tflops_per_s'], 3)} TFLOP/s, MFU {pct(rate['mfu'])}.",
+    ]
+    if rate["step_wall_ns"]:
+        lines.append(
+            f"Over the steps' wall time ({ms(rate['step_wall_ns'])}, first start to last end "
+            f"per step and device): MFU {pct(rate['mfu_step_wall'])}."
+        )
+    return [*lines, ""]
+
+
+def _per(value: float | None, count: int) -> float | None:
+    return None if value is None or not count else value / count
+
+
+def layers_section(doc: dict[str, Any]) -> list[str]:
+    answer = doc["answers"]["layer_time"]
+    steps = answer["per_step"] or 1
+    each = "per module and step" if answer["per_step"] else "per module"
+    rows = [
+        [
+            f"`{r['layer'] or '(root)'}`",
+            r["module_class"] or "–",
+            f"{r['modules']:,}",
+            ms(r["time_ns"] / steps),
+            ms(r["forward_ns"] / steps),
+            ms(r["backward_ns"] / steps),
+            flop(_per(r["matmul_flop"], steps * r["modules"])),
+            flop(_per(r["other_flop_estimate"], steps * r["modules"])),
+            num(r["tflops_per_s"], 3),
+            pct(r["mfu"]),
+        ]
+        for r in answer["layers"]
+    ]
+    header = [
+        "layer",
+        "class",
+        "modules",
+        "time per step" if answer["per_step"] else "time",
+        "forward",
+        "backward",
+        f"matmul FLOPs {each}",
+        "other FLOPs ≈",
+        "TFLOP/s",
+        "MFU",
+    ]
+    lines = ["## Where the time goes: by layer", ""]
+    if answer["unknown"]:
+        return [*lines, sentence(answer["unknown"]), ""]
+    shown = f"top {len(answer['layers'])} of {answer['layers_total']:,} by time"
+    lines.append(f"Numbered modules collapsed to `*`; {shown}; own time only")
+    lines.append("(a module's kernels, not its submodules'); a step is one step on one device.")
+    return [*lines, "", *table(header, rows)]
+
+
+def ranges_section(answer: dict[str, Any]) -> list[str]:
+    """Time per range path: the user's ranges by time inside them, every path by own time."""
+    lines = ["## Where the time goes: by range", ""]
+    if answer.get("unknown"):
+        return [*lines, sentence(answer["unknown"]), ""]
+    lines.append("Whole capture, devices pooled. *Inside*: the range and every range below it;")
+    lines.append("*own*: operations whose innermost range it is (they add up to all time);")
+    lines.append("*GPU span*: first GPU start to last GPU end of each call, summed.")
+    which = "The profile's own ranges" if answer["user_ranges_only"] else "Ranges"
+    inside = [
+        [
+            kernel(r["range_path"], 100),
+            f"{r['calls']:,}",
+            ms(r["time_ns"]),
+            ms(r["inclusive_ns"]),
+            pct(r["inclusive_share"]),
+            ms(r["span_ns"]),
+        ]
+        for r in answer["inside"]
+    ]
+    own = [
+        [
+            kernel(r["range_path"], 100),
+            f"{r['calls']:,}",
+            f"{r['ops']:,}",
+            ms(r["time_ns"]),
+            pct(r["time_share"]),
+        ]
+        for r in answer["own"]
+    ]
+    lines += ["", f"{which} with the most time inside them:", ""]
+    lines += table(["range", "calls", "own", "inside", "share inside", "GPU span"], inside)
+    lines += ["Range paths with the most own time:", ""]
+    return lines + table(["range", "calls", "ops", "own", "share"], own)
+
+
+def blocks_section(answer: dict[str, Any]) -> list[str]:
+    lines = ["## Per block: phases and parts", ""]
+    if answer["unknown"]:
+        return [*lines, sentence(answer["unknown"]), ""]
+    steps = answer["per_step"] or 1
+    shown = answer["parts"]
+    rest = any(r["other_parts_ns"] is not None for r in answer["rows"])
+    rows = [
+        [
+            f"`{r['block']}`",
+            r["block_class"] or "–",
+            ms(r["time_ns"] / steps),
+            ms(r["forward_ns"] / steps),
+            ms(r["backward_ns"] / steps),
+            ms(r["other_ns"] / steps),
+            *(ms(r["parts_ns"][p] / steps) for p in shown),
+            *([ms(r["other_parts_ns"] / steps)] if rest else []),
+            num(r["tflops_per_s"], 3),
+            pct(r["mfu"]),
+        ]
+        for r in answer["rows"]
+    ]
+    header = [
+        "block",
+        "class",
+        "time per step" if answer["per_step"] else "time",
+        "forward",
+        "backward",
+        "other phases",
+        *(f"`{part_label(p)}`" for p in shown),
+        *(["other parts"] if rest else []),
+        "TFLOP/s",
+        "MFU",
+    ]
+    lines.append("Each block with every module below it; parts are its direct children,")
+    lines.append("`(own)` its own operations (residual adds). Devices pooled; a step is one")
+    lines.append("step on one device.")
+    return [*lines, "", *table(header, rows)]
+
+
+def inferred_section(answer: dict[str, Any]) -> list[str]:
+    """Blocks inferred from the kernel sequence, when the run has no numbered modules."""
+    if not answer["shown"]:
+        return []
+    lines = [
+        "## Per block, inferred from the repeating kernel sequence",
+        "",
+        "No ranges name the blocks; these are repeats of one kernel motif found in the "
+        "kernel sequence (docs/inference.md), not measured modules.",
+        "",
+    ]
+    for device in answer["devices"]:
+        lines += [
+            f"Device {device['device_id']}: {pct(device['placed_share'])} of GPU time in "
+            "inferred blocks.",
+            "",
+        ]
+        cells = [
+            [
+                r["inferred_phase"] or "–",
+                "–" if r["inferred_block"] is None else str(r["inferred_block"]),
+                f"{r['ops']:,}",
+                ms(r["time_ns"]),
+                pct(r["time_share"]),
+                kernel(r["top_kernel"] or "", 50),
+            ]
+            for r in device["rows"]
+        ]
+        header = ["inferred phase", "inferred block", "ops", "ms", "share", "top kernel"]
+        lines += [*table(header, cells), ""]
+    return lines
+
+
+def categories_section(doc: dict[str, Any]) -> list[str]:
+    answer = doc["answers"]["categories"]
+    rows = [
+        [
+            r["category"] or "–",
+            f"{r['ops']:,}",
+            ms(r["time_ns"]),
+            pct(r["time_share"]),
+            flop(r["matmul_flop"]),
+            flop(r["other_flop_estimate"]),
+            pct(r["flop_share"]),
+        ]
+        for r in answer["rows"]
+    ]
+    header = [
+        "category",
+        "ops",
+        "time",
+        "time share",
+        "matmul FLOPs",
+        "other FLOPs ≈",
+        "FLOP share",
+    ]
+    lines = ["## Kernel categories: share of time and share of FLOPs", ""]
+    scope = doc["scopes"]["step"]["label"]
+    lines += [denominator(answer["time_ns"], answer["all_time_ns"], scope), ""]
+    return [*lines, *table(header, rows)]
+
+
+def _per_call(r: dict[str, Any]) -> str:
+    value = flop(r["matmul_flop_per_call"] or r["other_flop_estimate_per_call"])
+    return value if r["flop_counted"] else f"{value} (counted in its children)"
+
+
+def shapes_section(answer: dict[str, Any], full: bool) -> list[str]:
+    lines = ["## Input shapes", ""]
+    if answer["unknown"]:
+        return [*lines, sentence(answer["unknown"]), ""]
+    rows = [
+        [
+            r["family"],
+            f"`{r['aten_op']}`",
+            r["direction"] or "–",
+            f"`{r['input_shapes']}`",
+            f"{r['calls']:,}",
+            _per_call(r),
+            r["layers"][:80],
+        ]
+        for r in answer["asked"]
+    ]
+    header = [
+        "family",
+        "operator",
+        "direction",
+        "input shapes",
+        "calls",
+        "FLOPs per call",
+        "layers",
+    ]
+    lines += table(header, rows)
+    if not full:
+        return lines
+    every = [
+        [
+            f"`{r['module'] or '(root)'}`",
+            f"`{r['aten_op']}`",
+            r["direction"] or "–",
+            f"`{r['input_shapes']}`",
+            f"{r['calls']:,}",
+        ]
+        for r in answer["every_module"]
+    ]
+    return [
+        *lines,
+        "### Every module",
+        "",
+        *table(["module", "operator", "direction", "input shapes", "calls"], every),
+    ]

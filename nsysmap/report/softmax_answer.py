@@ -1,0 +1,98 @@
+"""Softmax against the attention matmuls, in time and in FLOPs, as answers.json says it.
+
+One source of attention for time and FLOPs alike:
+
+* `modules`: operations of modules whose class names attention (softmax kernels
+  and matmul kernels in them, plus every fused attention kernel);
+* `ranges`: the profile's own ranges (nsysmap.report.range_answers): every
+  operation launched inside a softmax range, or a scores / matmul range;
+* none: the answer is unknown, with the reason.
+
+FLOPs follow the report's FLOP source: shapes (each operation's FLOPs from its
+operator's recorded shapes: matmul FLOPs for the matmul part, all estimated
+FLOPs for the softmax part, a hand-written softmax's max, sub, exp, sum and div
+included) or the model's FLOP document (modules only). Both sides are taken
+over the step scope (nsysmap.report.scope_tables).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from nsysmap.report import scope_tables as rt
+from nsysmap.report.operator_shapes import softmax_flops
+from nsysmap.report.range_answers import attention_parts
+
+NO_ATTENTION = (
+    "no module whose class names attention and no range named for softmax or the attention matmuls"
+)
+FUSED = "softmax runs inside fused attention kernels: its time cannot be told apart"
+
+
+def _ratio_entry(softmax: int | None, matmul: int | None, unit: str, why: str | None) -> dict:
+    return {
+        f"softmax_{unit}": softmax,
+        f"matmul_{unit}": matmul,
+        "ratio": None if why else rt.share(softmax, matmul),
+        "unknown": why,
+    }
+
+
+def _range_flops(ops_f: pl.DataFrame, parts: pl.Series) -> tuple[int, int]:
+    """(softmax FLOPs, matmul FLOPs) of the operations in softmax and matmul ranges."""
+    every = pl.col("matmul_flop").fill_null(0) + pl.col("other_flop_estimate").fill_null(0)
+    sums = ops_f.with_columns(part=parts).select(
+        softmax=every.filter(pl.col("part") == "softmax").sum(),
+        matmul=pl.col("matmul_flop").fill_null(0).filter(pl.col("part") == "matmul").sum(),
+    )
+    row = sums.row(0, named=True)
+    return int(row["softmax"] or 0), int(row["matmul"] or 0)
+
+
+def softmax_vs_matmul(
+    ops_f: pl.DataFrame, model: pl.DataFrame | None, flop_source: str | None
+) -> dict[str, Any]:
+    """The answers.json entry `softmax_vs_matmul`."""
+    rows = rt.scope_filter(ops_f, "step")
+    times = rt.softmax_times(rows)
+    fused = times["fused_attention"] > 0
+    flops = softmax_flops(rows, model, flop_source)
+    no_flops = None if flop_source else "no FLOPs: no operator shapes and no FLOP document"
+    parts = None
+    if rows.select(rt.in_attention_module().any()).item():
+        source: str | None = "modules"
+        soft_ns, mat_ns = times["attention_softmax"], times["attention_matmul"]
+        soft_flop, mat_flop = flops["attention_softmax"], flops["attention_matmul"]
+    else:
+        parts = attention_parts(rows)
+        source = "ranges" if parts is not None else None
+        soft_ns = mat_ns = 0
+        soft_flop = mat_flop = None
+        if parts is not None:
+            sums = rows.select("dur_ns").with_columns(part=parts)
+            soft_ns = int(sums.filter(pl.col("part") == "softmax")["dur_ns"].sum())
+            mat_ns = int(sums.filter(pl.col("part") == "matmul")["dur_ns"].sum())
+            if flop_source == "shapes":
+                soft_flop, mat_flop = _range_flops(rows, parts)
+            elif flop_source == "model":
+                no_flops = "the model's FLOP document has no ranges: FLOPs by range unknown"
+    time_why = NO_ATTENTION if source is None else (FUSED if fused and not soft_ns else None)
+    flop_why = NO_ATTENTION if source is None else no_flops
+    every_time_why = FUSED if fused and not times["softmax"] else None
+    return {
+        "question": "How does softmax compare with the attention matmuls, in time and FLOPs?",
+        "scope": "step",
+        "attention_source": source,
+        "attention": {
+            "time": _ratio_entry(soft_ns, mat_ns, "ns", time_why),
+            "flops": _ratio_entry(soft_flop, mat_flop, "flop", flop_why),
+        },
+        "by_kernel_category": {
+            "time": _ratio_entry(times["softmax"], times["matmul"], "ns", every_time_why),
+            "flops": _ratio_entry(flops["softmax"], flops["matmul"], "flop", no_flops),
+        },
+        "fused_attention_ns": times["fused_attention"],
+        "flop_source": flop_source,
+    }
