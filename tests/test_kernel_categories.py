@@ -92,6 +92,11 @@ KERNELS = [
     ("fused_moe_kernel", "gemm", "vLLM (Triton fused MoE)"),
     ("void marlin::Marlin<(long)1125899906910725, (long)1125899906843648", "gemm", "vLLM Marlin"),
     ("aiter::fmoe_bf16_blockscaleFp8", "gemm", "aiter"),
+    (
+        "void deep_gemm::sm90_fp8_gemm_1d2d_impl<(cute::UMMA::Major)0, 0u, 4096u, 1024u",
+        "gemm",
+        "DeepGEMM",
+    ),
     # TorchInductor: GEMM templates, FlexAttention, fused kernels named after what they fuse
     ("triton_tem_fused_mm_t_view_14", "gemm", "TorchInductor"),
     ("triton_tem_fused_addmm_native_layer_norm_view_1", "gemm", "TorchInductor"),
@@ -261,6 +266,7 @@ KERNELS = [
 OPERATORS = [
     ("aten::_scaled_mm", "gemm"),
     ("aten::matmul", "gemm"),
+    ("aten::_grouped_mm", "gemm"),
     ("aten::topk", "sort"),
     ("aten::sort", "sort"),
     ("aten::scaled_dot_product_attention", "attention"),

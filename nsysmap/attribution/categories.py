@@ -23,7 +23,7 @@ The order is deliberate; each block says why it comes where it does:
    GEMMs underneath, but the work is the convolution or the attention;
 6. GEMM libraries (cuBLAS/cuBLASLt, CUTLASS, hipBLASLt/Tensile, TensorRT-LLM,
    Triton matmuls, Marlin) and every kernel they launch for one matmul call
-   (cuBLAS split-K reduction, cuBLASLt epilogue);
+   (cuBLAS split-K reduction, cuBLASLt epilogue, matmul_ogs's finalize);
 7. top-k and sort, before reduction (CUB) and elementwise (`gatherTopK`);
 8. the generic reduction and elementwise kernels last.
 """
@@ -125,7 +125,8 @@ RULES: tuple[tuple[str, str], ...] = (
     # split-K reduction), cuBLASLt's epilogue kernel, CUTLASS (2.x and 3.x),
     # magma, hipBLASLt/Tensile (Cijk_*), vLLM's ROCm wvSplitK, TensorRT-LLM's
     # batched GEMMs (bmm_E4m3_*, bmm_MxE4m3_*, bmm_Bfloat16_*), Triton
-    # matmuls (_matmul_ogs_*, fused_moe_kernel), Marlin, aiter's fmoe.
+    # matmuls (_matmul_ogs_* and its epilogue _finalize_matmul_*,
+    # fused_moe_kernel), Marlin, aiter's fmoe, DeepGEMM.
     # `[^b]gemm`: fbgemm_gpu's sparse and embedding kernels are no GEMMs.
     (
         "gemm",
