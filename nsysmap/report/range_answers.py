@@ -65,7 +65,7 @@ def attention_part(enclosed: bool = True) -> pl.Expr:
         return items.list.eval(user & pl.element().str.contains(pattern))
 
     if enclosed:
-        attention = mentions(names, ATTENTION_RANGE)
+        attention = names.list.eval(user & _attention_container(pl.element()))
         inside = names.list.slice(attention.list.arg_max() + 1)
         in_attention = attention.list.any().fill_null(False)
     else:
@@ -78,6 +78,13 @@ def attention_part(enclosed: bool = True) -> pl.Expr:
     )
 
 
+def _attention_container(name: pl.Expr) -> pl.Expr:
+    """A range named for attention as a whole, not for one of its parts
+    (`scaled dot product attention`, not `computing attention scores`)."""
+    part = name.str.contains(SOFTMAX_RANGE) | name.str.contains(MATMUL_RANGE)
+    return name.str.contains(ATTENTION_RANGE) & ~part
+
+
 def attention_parts(ops: pl.DataFrame) -> pl.Series | None:
     """Each operation's attention part from the ranges; None when no range names one.
 
@@ -88,7 +95,7 @@ def attention_parts(ops: pl.DataFrame) -> pl.Series | None:
         return None
     names = pl.col("range_path").str.split(PATH_SEPARATOR)
     has_attention = ops.select(
-        names.list.eval(is_user_range(pl.element()) & pl.element().str.contains(ATTENTION_RANGE))
+        names.list.eval(is_user_range(pl.element()) & _attention_container(pl.element()))
         .list.any()
         .any()
     ).item()

@@ -1,0 +1,184 @@
+"""answers.json: each answer scoped as the profile is, `unknown` where it cannot tell.
+
+Synthetic profiles plant one situation each (tests/frames.py: whole milliseconds);
+the real course-assignment exports show the same on data nobody here wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import polars as pl
+import pytest
+
+from nsysmap.pipeline import analyse, analyse_file
+from nsysmap.report.answers import RunData
+from nsysmap.report.build import build_report
+from nsysmap.report.io import ANSWERS_JSON, read_run, write_report
+from tests.corpus import corpus_path
+from tests.frames import MS, Frames
+
+
+def _report(f: Frames):
+    analysis = analyse(f.profile())
+    run = RunData("run", analysis.ops, analysis.manifest, by_range=analysis.summaries.by_range)
+    return build_report(run)
+
+
+def _answers(f: Frames) -> dict:
+    return _report(f).answers["answers"]
+
+
+def _training_step(f: Frames, first: str = "ampere_sgemm_128x64_tn") -> None:
+    """Forward (top: `first`, 3 ms), backward (top: a 5 ms gemm of another name)."""
+    f.range(1, "forward", 0, 10)
+    f.kernel(1, 1, first, dur=3)
+    f.kernel(1, 2, "elementwise_kernel", dur=1)
+    f.range(1, "backward", 10, 30)
+    f.kernel(1, 11, "ampere_sgemm_64x32_sliced1x4_nt", dur=5)
+    f.kernel(1, 12, first, dur=1)
+
+
+def test_same_top_kernel_names_both_kernels_and_says_no_when_they_differ():
+    f = Frames()
+    _training_step(f)
+    result = _report(f)
+    top = result.answers["answers"]["top_kernel"]
+    assert top["scopes"]["forward"]["name"] == "ampere_sgemm_128x64_tn"
+    assert top["scopes"]["forward_backward"]["name"] == "ampere_sgemm_64x32_sliced1x4_nt"
+    assert top["same_with_backward"] is False
+    assert (
+        "Same top kernel with backward included: no (forward: `ampere_sgemm_128x64_tn`; "
+        "forward + loss + backward: `ampere_sgemm_64x32_sliced1x4_nt`)."
+    ) in result.markdown
+
+
+def test_a_forward_only_profile_has_no_answer_to_same_with_backward():
+    f = Frames()
+    f.range(1, "forward", 0, 10)
+    f.kernel(1, 1, "ampere_sgemm_128x64_tn", dur=3)
+    result = _report(f)
+    top = result.answers["answers"]["top_kernel"]
+    assert top["same_with_backward"] is None
+    assert "forward-only" in top["same_with_backward_unknown"]
+    assert "forward_backward" not in top["scopes"]
+    assert "Same top kernel with backward included: unknown (" in result.markdown
+    assert "included: yes" not in result.markdown
+
+
+def test_forward_ranges_without_steps_count_the_forward_passes():
+    """Three `forward pass` ranges, no step ranges: three passes, 2 sgemm calls each."""
+    f = Frames()
+    for n in range(3):
+        f.range(1, "forward pass", 100 * n, 100 * n + 50)
+        f.kernel(1, 100 * n + 1, "ampere_sgemm_128x64_tn", dur=3)
+        f.kernel(1, 100 * n + 10, "ampere_sgemm_128x64_tn", dur=3)
+    result = _report(f)
+    top = result.answers["answers"]["top_kernel"]
+    assert (top["forward_passes"], top["forward_passes_source"]) == (3, "forward ranges")
+    assert top["scopes"]["forward"]["calls_per_forward_pass"] == 2.0
+    assert "- Forward passes: 3 (forward range instances)" in result.markdown
+
+
+def test_work_outside_every_phase_is_left_out_and_said():
+    """Weights copied to the GPU before the first forward (48 % of the time) are not the
+    top kernel of the steady state: the step scope is the phases, the copy is left out."""
+    f = Frames()
+    f.range(1, "init_model", 0, 20)
+    f.kernel(1, 1, "Memcpy HtoD (Pageable -> Device)", dur=12, kind="memcpy")
+    f.range(1, "forward", 20, 40)
+    f.kernel(1, 21, "ampere_sgemm_128x64_tn", dur=10)
+    f.kernel(1, 22, "elementwise_kernel", dur=3)
+    doc = _report(f).answers
+    assert doc["scopes"]["step"]["label"] == "all phases"
+    assert doc["scopes"]["step"]["time_ns"] == 13 * MS
+    assert doc["answers"]["top_kernel"]["scopes"]["step"]["name"] == "ampere_sgemm_128x64_tn"
+    assert doc["left_out"] == [
+        {
+            "what": "work outside every phase",
+            "time_ns": 12 * MS,
+            "share": 12 / 25,
+            "why": doc["left_out"][0]["why"],
+        }
+    ]
+    assert doc["answers"]["matmul_share"]["scopes"]["step"]["share"] == 10 / 13
+
+
+def test_graph_replays_traced_whole_make_the_matmul_share_unknown():
+    """`--cuda-graph-trace=graph`: the replay's kernels are unknown, so is the share."""
+    f = Frames()
+    f.range(1, "forward", 0, 50)
+    f.kernel(1, 1, "ampere_sgemm_128x64_tn", dur=2)
+    f.kernel(1, 5, "CUDA graph 1", dur=8, kind="graph")
+    result = _report(f)
+    answers = result.answers["answers"]
+    share = answers["matmul_share"]["scopes"]["forward"]
+    assert share["share"] is None and "--cuda-graph-trace=node" in share["unknown"]
+    assert (share["share_at_least"], share["share_at_most"]) == (0.2, 1.0)
+    top = answers["top_kernel"]["scopes"]["forward"]
+    assert top["name"] == "ampere_sgemm_128x64_tn" and top["unknown"] is not None
+    listed = answers["non_matmul_kernels"]["scopes"]["forward"]["kernels"]
+    assert all(k["kind"] != "graph" for k in listed)
+    assert not re.search(r"(?<![\d.])0\.0 %", result.markdown.split("## Top kernel")[0])
+    assert "unknown (20.0 % to 100.0 %)" in result.markdown
+
+
+def test_softmax_and_matmul_ranges_count_without_an_attention_parent():
+    f = Frames()
+    f.range(1, "forward pass", 0, 100)
+    f.range(1, "computing attention scores", 10, 20)
+    f.kernel(1, 11, "ampere_sgemm_128x64_tn", dur=3)
+    f.range(1, "computing softmax", 20, 30)
+    f.kernel(1, 21, "exp_kernel", dur=2)
+    f.range(1, "computing final matmul", 30, 40)
+    f.kernel(1, 31, "ampere_sgemm_128x64_tn", dur=4)
+    answer = _answers(f)["softmax_vs_matmul"]
+    assert answer["attention_source"] == "ranges"
+    time = answer["attention"]["time"]
+    assert (time["softmax_ns"], time["matmul_ns"], time["ratio"]) == (2 * MS, 7 * MS, 2 / 7)
+
+
+@pytest.mark.corpus
+def test_tflops_divide_by_the_time_whose_flops_are_counted():
+    """A graph-replayed decode step: most kernels have no launching operator, so no shapes;
+    the rate divides the FLOPs by the time of the operations that could carry them."""
+    path = corpus_path("tracelens_vllm_gptoss_fullgraph_decode_hipgraph_mi300x.json.gz")
+    analysis = analyse(_load(path))
+    run = RunData("recsys", analysis.ops, analysis.manifest, by_range=analysis.summaries.by_range)
+    rate = build_report(run).answers["answers"]["flop_rate"]
+    ops = analysis.ops
+    counted = int(ops.filter(pl.col("aten_op").is_not_null())["dur_ns"].sum())
+    assert rate["flop_time_ns"] == counted < rate["time_ns"] == int(ops["dur_ns"].sum())
+    assert rate["tflops_per_s"] == pytest.approx(rate["matmul_flop"] / counted / 1e3)
+
+
+def _load(path):
+    from nsysmap import load_profile
+
+    return load_profile(path)
+
+
+@pytest.mark.corpus
+def test_course_export_softmax_flops_come_from_its_softmax_ranges(tmp_path):
+    """cs336 forward+backward: a hand-written softmax (max, sub, exp, sum, div) inside
+    `computing softmax`; its FLOPs are those operators' estimates, not 0."""
+    analyse_file(corpus_path("cs336a2_small_fwdbwd_emitnvtx_shapes_a100.sqlite"), tmp_path)
+    result = build_report(read_run(tmp_path))
+    flops = result.answers["answers"]["softmax_vs_matmul"]["attention"]["flops"]
+    assert flops["softmax_flop"] > 0 and flops["matmul_flop"] > 0
+    assert flops["ratio"] == flops["softmax_flop"] / flops["matmul_flop"]
+    assert "| FLOPs, attention ranges | 0.000 FLOP" not in result.markdown
+
+
+@pytest.mark.corpus
+def test_course_forward_export_counts_its_one_forward_pass(tmp_path):
+    analyse_file(corpus_path("cs336a2_small_fwd_emitnvtx_shapes_a100.sqlite"), tmp_path)
+    result = build_report(read_run(tmp_path))
+    write_report(result, tmp_path)
+    answers = json.loads((tmp_path / ANSWERS_JSON).read_text())
+    top = answers["answers"]["top_kernel"]
+    assert (top["forward_passes"], top["forward_passes_source"]) == (1, "forward ranges")
+    forward = top["scopes"]["forward"]
+    assert forward["calls_per_forward_pass"] == forward["forward_calls"] == forward["calls"]
+    assert answers["schema"] == "nsysmap.answers" and answers["schema_version"] == "1.0"
