@@ -25,6 +25,7 @@ import pytest
 from nsysmap.many.task import split_by_process
 from nsysmap.pipeline import analyse, load_profile
 from tests.corpus import corpus_path
+from tests.test_many import invoke
 
 pytestmark = [pytest.mark.corpus]
 DISTRIBUTED = (
@@ -95,3 +96,21 @@ def test_overlap_and_rank_tables_give_the_same_hidden_time(name: str, tmp_path: 
     assert {pid: (h, c) for pid, h, c in rank_overlap.rows()} == expected
     # hta_ddp: world size 1, annotations but no NCCL kernel; the others have some.
     assert bool(by_hand) == (not name.startswith("hta_ddp"))
+
+
+@pytest.mark.dask
+def test_written_tables_agree(tmp_path: Path) -> None:
+    """The files: `attribute` writes overlap.parquet, `attribute --ranks` rank_comm.parquet
+    (on a local Dask cluster); on the recsys trace both hide the same time, and it is not 0."""
+    path = str(corpus_path("hta_recsys_shapes_rank0_a100.json.gz"))
+    for argv in (
+        ["-o", str(tmp_path / "one")],
+        ["--ranks", "--workers", "1", "-o", str(tmp_path / "ranks")],
+    ):
+        code, _, stderr = invoke(["attribute", "--quiet", path, *argv])
+        assert code == 0, stderr
+    overlap = pl.read_parquet(tmp_path / "one" / "overlap.parquet")
+    comm = pl.read_parquet(tmp_path / "ranks" / "rank_comm.parquet")
+    sums = overlap.select(pl.col("comm_ns", "overlapped_ns", "exposed_ns").sum()).row(0)
+    assert comm.select("comm_ns", "overlapped_ns", "exposed_ns").rows() == [sums]
+    assert sums[1] > 0

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from nsysmap.cli import cli
 from nsysmap.intervals import hiding
-from nsysmap.output.comm_overlap import overlap_line, overlap_table
+from nsysmap.output.comm_overlap import hidden_communication, overlap_line, overlap_table
 from nsysmap.synth import SynthExport
 from tests.reference import reference_overlap
 
@@ -122,6 +122,15 @@ def test_compute_of_another_process_does_not_count():
         ]
     )
     assert overlap_table(ops).select("overlapped_ns", "exposed_ns").row(0) == (6, 4)
+
+
+def test_ranks_of_several_reports_are_kept_apart():
+    """Operations of several reports: two ranks may share a pid and a device number."""
+    ops = _ops([("kernel", "communication", 0, 7, 0, 10, 0), ("kernel", "gemm", 0, 8, 0, 3, 0)])
+    other = _ops([("kernel", "gemm", 0, 8, 3, 10, 0)])
+    ops = pl.concat([ops.with_columns(rank=pl.lit(0)), other.with_columns(rank=pl.lit(1))])
+    comm = hidden_communication(ops)
+    assert comm.select("rank", "hidden_ns", "exposed_ns").rows() == [(0, 3, 7)]
 
 
 @pytest.mark.parametrize("packed", [True, False])

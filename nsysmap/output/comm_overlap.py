@@ -29,25 +29,34 @@ from nsysmap.intervals.hiding import hidden_ns
 
 COMM = (pl.col("kind") == "kernel") & (pl.col("category") == "communication")
 COMPUTE = pl.col("kind").is_in(["kernel", "graph"]) & (pl.col("category") != "communication")
-# Who can hide whose communication: the same process on the same device (another stream).
-SAME = ("pid", "device_id")
-COLUMNS = [*SAME, "stream_id", "start_ns", "end_ns"]
+# Who can hide whose communication: the same process on the same device (another stream);
+# in the operations of several reports, of the same rank too (`rank`, when there is one).
+SAME = ("rank", "pid", "device_id")
+INTERVAL = ["stream_id", "start_ns", "end_ns"]
+
+
+def same_keys(ops: pl.DataFrame | pl.LazyFrame) -> list[str]:
+    """The columns of SAME that `ops` has (every one but `rank` is required)."""
+    names = ops.lazy().collect_schema().names()
+    return [c for c in SAME if c != "rank" or c in names]
 
 
 def hidden_communication(
     ops: pl.DataFrame | pl.LazyFrame, keep: Sequence[str] = ()
 ) -> pl.DataFrame:
-    """One row per communication kernel of an OPS frame: the `keep` columns, pid,
-    device_id, stream_id, start_ns, end_ns, dur_ns, hidden_ns and exposed_ns
+    """One row per communication kernel of an OPS frame: the `keep` columns, (rank,)
+    pid, device_id, stream_id, start_ns, end_ns, dur_ns, hidden_ns and exposed_ns
     (= dur_ns - hidden_ns)."""
     frame = ops.lazy()
-    wanted = [*(c for c in keep if c not in COLUMNS and c != "dur_ns"), *COLUMNS, "dur_ns"]
+    same = same_keys(frame)
+    columns = [*same, *INTERVAL]
+    wanted = [*(c for c in keep if c not in columns and c != "dur_ns"), *columns, "dur_ns"]
     comm = frame.filter(COMM).select(wanted).collect()
     if comm.is_empty():  # the common case: nothing more is read
         return comm.with_columns(hidden_ns=pl.lit(0, pl.Int64), exposed_ns=pl.lit(0, pl.Int64))
     devices = comm["device_id"].unique().implode()
-    compute = frame.filter(COMPUTE, pl.col("device_id").is_in(devices)).select(COLUMNS).collect()
-    hidden = hidden_ns(comm, compute, by=SAME)
+    compute = frame.filter(COMPUTE, pl.col("device_id").is_in(devices)).select(columns).collect()
+    hidden = hidden_ns(comm, compute, by=same)
     return comm.with_columns(hidden_ns=hidden, exposed_ns=pl.col("dur_ns") - hidden)
 
 

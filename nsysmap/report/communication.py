@@ -11,12 +11,13 @@ from the answer alone. Definitions (docs/report.md, Communication):
 * each kernel's collective comes from its name or, for generic kernels,
   its annotation (nsysmap.report.collectives);
 * a kernel is *one-off* when it lies outside every step and starts before
-  the first start of any step's operation of the same process and device
-  (DDP's parameter broadcast at start-up); without steps nothing is one-off.
+  the first start of any step's operation of the same process and device,
+  and rank in the operations of several reports: DDP's parameter broadcast
+  at start-up. Without steps nothing is one-off.
   One-off rows are listed apart (`one_off`), every other kernel in
   `collectives` (`in_steps` says whether it lies in a step).
 
-Rows are summed over devices and processes.
+Rows are summed over devices, processes and ranks.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap.output.comm_overlap import COMM, hidden_communication
+from nsysmap.output.comm_overlap import COMM, hidden_communication, same_keys
 from nsysmap.report.collectives import collective
 from nsysmap.report.format import ms, pct, table
 
@@ -37,7 +38,6 @@ QUESTION = (
 NO_KERNELS = "this profile has no communication kernels (NCCL or other collectives)"
 SUMS = ("calls", "time_ns", "hidden_ns", "exposed_ns")
 ROW_KEYS = ("collective", "phase", "in_steps", "one_off")
-SAME = ["pid", "device_id"]
 
 
 def communication_answer(ops: pl.DataFrame) -> dict[str, Any]:
@@ -46,12 +46,13 @@ def communication_answer(ops: pl.DataFrame) -> dict[str, Any]:
     kernels = hidden_communication(ops, keep=["step", "phase", "name", "range_path"])
     if kernels.is_empty():
         return _answer(_why_unknown(left_out), _sums(kernels), [], [], left_out)
+    same = same_keys(ops)
     first = (
         ops.filter(pl.col("step").is_not_null())
-        .group_by(SAME)
+        .group_by(same)
         .agg(first_step_ns=pl.col("start_ns").min())
     )
-    kernels = kernels.join(first, on=SAME, how="left", nulls_equal=True).with_columns(
+    kernels = kernels.join(first, on=same, how="left", nulls_equal=True).with_columns(
         collective=collective(pl.col("name"), pl.col("range_path")),
         in_steps=pl.col("step").is_not_null(),
         one_off=(
