@@ -249,7 +249,7 @@ def reference_overlap(ops: pl.DataFrame) -> dict[tuple, tuple[int, int]]:
     """(device, step) -> (communication ns, ns of it covered by compute on other streams).
 
     Plain Python: for each communication kernel, the compute intervals (other
-    kernels and graph replays) of the same device on other streams that meet it,
+    kernels and graph replays) of the same process and device on other streams that meet it,
     clipped to it, merged, and measured.
     """
     rows = list(ops.iter_rows(named=True))
@@ -262,7 +262,8 @@ def reference_overlap(ops: pl.DataFrame) -> dict[tuple, tuple[int, int]]:
         clipped = sorted(
             (max(x["start_ns"], c["start_ns"]), min(x["end_ns"], c["end_ns"]))
             for x in compute
-            if x["device_id"] == c["device_id"] and x["stream_id"] != c["stream_id"]
+            if (x["pid"], x["device_id"]) == (c["pid"], c["device_id"])
+            and x["stream_id"] != c["stream_id"]
         )
         covered, reach = 0, c["start_ns"]
         for start, end in clipped:

@@ -89,19 +89,23 @@ def test_processes_and_failed_inputs_take_numbers_in_order() -> None:
 
 # ----------------------------------------------------------------- overlap
 def test_exposed_communication_by_hand() -> None:
-    # device 0: compute [0, 10), all-reduces [5, 15) and [12, 20); device 1: comm alone [0, 4)
+    # device 0: compute [0, 10) on stream 7, all-reduces [5, 15) and [12, 20) on streams 20
+    # and 21, a copy [15, 20) (no compute); device 1: an all-reduce alone [0, 4)
     ops = pl.DataFrame(
         {
-            "pid": [1, 1, 1, 1],
-            "device_id": [0, 0, 0, 1],
-            "start_ns": [0, 5, 12, 0],
-            "end_ns": [10, 15, 20, 4],
-            "category": ["gemm", "communication", "communication", "communication"],
+            "pid": [1, 1, 1, 1, 1],
+            "kind": ["kernel", "kernel", "kernel", "kernel", "memcpy"],
+            "device_id": [0, 0, 0, 1, 0],
+            "stream_id": [7, 20, 21, 20, 8],
+            "start_ns": [0, 5, 12, 0, 15],
+            "end_ns": [10, 15, 20, 4, 20],
+            "category": ["gemm", "communication", "communication", "communication", "memcpy"],
         }
-    )
+    ).with_columns(dur_ns=pl.col("end_ns") - pl.col("start_ns"))
     got = exposed_communication(ops.lazy()).row(0, named=True)
-    # busy [5, 20) + [0, 4) = 19; overlapped [5, 10) = 5; exposed [10, 20) + [0, 4) = 14
-    assert got == {"pid": 1, "comm_busy_ns": 19, "overlapped_ns": 5, "exposed_ns": 14}
+    # busy [5, 20) + [0, 4) = 19; each kernel its own time: hidden [5, 10) = 5;
+    # exposed [10, 15) + [12, 20) + [0, 4) = 17, so hidden + exposed = 10 + 8 + 4
+    assert got == {"pid": 1, "comm_busy_ns": 19, "overlapped_ns": 5, "exposed_ns": 17}
 
 
 # ------------------------------------------------------------ across ranks

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nsysmap.cli import cli
-from nsysmap.output import comm_overlap as overlap
-from nsysmap.output.comm_overlap import overlap_line, overlap_table
+from nsysmap.intervals import hiding
+from nsysmap.output.comm_overlap import hidden_communication, overlap_line, overlap_table
 from nsysmap.synth import SynthExport
 from tests.reference import reference_overlap
 
@@ -23,7 +23,9 @@ COLUMNS = ["kind", "category", "device_id", "stream_id", "start_ns", "end_ns", "
 def _ops(rows: list[tuple]) -> pl.DataFrame:
     schema = {c: pl.String if c in ("kind", "category") else pl.Int64 for c in COLUMNS}
     frame = pl.DataFrame(rows, schema=schema, orient="row")
-    return frame.with_columns(dur_ns=pl.col("end_ns") - pl.col("start_ns"))
+    return frame.with_columns(
+        pid=pl.lit(PID, pl.Int64), dur_ns=pl.col("end_ns") - pl.col("start_ns")
+    )
 
 
 def _two_stream_export() -> SynthExport:
@@ -110,6 +112,27 @@ def test_same_stream_compute_does_not_count():
     assert overlap_table(ops).select("overlapped_ns", "exposed_ns").row(0) == (0, 10)
 
 
+def test_compute_of_another_process_does_not_count():
+    """Two processes on one device: only a process's own compute hides its communication."""
+    ops = _ops([("kernel", "communication", 0, 7, 0, 10, 0), ("kernel", "gemm", 0, 8, 0, 6, 0)])
+    ops = pl.concat(
+        [
+            ops,
+            _ops([("kernel", "gemm", 0, 9, 6, 10, 0)]).with_columns(pid=pl.lit(PID + 1, pl.Int64)),
+        ]
+    )
+    assert overlap_table(ops).select("overlapped_ns", "exposed_ns").row(0) == (6, 4)
+
+
+def test_ranks_of_several_reports_are_kept_apart():
+    """Operations of several reports: two ranks may share a pid and a device number."""
+    ops = _ops([("kernel", "communication", 0, 7, 0, 10, 0), ("kernel", "gemm", 0, 8, 0, 3, 0)])
+    other = _ops([("kernel", "gemm", 0, 8, 3, 10, 0)])
+    ops = pl.concat([ops.with_columns(rank=pl.lit(0)), other.with_columns(rank=pl.lit(1))])
+    comm = hidden_communication(ops)
+    assert comm.select("rank", "hidden_ns", "exposed_ns").rows() == [(0, 3, 7)]
+
+
 @pytest.mark.parametrize("packed", [True, False])
 def test_compute_inside_longer_compute_counts_once(packed):
     """[0, 10) holds [1, 2) and [3, 4): their union is [0, 10), whichever way it is merged."""
@@ -117,7 +140,7 @@ def test_compute_inside_longer_compute_counts_once(packed):
     rows += [("kernel", "gemm", 0, 1, s, e, 0) for s, e in ((0, 10), (1, 2), (3, 4), (12, 14))]
     with pytest.MonkeyPatch.context() as patch:
         if not packed:
-            patch.setattr(overlap, "PACK_BITS", 0)
+            patch.setattr(hiding, "PACK_BITS", 0)
         table = overlap_table(_ops(rows))
     assert table.select("overlapped_ns", "exposed_ns").row(0) == (12, 8)
 
@@ -140,7 +163,7 @@ def test_random_overlaps_match_the_reference(rows, packed):
     pack) windows per device and stream."""
     with pytest.MonkeyPatch.context() as patch:
         if not packed:
-            patch.setattr(overlap, "PACK_BITS", 0)
+            patch.setattr(hiding, "PACK_BITS", 0)
         _check_against_reference(rows)
 
 

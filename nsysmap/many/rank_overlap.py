@@ -1,20 +1,24 @@
-"""How much of a rank's communication is hidden behind other GPU work, and how much is exposed.
+"""How much of a rank's communication is hidden behind compute, and how much is exposed.
 
-A simple interval measure over the attributed operations, per process and
-device: the time during which at least one communication operation runs
-(`comm_busy_ns`), the part of it during which some other operation also runs
-on the same device (`overlapped_ns`), and the rest (`exposed_ns`: the device
-does nothing but communicate). One sort of the operations' start and end
-events per device; no loop over rows.
+Hidden and exposed time are nsysmap's one definition
+(nsysmap.output.comm_overlap.hidden_communication, the same as
+`overlap.parquet`): per communication kernel, the part during which compute
+runs on another stream of the same device, summed here per process, so that
+`overlapped_ns + exposed_ns` is the process's communication time (`comm_ns`)
+and `overlapped_ns` is the sum of `overlap.parquet`'s over the process's
+devices.
 
-`exposed_communication` is the one function nsysmap.many calls for this, so
-that it can be replaced by a single-report overlap table computed during
-attribution, should one exist, without changing the cross-rank tables.
+`comm_busy_ns` is a different measure with its own name: the wall time,
+per device and summed, during which at least one communication operation
+runs (communication overlapping communication counted once). One sort of
+start and end events per device; no loop over rows.
 """
 
 from __future__ import annotations
 
 import polars as pl
+
+from nsysmap.output.comm_overlap import COMM, hidden_communication
 
 COMMUNICATION = "communication"
 OVERLAP = pl.Schema(
@@ -28,32 +32,34 @@ OVERLAP = pl.Schema(
 
 
 def exposed_communication(ops: pl.LazyFrame) -> pl.DataFrame:
-    """Per process: communication busy time, its overlapped part and its exposed part.
+    """Per process with communication kernels: busy time, the hidden (overlapped) and
+    exposed parts of its communication kernels' time.
 
-    `ops` needs pid, device_id, start_ns, end_ns and category (the OPS
-    columns). Busy time counts overlapping communication operations once.
+    `ops` needs pid, kind, category, device_id, stream_id, start_ns, end_ns
+    and dur_ns (the OPS columns).
     """
-    is_comm = (pl.col("category") == COMMUNICATION).fill_null(False).cast(pl.Int64)
-    is_other = 1 - is_comm
+    hidden = (
+        hidden_communication(ops, keep=["pid"])
+        .group_by("pid")
+        .agg(overlapped_ns=pl.col("hidden_ns").sum(), exposed_ns=pl.col("exposed_ns").sum())
+    )
+    out = _busy(ops).join(hidden, on="pid", how="inner")
+    return out.select(OVERLAP.names()).cast(OVERLAP).sort("pid")
+
+
+def _busy(ops: pl.LazyFrame) -> pl.DataFrame:
+    """Per process: time with at least one communication kernel running, per device, summed."""
     keys = ["pid", "device_id"]
-    starts = ops.select(*keys, t="start_ns", comm=is_comm, other=is_other)
-    ends = ops.select(*keys, t="end_ns", comm=-is_comm, other=-is_other)
+    comm = ops.filter(COMM)
+    starts = comm.select(*keys, t="start_ns", open=pl.lit(1, pl.Int64))
+    ends = comm.select(*keys, t="end_ns", open=pl.lit(-1, pl.Int64))
     swept = (
         pl.concat([starts, ends])
         .sort([*keys, "t"])
         .with_columns(
-            pl.col("comm").cum_sum().over(keys).alias("open_comm"),
-            pl.col("other").cum_sum().over(keys).alias("open_other"),
+            pl.col("open").cum_sum().over(keys).alias("running"),
             (pl.col("t").shift(-1).over(keys) - pl.col("t")).fill_null(0).alias("seg"),
         )
     )
-    busy = pl.col("open_comm") > 0
-    alone = busy & (pl.col("open_other") == 0)
-    per_pid = swept.group_by("pid").agg(
-        pl.col("seg").filter(busy).sum().alias("comm_busy_ns"),
-        pl.col("seg").filter(alone).sum().alias("exposed_ns"),
-    )
-    out = per_pid.with_columns(
-        (pl.col("comm_busy_ns") - pl.col("exposed_ns")).alias("overlapped_ns")
-    ).collect()
-    return out.select(OVERLAP.names()).cast(OVERLAP).sort("pid")
+    busy = pl.col("seg").filter(pl.col("running") > 0).sum().alias("comm_busy_ns")
+    return swept.group_by("pid").agg(busy).collect()
