@@ -99,6 +99,8 @@ def run_facts(f: Findings) -> dict[str, Any]:
         "devices": f.devices.to_dicts(),
         "steps": f.steps,
         "steps_source": "step ranges" if f.steps is not None else None,
+        "steps_run": _option(f, "steps_seen"),
+        "steps_profiled": _option(f, "profiled_steps"),
         "warmup_ops": warmup.height,
         "warmup_time_ns": int(warmup["dur_ns"].sum()),
         "forward_passes": f.forward_passes,
@@ -109,6 +111,12 @@ def run_facts(f: Findings) -> dict[str, Any]:
         "time_ns": int(f.run.ops["dur_ns"].sum()),
         "ops": f.run.ops.height,
     }
+
+
+def _option(f: Findings, key: str) -> Any:
+    """A setting `nsysmap run` recorded in manifest.json (None for other inputs)."""
+    options = f.run.manifest.get("options")
+    return options.get(key) if isinstance(options, dict) else None
 
 
 def scope_facts(ops: pl.DataFrame) -> dict[str, Any]:

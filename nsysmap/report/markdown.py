@@ -100,6 +100,15 @@ def _steps(run: dict[str, Any]) -> str:
         text = "no step ranges"
     else:
         text = f"{run['steps']} measured (counted per device)"
+    run_steps, profiled = run.get("steps_run"), run.get("steps_profiled")
+    if isinstance(run_steps, int) and isinstance(profiled, list) and len(profiled) == 2:
+        captured = profiled[1] - profiled[0] + 1
+        if run_steps > captured:
+            text += (
+                f"; the script ran {run_steps} steps and `nsysmap run` profiled {captured} of "
+                f"them (steps {profiled[0]} to {profiled[1]}): the others, warm-up first, "
+                "were not captured"
+            )
     if run["warmup_ops"]:
         text += (
             f"; warm-up work left out: {run['warmup_ops']:,} operations, "
