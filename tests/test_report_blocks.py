@@ -17,8 +17,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap.pipeline import analyse_file
 from nsysmap.attribution.module_names import with_block
+from nsysmap.pipeline import analyse_file
 from nsysmap.report.blocks import block_totals, part_of
 from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run

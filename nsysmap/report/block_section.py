@@ -50,13 +50,14 @@ def blocks_section(f: Findings) -> list[str]:
         "time per step" if f.steps else "time",
         "forward",
         "backward",
-        "other phases",
+        "no direction",
         *(f"`{part_label(p)}`" for p in shown),
         *(["other parts"] if rest else []),
         "TFLOP/s",
         "MFU",
     ]
     lines.append("Each block with every module below it; parts are its direct children,")
-    lines.append("`(own)` its own operations (residual adds). Devices pooled; a step is one")
-    lines.append("step on one device.")
+    lines.append("`(own)` its own operations (residual adds). Forward and backward are the time")
+    lines.append("in forward and in backward calls, whatever the phase. Devices pooled; a step")
+    lines.append("is one step on one device.")
     return [*lines, "", *table(header, rows)]
