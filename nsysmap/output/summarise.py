@@ -204,7 +204,7 @@ def _with_inclusive(by_module: pl.DataFrame) -> pl.DataFrame:
     own = list(INCLUSIVE.values())
     paths = by_module.group_by("device_id", "module").agg(pl.col(own).sum())
     up = with_ancestors(paths).group_by("device_id", "ancestor")
-    inclusive = up.agg(pl.col(own).sum().name.map(lambda c: _INCLUSIVE_OF[c]))
+    inclusive = up.agg(pl.col(o).sum().alias(f"_{i}") for i, o in INCLUSIVE.items())
     implied = inclusive.join(
         paths, left_on=["device_id", "ancestor"], right_on=["device_id", "module"], how="anti"
     ).select(
@@ -224,6 +224,3 @@ def _with_inclusive(by_module: pl.DataFrame) -> pl.DataFrame:
         nulls_last=True,
     )
     return schemas.conform(ordered.select(by_module.columns), schemas.BY_MODULE, "by_module")
-
-
-_INCLUSIVE_OF = {own: f"_{inclusive}" for inclusive, own in INCLUSIVE.items()}
