@@ -198,9 +198,14 @@ BY_MODULE = declare(
     {
         **_MODULE_KEY,
         **_SUMMARY_TAIL,
-        "forward_ns": pl.Int64,
-        "backward_ns": pl.Int64,
-        "inclusive_ns": pl.Int64,  # this module and every module below it
+        "forward_ns": pl.Int64,  # in forward calls (the ops' `direction`)
+        "backward_ns": pl.Int64,  # in backward calls
+        # The module and every module below it (a module that launched nothing itself
+        # has a row: ops and time_ns 0).
+        "inclusive_ops": pl.Int64,
+        "inclusive_ns": pl.Int64,
+        "inclusive_forward_ns": pl.Int64,
+        "inclusive_backward_ns": pl.Int64,
     }
 )
 BY_MODULE_PHASE = declare(

@@ -17,8 +17,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from nsysmap.attribution.module_names import with_block
 from nsysmap.pipeline import analyse_file
-from nsysmap.report.blocks import block_of, block_totals, part_of
+from nsysmap.report.blocks import block_totals, part_of
 from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run
 
@@ -35,7 +36,7 @@ def report(tmp_path_factory):
 
 def test_block_and_part_of_a_module_path():
     paths = ["transformer.h.3.attn.c_attn", "transformer.h.3", "transformer.wte", "", "a.0.b.1.c"]
-    frame = pl.DataFrame({"module": paths}).with_columns(block=block_of())
+    frame = with_block(pl.DataFrame({"module": paths}))
     frame = frame.with_columns(part=part_of(pl.col("block")))
     assert frame["block"].to_list() == ["transformer.h.3", "transformer.h.3", None, None, "a.0"]
     assert frame["part"].to_list()[:2] == ["attn", ""]
@@ -70,6 +71,8 @@ def test_blocks_come_in_numeric_order_past_nine():
         rows, schema=["module", "module_class", "phase", "ops", "time_ns"], orient="row"
     ).with_columns(
         device_id=pl.lit(0),
+        forward_ns=pl.col("time_ns"),
+        backward_ns=pl.lit(0),
         matmul_flop=pl.lit(None, pl.Int64),
         recompute_flop=pl.lit(None, pl.Int64),
         other_flop_estimate=pl.lit(None, pl.Int64),

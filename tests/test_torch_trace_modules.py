@@ -112,11 +112,22 @@ def test_by_module_adds_up_by_hand(model_trace):
     analysis = analyse(load_profile(model_trace))
     by_module = analysis.summaries.by_module
     rows = {r["module"]: r for r in by_module.iter_rows(named=True)}
-    assert {m: rows[m]["time_ns"] for m in rows} == {L0: 7000, L1: 11000, "Net_0": 2000, None: 1000}
+    # The blocks launch nothing themselves: rows with no time of their own.
+    blocks = {"Net_0.Block_0": 0, "Net_0.Block_1": 0}
+    own = {L0: 7000, L1: 11000, "Net_0": 2000, None: 1000, **blocks}
+    assert {m: rows[m]["time_ns"] for m in rows} == own
     assert (rows[L0]["forward_ns"], rows[L0]["backward_ns"]) == (4000, 3000)
     assert (rows[L1]["forward_ns"], rows[L1]["backward_ns"]) == (6000, 5000)
-    assert rows["Net_0"]["inclusive_ns"] == 20000
     assert by_module["time_ns"].sum() == analysis.ops["dur_ns"].sum() == 21000
+    # Inclusive: ops, time, forward and backward time of the module and all below it.
+    inclusive = ["module_class", "ops", "inclusive_ops", "inclusive_ns"]
+    inclusive += ["inclusive_forward_ns", "inclusive_backward_ns"]
+    got = {m: tuple(rows[m][c] for c in inclusive) for m in rows}
+    assert got["Net_0.Block_0"] == ("Block", 0, 2, 7000, 4000, 3000)  # k1 + k5
+    assert got["Net_0.Block_1"] == ("Block", 0, 2, 11000, 6000, 5000)  # k2 + k6
+    assert got["Net_0"] == ("Net", 1, 5, 20000, 12000, 8000)  # and add_k3
+    assert got[L0][2:] == (2, 7000, 4000, 3000)
+    assert got[None][1:] == (1, 1, 1000, 0, 0)  # outside every module: itself only
 
 
 @pytest.mark.parametrize(
@@ -175,13 +186,18 @@ def test_report_shows_module_time_shapes_and_flops(model_trace, tmp_path):
     analyse_file(model_trace, tmp_path / "out", options={"command": "attribute"})
     result = build_report(read_run(tmp_path / "out"))
     layers = {r["layer"]: r for r in result.tables["report_layers"].iter_rows(named=True)}
-    assert layers[L0]["matmul_flop"] == 2 * 8 * 16 * 32  # the forward addmm; backward unrecorded
-    assert layers[L0]["time_ns"] == 7000 and layers[L0]["mfu"] is not None
+    # Linear_0 of Block_0 and Linear_1 of Block_1: one layer, instance numbers collapsed.
+    linear = layers["Net_*.Block_*.Linear_*"]
+    assert linear["modules"] == 2
+    assert linear["matmul_flop"] == 2 * 8 * 16 * 32  # k1's addmm; the others' shapes unrecorded
+    assert linear["time_ns"] == 7000 + 11000 and linear["mfu"] is not None
+    # forward / backward: by call direction (k1 + k2, k5 + k6), as in by_module.
+    assert (linear["forward_ns"], linear["backward_ns"]) == (4000 + 6000, 3000 + 5000)
     devices = result.tables["report_devices"].row(0, named=True)
     assert devices["dtype"] == "bf16" and devices["peak_tflops"] == pytest.approx(989.4)
     shapes = result.tables["report_shapes"]
     assert json.dumps(ADDMM_DIMS) in set(shapes["input_shapes"])
-    assert "Net_0.Block_0.Linear_0" in result.markdown
+    assert "Net_*.Block_*.Linear_*" in result.markdown
 
 
 # ------------------------------------------------------- recorded CPU trace

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from nsysmap.attribution.module_names import block_index, block_list, with_block
 from nsysmap.diff.compare import Diff
 from nsysmap.diff.diff_text import names, summary, unmatched
-from nsysmap.report.blocks import block_of
 from nsysmap.report.html.chart import Chart, Table, bar, layout, ms, ratio
 from nsysmap.report.html.names import distinct_labels
 from nsysmap.report.html.page import page
@@ -88,7 +88,7 @@ def changes(diff: Diff, level: str, title: str, caption: str) -> Chart | None:
 
 def blocks_chart(diff: Diff) -> Chart | None:
     """Layer by layer: each numbered block (with its modules) in A and B."""
-    rows = diff.levels["module"].rename({"key": "module"}).with_columns(block=block_of())
+    rows = with_block(diff.levels["module"].rename({"key": "module"}))
     rows = rows.filter(pl.col("block").is_not_null())
     if rows.is_empty():
         return None
@@ -96,8 +96,7 @@ def blocks_chart(diff: Diff) -> Chart | None:
         pl.col("a_ns_per_step", "b_ns_per_step", "change_ns_per_step").sum()
     )
     sums = sums.with_columns(
-        _list=pl.col("block").str.replace(r"\.?\d+$", ""),
-        _index=pl.col("block").str.extract(r"(\d+)$").cast(pl.Int64),
+        _list=block_list(pl.col("block")), _index=block_index(pl.col("block"))
     ).sort("_list", "_index")
     x = sums["block"].to_list()
     data = [

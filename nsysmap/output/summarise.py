@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 import polars as pl
 
 from nsysmap import schemas
+from nsysmap.attribution.module_names import instance_class, last_part, with_ancestors
 from nsysmap.output.by_range import by_range, combine_leaves, conform_leaves, leaves_query
 from nsysmap.output.comm_overlap import overlap_table
 
@@ -173,7 +174,7 @@ def _finished(
         .otherwise(0.0)
         .alias("time_share"),
         (pl.col("time_ns") / pl.col("ops")).alias("mean_ns"),
-        pl.lit(0, pl.Int64).alias("inclusive_ns"),
+        *(pl.lit(0, pl.Int64).alias(name) for name in INCLUSIVE),
     ).sort(
         ["device_id", "time_ns", *keys],
         descending=[False, True, *[False] * len(keys)],
@@ -182,27 +183,44 @@ def _finished(
     return schemas.conform(done.select(schema.names()), schema, table)
 
 
-def _with_inclusive(by_module: pl.DataFrame) -> pl.DataFrame:
-    """Fill `inclusive_ns`: a module's own time plus that of every module under it.
+# by_module's inclusive columns: the sum of each own column over the module and every module below.
+INCLUSIVE = {
+    "inclusive_ops": "ops",
+    "inclusive_ns": "time_ns",
+    "inclusive_forward_ns": "forward_ns",
+    "inclusive_backward_ns": "backward_ns",
+}
 
-    "transformer.h.0" includes "transformer.h.0.attn.c_attn"; the root module
-    ("") includes every module. Computed over the distinct module paths.
+
+def _with_inclusive(by_module: pl.DataFrame) -> pl.DataFrame:
+    """by_module with its INCLUSIVE columns, and a row for every module that launched
+    nothing itself but lies above one that did (no ops and no time of its own).
+
+    A module includes itself and every module below it by path prefix
+    (`transformer.h.0` includes `transformer.h.0.attn.c_attn`; the root `""`
+    includes every attribute path: nsysmap.attribution.module_names). The
+    null module (outside every module) includes only itself.
     """
-    own = by_module.filter(pl.col("module").is_not_null()).select("device_id", "module", "time_ns")
-    pairs = own.rename({"module": "inner", "time_ns": "inner_ns"}).join(
-        own.select("device_id", pl.col("module").alias("outer")).unique(), on="device_id"
+    own = list(INCLUSIVE.values())
+    paths = by_module.group_by("device_id", "module").agg(pl.col(own).sum())
+    up = with_ancestors(paths).group_by("device_id", "ancestor")
+    inclusive = up.agg(pl.col(o).sum().alias(f"_{i}") for i, o in INCLUSIVE.items())
+    implied = inclusive.join(
+        paths, left_on=["device_id", "ancestor"], right_on=["device_id", "module"], how="anti"
+    ).select(
+        "device_id",
+        pl.col("ancestor").alias("module"),
+        instance_class(last_part(pl.col("ancestor"))).alias("module_class"),
+        *(pl.lit(0, pl.Int64).alias(c) for c in own),
+        pl.lit(0.0).alias("time_share"),
     )
-    covers = (
-        (pl.col("outer") == "")
-        | (pl.col("inner") == pl.col("outer"))
-        | pl.col("inner").str.starts_with(pl.col("outer") + ".")
+    rows = pl.concat([by_module.drop(*INCLUSIVE), implied], how="diagonal_relaxed")
+    out = rows.join(
+        inclusive.rename({"ancestor": "module"}), on=["device_id", "module"], how="left"
+    ).with_columns(pl.coalesce(f"_{i}", o).alias(i) for i, o in INCLUSIVE.items())
+    ordered = out.sort(
+        ["device_id", "time_ns", "inclusive_ns", "module", "module_class"],
+        descending=[False, True, True, False, False],
+        nulls_last=True,
     )
-    inclusive = (
-        pairs.filter(covers)
-        .group_by("device_id", "outer")
-        .agg(pl.col("inner_ns").sum().alias("incl"))
-        .rename({"outer": "module"})
-    )
-    out = by_module.join(inclusive, on=["device_id", "module"], how="left", nulls_equal=False)
-    out = out.with_columns(pl.coalesce("incl", "time_ns").alias("inclusive_ns")).drop("incl")
-    return out.select(by_module.columns)
+    return schemas.conform(ordered.select(by_module.columns), schemas.BY_MODULE, "by_module")

@@ -1,10 +1,13 @@
-"""Per block and part: time by phase and FLOP rates of each numbered module (pure).
+"""Per block and part: time by call direction and FLOP rates of each block (pure).
 
-A *block* is a module whose path ends in a number with no numbered module
-above it (the children of a ModuleList: `transformer.h.3`, `encoder.layer.0`,
-`features.2`). Its *parts* are its direct children (`attn`, `mlp`, `ln_1`),
-each with every module below it; the block's own operations (the residual
-adds of a GPT-2 block) are the part `""`. Times are split by phase:
+A *block* is the outermost numbered module of a path, or for torch.profiler
+paths the outermost repeated instance (nsysmap.attribution.module_names):
+`transformer.h.3`, `encoder.layer.0`, `features.2`,
+`GPT2LMHeadModel_0.GPT2Model_0.GPT2Block_3`. Its *parts* are its direct
+children (`attn`, `mlp`, `ln_1`; instance names collapsed, `GPT2Attention_*`,
+so that the parts of every block line up), each with every module below it;
+the block's own operations (the residual adds of a GPT-2 block) are the part
+`""`. Times are split by call direction, as by_module's:
 
     transformer.h.3.attn.c_attn  ->  block transformer.h.3, part attn
     transformer.h.3              ->  block transformer.h.3, part ""
@@ -18,9 +21,16 @@ from __future__ import annotations
 
 import polars as pl
 
-from nsysmap.report.flops_time import pooled
+from nsysmap.attribution.module_names import (
+    block_index,
+    block_list,
+    collapsed_instance,
+    instance_class,
+    last_part,
+    with_block,
+)
+from nsysmap.report.flops_time import DIRECTION_TIME, pooled
 
-PHASE_COLUMNS = ("forward", "backward")  # every other phase, and none, is "other"
 REPORT_BLOCKS = pl.Schema(
     {
         "block": pl.String,  # transformer.h.3
@@ -29,9 +39,8 @@ REPORT_BLOCKS = pl.Schema(
         "part": pl.String,  # direct child (attn, mlp, ...); "" for the block's own operations
         "part_class": pl.String,
         "ops": pl.Int64,
-        "forward_ns": pl.Int64,
-        "backward_ns": pl.Int64,
-        "other_ns": pl.Int64,  # every other phase, and operations outside every phase
+        **DIRECTION_TIME,  # time in forward calls, in backward calls
+        "other_ns": pl.Int64,  # operations of neither direction (none known)
         "time_ns": pl.Int64,
         "matmul_flop": pl.Int64,
         "recompute_flop": pl.Int64,
@@ -39,13 +48,6 @@ REPORT_BLOCKS = pl.Schema(
         "mfu": pl.Float64,
     }
 )
-# The outermost numbered segment: "a.h.3.attn" -> "a.h.3".
-_BLOCK = r"^((?:[^.]+\.)*?\d+)(?:\.|$)"
-
-
-def block_of() -> pl.Expr:
-    """The block a module path lies in (null when none)."""
-    return pl.col("module").str.extract(_BLOCK, 1)
 
 
 def part_of(block: pl.Expr) -> pl.Expr:
@@ -55,28 +57,45 @@ def part_of(block: pl.Expr) -> pl.Expr:
 
 
 def _in_blocks(module_phase: pl.DataFrame) -> pl.DataFrame:
-    """Rows of modules inside a block, with `block` and `part`."""
-    rows = module_phase.with_columns(block=block_of()).filter(pl.col("block").is_not_null())
-    return rows.with_columns(part=part_of(pl.col("block")))
-
-
-def _pool(rows: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-    """Pooled rows (nsysmap.report.flops_time.pooled) with time by phase and block order columns."""
-    by_phase = [
-        pl.col("time_ns").filter(pl.col("phase") == p).sum().alias(f"{p}_ns") for p in PHASE_COLUMNS
-    ]
-    grouped = pooled(rows, keys, by_phase)
-    return grouped.with_columns(
-        other_ns=pl.col("time_ns") - pl.col("forward_ns") - pl.col("backward_ns"),
-        block_index=pl.col("block").str.extract(r"(\d+)$").cast(pl.Int64),
-        _list=pl.col("block").str.replace(r"\.?\d+$", ""),
+    """Rows of modules inside a block, with `block`, `part` and the classes of both."""
+    rows = with_block(module_phase).filter(pl.col("block").is_not_null())
+    child = part_of(pl.col("block"))
+    rows = rows.with_columns(
+        part=collapsed_instance(child),
+        _part_path=pl.when(child == "").then("block").otherwise(pl.col("block") + "." + child),
+        _child_class=instance_class(child),
+    )
+    classes = _classes(module_phase)
+    return (
+        rows.join(
+            classes.rename({"module": "_part_path", "_class": "_part_class"}),
+            "_part_path",
+            how="left",
+        )
+        .join(classes.rename({"module": "block", "_class": "_block_class"}), "block", how="left")
+        .with_columns(
+            part_class=pl.coalesce("_part_class", "_child_class"),
+            block_class=pl.coalesce("_block_class", instance_class(last_part(pl.col("block")))),
+        )
     )
 
 
-def _classes(module_phase: pl.DataFrame, path: str, column: str) -> pl.DataFrame:
+def _pool(rows: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Pooled rows (nsysmap.report.flops_time.pooled) with time by direction and block order."""
+    classes = [pl.col(c).drop_nulls().first() for c in ("block_class", "part_class")]
+    grouped = pooled(rows, keys, [pl.col(*DIRECTION_TIME).sum(), *classes])
+    return grouped.with_columns(
+        other_ns=pl.col("time_ns") - pl.col("forward_ns") - pl.col("backward_ns"),
+        block_index=block_index(pl.col("block")),
+        _list=block_list(pl.col("block")),
+    )
+
+
+def _classes(module_phase: pl.DataFrame) -> pl.DataFrame:
+    """module -> `_class`: the class module_phase names for each path."""
     named = module_phase.filter(pl.col("module_class").is_not_null())
     pairs = named.select("module", "module_class").unique("module", keep="first")
-    return pairs.rename({"module": path, "module_class": column})
+    return pairs.rename({"module_class": "_class"})
 
 
 def blocks(module_phase: pl.DataFrame) -> pl.DataFrame:
@@ -84,18 +103,7 @@ def blocks(module_phase: pl.DataFrame) -> pl.DataFrame:
     rows = _in_blocks(module_phase)
     if rows.is_empty():
         return pl.DataFrame(schema=REPORT_BLOCKS)
-    path = (
-        pl.when(pl.col("part") == "")
-        .then("block")
-        .otherwise(pl.col("block") + "." + pl.col("part"))
-    )
-    named = (
-        _pool(rows, ["block", "part"])
-        .with_columns(_path=path)
-        .join(_classes(module_phase, "_path", "part_class"), on="_path", how="left")
-        .join(_classes(module_phase, "block", "block_class"), on="block", how="left")
-    )
-    ordered = named.sort(
+    ordered = _pool(rows, ["block", "part"]).sort(
         ["_list", "block_index", "time_ns", "part"], descending=[False, False, True, False]
     )
     return ordered.select(REPORT_BLOCKS.names()).cast(REPORT_BLOCKS)
@@ -111,10 +119,7 @@ def block_totals(module_phase: pl.DataFrame) -> pl.DataFrame:
     rows = _in_blocks(module_phase)
     if rows.is_empty():
         return pl.DataFrame(schema=BLOCK_TOTALS)
-    named = _pool(rows, ["block"]).join(
-        _classes(module_phase, "block", "block_class"), on="block", how="left"
-    )
-    ordered = named.sort(["_list", "block_index"])
+    ordered = _pool(rows, ["block"]).sort(["_list", "block_index"])
     return ordered.select(BLOCK_TOTALS.names()).cast(BLOCK_TOTALS)
 
 

@@ -102,7 +102,9 @@ def layers_section(doc: dict[str, Any]) -> list[str]:
         return [*lines, sentence(answer["unknown"]), ""]
     shown = f"top {len(answer['layers'])} of {answer['layers_total']:,} by time"
     lines.append(f"Numbered modules collapsed to `*`; {shown}; own time only")
-    lines.append("(a module's kernels, not its submodules'); a step is one step on one device.")
+    lines.append("(a module's kernels, not its submodules'); forward and backward are the time in")
+    lines.append("forward and in backward calls, whatever the phase; a step is one step on one")
+    lines.append("device.")
     return [*lines, "", *table(header, rows)]
 
 
@@ -170,15 +172,16 @@ def blocks_section(answer: dict[str, Any]) -> list[str]:
         "time per step" if answer["per_step"] else "time",
         "forward",
         "backward",
-        "other phases",
+        "no direction",
         *(f"`{part_label(p)}`" for p in shown),
         *(["other parts"] if rest else []),
         "TFLOP/s",
         "MFU",
     ]
     lines.append("Each block with every module below it; parts are its direct children,")
-    lines.append("`(own)` its own operations (residual adds). Devices pooled; a step is one")
-    lines.append("step on one device.")
+    lines.append("`(own)` its own operations (residual adds). Forward and backward are the time")
+    lines.append("in forward and in backward calls, whatever the phase. Devices pooled; a step")
+    lines.append("is one step on one device.")
     return [*lines, "", *table(header, rows)]
 
 

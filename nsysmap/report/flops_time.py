@@ -23,10 +23,15 @@ from __future__ import annotations
 
 import polars as pl
 
+from nsysmap.attribution.module_names import layer_path
 from nsysmap.flops.module_flops import RECOMPUTE_PARTS
-from nsysmap.report.scope_tables import layer_path, passes, scope_filter
+from nsysmap.report.scope_tables import passes, scope_filter
+from nsysmap.schemas import DIRECTIONS
 
 _FLOPS = ("matmul_flop", "recompute_flop", "other_flop_estimate")
+# Time by call direction (the ops' `direction`, as in by_module), whatever the phase:
+# `forward_ns` is time in forward calls, `backward_ns` in backward calls.
+DIRECTION_TIME = {f"{d}_ns": pl.Int64 for d in DIRECTIONS}
 REPORT_MODULE_PHASE = pl.Schema(
     {
         "device_id": pl.Int64,
@@ -36,6 +41,7 @@ REPORT_MODULE_PHASE = pl.Schema(
         "ops": pl.Int64,
         "time_ns": pl.Int64,
         "flop_time_ns": pl.Int64,  # time of the operations whose FLOPs could be counted
+        **DIRECTION_TIME,
         "matmul_flop": pl.Int64,
         "recompute_flop": pl.Int64,
         "other_flop_estimate": pl.Int64,
@@ -60,8 +66,7 @@ REPORT_LAYERS = pl.Schema(
         "module_class": pl.String,
         "modules": pl.Int64,  # distinct module paths in the layer
         "ops": pl.Int64,
-        "forward_ns": pl.Int64,
-        "backward_ns": pl.Int64,
+        **DIRECTION_TIME,
         **_POOLED_TAIL,
     }
 )
@@ -105,14 +110,21 @@ def _sum_or_null(column: str) -> pl.Expr:
     return pl.when(values.is_not_null().any()).then(values.sum()).alias(column)
 
 
+def _time() -> list[pl.Expr]:
+    """Operations, their time, and their time in forward and in backward calls."""
+    direction = pl.col("direction").cast(pl.String)
+    return [
+        pl.len().alias("ops"),
+        pl.col("dur_ns").sum().alias("time_ns"),
+        *(pl.col("dur_ns").filter(direction == d).sum().alias(f"{d}_ns") for d in DIRECTIONS),
+    ]
+
+
 def shapes_module_phase(ops_f: pl.DataFrame) -> pl.DataFrame:
     """Time and shape-based FLOPs per (device, module, class, phase)."""
     counted = pl.col("dur_ns").filter(pl.col("aten_op").is_not_null()).sum()
     grouped = ops_f.group_by("device_id", "module", "module_class", "phase").agg(
-        pl.len().alias("ops"),
-        pl.col("dur_ns").sum().alias("time_ns"),
-        counted.alias("flop_time_ns"),
-        *map(_sum_or_null, _FLOPS),
+        *_time(), counted.alias("flop_time_ns"), *map(_sum_or_null, _FLOPS)
     )
     known = pl.col("matmul_flop").is_not_null()
     return grouped.with_columns(flop_source=pl.when(known).then(pl.lit("shapes")))
@@ -120,9 +132,7 @@ def shapes_module_phase(ops_f: pl.DataFrame) -> pl.DataFrame:
 
 def model_module_phase(ops: pl.DataFrame, model: pl.DataFrame) -> pl.DataFrame:
     """Time per (device, module, class, phase) joined with the model's FLOPs × steps."""
-    time = ops.group_by("device_id", "module", "module_class", "phase").agg(
-        pl.len().alias("ops"), pl.col("dur_ns").sum().alias("time_ns")
-    )
+    time = ops.group_by("device_id", "module", "module_class", "phase").agg(*_time())
     steps = (
         ops.filter(pl.col("step").is_not_null())
         .group_by("device_id", "phase")
@@ -149,7 +159,7 @@ def model_module_phase(ops: pl.DataFrame, model: pl.DataFrame) -> pl.DataFrame:
     )
     return joined.with_columns(
         pl.coalesce("module_class", "m_class").alias("module_class"),
-        pl.col("ops", "time_ns").fill_null(0),
+        pl.col("ops", "time_ns", *DIRECTION_TIME).fill_null(0),
         pl.col("time_ns").fill_null(0).alias("flop_time_ns"),
         flop_source=pl.when(pl.col("matmul_flop").is_not_null()).then(pl.lit("model")),
     ).drop("m_class")
@@ -223,15 +233,11 @@ def totals(frame: pl.DataFrame) -> dict[str, float | None]:
 
 
 def layers(frame: pl.DataFrame) -> pl.DataFrame:
-    """Per layer (numbered modules collapsed), phases and devices pooled, by time."""
-    phase_time = [
-        pl.col("time_ns").filter(pl.col("phase") == p).sum().alias(f"{p}_ns")
-        for p in ("forward", "backward")
-    ]
+    """Per layer (numbered modules collapsed: nsysmap.attribution.module_names), phases
+    and devices pooled, by time; forward_ns and backward_ns by call direction."""
     rows = frame.filter(pl.col("module").is_not_null()).with_columns(layer=layer_path())
-    grouped = pooled(
-        rows, ["layer", "module_class"], [pl.col("module").n_unique().alias("modules"), *phase_time]
-    )
+    extra = [pl.col("module").n_unique().alias("modules"), pl.col(*DIRECTION_TIME).sum()]
+    grouped = pooled(rows, ["layer", "module_class"], extra)
     ordered = grouped.sort(["time_ns", "layer"], descending=[True, False])
     return ordered.select(REPORT_LAYERS.names()).cast(REPORT_LAYERS)
 

@@ -266,9 +266,9 @@ def scope_label(ops: pl.DataFrame, scope: str) -> str:
 
 
 def layer_path() -> pl.Expr:
-    """Module path with numbered children as `*`: transformer.h.3.attn -> transformer.h.*.attn."""
-    numbered = pl.element().str.contains(r"^\d+$")
-    parts = pl.col("module").str.split(".")
-    return parts.list.eval(pl.when(numbered).then(pl.lit("*")).otherwise(pl.element())).list.join(
-        "."
-    )
+    """Module path with numbered children as `*`: transformer.h.3.attn -> transformer.h.*.attn,
+    GPT2Block_3.GPT2Attention_3 -> GPT2Block_*.GPT2Attention_* (the rule:
+    nsysmap.attribution.module_names)."""
+    from nsysmap.attribution.module_names import layer_path as collapsed
+
+    return collapsed("module")
