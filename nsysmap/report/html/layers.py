@@ -23,12 +23,13 @@ from nsysmap.report.html.chart import (
     ratio,
     time_axis,
 )
-from nsysmap.report.html.names import middle
+from nsysmap.report.html.names import distinct_labels, middle
 from nsysmap.scalars import to_float, to_int
 
 if TYPE_CHECKING:
     from nsysmap.report.answers import Findings
 
+LAYER_LABEL = 32  # characters of a layer's name on the axis (whole on hover)
 TREE_LABEL = 20  # characters of a name in a box of the tree (its whole path on hover)
 PART_COLOURS = dict(zip(("attn", "mlp", "ln_1", "ln_2", ""), SERIES, strict=False))
 
@@ -210,8 +211,12 @@ def rates_chart(f: Findings) -> Chart | None:
         return None
     names = [x or "(root)" for x in layers["layer"]]
     drawn = top_layers(layers)
-    x = [x or "(root)" for x in drawn["layer"]]
+    full = [x or "(root)" for x in drawn["layer"]]
+    x = distinct_labels(full, LAYER_LABEL)
     data = [bar("TFLOP/s", x, [ratio(v) for v in drawn["tflops_per_s"]], "#1f77b4")]
+    data[0].update(
+        customdata=full, hovertemplate="%{customdata}<br>%{y:.3f} TFLOP/s<extra></extra>"
+    )
     extra: dict[str, dict] = {}
     if layers["mfu"].is_not_null().any():
         mfu = [ratio(v) for v in drawn["mfu"]]
