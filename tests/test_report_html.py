@@ -20,7 +20,7 @@ from nsysmap.cli import cli
 from nsysmap.pipeline import analyse_file
 from nsysmap.report.answers import ReportOptions
 from nsysmap.report.build import build_report
-from nsysmap.report.html.chart import TOP_ROWS
+from nsysmap.report.html.chart import MAX_BARS, TOP_ROWS
 from nsysmap.report.html.charts import missing_charts, report_charts
 from nsysmap.report.html.layers import top_layers
 from nsysmap.report.html.names import distinct_labels, middle
@@ -294,3 +294,12 @@ def test_a_chart_of_many_layers_keeps_the_top_ones_and_one_other_bar():
     assert set(drawn["layer"][:-1]) == {f"l{i}" for i in range(n - TOP_ROWS, n)}
     rest = 1e6 * (n - TOP_ROWS) / sum(1000 * (i + 1) for i in range(n - TOP_ROWS)) / 1e3
     assert drawn["tflops_per_s"][-1] == pytest.approx(rest)
+
+
+def test_many_steps_draw_the_first_forty_and_the_table_keeps_all(train):
+    f = train.findings
+    ops = f.run.ops.with_columns(step=pl.col("op_id") % 50)
+    chart = phase_steps_chart(replace(f, run=replace(f.run, ops=ops)))
+    assert chart is not None
+    assert {len(t["x"]) for t in chart.figure["data"]} == {MAX_BARS}
+    assert len(chart.table.rows) == 50 and f"first {MAX_BARS} of 50" in chart.caption
