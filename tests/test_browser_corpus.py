@@ -70,10 +70,12 @@ def big_nodes(chart) -> list[str]:
     own = dict(zip(trace["ids"], trace["values"], strict=True))
     total = sum(v or 0 for v in own.values())
     labels = dict(zip(trace["ids"], trace["labels"], strict=True))
+    root = trace["ids"][trace["parents"].index("")]
     big = []
     for node in own:
         inclusive = sum(v or 0 for n, v in own.items() if n == node or n.startswith(node + SEP))
-        if inclusive >= 0.05 * total and 1 < node.count(SEP) + 1 <= trace["maxdepth"]:
+        level = node.count(SEP) - root.count(SEP) + 1
+        if inclusive >= 0.05 * total and 1 < level <= trace["maxdepth"]:
             big.append(labels[node])
     return big
 

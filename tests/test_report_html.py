@@ -26,7 +26,14 @@ from nsysmap.report.html.layers import top_layers
 from nsysmap.report.html.names import distinct_labels, middle
 from nsysmap.report.html.page import plotly_js, report_page
 from nsysmap.report.html.steps import phase_steps_chart
-from nsysmap.report.html.tree import ROOT, module_paths, range_paths, tree
+from nsysmap.report.html.tree import (
+    ROOT,
+    depth,
+    module_paths,
+    range_paths,
+    tree,
+    without_lone_root,
+)
 from nsysmap.report.io import read_run
 from nsysmap.report.kernel_labels import kernel_label, kernel_labels
 from nsysmap.synth.bulk import write_export
@@ -303,3 +310,13 @@ def test_many_steps_draw_the_first_forty_and_the_table_keeps_all(train):
     assert chart is not None
     assert {len(t["x"]) for t in chart.figure["data"]} == {MAX_BARS}
     assert len(chart.table.rows) == 50 and f"first {MAX_BARS} of 50" in chart.caption
+
+
+def test_a_root_with_one_child_and_no_time_is_not_drawn():
+    ops = pl.DataFrame({"range_path": ["s > f", "s > g", "s"], "dur_ns": [5, 3, 2]})
+    nodes = without_lone_root(tree(range_paths(ops), " > "))
+    assert nodes.filter(pl.col("parent") == "")["label"].to_list() == ["s"]
+    assert nodes["own_ns"].sum() == 10 and ROOT not in nodes["label"].to_list()
+    assert dict(zip(nodes["label"], depth(nodes), strict=True)) == {"s": 1, "f": 2, "g": 2}
+    both = pl.DataFrame({"range_path": ["s", None], "dur_ns": [1, 1]})
+    assert without_lone_root(tree(range_paths(both), " > "))["label"][0] == ROOT

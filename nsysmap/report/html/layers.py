@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from nsysmap.report.answers import Findings
 
 LAYER_LABEL = 32  # characters of a layer's name on the axis (whole on hover)
-TREE_LABEL = 20  # characters of a name in a box of the tree (its whole path on hover)
+TREE_LABEL = 24  # characters of a name in a box of the tree (its whole path on hover)
 PART_COLOURS = dict(zip(("attn", "mlp", "ln_1", "ln_2", ""), SERIES, strict=False))
 
 
@@ -158,6 +158,7 @@ def tree_chart(f: Findings) -> Chart | None:
         what = "range tree"
     else:
         return None
+    nodes = tree.without_lone_root(nodes)
     steps, unit = per_step(f)
     inclusive = [ms(v / steps) for v in nodes["inclusive_ns"]]
     trace = {
@@ -197,8 +198,9 @@ def tree_chart(f: Findings) -> Chart | None:
 def drawn_depth(nodes: pl.DataFrame, share: float = 0.05) -> int:
     """Levels the icicle shows at once: down to its deepest node with `share` of the time
     (at least 3, at most 10)."""
-    depth = nodes["id"].str.count_matches(tree.SEP) + 1
-    big = depth.filter(nodes["inclusive_ns"] >= share * to_float(nodes["inclusive_ns"].max()))
+    big = tree.depth(nodes).filter(
+        nodes["inclusive_ns"] >= share * to_float(nodes["inclusive_ns"].max())
+    )
     return min(max(to_int(big.max() or 0), 3), 10)
 
 

@@ -187,3 +187,23 @@ def tree(own: pl.DataFrame, joiner: str, skip: int = 0, limit: int = MAX_NODES) 
     )
     ordered = out.sort([size, "inclusive_ns", "id"], descending=[False, True, False])
     return ordered.select(TREE.names()).cast(TREE)
+
+
+def without_lone_root(nodes: pl.DataFrame) -> pl.DataFrame:
+    """TREE rows without the root when it has one child and no time of its own (that
+    child, holding all the time, is the root then): no level drawn for nothing."""
+    root = nodes.filter(pl.col("parent") == "")
+    children = nodes.filter(pl.col("parent").is_in(root["id"].implode()))
+    if root.height != 1 or children.height != 1 or root["own_ns"].item() != 0:
+        return nodes
+    return nodes.filter(pl.col("parent") != "").with_columns(
+        parent=pl.when(pl.col("id") == children["id"].item())
+        .then(pl.lit(""))
+        .otherwise(pl.col("parent"))
+    )
+
+
+def depth(nodes: pl.DataFrame) -> pl.Series:
+    """Each node's level below the drawn root (the root: 1)."""
+    top = nodes.filter(pl.col("parent") == "")["id"].item()
+    return nodes["id"].str.count_matches(SEP) - top.count(SEP) + 1
