@@ -39,6 +39,7 @@ from nsysmap.report.kernel_labels import kernel_label, kernel_labels
 from nsysmap.synth.bulk import write_export
 from nsysmap.synth.tile import gpt_tables
 from sample_reports.golden import CHARTS, chart_document, chart_text
+from tests.corpus import corpus_path
 from tests.samples import SAMPLES, analyse_samples
 
 TRAIN_CHARTS = [
@@ -320,3 +321,18 @@ def test_a_root_with_one_child_and_no_time_is_not_drawn():
     assert dict(zip(nodes["label"], depth(nodes), strict=True)) == {"s": 1, "f": 2, "g": 2}
     both = pl.DataFrame({"range_path": ["s", None], "dur_ns": [1, 1]})
     assert without_lone_root(tree(range_paths(both), " > "))["label"][0] == ROOT
+
+
+@pytest.mark.corpus
+def test_real_backward_pass_is_one_box_over_grouped_operators(tmp_path):
+    analyse_file(corpus_path("cs336a2_small_fwdbwd_emitnvtx_shapes_a100.sqlite"), tmp_path)
+    result = build_report(read_run(tmp_path))
+    chart = next(c for c in report_charts(result.findings) if c.id == "tree")
+    inclusive = {row[0]: row[2] for row in chart.table.rows}
+    assert inclusive["profile > backward pass"] > 0.6 * inclusive["profile"]
+    assert not any("seq = " in path for path in inclusive)  # operator calls grouped
+    assert len(inclusive) < 300  # not one sliver per call
+    labels = next(c for c in report_charts(result.findings) if c.id == "top_kernels")
+    names = labels.figure["data"][0]["y"]
+    assert len(set(names)) == len(names) and max(map(len, names)) <= 80
+    assert any("MulFunctor" in n for n in names) and any("DivFunctor" in n for n in names)

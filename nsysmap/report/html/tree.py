@@ -118,13 +118,13 @@ def taker_paths(keyed: pl.DataFrame, ops: pl.DataFrame, by_range: pl.DataFrame) 
         .group_by("device_id", "range_path")
         .agg(pl.col("inclusive_ns").sum())
     )
-    below = (
-        paths.join(own, on="device_id")
-        .filter(
-            (pl.col("key") == pl.col("range_path"))
-            | pl.col("key").str.starts_with(pl.col("range_path") + " > ")
+    names = pl.col("key").str.split(" > ")
+    below = (  # each path's own-thread time: summed over every prefix of each key
+        own.with_columns(names=names, depth=pl.int_ranges(1, names.list.len() + 1))
+        .explode("depth")
+        .group_by(
+            "device_id", range_path=pl.col("names").list.head(pl.col("depth")).list.join(" > ")
         )
-        .group_by("device_id", "range_path")
         .agg(pl.col("dur_ns").sum().alias("below_ns"))
     )
     excess = (
