@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -19,14 +20,26 @@ from nsysmap.cli import cli
 from nsysmap.pipeline import analyse_file
 from nsysmap.report.answers import ReportOptions
 from nsysmap.report.build import build_report
+from nsysmap.report.html.chart import MAX_BARS, TOP_ROWS
 from nsysmap.report.html.charts import missing_charts, report_charts
+from nsysmap.report.html.layers import top_layers
 from nsysmap.report.html.names import distinct_labels, middle
 from nsysmap.report.html.page import plotly_js, report_page
-from nsysmap.report.html.tree import ROOT, module_paths, range_paths, tree
+from nsysmap.report.html.steps import phase_steps_chart
+from nsysmap.report.html.tree import (
+    ROOT,
+    depth,
+    module_paths,
+    range_paths,
+    tree,
+    without_lone_root,
+)
 from nsysmap.report.io import read_run
+from nsysmap.report.kernel_labels import kernel_label, kernel_labels
 from nsysmap.synth.bulk import write_export
 from nsysmap.synth.tile import gpt_tables
 from sample_reports.golden import CHARTS, chart_document, chart_text
+from tests.corpus import corpus_path
 from tests.samples import SAMPLES, analyse_samples
 
 TRAIN_CHARTS = [
@@ -213,3 +226,113 @@ def test_report_html_option_writes_the_page(runs, tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert "Time by phase in each step" in target.read_text()
+
+
+ELEMENTWISE = (
+    "void at::native::elementwise_kernel<(int)128, (int)2, void at::native::"
+    "gpu_kernel_impl_nocast<at::native::BinaryFunctor<float, float, float, "
+    "at::native::binary_internal::{op}<float>>>(at::TensorIteratorBase &, const T1 &)"
+    "::[lambda(int) (instance 1)]>(int, T3)"
+)
+
+
+def test_templated_kernel_names_keep_what_tells_them_apart():
+    mul, div = ELEMENTWISE.format(op="MulFunctor"), ELEMENTWISE.format(op="DivFunctor")
+    lm, ld, lg = kernel_labels([mul, div, "ampere_sgemm_128x64_tn"])
+    assert lm != ld and "MulFunctor" in lm and "DivFunctor" in ld
+    assert lm.startswith("elementwise_kernel<") and len(lm) <= 60
+    assert lg == "ampere_sgemm_128x64_tn"
+    assert kernel_label("void at::native::f<(int)4, long>(char *, int)") == "f<4, long>"
+    alike = kernel_labels([mul, mul.replace("float *", "float*") + " "])
+    assert len(set(alike)) == 2
+
+
+def test_operator_ranges_group_by_name_and_taken_operations_nest():
+    ops = pl.DataFrame(
+        {
+            "device_id": [0, 0, 0, 0],
+            "range_id": [1, 2, 3, 3],
+            "other_thread_range_id": [None, None, 9, 9],
+            "range_path": [
+                "run > fwd > aten::mm, seq = 1, op_id = 4",
+                "run > fwd > aten::mm, seq = 2, op_id = 7",
+                "MmBackward0, seq = 2",
+                "MmBackward0, seq = 1",
+            ],
+            "dur_ns": [1, 2, 3, 4],
+        }
+    )
+    by_range = pl.DataFrame(
+        {
+            "device_id": [0, 0, 0, 0],
+            "range_path": ["run", "run > fwd", "run > bwd", "MmBackward0"],
+            "inclusive_ns": [10, 3, 7, 7],
+        }
+    )
+    flat = tree(range_paths(ops), " > ")
+    assert set(flat["path"]) == {"", "run", "run > fwd", "run > fwd > aten::mm", "MmBackward0"}
+    nested = tree(range_paths(ops, by_range), " > ")
+    paths = dict(zip(nested["path"], nested["inclusive_ns"], strict=True))
+    assert paths["run > bwd > MmBackward0"] == 7 and paths["run"] == 10
+    assert "MmBackward0" not in paths
+
+
+def test_phases_without_steps_are_drawn_over_the_whole_run(train):
+    f = train.findings
+    ops = f.run.ops.with_columns(step=pl.lit(None, pl.Int64))
+    chart = phase_steps_chart(replace(f, run=replace(f.run, ops=ops), steps=None))
+    assert chart is not None and trace(chart, "forward")["x"] == ["whole run"]
+    assert trace(chart, "forward")["y"] == [106.0]  # 53 ms in each of the 2 steps
+
+
+def test_a_chart_of_many_layers_keeps_the_top_ones_and_one_other_bar():
+    n = 50
+    layers = pl.DataFrame(
+        {
+            "layer": [f"l{i}" for i in range(n)],
+            "time_ns": [1000 * (i + 1) for i in range(n)],
+            "matmul_flop": [1e6] * n,
+            "tflops_per_s": [1e6 / (1000 * (i + 1)) / 1e3 for i in range(n)],
+            "mfu": [None] * n,
+        }
+    )
+    drawn = top_layers(layers)
+    assert drawn.height == TOP_ROWS + 1
+    assert drawn["layer"][-1] == f"other ({n - TOP_ROWS})"
+    assert set(drawn["layer"][:-1]) == {f"l{i}" for i in range(n - TOP_ROWS, n)}
+    rest = 1e6 * (n - TOP_ROWS) / sum(1000 * (i + 1) for i in range(n - TOP_ROWS)) / 1e3
+    assert drawn["tflops_per_s"][-1] == pytest.approx(rest)
+
+
+def test_many_steps_draw_the_first_forty_and_the_table_keeps_all(train):
+    f = train.findings
+    ops = f.run.ops.with_columns(step=pl.col("op_id") % 50)
+    chart = phase_steps_chart(replace(f, run=replace(f.run, ops=ops)))
+    assert chart is not None
+    assert {len(t["x"]) for t in chart.figure["data"]} == {MAX_BARS}
+    assert len(chart.table.rows) == 50 and f"first {MAX_BARS} of 50" in chart.caption
+
+
+def test_a_root_with_one_child_and_no_time_is_not_drawn():
+    ops = pl.DataFrame({"range_path": ["s > f", "s > g", "s"], "dur_ns": [5, 3, 2]})
+    nodes = without_lone_root(tree(range_paths(ops), " > "))
+    assert nodes.filter(pl.col("parent") == "")["label"].to_list() == ["s"]
+    assert nodes["own_ns"].sum() == 10 and ROOT not in nodes["label"].to_list()
+    assert dict(zip(nodes["label"], depth(nodes), strict=True)) == {"s": 1, "f": 2, "g": 2}
+    both = pl.DataFrame({"range_path": ["s", None], "dur_ns": [1, 1]})
+    assert without_lone_root(tree(range_paths(both), " > "))["label"][0] == ROOT
+
+
+@pytest.mark.corpus
+def test_real_backward_pass_is_one_box_over_grouped_operators(tmp_path):
+    analyse_file(corpus_path("cs336a2_small_fwdbwd_emitnvtx_shapes_a100.sqlite"), tmp_path)
+    result = build_report(read_run(tmp_path))
+    chart = next(c for c in report_charts(result.findings) if c.id == "tree")
+    inclusive = {row[0]: row[2] for row in chart.table.rows}
+    assert inclusive["profile > backward pass"] > 0.6 * inclusive["profile"]
+    assert not any("seq = " in path for path in inclusive)  # operator calls grouped
+    assert len(inclusive) < 300  # not one sliver per call
+    labels = next(c for c in report_charts(result.findings) if c.id == "top_kernels")
+    names = labels.figure["data"][0]["y"]
+    assert len(set(names)) == len(names) and max(map(len, names)) <= 80
+    assert any("MulFunctor" in n for n in names) and any("DivFunctor" in n for n in names)

@@ -85,7 +85,7 @@ def _kernel_totals(rows: pl.DataFrame) -> pl.DataFrame:
 
 def _labelled(frame: pl.DataFrame) -> list[dict[str, Any]]:
     rows = frame.to_dicts()
-    for row, label in zip(rows, kernel_labels(frame), strict=True):
+    for row, label in zip(rows, kernel_labels(frame["name"].fill_null("?").to_list()), strict=True):
         row["label"] = label
     return rows
 

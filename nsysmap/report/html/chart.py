@@ -97,8 +97,17 @@ def layout(title: str, **extra: Any) -> dict[str, Any]:
         "yaxis": dict(AXIS),
     }
     for key, value in extra.items():
-        base[key] = {**AXIS, **value} if key.startswith(("xaxis", "yaxis")) else value
+        base[key] = _axis(value) if key.startswith(("xaxis", "yaxis")) else value
     return base
+
+
+def _axis(settings: dict[str, Any]) -> dict[str, Any]:
+    """AXIS with `settings`; a title given as text becomes `{"text": ...}`, the only
+    form plotly.js draws."""
+    title = settings.get("title")
+    if isinstance(title, str):
+        settings = {**settings, "title": {"text": title}}
+    return {**AXIS, **settings}
 
 
 def bar(name: str, x: list[Any], y: list[Any], colour: str | None, **extra: Any) -> dict[str, Any]:
@@ -107,3 +116,28 @@ def bar(name: str, x: list[Any], y: list[Any], colour: str | None, **extra: Any)
     if colour:
         trace["marker"] = {"color": colour}
     return {**trace, **extra}
+
+
+# At most this many bars (or labels) along one axis; longer lists are cut (`top_rows`,
+# `first_rows`) and the table behind the chart keeps every row.
+MAX_BARS = 40
+TOP_ROWS = 30
+# Axis titles: every value axis says its unit, every category axis what it lists.
+SHARE_AXIS = {"title": "share of time (%)", "tickformat": ".0%"}
+
+
+def time_axis(unit: str, **extra: Any) -> dict[str, Any]:
+    """A time axis titled with its unit (`ms` or `ms per step`)."""
+    return {"title": f"time ({unit})", **extra}
+
+
+def category_axis(title: str, **extra: Any) -> dict[str, Any]:
+    """An axis of names, titled with what they are."""
+    return {"title": title, **extra}
+
+
+def first_rows(n: int, what: str) -> tuple[int, str]:
+    """(rows drawn, caption sentence) for a chart of `n` ordered rows (steps, blocks)."""
+    if n <= MAX_BARS:
+        return n, ""
+    return MAX_BARS, f" Drawn: the first {MAX_BARS} of {n} {what}; the table has them all."

@@ -9,6 +9,7 @@ milliseconds per step (one step on one device) where the run has steps.
 
 from __future__ import annotations
 
+import html
 from typing import TYPE_CHECKING
 
 import polars as pl
@@ -17,12 +18,15 @@ from nsysmap.report import scope_tables as rt
 from nsysmap.report.answers import run_label
 from nsysmap.report.html.chart import (
     CATEGORY_COLOURS,
+    SHARE_AXIS,
     Chart,
     Table,
     bar,
+    category_axis,
     layout,
     ms,
     ratio,
+    time_axis,
 )
 from nsysmap.report.html.layers import (
     blocks_parts_chart,
@@ -31,8 +35,8 @@ from nsysmap.report.html.layers import (
     rates_chart,
     tree_chart,
 )
-from nsysmap.report.html.names import distinct_labels
 from nsysmap.report.html.steps import phase_spread_chart, phase_steps_chart
+from nsysmap.report.kernel_labels import kernel_labels
 
 if TYPE_CHECKING:
     from nsysmap.report.answers import Findings
@@ -74,7 +78,8 @@ def matmul_chart(f: Findings, c: Findings | None) -> Chart:
             "layout": layout(
                 "Matmul share: forward vs full step",
                 barmode="stack",
-                yaxis={"title": "share of the scope's time", "tickformat": ".0%"},
+                xaxis=category_axis("scope"),
+                yaxis={**SHARE_AXIS, "title": "share of the scope's time (%)"},
             ),
         },
         Table(
@@ -109,7 +114,10 @@ def categories_chart(f: Findings) -> Chart | None:
         {
             "data": data,
             "layout": layout(
-                "Kernel categories", barmode="group", yaxis={"title": "share", "tickformat": ".0%"}
+                "Kernel categories",
+                barmode="group",
+                xaxis=category_axis("kernel category"),
+                yaxis={**SHARE_AXIS, "title": "share of time or FLOPs (%)"},
             ),
         },
         Table(
@@ -127,17 +135,22 @@ def top_kernels_chart(f: Findings) -> Chart | None:
         return None
     steps, unit = per_step(f)
     names = [n or s or "?" for n, s in zip(top["name"], top["short_name"], strict=True)]
-    labels = distinct_labels(names, 60)
+    labels = kernel_labels(names)
     colours = [CATEGORY_COLOURS.get(c or "other", "#7f7f7f") for c in top["category"]]
     per = [ms(t / steps) for t in top["time_ns"]]
     hover = [
-        f"{c}<br>{calls:g} calls per step · {fwd if fwd is not None else '–'} per forward pass"
-        for c, calls, fwd in zip(
-            top["category"], top["calls_per_pass"].fill_null(top["calls"]), _fwd(top), strict=True
+        f"{_wrap(n)}<br>{c} · {calls:g} calls per step · "
+        f"{fwd if fwd is not None else '–'} per forward pass"
+        for n, c, calls, fwd in zip(
+            names,
+            top["category"],
+            top["calls_per_pass"].fill_null(top["calls"]),
+            _fwd(top),
+            strict=True,
         )
     ]
     trace = bar("time", per[::-1], labels[::-1], None, orientation="h")
-    trace.update(marker={"color": colours[::-1]}, hovertext=hover[::-1], hoverinfo="x+y+text")
+    trace.update(marker={"color": colours[::-1]}, hovertext=hover[::-1], hoverinfo="x+text")
     rows = [
         [
             r["rank"],
@@ -154,13 +167,14 @@ def top_kernels_chart(f: Findings) -> Chart | None:
     return Chart(
         "top_kernels",
         "Top kernels by time",
-        "Full step; names shortened in the middle (the table has them whole).",
+        "Full step; names shortened to the kernel and what tells it apart "
+        "(hover or the table for the whole name).",
         {
             "data": [trace],
             "layout": layout(
                 "Top kernels",
-                xaxis={"title": unit},
-                yaxis={"automargin": True},
+                xaxis=time_axis(unit),
+                yaxis={"title": {"text": "kernel", "standoff": 12}},
                 height=max(320, 28 * len(labels) + 120),
                 margin={"l": 20, "r": 20, "t": 46, "b": 50},
             ),
@@ -180,6 +194,11 @@ def top_kernels_chart(f: Findings) -> Chart | None:
             ["number", "text", "text", "number", "number", "number", "ms", "share"],
         ),
     )
+
+
+def _wrap(text: str, width: int = 100) -> str:
+    """A long name in lines of `width` characters, for a hover box."""
+    return "<br>".join(html.escape(text[i : i + width]) for i in range(0, len(text), width))
 
 
 def _fwd(top: pl.DataFrame) -> list[str | None]:
@@ -205,7 +224,9 @@ def report_charts(f: Findings, c: Findings | None = None) -> list[Chart]:
 def missing_charts(f: Findings) -> list[str]:
     """Why a chart is not drawn, one sentence each."""
     notes = []
-    if f.steps is None:
+    if f.steps is None and f.run.ops["phase"].is_not_null().any():
+        notes.append("No step ranges: phases over the whole run, no step-to-step spread.")
+    elif f.steps is None:
         notes.append("No step ranges: no per-step chart and no step-to-step spread.")
     elif f.steps < 2:
         notes.append("One step only: no step-to-step spread.")

@@ -8,11 +8,28 @@ import polars as pl
 
 from nsysmap.report.blocks import block_totals, part_label, part_order
 from nsysmap.report.html import tree
-from nsysmap.report.html.chart import PHASE_COLOURS, SERIES, Chart, Table, bar, layout, ms, ratio
+from nsysmap.report.html.chart import (
+    PHASE_COLOURS,
+    SERIES,
+    TOP_ROWS,
+    Chart,
+    Table,
+    bar,
+    category_axis,
+    first_rows,
+    layout,
+    ms,
+    ratio,
+    time_axis,
+)
+from nsysmap.report.html.names import distinct_labels, middle
+from nsysmap.scalars import to_float, to_int
 
 if TYPE_CHECKING:
     from nsysmap.report.answers import Findings
 
+LAYER_LABEL = 32  # characters of a layer's name on the axis (whole on hover)
+TREE_LABEL = 24  # characters of a name in a box of the tree (its whole path on hover)
 PART_COLOURS = dict(zip(("attn", "mlp", "ln_1", "ln_2", ""), SERIES, strict=False))
 
 
@@ -30,7 +47,11 @@ def blocks_phase_chart(f: Findings) -> Chart | None:
     names = totals["block"].to_list()
     columns = {p: [ms(v / steps) for v in totals[f"{p}_ns"]] for p in ("forward", "backward")}
     columns["other"] = [ms(v / steps) for v in totals["other_ns"]]
-    data = [bar(p, names, columns[p], PHASE_COLOURS[p]) for p in ("forward", "backward", "other")]
+    drawn, cut = first_rows(len(names), "blocks")
+    data = [
+        bar(p, names[:drawn], columns[p][:drawn], PHASE_COLOURS[p])
+        for p in ("forward", "backward", "other")
+    ]
     rows = [
         [name, c, fw, bw, other, ms(t / steps)]
         for name, c, fw, bw, other, t in zip(
@@ -46,10 +67,15 @@ def blocks_phase_chart(f: Findings) -> Chart | None:
     return Chart(
         "blocks_phase",
         "Per block: forward, backward and other phases",
-        "Each numbered block with every module below it; devices pooled.",
+        "Each numbered block with every module below it; devices pooled." + cut,
         {
             "data": data,
-            "layout": layout("Time per block by phase", barmode="stack", yaxis={"title": unit}),
+            "layout": layout(
+                "Time per block by phase",
+                barmode="stack",
+                xaxis=category_axis("block"),
+                yaxis=time_axis(unit),
+            ),
         },
         Table(
             ["block", "class", "forward", "backward", "other phases", "total"],
@@ -65,6 +91,8 @@ def blocks_parts_chart(f: Findings) -> Chart | None:
         return None
     steps, unit = per_step(f)
     names = block_totals(f.module_phase)["block"].to_list()
+    drawn, cut = first_rows(len(names), "blocks")
+    names = names[:drawn]
     times = {(r["block"], r["part"]): r["time_ns"] for r in f.blocks.iter_rows(named=True)}
     data, rows = [], []
     for i, part in enumerate(part_order(f.blocks)):
@@ -89,10 +117,15 @@ def blocks_parts_chart(f: Findings) -> Chart | None:
         "blocks_parts",
         "Per block: attention, MLP, norms",
         "Parts are each block's direct children with the modules below them; "
-        "(own) is the block's own operations.",
+        "(own) is the block's own operations." + cut,
         {
             "data": data,
-            "layout": layout("Time per block by part", barmode="stack", yaxis={"title": unit}),
+            "layout": layout(
+                "Time per block by part",
+                barmode="stack",
+                xaxis=category_axis("block"),
+                yaxis=time_axis(unit),
+            ),
         },
         Table(
             [
@@ -120,22 +153,24 @@ def tree_chart(f: Findings) -> Chart | None:
         nodes = tree.tree(tree.module_paths(ops, root[0] if len(root) else "(model)"), ".", 1)
         what = "module tree"
     elif ops["range_path"].is_not_null().any():
-        nodes = tree.tree(tree.range_paths(ops), " > ")
+        nodes = tree.tree(tree.range_paths(ops, f.run.by_range), " > ")
         what = "range tree"
     else:
         return None
+    nodes = tree.without_lone_root(nodes)
     steps, unit = per_step(f)
     inclusive = [ms(v / steps) for v in nodes["inclusive_ns"]]
     trace = {
         "type": "icicle",
         "ids": nodes["id"].to_list(),
         "parents": nodes["parent"].to_list(),
-        "labels": nodes["label"].to_list(),
+        "labels": [middle(x, TREE_LABEL) for x in nodes["label"]],
         "values": [ms(v / steps) for v in nodes["own_ns"]],
         "branchvalues": "remainder",
         "customdata": nodes["path"].to_list(),
         "hovertemplate": "%{customdata}<br>%{value:.3f} " + unit + "<extra></extra>",
-        "maxdepth": 6,
+        "maxdepth": drawn_depth(nodes),
+        "textinfo": "label",
         "root": {"color": "#f4f4f4"},
     }
     rows = [
@@ -148,10 +183,24 @@ def tree_chart(f: Findings) -> Chart | None:
         f"Click a box to zoom into it, the top bar to go back; {unit}, devices pooled.",
         {
             "data": [trace],
-            "layout": layout(f"Time over the {what}", margin={"l": 10, "r": 10, "t": 46, "b": 10}),
+            "layout": layout(
+                f"Time over the {what}",
+                margin={"l": 10, "r": 10, "t": 46, "b": 10},
+                height=620,
+                uniformtext={"minsize": 8, "mode": "hide"},  # no text in slivers
+            ),
         },
         Table(["path", "own", "inclusive"], rows, ["text", "ms", "ms"]),
     )
+
+
+def drawn_depth(nodes: pl.DataFrame, share: float = 0.05) -> int:
+    """Levels the icicle shows at once: down to its deepest node with `share` of the time
+    (at least 3, at most 10)."""
+    big = tree.depth(nodes).filter(
+        nodes["inclusive_ns"] >= share * to_float(nodes["inclusive_ns"].max())
+    )
+    return min(max(to_int(big.max() or 0), 3), 10)
 
 
 def rates_chart(f: Findings) -> Chart | None:
@@ -162,24 +211,29 @@ def rates_chart(f: Findings) -> Chart | None:
     if layers.is_empty():
         return None
     names = [x or "(root)" for x in layers["layer"]]
-    tflops = [ratio(v) for v in layers["tflops_per_s"]]
-    data = [bar("TFLOP/s", names, tflops, "#1f77b4")]
-    extra = {}
+    drawn = top_layers(layers)
+    full = [x or "(root)" for x in drawn["layer"]]
+    x = distinct_labels(full, LAYER_LABEL)
+    data = [bar("TFLOP/s", x, [ratio(v) for v in drawn["tflops_per_s"]], "#1f77b4")]
+    data[0].update(
+        customdata=full, hovertemplate="%{customdata}<br>%{y:.3f} TFLOP/s<extra></extra>"
+    )
+    extra: dict[str, dict] = {}
     if layers["mfu"].is_not_null().any():
-        mfu = [ratio(v) for v in layers["mfu"]]
+        mfu = [ratio(v) for v in drawn["mfu"]]
         data.append(
             {
                 "type": "scatter",
                 "mode": "markers",
                 "name": "MFU",
-                "x": names,
+                "x": x,
                 "y": mfu,
                 "yaxis": "y2",
                 "marker": {"color": "#d62728", "size": 9},
             }
         )
         extra["yaxis2"] = {
-            "title": "MFU",
+            "title": "MFU (% of peak)",
             "overlaying": "y",
             "side": "right",
             "tickformat": ".0%",
@@ -201,11 +255,48 @@ def rates_chart(f: Findings) -> Chart | None:
     return Chart(
         "rates",
         "Achieved TFLOP/s and MFU per layer",
-        f"{f.source_note}; numbered modules collapsed to *.",
-        {"data": data, "layout": layout("TFLOP/s per layer", yaxis={"title": "TFLOP/s"}, **extra)},
+        f"{f.source_note}; numbered modules collapsed to *"
+        + (
+            f"; drawn: the {TOP_ROWS} layers with the most time, the other "
+            f"{layers.height - TOP_ROWS} as one bar (the table has them all)."
+            if layers.height > drawn.height
+            else "."
+        ),
+        {
+            "data": data,
+            "layout": layout(
+                "TFLOP/s per layer",
+                xaxis=category_axis("layer"),
+                yaxis={"title": "achieved TFLOP/s"},
+                **extra,
+            ),
+        },
         Table(
             ["layer", "class", "modules", "time", "matmul FLOPs", "TFLOP/s", "MFU"],
             rows,
             ["text", "text", "number", "ms", "number", "number", "share"],
         ),
     )
+
+
+def top_layers(layers: pl.DataFrame, n: int = TOP_ROWS) -> pl.DataFrame:
+    """The `n` layers with the most time, in their order, and the rest as one row
+    `other (N)` (its TFLOP/s from its summed FLOPs and time, its MFU likewise)."""
+    if layers.height <= n + 1:
+        return layers
+    ranked = layers.with_row_index("order").with_columns(
+        rank=pl.col("time_ns").rank("ordinal", descending=True)
+    )
+    top = ranked.filter(pl.col("rank") <= n).sort("order")
+    rest = ranked.filter(pl.col("rank") > n)
+    scale = (rest["mfu"] / rest["tflops_per_s"]).drop_nulls().drop_nans()
+    tflops = to_float(rest["matmul_flop"].sum()) / to_float(rest["time_ns"].sum()) / 1e3
+    other = pl.DataFrame(
+        {
+            "layer": [f"other ({rest.height})"],
+            "tflops_per_s": [tflops],
+            "mfu": [tflops * scale[0] if len(scale) else None],
+        },
+        schema={"layer": pl.String, "tflops_per_s": pl.Float64, "mfu": pl.Float64},
+    )
+    return pl.concat([top.select(other.columns).cast(other.schema), other])

@@ -7,12 +7,24 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from nsysmap.range_names import PHASES
-from nsysmap.report.html.chart import PHASE_COLOURS, SERIES, Chart, Table, bar, layout, ms
+from nsysmap.report.html.chart import (
+    PHASE_COLOURS,
+    SERIES,
+    Chart,
+    Table,
+    bar,
+    category_axis,
+    first_rows,
+    layout,
+    ms,
+    time_axis,
+)
 
 if TYPE_CHECKING:
     from nsysmap.report.answers import Findings
 
 NO_PHASE = "(none)"
+WHOLE_RUN = -1  # the step of every operation where the run has phases but no steps
 
 
 def step_phase_times(ops: pl.DataFrame) -> pl.DataFrame:
@@ -47,33 +59,52 @@ def _colour(phase: str, i: int) -> str:
 
 
 def phase_steps_chart(f: Findings) -> Chart | None:
-    """Stacked bars: time by phase in each step (one bar per step and device)."""
-    times = step_phase_times(f.run.ops)
-    if times.is_empty():
-        return None
+    """Stacked bars: time by phase in each step (one bar per step and device); where
+    the run has phases but no steps, one bar per device for the whole run."""
+    ops = f.run.ops
+    times = step_phase_times(ops)
+    stepped = not times.is_empty()
+    if not stepped:
+        if ops["phase"].is_null().all():
+            return None
+        times = step_phase_times(ops.with_columns(step=pl.lit(WHOLE_RUN, pl.Int64)))
     pairs = times.select("device_id", "step").unique().sort("device_id", "step")
     several = pairs["device_id"].n_unique() > 1
     x = [
-        f"step {s} · GPU {d}" if several else f"step {s}"
+        (f"step {s}" if stepped else "whole run") + (f" · GPU {d}" if several else "")
         for d, s in zip(pairs["device_id"], pairs["step"], strict=True)
     ]
+    drawn, cut = first_rows(len(x), "bars (step and device)")
     phases = phase_order(times["phase"].unique().to_list())
     wide = times.pivot("phase", index=["device_id", "step"], values="time_ns").sort(
         "device_id", "step"
     )
-    data = [bar(p, x, [ms(v) for v in wide[p]], _colour(p, i)) for i, p in enumerate(phases)]
+    data = [
+        bar(p, x[:drawn], [ms(v) for v in wide[p][:drawn]], _colour(p, i))
+        for i, p in enumerate(phases)
+    ]
     totals = wide.select(pl.sum_horizontal(phases)).to_series()
     rows = [
-        [d, s, *(ms(wide[p][i]) for p in phases), ms(totals[i])]
+        [d, s if stepped else None, *(ms(wide[p][i]) for p in phases), ms(totals[i])]
         for i, (d, s) in enumerate(zip(wide["device_id"], wide["step"], strict=True))
     ]
+    caption = (
+        "Operations inside each step, summed per phase (busy time, not wall time)."
+        if stepped
+        else "No step ranges: every operation of the run, summed per phase (busy time)."
+    )
     return Chart(
         "phase_steps",
-        "Time by phase in each step",
-        "Operations inside each step, summed per phase (busy time, not wall time).",
+        "Time by phase in each step" if stepped else "Time by phase",
+        caption + cut,
         {
             "data": data,
-            "layout": layout("Time by phase per step", barmode="stack", yaxis={"title": "ms"}),
+            "layout": layout(
+                "Time by phase per step" if stepped else "Time by phase, whole run",
+                barmode="stack",
+                xaxis=category_axis("step" if stepped else "run"),
+                yaxis=time_axis("ms"),
+            ),
         },
         Table(
             ["device", "step", *phases, "total"],
@@ -135,7 +166,12 @@ def phase_spread_chart(f: Findings) -> Chart | None:
         "Each point is one step on one device.",
         {
             "data": data,
-            "layout": layout("Spread across steps", yaxis={"title": "ms"}, showlegend=False),
+            "layout": layout(
+                "Spread across steps",
+                xaxis=category_axis("phase"),
+                yaxis=time_axis("ms per step"),
+                showlegend=False,
+            ),
         },
         Table(
             ["phase", "steps", "mean", "min", "max", "std", "std / mean"],
