@@ -91,7 +91,7 @@ def test_work_outside_every_phase_is_left_out_and_said():
     f.kernel(1, 21, "ampere_sgemm_128x64_tn", dur=10)
     f.kernel(1, 22, "elementwise_kernel", dur=3)
     doc = _report(f).answers
-    assert doc["scopes"]["step"]["label"] == "all phases"
+    assert doc["scopes"]["step"]["label"] == "step (all phases)"
     assert doc["scopes"]["step"]["time_ns"] == 13 * MS
     assert doc["answers"]["top_kernel"]["scopes"]["step"]["name"] == "ampere_sgemm_128x64_tn"
     assert doc["left_out"] == [
@@ -182,3 +182,36 @@ def test_course_forward_export_counts_its_one_forward_pass(tmp_path):
     forward = top["scopes"]["forward"]
     assert forward["calls_per_forward_pass"] == forward["forward_calls"] == forward["calls"]
     assert answers["schema"] == "nsysmap.answers" and answers["schema_version"] == "1.0"
+
+
+def test_the_header_says_which_steps_nsysmap_run_left_uncaptured():
+    """A 4-step run whose first step was warm-up: 3 profiled, and the header says so."""
+    f = Frames()
+    for step in (1, 2, 3):
+        f.range(1, f"nsysmap:step:{step}", 100 * step, 100 * step + 50)
+        f.range(1, "nsysmap:phase:forward", 100 * step, 100 * step + 50)
+        f.kernel(1, 100 * step + 1, "ampere_sgemm_128x64_tn", dur=3)
+    analysis = analyse(f.profile())
+    manifest = {**analysis.manifest, "options": {"steps_seen": 4, "profiled_steps": [1, 3]}}
+    run = RunData("run", analysis.ops, manifest, by_range=analysis.summaries.by_range)
+    result = build_report(run)
+    assert result.answers["run"]["steps"] == 3
+    assert (
+        "- Steps: 3 measured (counted per device); the script ran 4 steps and `nsysmap run` "
+        "profiled 3 of them (steps 1 to 3)"
+    ) in result.markdown
+
+
+def test_non_matmul_kernels_are_told_apart_and_grouped_by_operator(tmp_path):
+    """Templated elementwise kernels that share their first 90 characters get different
+    labels; the forward scope's time is also given per PyTorch operator."""
+    head = "void at::native::elementwise_kernel<(int)128, (int)2, void at::native::gpu_kernel_"
+    f = Frames()
+    f.range(1, "forward", 0, 100)
+    for n, functor in enumerate(("MulFunctor", "DivFunctor", "AddFunctor")):
+        f.range(1, f"aten::{functor[:3].lower()}, seq = {n}", 10 * n, 10 * n + 9)
+        f.kernel(1, 10 * n + 1, f"{head}impl_nocast<at::native::{functor}<float>>(int)", dur=2)
+    forward = _answers(f)["non_matmul_kernels"]["scopes"]["forward"]
+    labels = [k["label"] for k in forward["kernels"]]
+    assert len(set(labels)) == 3 and all(len(label) <= 90 for label in labels)
+    assert {o["aten_op"] for o in forward["operators"]} == {"aten::mul", "aten::div", "aten::add"}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from nsysmap.report.brief import brief
 from nsysmap.report.communication import communication_section
 from nsysmap.report.doc_sections import (
     blocks_section,
@@ -48,6 +49,7 @@ def render(doc: dict[str, Any], show_shapes: bool = False) -> str:
     parts = [
         _header(doc),
         _limits(doc),
+        _brief(doc),
         _left_out(doc),
         _matmul_share(doc),
         _top_kernel(doc),
@@ -135,6 +137,11 @@ def _limits(doc: dict[str, Any]) -> list[str]:
     return ["## What this data cannot answer", "", *(f"- {n}" for n in notes), ""]
 
 
+def _brief(doc: dict[str, Any]) -> list[str]:
+    lines = brief(doc)
+    return ["## Answers in brief", "", *(f"- {line}" for line in lines), ""] if lines else []
+
+
 def _left_out(doc: dict[str, Any]) -> list[str]:
     if not doc["left_out"]:
         return []
@@ -194,7 +201,7 @@ def _matmul_share(doc: dict[str, Any]) -> list[str]:
 
 
 def scope_label_of(scope: str) -> str:
-    return {"forward": "forward", "forward_backward": "forward + loss + backward"}.get(
+    return {"forward": "forward pass", "forward_backward": "forward + loss + backward"}.get(
         scope, "full step"
     )
 
@@ -268,7 +275,7 @@ def _non_matmul(doc: dict[str, Any]) -> list[str]:
     for scope, entry in answer["scopes"].items():
         if scope == "forward_backward":
             continue
-        lines += [f"### In the {_scope_name(doc, scope)}", ""]
+        lines += [f"### {_scope_name(doc, scope).capitalize()}", ""]
         if entry.get("unknown"):
             lines += [f"Unknown: {entry['unknown']}.", ""]
             continue

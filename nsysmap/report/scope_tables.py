@@ -27,7 +27,7 @@ import polars as pl
 
 SCOPES = ("forward", "forward_backward", "step")
 SCOPE_LABELS = {
-    "forward": "forward",
+    "forward": "forward pass",
     "forward_backward": "forward + loss + backward",
     "step": "full step",
 }
@@ -260,7 +260,7 @@ def scope_label(ops: pl.DataFrame, scope: str) -> str:
     """How a scope is named: the step scope says what it is made of."""
     if scope != "step":
         return SCOPE_LABELS[scope]
-    return {"steps": "full step", "phases": "all phases", "capture": "whole capture"}[
+    return {"steps": "full step", "phases": "step (all phases)", "capture": "whole capture"}[
         step_basis(ops)
     ]
 

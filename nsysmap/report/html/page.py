@@ -93,9 +93,17 @@ def page(
     notes: list[str],
     charts: list[Chart],
     notes_title: str = "What this data cannot answer",
+    answers: list[str] | None = None,
 ) -> str:
-    """The whole page: header facts, the notes first, then each chart."""
+    """The whole page: header facts, the notes first, the answers in brief, then each chart."""
     items = "".join(f"<li>{html.escape(x)}</li>" for x in facts)
+    brief = ""
+    if answers:
+        listed = "".join(f"<li>{html.escape(a)}</li>" for a in answers)
+        brief = (
+            f'<section class="limits answers"><h2>Answers in brief</h2><ul>{listed}</ul></section>'
+        )
+
     limits = ""
     if notes:
         listed = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
@@ -110,7 +118,7 @@ def page(
         f"<title>{html.escape(title)}</title><style>{STYLE}</style>"
         f"<script>{plotly_js()}</script></head><body>"
         f'<header><h1>{html.escape(title)}</h1><ul class="facts">{items}</ul></header>'
-        f"<main>{limits}<nav>{nav}</nav>{''.join(chart_html(c) for c in charts)}</main>"
+        f"<main>{limits}{brief}<nav>{nav}</nav>{''.join(chart_html(c) for c in charts)}</main>"
         f"<footer>nsysmap {html.escape(__version__)}</footer>"
         f"<script>{SCRIPT}</script></body></html>\n"
     )
@@ -132,11 +140,13 @@ def report_facts(f: Findings, c: Findings | None) -> list[str]:
 
 def report_page(f: Findings, c: Findings | None = None) -> str:
     """The HTML of `nsysmap report --html`: the same answers as the Markdown, drawn."""
+    from nsysmap.report.brief import brief
     from nsysmap.report.html.charts import missing_charts, report_charts
 
     notes = [*f.notes, *(f"Compared run: {n}" for n in (c.notes if c else []))]
     notes += missing_charts(f)
-    return page("nsysmap report", report_facts(f, c), notes, report_charts(f, c))
+    answers = brief(f.answers) if f.answers else None
+    return page("nsysmap report", report_facts(f, c), notes, report_charts(f, c), answers=answers)
 
 
 def write_page(text: str, target: Path) -> Path:

@@ -1,0 +1,112 @@
+"""The report's answers in brief: one plain sentence per question, from answers.json alone.
+
+The same sentences open the Markdown (nsysmap.report.markdown) and the HTML
+page (nsysmap.report.html.page), so the two never say different things::
+
+    Matrix multiplication: 75.9 % of the forward, 72.4 % of all phases.
+    Top kernel of the forward: ampere_sgemm_128x32_tn (31.2 % of its time), 24.00 calls per
+    forward pass; with backward included the top kernel is another: ampere_sgemm_64x32_...
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nsysmap.report.format import ms, num, pct
+
+
+def _label(doc: dict[str, Any], scope: str) -> str:
+    return str(doc["scopes"].get(scope, {}).get("label", scope))
+
+
+def brief(doc: dict[str, Any]) -> list[str]:
+    """The sentences, in the order of the questions."""
+    answers = doc["answers"]
+    lines = [_matmul(doc, answers["matmul_share"]), *_top(doc, answers["top_kernel"])]
+    lines += [_non_matmul(doc, answers["non_matmul_kernels"]), _softmax(answers)]
+    lines.append(_communication(answers["communication"]))
+    lines += [_left_out(item) for item in doc["left_out"]]
+    return [line for line in lines if line]
+
+
+def _matmul(doc: dict[str, Any], answer: dict[str, Any]) -> str:
+    parts = []
+    for scope, entry in answer["scopes"].items():
+        if not entry.get("time_ns"):
+            continue
+        share = pct(entry["share"]) if entry["share"] is not None else "unknown"
+        parts.append(f"{share} of the {_label(doc, scope)}")
+    return f"Matrix multiplication: {', '.join(parts)}." if parts else ""
+
+
+def _top(doc: dict[str, Any], answer: dict[str, Any]) -> list[str]:
+    lines = []
+    for scope in ("forward", "step"):
+        entry = answer["scopes"].get(scope) or {}
+        if entry.get("name") is None:
+            continue
+        text = (
+            f"Top kernel of the {_label(doc, scope)}: {entry['label']} "
+            f"({pct(entry['share'])} of its time)"
+        )
+        if entry.get("calls_per_forward_pass") is not None:
+            text += f", {num(entry['calls_per_forward_pass'])} calls per forward pass"
+        if entry.get("unknown"):
+            text += f"; unknown: {entry['unknown']}"
+        lines.append(text + ".")
+    same = answer["same_with_backward"]
+    if same is None:
+        lines.append(
+            "Same top kernel with backward included: unknown "
+            f"({answer['same_with_backward_unknown']})."
+        )
+    else:
+        other = answer["scopes"]["forward_backward"]["label"]
+        lines.append(
+            "With backward included the top kernel is "
+            + ("the same." if same else f"another: {other}.")
+        )
+    return lines
+
+
+def _non_matmul(doc: dict[str, Any], answer: dict[str, Any]) -> str:
+    scope = "forward" if answer["scopes"].get("forward", {}).get("kernels") else "step"
+    entry = answer["scopes"].get(scope) or {}
+    if not entry.get("kernels"):
+        return ""
+    named = entry["operators"][:3] if entry.get("operators") else []
+    if named:
+        listed = ", ".join(f"{o['aten_op']} {pct(o['share'])}" for o in named)
+        return f"Largest non-matmul work in the {_label(doc, scope)}, by operator: {listed}."
+    listed = ", ".join(f"{k['label']} {pct(k['share'])}" for k in entry["kernels"][:3])
+    return f"Largest non-matmul kernels in the {_label(doc, scope)}: {listed}."
+
+
+def _softmax(answers: dict[str, Any]) -> str:
+    answer = answers["softmax_vs_matmul"]
+    time, flops = answer["attention"]["time"], answer["attention"]["flops"]
+    if time["unknown"] and flops["unknown"]:
+        return f"Softmax against the attention matmuls: unknown ({time['unknown']})."
+    parts = []
+    if not time["unknown"]:
+        parts.append(
+            f"softmax {ms(time['softmax_ns'])} against {ms(time['matmul_ns'])} "
+            f"of attention matmuls ({num(time['ratio'], 3)} in time)"
+        )
+    if not flops["unknown"] and flops["ratio"] is not None:
+        parts.append(f"{num(flops['ratio'], 4)} in FLOPs")
+    return f"Softmax: {'; '.join(parts)}." if parts else ""
+
+
+def _communication(answer: dict[str, Any]) -> str:
+    if answer.get("unknown"):
+        return ""
+    totals = answer["totals"]
+    return (
+        f"Communication: {ms(totals['time_ns'])}, of which {ms(totals['exposed_ns'])} "
+        "exposed (not hidden behind compute)."
+    )
+
+
+def _left_out(item: dict[str, Any]) -> str:
+    return f"Left out of the answers: {item['what']}, {ms(item['time_ns'])} ({item['why']})."
