@@ -23,7 +23,7 @@ def declare(columns: Mapping[str, ColumnType]) -> pl.Schema:
     return pl.Schema(columns)
 
 
-OUTPUT_SCHEMA_VERSION = "1.4"
+OUTPUT_SCHEMA_VERSION = "1.5"
 
 # `graph`: one replay of a CUDA graph, traced as a whole (--cuda-graph-trace=graph).
 OP_KINDS = ("kernel", "memcpy", "memset", "cpu_op", "graph")
@@ -166,6 +166,7 @@ OPS = declare(
         "other_thread_range_id": pl.Int64,
         "step": pl.Int64,
         "phase": pl.String,
+        "warmup": pl.Boolean,  # launched inside a warm-up range (not null)
         "module": pl.String,  # fully qualified module path, "" for the root module
         "module_class": pl.String,
         "direction": Direction,
