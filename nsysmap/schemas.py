@@ -166,6 +166,7 @@ OPS = declare(
         "other_thread_range_id": pl.Int64,
         "step": pl.Int64,
         "phase": pl.String,
+        "warmup": pl.Boolean,  # launched inside a warm-up range (not null)
         "module": pl.String,  # fully qualified module path, "" for the root module
         "module_class": pl.String,
         "direction": Direction,

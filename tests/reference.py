@@ -123,11 +123,11 @@ def _foreign_labels(name: str) -> dict:
     """Step and phase from the rule table's data, matched with Python's `re`."""
     out: dict = {}
     for rule in RULES:
-        key = rule.kind
+        key = "warmup" if rule.phase == "warmup" else rule.kind
         m = re.search(rule.regex, name)
         if m is None or key in out:
             continue
-        out[key] = int(m.group(1)) if key == "step" else rule.phase
+        out[key] = int(m.group(1)) if key == "step" else (rule.phase if key == "phase" else True)
     return out
 
 
@@ -167,11 +167,12 @@ def _forward_modules(rows: list[dict], labels: dict, modules: Innermost) -> dict
 def reference_attribution(
     gpu_ops: pl.DataFrame, api_calls: pl.DataFrame, ranges: pl.DataFrame
 ) -> dict[int, dict]:
-    """op_id -> {attribution, range_id, step, phase, module} for nsysmap-style ranges.
+    """op_id -> {attribution, range_id, step, phase, warmup, module} for nsysmap-style ranges.
 
     A backward operator range (`stashed seq = N`) outside every module range
     takes the module of the forward operator with `seq = N` in its process;
-    anything inside a warm-up range has phase `warmup`.
+    anything inside a warm-up range has `warmup` true (its step and phase are those of
+    the ranges around it).
     """
     launches: dict[tuple, dict] = {}
     for row in api_calls.sort("start_ns", "tid").iter_rows(named=True):
@@ -199,7 +200,7 @@ def reference_attribution(
     nodes = finder(lambda rid: _seq_node(names[rid]) is not None, True)
     forward_modules = _forward_modules(rows, labels, fam["module"])
     win = {k: finder(lambda rid, k=k: k in labels[rid], False) for k in ("step", "phase")}
-    warm = [finder(lambda rid: labels[rid].get("phase") == "warmup", by) for by in (True, False)]
+    warm = [finder(lambda rid: labels[rid].get("warmup", False), by) for by in (True, False)]
     out = {}
     for op in gpu_ops.iter_rows(named=True):
         launch = launches.get((op["pid"], op["correlation_id"]))
@@ -208,6 +209,7 @@ def reference_attribution(
             "range_id": None,
             "step": None,
             "phase": None,
+            "warmup": False,
             "module": None,
         }
         if launch is not None:
@@ -226,8 +228,7 @@ def reference_attribution(
             if warm_rid is None:
                 warm_rid = warm[1].at((launch["pid"],), t)
                 projected = projected or warm_rid is not None
-            if warm_rid is not None:
-                res["phase"] = "warmup"
+            res["warmup"] = warm_rid is not None
             own_range = res["range_id"] is not None
             if not own_range and projected:  # credited: the innermost range that gave step or phase
                 given = [found["phase"], warm_rid, found["step"]]

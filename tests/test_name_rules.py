@@ -19,10 +19,16 @@ from hypothesis import strategies as st
 
 from nsysmap.attribution.attribute import attribute
 from nsysmap.attribution.labels import name_labels
-from nsysmap.attribution.rules import PHASE_NAMES, RULES, BadNameRule, NameRule, user_rules
+from nsysmap.attribution.rules import (
+    PHASE_NAMES,
+    RULES,
+    WARMUP,
+    BadNameRule,
+    NameRule,
+    user_rules,
+)
 from nsysmap.cli import cli
 from nsysmap.errors import ExitCode
-from nsysmap.report.scope_tables import passes, scope_filter
 from nsysmap.synth import SynthExport
 from tests.cli_runner import nsysmap_cli
 from tests.corpus import CORPUS, connect
@@ -35,9 +41,18 @@ MAIN, AUTOGRAD, PID = 1, 2, 7
 
 
 def _labels(name: str, rules=None) -> tuple[int | None, str | None]:
+    """(step, phase) of a name; the phase "warmup" when the name marks warm-up work
+    and gives no phase."""
+    step, phase, warmup = _marks(name, rules)
+    return step, phase if phase or not warmup else WARMUP
+
+
+def _marks(name: str, rules=None) -> tuple[int | None, str | None, bool]:
+    """(step, phase, warm-up mark) of a name."""
     names = pl.Series([name], dtype=pl.String)
-    row = name_labels(names, ["lbl_step", "lbl_phase"], *([rules] if rules else [])).row(0)
-    return row[0], row[1]
+    columns = ["lbl_step", "lbl_phase", "lbl_warmup"]
+    step, phase, warmup = name_labels(names, columns, *([rules] if rules else [])).row(0)
+    return step, phase, bool(warmup)
 
 
 def _rule_id(rule: NameRule) -> str:
@@ -46,13 +61,18 @@ def _rule_id(rule: NameRule) -> str:
 
 @pytest.mark.parametrize("rule", RULES, ids=_rule_id)
 def test_each_rule_labels_its_example(rule: NameRule):
-    step, phase = _labels(rule.example)
+    step, phase, warmup = _marks(rule.example)
     if rule.kind == "step":
         assert step == int(re.findall(r"\d+", rule.example)[-1])
+    elif rule.phase == WARMUP:
+        assert step is None and warmup
     else:
         assert (step, phase) == (None, rule.phase)
-    # No earlier rule of the same kind takes the example first.
-    first = next(r for r in RULES if r.kind == rule.kind and re.search(r.regex, rule.example))
+    # No earlier rule of the same kind (step, phase, warm-up) takes the example first.
+    kind = (rule.kind, rule.phase == WARMUP)
+    first = next(
+        r for r in RULES if (r.kind, r.phase == WARMUP) == kind and re.search(r.regex, rule.example)
+    )
     assert first is rule
 
 
@@ -148,6 +168,18 @@ def test_user_rules_come_before_the_built_in_table():
     assert user_rules().options() == {}
 
 
+def test_a_name_a_user_rule_matches_is_read_by_the_user_rules_alone():
+    warm_step = "Warm-up Step 3"
+    assert _marks(warm_step) == (None, None, True)
+    assert _marks(warm_step, user_rules([], ["forward=^Warm-up"])) == (None, "forward", False)
+    assert _marks(warm_step, user_rules([r"Step (\d+)"])) == (3, None, False)
+    both = user_rules([r"Step (\d+)"], ["warmup=^Warm"])
+    assert _marks(warm_step, both) == (3, None, True)
+    # Names no user rule matches keep the built-in reading, warm-up included.
+    assert _marks("warmup", both) == (None, None, True)
+    assert _marks("[param|m|warmup|forward]", both) == (None, "forward", True)
+
+
 def test_many_names_at_once_keep_one_row_each_and_inline_flags_work():
     names = ["fwd_x", "Epoch_4", "xnll", "## forward ##", "aten::mm"]
     rules = user_rules([r"(?i)EPOCH_(\d+)$"], ["forward=(?i)^FWD", "loss=^ce|^nll"])
@@ -195,17 +227,18 @@ def _warmup_report() -> tuple[Frames, dict[str, int]]:
     return f, ops
 
 
-def test_warm_up_ranges_outrank_the_phases_inside_them():
+def test_warm_up_ranges_mark_the_work_inside_them_and_keep_its_phase():
     f, ops = _warmup_report()
-    got = attribute(f.profile()).select("op_id", "step", "phase", "attribution").rows()
+    got = attribute(f.profile()).select("op_id", "step", "phase", "warmup", "attribution").rows()
     by_op = {op_id: rest for op_id, *rest in got}
-    assert by_op[ops["warm_forward"]] == [None, "warmup", "range"]
-    assert by_op[ops["warm_backward"]] == [None, "warmup", "other_thread"]  # the process's range
-    assert by_op[ops["forward"]] == [1, "forward", "range"]
-    assert by_op[ops["backward"]] == [1, "backward", "other_thread"]
+    assert by_op[ops["warm_forward"]] == [None, "forward", True, "range"]
+    # On the autograd thread: phase and warm-up from the process's ranges.
+    assert by_op[ops["warm_backward"]] == [None, "backward", True, "other_thread"]
+    assert by_op[ops["forward"]] == [1, "forward", False, "range"]
+    assert by_op[ops["backward"]] == [1, "backward", False, "other_thread"]
 
 
-def test_the_report_leaves_warm_up_work_out_of_per_step_figures():
+def test_a_warm_up_range_inside_a_step_marks_only_its_own_work():
     f = Frames()
     f.range(MAIN, "ProfilerStep#1", 0, 40)
     f.range(MAIN, "warmup", 0, 20)
@@ -215,15 +248,17 @@ def test_the_report_leaves_warm_up_work_out_of_per_step_figures():
     for at in (5, 25, 45):
         f.kernel(MAIN, at)
     ops = attribute(f.profile())
-    assert ops["phase"].to_list() == ["warmup", None, "forward"]
-    in_steps = scope_filter(ops, "step")
-    assert in_steps["launch_start_ns"].to_list() == [25 * 10**6, 45 * 10**6]
-    assert passes(scope_filter(ops, "forward")) == 1
+    assert ops.select("step", "phase", "warmup").rows() == [
+        (1, "forward", True),
+        (1, None, False),
+        (2, "forward", False),
+    ]
 
 
 FOREIGN_NAMES = (
     "Warm-up Step {i}",
     "warmup",
+    "[param|model|0|warmup|forward]",
     "## forward ##",
     "backward pass",
     "Optimizer.step#SGD.step",

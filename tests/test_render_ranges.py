@@ -66,7 +66,17 @@ def test_a_profile_with_only_nsysmaps_ranges_keeps_the_known_shares_line():
     f.kernel(1, 3, dur=4)
     text = _text(f)
     assert "Of all time, 100.0% has a step, 100.0% has a phase, 100.0% has a module." in text
-    assert "Top ranges" not in text and "Profile:" not in text
+    assert "Profile:" not in text
+    # Top ranges: nsysmap's step and phase ranges, which hold all the time; not its modules.
+    rows = [line.split()[:-4] for line in _section(text)]
+    assert rows == [["nsysmap:step:*"], ["nsysmap:step:*", ">", "nsysmap:phase:forward"]]
+    assert "inside none of these ranges" not in text
+
+
+def _section(text: str) -> list[str]:
+    """The lines of the top ranges section below its header, but `... N more`."""
+    lines = text.split("Top ranges")[1].split("\n\n")[0].splitlines()[1:]
+    return [line for line in lines if not line.startswith("  ...")]
 
 
 def test_operator_ranges_alone_are_shown_but_not_beside_nsysmaps_ranges():
@@ -75,7 +85,32 @@ def test_operator_ranges_alone_are_shown_but_not_beside_nsysmaps_ranges():
     f.kernel(1, 1, dur=2)
     assert "  aten::mm  " in _text(f).split("Top ranges")[1]
     f.range(1, "nsysmap:phase:forward", 0, 20)
-    assert "Top ranges" not in _text(f)
+    rows = _section(_text(f))
+    assert [row.split()[0] for row in rows] == ["nsysmap:phase:forward"]
+
+
+def test_slivers_of_the_users_ranges_give_way_to_nsysmaps_ranges():
+    """autograd's `BackwardHookFunction` ranges hold a sliver of the time each."""
+    f = Frames()
+    f.range(1, "nsysmap:step:0", 0, 1000)
+    f.range(1, "nsysmap:phase:forward", 1, 900)
+    f.range(1, "BackwardHookFunction", 2, 3)
+    f.kernel(1, 2, dur=1)
+    f.kernel(1, 10, dur=400)
+    f.kernel(2, 1100, dur=100)  # after every range: outside
+    rows = _section(_text(f))
+    assert [row.split()[-1] for row in rows[:2]] == ["80.0%", "80.0%"]
+    assert not any("BackwardHookFunction" in row for row in rows)
+    assert rows[-1].startswith("  100.000 ms (20.0%) is inside none of these ranges")
+
+
+def test_only_slivers_are_listed_when_nothing_else_is_there():
+    f = Frames()
+    f.range(1, "tiny", 0, 10)
+    f.kernel(1, 1, dur=1)
+    f.kernel(2, 20, dur=999)
+    rows = _section(_text(f))
+    assert rows[0].split()[0] == "tiny" and rows[0].split()[-1] == "0.1%"
 
 
 def test_a_profile_without_ranges_says_how_to_get_them():

@@ -20,8 +20,9 @@ The chain, each link a vectorised lookup:
 5. module still unknown and the aten range is a backward op with `stashed seq = N`
    -> the module around the forward op with `seq = N` in the same process,
    direction backward.
-6. inside a warm-up range (found like a phase, steps 3 and 4) -> phase `warmup`,
-   whatever phase ranges lie inside it.
+6. inside a warm-up range (found like a phase, steps 3 and 4) -> `warmup` true;
+   step and phase stay those of the ranges around it (a warm-up step's
+   `Forward` range still gives phase forward).
 7. a kernel of a torch.compile'd graph -> the module Inductor compiled it from
    (`nsysmap.attribution.compiled_modules`, from the capture's compiled.json).
 
@@ -153,7 +154,8 @@ def _labels(found: pl.DataFrame, scope: Scope) -> pl.DataFrame:
             "range_depth": ranges["depth"].gather(inner),
             "other_thread_range_id": ranges["range_id"].gather(found["other"]),
             "step": scope.label(found["step"], "lbl_step"),
-            "phase": _phase(scope, found),
+            "phase": scope.label(found["phase"], "lbl_phase"),
+            "warmup": found[WARMUP].is_not_null(),
             "module": _coalesce(own["lbl_module"], seq["lbl_module"]),
             "module_class": _coalesce(own["lbl_module_class"], seq["lbl_module_class"]),
             "direction": _coalesce(
@@ -179,22 +181,15 @@ def _with_graphs(ops: pl.DataFrame, links: pl.DataFrame) -> pl.DataFrame:
     return ops.join(links, on="op_id", how="left", maintain_order="left")
 
 
-def _phase(scope: Scope, found: pl.DataFrame) -> pl.Series:
-    """The innermost phase, or `warmup` for anything inside a warm-up range."""
-    phase = scope.label(found["phase"], "lbl_phase")
-    warm = found[WARMUP].is_not_null()
-    return pl.select(pl.when(warm).then(pl.lit(WARMUP)).otherwise(phase)).to_series()
-
-
 def _no_labels(n_ops: int) -> pl.DataFrame:
     labelled = {c: schemas.OPS[c] for c in _LABELLED}
     schema = schemas.declare({**labelled, "a_op": pl.String, "a_shapes": pl.String})
-    return pl.DataFrame(schema=schema).clear(n_ops)
+    return pl.DataFrame(schema=schema).clear(n_ops).with_columns(warmup=pl.lit(False))
 
 
 _LABELLED: tuple[str, ...]
 _LABELLED = ("range_id", "range_name", "range_path", "range_depth", "other_thread_range_id")
-_LABELLED += ("step", "phase")
+_LABELLED += ("step", "phase", "warmup")
 _LABELLED += ("module", "module_class", "direction")
 
 

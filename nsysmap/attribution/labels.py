@@ -9,7 +9,8 @@ Two families of names are understood:
   `stashed seq` on backward), FSDP hook ranges (`FSDP::pre_forward (blocks.3)`),
   and the step and phase names of the rule table in
   `nsysmap.attribution.rules` (`ProfilerStep#3`, `## forward ##`,
-  `Optimizer.step#AdamW.step`, `backward pass`, `warmup`, ...), and
+  `Optimizer.step#AdamW.step`, `backward pass`, `warmup`, ...: warm-up is
+  a mark of its own, `lbl_warmup`, beside step and phase), and
   the module ranges the torch.profiler reader makes from module frames
   (`nn.Module: BertModel_0.BertLayer_3 (BertLayer)`).
 
@@ -29,6 +30,7 @@ LABELS = pl.Schema(
     {
         "lbl_step": pl.Int64,
         "lbl_phase": pl.String,
+        "lbl_warmup": pl.Boolean,  # the name marks warm-up work (rules.py); null: says nothing
         "lbl_module": pl.String,
         "lbl_module_class": pl.String,
         "lbl_direction": pl.String,
@@ -130,6 +132,7 @@ def _name_label_exprs(name: pl.Expr, rules: NameRules) -> list[pl.Expr]:
     return [
         pl.coalesce(own_cols["nsm_step"], rules.step_expr(name)).alias("lbl_step"),
         pl.coalesce(own_cols["nsm_phase"], rules.phase_expr(name)).alias("lbl_phase"),
+        pl.when(rules.warmup_expr(name)).then(pl.lit(True)).alias("lbl_warmup"),
         pl.when(is_module)
         .then(own_cols["nsm_module_path"])
         .otherwise(pl.coalesce(name.str.extract(FSDP_SPAN, 2), trace_module))

@@ -17,14 +17,13 @@ from dataclasses import dataclass
 import polars as pl
 
 from nsysmap.attribution.labels import ATEN_OP, LABELS, SEQ, may_name_scope, name_labels
-from nsysmap.attribution.rules import BUILTIN, NameRules
+from nsysmap.attribution.rules import BUILTIN, WARMUP, NameRules
 from nsysmap.intervals.forest import Forest, group_index
 from nsysmap.intervals.nesting import nest_repaired
 
 SCOPE_FAMILIES = {"step": "lbl_step", "phase": "lbl_phase", "module": "lbl_module"}
-# Warm-up ranges (phase `warmup`) outrank the phase ranges inside them, so
-# they are looked up as a family of their own.
-WARMUP = "warmup"
+# Warm-up ranges (names the rules mark `warmup`) are looked up as a family of
+# their own: an operation inside one is warm-up work whatever its phase.
 WINDOW_FAMILIES = ("step", "phase", WARMUP)
 # Columns of `locate`: range positions (UInt32, null when none) and `projected`.
 # `other`: the innermost of the step, phase and warm-up ranges taken from another thread.
@@ -58,7 +57,7 @@ class Scope:
         table = name_labels(names.gather(pos.gather(distinct["first"])), rules=rules)
         scoped = pl.DataFrame({"pos": pos, "name": distinct["code"].search_sorted(code)})
         found = {f: table[label].is_not_null() for f, label in SCOPE_FAMILIES.items()}
-        found[WARMUP] = (table["lbl_phase"] == WARMUP).fill_null(False)
+        found[WARMUP] = table["lbl_warmup"].fill_null(False)
         members = {}
         for family, hit_names in found.items():
             hit = scoped.filter(hit_names.gather(scoped["name"]))["pos"]

@@ -17,18 +17,24 @@ name, ignoring case and separators:
 A step rule's first capture group is the step number. User rules (`--step
 REGEX`, `--phase NAME=REGEX`) are regular expressions searched anywhere in the
 name as written (`^...$` anchors, `(?i)` ignores case) and are checked before
-the built-in rows. The rules travel as a `NameRules` value into attribution;
-nothing here is global state.
+the built-in rows; a name that any user rule matches takes its step, phase and
+warm-up mark from the user's rules alone, so a user rule always wins over the
+built-in reading of that name. The rules travel as a `NameRules` value into
+attribution; nothing here is global state.
 
-The `warmup` phase marks work done before measurement: an operation inside
-any warm-up range gets phase `warmup` whatever phase ranges lie inside it, so
-summaries can leave it out (`phase != "warmup"`) and `nsysmap report`'s
-per-step figures do.
+Warm-up is not a phase but a mark beside it: the `warmup` rows (and a user's
+`--phase warmup=REGEX`) say which ranges hold work done before measurement.
+An operation inside a warm-up range keeps the step and phase of the ranges
+around it (a warm-up step's forward and backward are phases `forward` and
+`backward`) and gets `warmup` true in ops.parquet, so that summaries can leave
+it out of per-step figures. A name may carry both, as PARAM's benchmark
+annotations do: `[param|<model>|...|warmup|forward]` is a forward pass inside
+the warm-up (phase `forward`, warm-up), `[...|measure|forward]` a measured one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,13 +43,17 @@ import polars as pl
 from nsysmap.errors import ExitCode, NsysmapError
 from nsysmap.range_names import PHASES
 
-PHASE_NAMES = (*PHASES, "warmup")
+WARMUP = "warmup"  # the `phase` of the warm-up rows: a mark beside the phase, not a phase
+PHASE_NAMES = (*PHASES, WARMUP)  # what `--phase NAME=REGEX` accepts
 KINDS = ("step", "phase")
 SEPARATORS = r"[\s_.\-]*"
 # Files of ../shared/corpus the examples come from.
 _CS336 = "real/cs336a2_small_fwdbwd_emitnvtx_shapes_a100.sqlite"
 _DDP = "real/hta_ddp_ns_resolution_rank0_v100.json.gz"
 _RECSYS = "real/hta_recsys_shapes_rank0_a100.json.gz"
+_PARAM = "real2/hta_param_alexnet_warmup_measure_annotations_a100.json.gz"
+# PARAM benchmark annotations: a bracketed path with `|` (or `/`) between its parts.
+_PARAM_PATH = r"\[param[|/][^\]]*[|/]"
 
 
 class BadNameRule(NsysmapError):
@@ -86,9 +96,15 @@ RULES: tuple[NameRule, ...] = (
     _step(r"(?:train |training )?step [#:=]? (\d+)", "train_step 7"),
     _step(r"(?:train |training )?(?:iteration|iter) [#:=]? (\d+)", "iteration 5"),
     _phase(
-        "warmup",
+        WARMUP,
         r"warm up(?: (?:steps?|iters?|iterations?|runs?|phase))?(?: [#:=]? \d+)?",
         "Warm-up Step 3",
+    ),
+    _phase(
+        WARMUP,
+        rf"{_PARAM_PATH}warm up(?:[|/][^\]]*)?\]",
+        "[param|pytorch.model.alex_net|0|0|0|warmup|forward]",
+        _PARAM,
     ),
     _phase("zero_grad", r"(?:optimizer |model )?zero grad", "## zero_grad ##", _RECSYS),
     _phase("zero_grad", r"optimizer zero grad#.*", "Optimizer.zero_grad#SGD.zero_grad", _DDP),
@@ -102,6 +118,13 @@ RULES: tuple[NameRule, ...] = (
         "DistributedDataParallel.forward",
         _DDP,
     ),
+    _phase(
+        "forward",
+        rf"{_PARAM_PATH}forward\]",
+        "[param|pytorch.model.alex_net|0|0|0|measure|forward]",
+        _PARAM,
+    ),
+    _phase("backward", rf"{_PARAM_PATH}backward\]", "[param|my_model|0|0|0|measure|backward]"),
     _phase("loss", r"loss|compute loss|loss fn|criterion", "loss", _CS336),
     _phase(
         "data",
@@ -128,18 +151,27 @@ class NameRules:
 
     def step_expr(self, name: pl.Expr) -> pl.Expr:
         """The step number a name gives (Int64, null when none or not an integer)."""
-        numbers = [
-            name.str.extract(rule.regex, 1).cast(pl.Int64, strict=False)
-            for rule in self.of_kind("step")
-        ]
-        return pl.coalesce(numbers) if numbers else pl.lit(None, pl.Int64)
+        return self._users_first(name, lambda rules: _step_expr(rules, name))
 
     def phase_expr(self, name: pl.Expr) -> pl.Expr:
-        """The phase a name gives (the first matching rule), null when none."""
-        expr = pl.lit(None, dtype=pl.String)
-        for rule in reversed(self.of_kind("phase")):
-            expr = pl.when(name.str.contains(rule.regex)).then(pl.lit(rule.phase)).otherwise(expr)
-        return expr
+        """The phase a name gives (the first matching rule), null when none.
+
+        Never `warmup`: the warm-up rows give `warmup_expr` instead.
+        """
+        return self._users_first(name, lambda rules: _phase_expr(rules, name))
+
+    def warmup_expr(self, name: pl.Expr) -> pl.Expr:
+        """True for a name that marks warm-up work, else False."""
+        return self._users_first(name, lambda rules: _warmup_expr(rules, name))
+
+    def _users_first(self, name: pl.Expr, expr: Callable[[Sequence[NameRule]], pl.Expr]) -> pl.Expr:
+        """`expr` of the user's rules for names one of them matches, else of the built-in rows."""
+        users = [rule for rule in self.rules if rule.user]
+        builtin = [rule for rule in self.rules if not rule.user]
+        if not users:
+            return expr(builtin)
+        matched = name.str.contains("|".join(rule.regex for rule in users)).fill_null(False)
+        return pl.when(matched).then(expr(users)).otherwise(expr(builtin))
 
     def options(self) -> dict[str, Any]:
         """The user's rules as manifest.json records them (empty without any)."""
@@ -148,6 +180,29 @@ class NameRules:
 
 
 BUILTIN = NameRules()
+
+
+def _step_expr(rules: Sequence[NameRule], name: pl.Expr) -> pl.Expr:
+    numbers = [
+        name.str.extract(rule.regex, 1).cast(pl.Int64, strict=False)
+        for rule in rules
+        if rule.kind == "step"
+    ]
+    return pl.coalesce(numbers) if numbers else pl.lit(None, pl.Int64)
+
+
+def _phase_expr(rules: Sequence[NameRule], name: pl.Expr) -> pl.Expr:
+    expr = pl.lit(None, dtype=pl.String)
+    for rule in reversed([r for r in rules if r.kind == "phase" and r.phase != WARMUP]):
+        expr = pl.when(name.str.contains(rule.regex)).then(pl.lit(rule.phase)).otherwise(expr)
+    return expr
+
+
+def _warmup_expr(rules: Sequence[NameRule], name: pl.Expr) -> pl.Expr:
+    marks = [rule.regex for rule in rules if rule.phase == WARMUP]
+    if not marks:
+        return pl.lit(False)
+    return name.str.contains("|".join(marks)).fill_null(False)
 
 
 def user_rules(steps: Sequence[str] = (), phases: Sequence[str] = ()) -> NameRules:

@@ -33,7 +33,8 @@ def name_rule_options(command: Callable[..., Any]) -> Callable[..., Any]:
         multiple=True,
         metavar="NAME=REGEX",
         help="Ranges whose name matches REGEX are phase NAME (data, zero_grad, forward, "
-        "loss, backward, optimizer, warmup); before the built-in names. Repeatable.",
+        "loss, backward, optimizer), or warm-up work (warmup); before the built-in "
+        "names, which do not read a name a user rule matches. Repeatable.",
     )(command)
     return click.option(
         "--step",

@@ -12,6 +12,7 @@ from nsysmap.output.by_range import FOLDED, is_user_range
 from nsysmap.output.comm_overlap import overlap_line
 from nsysmap.output.graph_note import graph_line
 from nsysmap.output.summarise import Summaries
+from nsysmap.output.top_ranges import top_ranges
 from nsysmap.range_names import PREFIX as NSYSMAP
 
 TOP = 10
@@ -185,23 +186,11 @@ def _range_flags(names: pl.Series) -> tuple[bool, bool, bool]:
 
 
 def _ranges(table: pl.DataFrame, top: int) -> str:
-    """The user's ranges with the most time inside them.
-
-    Shown when the profile has ranges of the user's own, or only operator
-    ranges; not for nsysmap's ranges (with or without operator ranges), which
-    the phase and module tables already show.
-    """
-    named = table.filter(pl.col("range_path").is_not_null() & (pl.col("range_name") != FOLDED))
-    has_own, has_user, has_operator = _range_flags(named["range_name"])
-    if not (has_user or (has_operator and not has_own)):
+    """The ranges with the most time inside them (nsysmap.output.top_ranges chooses)."""
+    chosen = top_ranges(table, top)
+    if chosen is None:
         return ""
-    shown = named.filter(is_user_range(pl.col("range_name"))) if has_user else named
-    total = int(table["time_ns"].sum())
-    merged = (
-        shown.group_by("range_path")
-        .agg(pl.col("calls", "time_ns", "inclusive_ns").sum())
-        .sort(["inclusive_ns", "range_path"], descending=[True, False])
-    )
+    total = chosen.total_ns
     rows = [
         [
             _path_label(r["range_path"]),
@@ -210,33 +199,19 @@ def _ranges(table: pl.DataFrame, top: int) -> str:
             _ms(r["inclusive_ns"]),
             _pct(r["inclusive_ns"], total) if total else "0.0%",
         ]
-        for r in merged.head(top).iter_rows(named=True)
+        for r in chosen.rows.iter_rows(named=True)
     ]
     headers = ["calls", "own ms", "inside ms", "share"]
     text = _grid("Top ranges (inside: with the ranges below)", headers, rows)
-    more = named.group_by("range_path").len().height - min(top, merged.height)
-    text += f"\n  ... {more} more in by_range.parquet" if more > 0 else ""
-    return text + _outside_ranges(merged, total)
-
-
-def _outside_ranges(shown: pl.DataFrame, total: int) -> str:
-    """A line for the time inside none of the shown ranges."""
-    paths = set(shown["range_path"])
-    outermost = [p for p in paths if not any(a in paths for a in _ancestors(p))]
-    inside = int(shown.filter(pl.col("range_path").is_in(outermost))["inclusive_ns"].sum())
-    if total <= 0 or inside >= total:
-        return ""
-    return (
-        f"\n  {_ms(total - inside)} ms ({_pct(total - inside, total)}) is inside none of these"
+    text += f"\n  ... {chosen.more} more in by_range.parquet" if chosen.more > 0 else ""
+    outside = chosen.outside_ns
+    if not outside or total <= 0:
+        return text
+    return text + (
+        f"\n  {_ms(outside)} ms ({_pct(outside, total)}) is inside none of these"
         " ranges: launched outside every range, or inside ranges not listed here"
         " (by_range.parquet has them all)"
     )
-
-
-def _ancestors(path: str) -> list[str]:
-    """ "a > b > c" -> ["a", "a > b"]."""
-    parts = path.split(PATH_SEPARATOR)
-    return [PATH_SEPARATOR.join(parts[:i]) for i in range(1, len(parts))]
 
 
 def _path_label(path: str) -> str:

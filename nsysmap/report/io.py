@@ -114,7 +114,19 @@ LATER_COLUMNS = ("rank", "graph_id", "graph_node_id", "capture_range_path")
 LATER_COLUMNS += ("compiled_graph", "fused_modules", "other_thread_range_id")
 
 
+# Before output schema 1.5, warm-up work had phase `warmup` (no `warmup` column):
+# read as `warmup` true and phase null.
+WARMUP = "warmup"
+
+
 def _with_later_columns(frame: pl.DataFrame, schema: pl.Schema) -> pl.DataFrame:
-    """`frame` with the LATER_COLUMNS of `schema` it lacks, as nulls."""
+    """`frame` with the LATER_COLUMNS of `schema` it lacks, as nulls, and the
+    `warmup` mark of an output that had a warm-up phase instead."""
     missing = [c for c in LATER_COLUMNS if c in schema and c not in frame.columns]
-    return frame.with_columns(pl.lit(None, schema[c]).alias(c) for c in missing)
+    frame = frame.with_columns(pl.lit(None, schema[c]).alias(c) for c in missing)
+    if WARMUP in schema and WARMUP not in frame.columns and "phase" in frame.columns:
+        warm = (pl.col("phase") == WARMUP).fill_null(False)
+        frame = frame.with_columns(
+            warm.alias(WARMUP), pl.when(~warm).then(pl.col("phase")).alias("phase")
+        )
+    return frame

@@ -24,7 +24,7 @@ import polars as pl
 from nsysmap.attribution.labels import name_labels
 from nsysmap.attribution.paths import PATH_SEPARATOR
 from nsysmap.attribution.rules import NameRules, user_rules
-from nsysmap.report.scope_tables import WARMUP, has_phases, has_steps, passes, scope_filter
+from nsysmap.report.scope_tables import has_phases, has_steps, passes, scope_filter
 
 
 def manifest_rules(manifest: dict[str, Any]) -> NameRules:
@@ -63,18 +63,19 @@ def forward_range_calls(by_range: pl.DataFrame | None, rules: NameRules) -> tupl
     paths = by_range.filter(pl.col("range_path").is_not_null()).select("range_path", "calls")
     names = paths.select(pl.col("range_path").str.split(PATH_SEPARATOR).alias("name"))
     distinct = names.explode("name").unique("name")
-    columns = ["lbl_phase", "lbl_module", "lbl_direction"]
+    columns = ["lbl_phase", "lbl_module", "lbl_direction", "lbl_warmup"]
     labels = distinct.with_columns(name_labels(distinct["name"], columns, rules))
     phase_of = dict(zip(labels["name"].to_list(), labels["lbl_phase"].to_list(), strict=True))
     forward_module = labels.filter(
         pl.col("lbl_module").is_not_null() & (pl.col("lbl_direction") == "forward")
     )
     modules = set(forward_module["name"].to_list())
+    warm = set(labels.filter(pl.col("lbl_warmup").fill_null(False))["name"].to_list())
     phase_calls = module_calls = 0
     for path, calls in paths.iter_rows():
         names_in = path.split(PATH_SEPARATOR)
         phases = [phase_of.get(name) for name in names_in]
-        if WARMUP in phases:
+        if warm.intersection(names_in):
             continue
         if phases[-1] == "forward" and "forward" not in phases[:-1]:
             phase_calls += int(calls or 0)

@@ -32,7 +32,7 @@ SCOPE_LABELS = {
     "step": "full step",
 }
 MATMUL_CATEGORIES = ("gemm", "attention")
-WARMUP = "warmup"  # the phase of warm-up work, left out of per-step figures
+WARMUP = "warmup"  # ops.parquet's mark of warm-up work, left out of every scope
 ATTENTION_CLASS = r"(?i)attention|attn"
 TOP_N = 5
 NON_MATMUL_MIN_SHARE = 0.01
@@ -81,7 +81,7 @@ def has_phases(ops: pl.DataFrame) -> bool:
 
 def is_warmup() -> pl.Expr:
     """Warm-up work: left out of every scope."""
-    return (pl.col("phase") == WARMUP).fill_null(False)
+    return pl.col(WARMUP).fill_null(False)
 
 
 def modules_cover(ops: pl.DataFrame) -> bool:
@@ -123,9 +123,9 @@ def scope_filter(ops: pl.DataFrame, scope: str) -> pl.DataFrame:
         if not modules_cover(ops):
             return ops.clear()
         wanted = ["forward"] if scope == "forward" else ["forward", "backward"]
-        return ops.filter(pl.col("direction").cast(pl.String).is_in(wanted))
+        return ops.filter(pl.col("direction").cast(pl.String).is_in(wanted) & ~is_warmup())
     phases = ["forward"] if scope == "forward" else ["forward", "loss", "backward"]
-    return ops.filter(pl.col("phase").is_in(phases))
+    return ops.filter(pl.col("phase").is_in(phases) & ~is_warmup())
 
 
 def scope_source(ops: pl.DataFrame, scope: str) -> str:
