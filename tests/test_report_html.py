@@ -129,7 +129,7 @@ def test_the_module_tree_holds_all_time(charts):
 def test_matmul_share_forward_against_full_step(charts):
     bars = trace(charts["matmul"], "matrix multiplication")
     shares = dict(zip(bars["x"], bars["y"], strict=True))
-    assert shares["forward"] == round(74 / 106, 6)
+    assert shares["forward pass"] == round(74 / 106, 6)
     assert shares["full step"] == round(222 / 304, 6)
     assert shares["full step (forward-only run)"] == round(74 / 108, 6)
 
