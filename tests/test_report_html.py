@@ -104,7 +104,7 @@ def test_each_block_by_phase_and_by_part(charts):
     assert trace(blocks, "forward")["x"] == ["transformer.h.0", "transformer.h.1"]
     assert trace(blocks, "forward")["y"] == [23.0, 23.0]
     assert trace(blocks, "backward")["y"] == [39.0, 39.0]
-    assert trace(blocks, "other")["y"] == [0.0, 0.0]
+    assert trace(blocks, "no direction")["y"] == [0.0, 0.0]
     parts = {t["name"]: t["y"] for t in charts["blocks_parts"].figure["data"]}
     assert parts == {
         "attn": [28.0, 28.0],

@@ -21,6 +21,7 @@ PHASE_COLOURS = {
     "backward": "#ff7f0e",
     "optimizer": "#2ca02c",
     "other": "#bcbcbc",
+    "no direction": "#bcbcbc",
     "(none)": "#d9d9d9",
 }
 CATEGORY_COLOURS = {
@@ -34,6 +35,10 @@ CATEGORY_COLOURS = {
     "memcpy": "#8c564b",
     "memset": "#c49c94",
     "communication": "#d62728",
+    "convolution": "#aec7e8",
+    "routing": "#98df8a",
+    "sort": "#dbdb8d",
+    "graph": "#c5b0d5",
     "other": "#7f7f7f",
 }
 SERIES = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")

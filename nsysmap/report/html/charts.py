@@ -104,7 +104,7 @@ def categories_chart(f: Findings) -> Chart | None:
         [n, r["ops"], ms(r["time_ns"]), ratio(r["time_share"]), ratio(r["flop_share"])]
         for n, r in zip(names, cats.iter_rows(named=True), strict=True)
     ]
-    caption = "Full step, devices pooled."
+    caption = f"{rt.scope_label(f.run.ops, 'step').capitalize()}, devices pooled."
     if f.source is None:
         caption += " No FLOPs: time share only."
     return Chart(
@@ -167,8 +167,8 @@ def top_kernels_chart(f: Findings) -> Chart | None:
     return Chart(
         "top_kernels",
         "Top kernels by time",
-        "Full step; names shortened to the kernel and what tells it apart "
-        "(hover or the table for the whole name).",
+        f"{rt.scope_label(f.run.ops, 'step').capitalize()}; names shortened to the kernel and "
+        "what tells it apart (hover or the table for the whole name).",
         {
             "data": [trace],
             "layout": layout(

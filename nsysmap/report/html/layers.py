@@ -39,18 +39,19 @@ def per_step(f: Findings) -> tuple[int, str]:
 
 
 def blocks_phase_chart(f: Findings) -> Chart | None:
-    """Each block (`h.0` … `h.11`) as a bar split into forward, backward and other phases."""
+    """Each block (`h.0` … `h.11`) as a bar split into forward calls, backward calls and
+    work of no known direction."""
     totals = block_totals(f.module_phase)
     if totals.is_empty():
         return None
     steps, unit = per_step(f)
     names = totals["block"].to_list()
     columns = {p: [ms(v / steps) for v in totals[f"{p}_ns"]] for p in ("forward", "backward")}
-    columns["other"] = [ms(v / steps) for v in totals["other_ns"]]
+    columns["no direction"] = [ms(v / steps) for v in totals["other_ns"]]
     drawn, cut = first_rows(len(names), "blocks")
     data = [
         bar(p, names[:drawn], columns[p][:drawn], PHASE_COLOURS[p])
-        for p in ("forward", "backward", "other")
+        for p in ("forward", "backward", "no direction")
     ]
     rows = [
         [name, c, fw, bw, other, ms(t / steps)]
@@ -59,26 +60,27 @@ def blocks_phase_chart(f: Findings) -> Chart | None:
             totals["block_class"],
             columns["forward"],
             columns["backward"],
-            columns["other"],
+            columns["no direction"],
             totals["time_ns"],
             strict=True,
         )
     ]
     return Chart(
         "blocks_phase",
-        "Per block: forward, backward and other phases",
-        "Each numbered block with every module below it; devices pooled." + cut,
+        "Per block: forward and backward calls",
+        "Each numbered block with every module below it; forward and backward are the time in "
+        "forward and in backward calls, whatever the phase; devices pooled." + cut,
         {
             "data": data,
             "layout": layout(
-                "Time per block by phase",
+                "Time per block by call direction",
                 barmode="stack",
                 xaxis=category_axis("block"),
                 yaxis=time_axis(unit),
             ),
         },
         Table(
-            ["block", "class", "forward", "backward", "other phases", "total"],
+            ["block", "class", "forward", "backward", "no direction", "total"],
             rows,
             ["text", "text", "ms", "ms", "ms", "ms"],
         ),
@@ -134,7 +136,7 @@ def blocks_parts_chart(f: Findings) -> Chart | None:
                 "class",
                 "forward",
                 "backward",
-                "other phases",
+                "no direction",
                 "total",
                 "TFLOP/s",
                 "MFU",
