@@ -116,7 +116,7 @@ def scope_filter(ops: pl.DataFrame, scope: str) -> pl.DataFrame:
     if scope == "step":
         basis = step_basis(ops)
         if basis == "capture":
-            return ops
+            return ops.filter(~is_warmup())
         inside = pl.col("step" if basis == "steps" else "phase").is_not_null()
         return ops.filter(inside & ~is_warmup())
     if not has_phases(ops):
