@@ -58,8 +58,8 @@ def values(value: Any, numbers: list[float], texts: list[str]) -> None:
 def formatted(x: float) -> set[str]:
     """`x` as each of the report's formatters writes it."""
     out = {ms(x), pct(x), flop(x), num(x, 2), num(x, 3), num(x, 4)}
-    if float(x).is_integer():
-        out |= {f"{int(x):,}", str(int(x))}
+    if isinstance(x, int):  # counts: never a float that happens to be whole
+        out |= {f"{x:,}", str(x)}
     return out
 
 
@@ -169,6 +169,26 @@ def test_a_number_not_in_answers_json_is_caught(compared: tuple[str, dict[str, A
     lines[row] = "| " + " | ".join(changed) + " |"
     lines.append("The step took 12,345.678 ms (`4.2 ms` is code).")
     assert stray_numbers("\n".join(lines), doc) == ["987.6 %", "12,345.678 ms"]
+
+
+def test_compared_sentences_say_what_the_compared_rows_say(
+    compared: tuple[str, dict[str, Any]],
+) -> None:
+    markdown, doc = compared
+    other = "forward-only run" if doc["compare"]["kind"] == "forward-only run" else "compared run"
+    rows = table_rows(markdown, ["run", "scope", "time", "matmul", "share"])
+    theirs = {row[1]: row for row in rows if row[0] == other}
+    assert theirs
+    for scope, row in theirs.items():
+        said = f"- {other.capitalize()}, {scope}: {row[4]} of {row[2]}."
+        assert said in markdown.splitlines()
+    header = ["run", "scope", "kernel", "category", "calls", "calls per pass"]
+    header += ["calls per forward pass", "time", "share"]
+    top = {(row[0], row[1]): row[2] for row in table_rows(markdown, header)}
+    mine, full = top[("this run", doc["scopes"]["step"]["label"])], top[(other, "full step")]
+    verdict = "yes" if mine == full else "no"
+    assert f"Same top kernel in the {other}'s full step: {verdict}." in markdown
+    assert doc["answers"]["top_kernel"]["same_in_compare"] is (mine == full)
 
 
 def _same_kernel_sentence(markdown: str) -> str:
