@@ -77,7 +77,8 @@ GEMM, SOFTMAX, ADD = "ampere_sgemm_128x64_tn", "softmax_warp_forward", "elementw
 
 def synthetic_profile() -> NestedProfile:
     """No step ranges; a warm-up range holding a forward, two forward passes (one with a
-    forward range nested inside and attention ranges), then a backward (milliseconds)::
+    forward range nested inside and attention ranges), then a backward ending in a CUDA
+    graph replay (milliseconds)::
 
         |- warmup ----------|- forward pass -------------------------|- forward pass -|- backward -|
           |- forward -|        |- ## forward ##-| |- attention ------|
@@ -104,4 +105,5 @@ def synthetic_profile() -> NestedProfile:
     f.kernel(main, 61, GEMM, dur=3)
     f.kernel(main, 65, GEMM, dur=3)
     f.kernel(main, 70, ADD)
+    f.kernel(main, 75, "CUDA graph replay", kind="graph", dur=15)  # its kernels unseen
     return f.profile()
