@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -74,7 +74,6 @@ class Reference:
     """The answers recomputed from one output directory's Parquet files."""
 
     db: duckdb.DuckDBPyConnection
-    out: Path
 
     def value(self, sql: str) -> Any:
         row = self.db.execute(sql).fetchone()
@@ -220,7 +219,7 @@ def ratio(part: int | None, whole: int | None) -> float | None:
 @pytest.fixture(scope="module", params=profile_params())
 def profile(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[Reported, Reference]:
+) -> Iterator[tuple[Reported, Reference]]:
     report = reported(request.param, tmp_path_factory.mktemp("reference"))
     options = json.loads((report.out / "manifest.json").read_text()).get("options") or {}
     assert not options.get("phase_rules") and not options.get("step_rules")  # built-in names
@@ -228,7 +227,8 @@ def profile(
     for table in ("ops", "by_range"):
         file = report.out / f"{table}.parquet"
         db.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{file}')")
-    return report, Reference(db, report.out)
+    yield report, Reference(db)
+    db.close()
 
 
 def answer(report: Reported, name: str) -> dict[str, Any]:
@@ -328,16 +328,23 @@ def test_non_matmul_kernels_and_operators_above_one_percent(
         )
         shown = [(k["name"], k["calls"], k["time_ns"]) for k in got["kernels"]]
         assert shown == [(n, c, int(t)) for n, c, t in kernels], scope
+        # An operator's category: its most frequent kernel category (ties: first by name).
+        mode = (
+            f"SELECT aten_op, category AS top, row_number() OVER (PARTITION BY aten_op "
+            f"ORDER BY count(*) DESC, category) AS rank FROM ops "
+            f"WHERE {other} AND aten_op IS NOT NULL GROUP BY aten_op, category"
+        )
         operators = ref.rows(
-            f"SELECT aten_op, count(*), count(DISTINCT name), sum(dur_ns) FROM ops "
-            f"WHERE {other} AND aten_op IS NOT NULL GROUP BY aten_op "
-            f"HAVING sum(dur_ns) / {total} >= {MIN_SHARE} ORDER BY sum(dur_ns) DESC, aten_op"
+            f"SELECT aten_op, count(*), count(DISTINCT name), sum(dur_ns), any_value(m.top) "
+            f"FROM ops JOIN ({mode}) m USING (aten_op) WHERE {other} AND m.rank = 1 "
+            f"GROUP BY aten_op HAVING sum(dur_ns) / {total} >= {MIN_SHARE} "
+            "ORDER BY sum(dur_ns) DESC, aten_op"
         )
         grouped = [
-            (o["aten_op"], o["kernels"], o["distinct_kernels"], o["time_ns"])
+            (o["aten_op"], o["kernels"], o["distinct_kernels"], o["time_ns"], o["category"])
             for o in got["operators"]
         ]
-        assert grouped == [(a, k, d, int(t)) for a, k, d, t in operators], scope
+        assert grouped == [(a, k, d, int(t), c) for a, k, d, t, c in operators], scope
         named = ref.value(f"SELECT count(*) FROM ops WHERE {other} AND aten_op IS NOT NULL")
         assert (got["operators_unknown"] is None) == bool(named)
 
