@@ -9,8 +9,9 @@ and `unknown` with its reason where the profile cannot tell, never 0 or "–"::
         {"time_ns": 43543000, "matmul_time_ns": 33034000, "share": 0.759, "unknown": None, ...}
 
 CUDA graph replays traced as a whole (`nsys --cuda-graph-trace=graph`) hide
-their kernels: a scope holding them has no known matmul share or top kernel,
-only bounds, and the reason says how to get the answer.
+their kernels: a scope holding them has no known matmul share, only bounds,
+and no known top kernel unless its lead over the runner-up exceeds the
+replays' time; the reason says how to get the answer.
 """
 
 from __future__ import annotations
@@ -100,7 +101,8 @@ def top_kernel(
     for scope in present_scopes(ops):
         rows = rt.scope_filter(ops, scope)
         total = int(rows["dur_ns"].sum())
-        top = _kernel_totals(rows).head(1)
+        leaders = _kernel_totals(rows).head(2)
+        top = leaders.head(1)
         if top.is_empty():
             scopes[scope] = {"unknown": NO_WORK, "time_ns": total}
             continue
@@ -109,6 +111,10 @@ def top_kernel(
         calls_forward = forward_calls.filter(pl.col("name") == kernel["name"])["forward_calls"]
         fwd_calls = int(calls_forward[0]) if calls_forward.len() else 0
         graph = graph_ns(rows)
+        runner_up = int(leaders["time_ns"][1]) if leaders.height > 1 else 0
+        # The replays' unseen kernels could lift the runner-up (or a kernel seen only in
+        # them) past the leader: the top kernel is known only when they cannot.
+        hidden = graph > 0 and graph >= kernel["time_ns"] - runner_up
         scopes[scope] = {
             **kernel,
             "share": rt.share(kernel["time_ns"], total),
@@ -117,7 +123,7 @@ def top_kernel(
             "calls_per_pass": rt.share(kernel["calls"], count),
             "forward_calls": fwd_calls,
             "calls_per_forward_pass": rt.share(fwd_calls, forward_passes),
-            "unknown": _graph_reason(graph, total) if graph >= kernel["time_ns"] else None,
+            "unknown": _graph_reason(graph, total) if hidden else None,
         }
     same, why = _same_with_backward(scopes)
     return {
