@@ -36,6 +36,7 @@ from nsysmap.many.write import (
     write_manifest,
     write_tables,
 )
+from nsysmap.output.placement import check_output_dir, write_failed
 
 if TYPE_CHECKING:
     from distributed import Client, Future
@@ -77,8 +78,11 @@ def run_many(
 ) -> ManyResult:
     """Attribute every report in `inputs` (files, directories, globs) into `out_dir`."""
     paths = [p.resolve() for p in expand_inputs(inputs)]
-    out = Path(out_dir).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_output_dir(out_dir).resolve()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise write_failed(out, exc) from None
     clear_previous(out)
     where = where or ClusterOptions()
     plan = None if where.scheduler else _plan(paths, where)
