@@ -24,6 +24,7 @@ from nsysmap.errors import ExitCode
 from nsysmap.many import cluster as clusters
 from nsysmap.many.collect import output_tables
 from nsysmap.many.input_files import expand_inputs
+from nsysmap.many.one_job import ONE_JOB_DOUBTS, doubts
 from nsysmap.many.progress import Progress
 from nsysmap.many.rank_ids import assign_ranks
 from nsysmap.many.ranks_text import findings, terminal_summary
@@ -96,6 +97,7 @@ def run_many(
     manifest = build_manifest(
         outcomes, ranks, tables, rank_rule=rule, options=options or {}, cluster=described
     )
+    manifest[ONE_JOB_DOUBTS] = doubts(outcomes, ranks, tables)
     write_manifest(out, manifest)
     shutil.rmtree(out / WORK_DIR, ignore_errors=True)
     text = terminal_summary(findings(manifest, tables))
