@@ -2,8 +2,9 @@
 
 Each case must end without a traceback or an internal error, within its time
 limit, with one line on stderr when it fails, and with its totals conserved
-against an independent sum when it succeeds. The quick set runs in the suite
-(under a minute on 2 cores); the larger run is marked slow and sized by
+against an independent sum when it succeeds. The quick set and every NVTX and
+runtime table mutation of tests/fuzz_tables.py run in the suite (under a minute
+on 2 cores); the larger run is marked slow and sized by
 NSYSMAP_FUZZ_CASES (docs/cli.md gives the command and its latest figures).
 """
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import pytest
 from nsysmap.errors import ExitCode
 from nsysmap.many.write import LAYOUT
 from nsysmap.pipeline import analyse_file
+from nsysmap.report.html.page import plotly_js
 from nsysmap.synth import SynthExport
 from tests.cli_runner import nsysmap_cli
 
@@ -172,3 +174,23 @@ def test_the_same_outputs_that_can_be_written_are(work, capsys):
     assert nsysmap_cli([*diff, "--quiet"]) == 0
     written = ["r.html", "run/report.md", "t.json", "d/diff.parquet", "d.html"]
     assert all((work / name).is_file() for name in written)
+
+
+@pytest.mark.parametrize("command", ["report", "diff"])
+def test_html_without_plotly_is_refused_before_writing(work, capsys, monkeypatch, command):
+    """Exit 6 (a tool missing), and no report.md or diff.parquet written before it."""
+    monkeypatch.setitem(sys.modules, "plotly.offline", None)  # import fails
+    plotly_js.cache_clear()
+    argv: dict[str, list[object]] = {
+        "report": ["report", work / "run", "--html"],
+        "diff": ["diff", work / "run", work / "other", "-o", work / "d", "--html", work / "d.html"],
+    }
+    before = _tree(work)
+    try:
+        code = nsysmap_cli(argv[command])
+    finally:
+        plotly_js.cache_clear()
+    err = capsys.readouterr().err
+    assert code == ExitCode.TOOL_MISSING and "needs the plotly package" in err
+    assert len(err.strip().splitlines()) == 1
+    assert _tree(work) == before

@@ -10,7 +10,7 @@ from nsysmap.diff.compare import compare
 from nsysmap.diff.diff_charts import diff_page
 from nsysmap.diff.diff_text import render
 from nsysmap.output.placement import check_output_dir, check_output_file, write_failed
-from nsysmap.report.html.page import write_page
+from nsysmap.report.html.page import plotly_js, write_page
 from nsysmap.report.io import read_run
 
 DIFF_PARQUET = "diff.parquet"
@@ -42,6 +42,7 @@ def diff_command(
         check_output_file(check_output_dir(out_dir) / DIFF_PARQUET)
     if html_file is not None:
         check_output_file(html_file)
+        plotly_js()  # a missing plotly (exit 6) before diff.parquet is written, too
     diff = compare(str(run_a), a.ops, str(run_b), b.ops)
     if not quiet:
         click.echo(render(diff), nl=False)

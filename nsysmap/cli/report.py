@@ -13,7 +13,7 @@ from nsysmap.many.ranks_section import is_multi_rank, rank_report
 from nsysmap.output.placement import check_output_dir, check_output_file, write_file
 from nsysmap.report.answers import FLOP_SOURCES, ReportOptions
 from nsysmap.report.build import build_report
-from nsysmap.report.html.page import REPORT_HTML, report_page, write_page
+from nsysmap.report.html.page import REPORT_HTML, plotly_js, report_page, write_page
 from nsysmap.report.io import REPORT_MD, read_run, write_report
 
 
@@ -109,6 +109,7 @@ def _check_outputs(run_dir: Path, markdown: Path | None, html: Path | None) -> N
     check_output_file(markdown or run_dir / REPORT_MD)
     if html is not None:
         check_output_file(html)
+        plotly_js()  # a missing plotly (exit 6) before the Markdown is written, too
 
 
 def _markdown_target(markdown_file: Path | None, old_output: Path | None) -> Path | None:
