@@ -34,6 +34,10 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from nsysmap.errors import ExitCode
+from tests.corpus import independent_gpu_totals
+from tests.fuzz_tables import TABLE_BASES, TABLE_MUTATIONS, mutate_tables, per_device_problem
+
 CORPUS = (Path(__file__).parents[1] / ".." / "shared" / "corpus").resolve()
 # Small real inputs (under 1 MB): quick to mutate and to run.
 CORPUS_EXPORTS = (
@@ -67,6 +71,9 @@ TRACE_MUTATIONS = (
     "negative_dur",
 )  # fmt: skip
 MISUSE = ("fifo", "directory", "output_is_file", "output_under_file", "output_too_long")
+# Exit codes a case may end with (docs/cli.md): never 1 (a bug) nor 11 (totals that do not
+# add up: an input misread).
+DOCUMENTED_EXITS = {int(code) for code in ExitCode} - {ExitCode.INTERNAL, ExitCode.TOTALS_MISMATCH}
 
 
 @dataclass(frozen=True)
@@ -108,6 +115,17 @@ def cases(seed: int, count: int, *, every_file: bool = False) -> list[Case]:
             Case(f"{seed}-{i:03d}-{stem}-{mutation}", base, mutation, rng.randrange(1 << 30))
         )
     return out
+
+
+def table_cases(seed: int) -> list[Case]:
+    """Every NVTX and runtime mutation (tests/fuzz_tables.py) of every base at hand."""
+    rng = random.Random(seed)
+    present = [b for b in TABLE_BASES if b == "synthetic.sqlite" or (CORPUS / b).is_file()]
+    return [
+        Case(f"tables-{Path(base).stem[:24]}-{kind}", base, kind, rng.randrange(1 << 30))
+        for base in present
+        for kind in TABLE_MUTATIONS
+    ]
 
 
 # ------------------------------------------------------------------ base inputs
@@ -160,6 +178,8 @@ def materialise(case: Case, workdir: Path) -> tuple[list[str], Path]:
         return _misuse(case.mutation, target, out)
     if case.is_trace:
         _mutate_trace(target, case.mutation, rng)
+    elif case.mutation in TABLE_MUTATIONS:
+        mutate_tables(target, case.mutation, rng)
     else:
         _mutate_sqlite(target, case.mutation, rng)
     return ["attribute", str(target), "-o", str(out), "--quiet"], out
@@ -476,9 +496,11 @@ def run_case(case: Case, workdir: Path) -> dict[str, Any]:
 
     argv, out = materialise(case, workdir)
     source = Path(argv[1])
-    independent = None
+    independent, per_device = None, None
     if case.mutation not in MISUSE:
         independent = trace_totals(source) if case.is_trace else sqlite_totals(source)
+    if case.mutation in TABLE_MUTATIONS:  # the GPU tables are intact: SQL sums them per device
+        per_device = independent_gpu_totals(source)
     stdout, stderr = io.StringIO(), io.StringIO()
     start = time.perf_counter()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
@@ -495,7 +517,9 @@ def run_case(case: Case, workdir: Path) -> dict[str, Any]:
         "stderr": stderr.getvalue(),
     }
     if code == 0:
-        result["conservation"] = conservation(out, independent)
+        result["conservation"] = conservation(out, independent) or (
+            per_device_problem(out, per_device) if per_device is not None else None
+        )
     shutil.rmtree(workdir, ignore_errors=True)
     return result
 
@@ -508,6 +532,8 @@ def problems(result: dict[str, Any]) -> list[str]:
         found.append("traceback")
     if "internal error" in text:
         found.append("internal error: " + result["stderr"].strip()[:300])
+    if result["code"] is not None and result["code"] not in DOCUMENTED_EXITS:
+        found.append(f"exit {result['code']}: {result['stderr'].strip()[:300]}")
     if result["code"] not in (0, None) and len(result["stderr"].strip().splitlines()) != 1:
         found.append(f"not one line on stderr: {result['stderr'][:300]!r}")
     if result.get("timed_out"):

@@ -2,8 +2,9 @@
 
 Each case must end without a traceback or an internal error, within its time
 limit, with one line on stderr when it fails, and with its totals conserved
-against an independent sum when it succeeds. The quick set runs in the suite
-(under a minute on 2 cores); the larger run is marked slow and sized by
+against an independent sum when it succeeds. The quick set and every NVTX and
+runtime table mutation of tests/fuzz_tables.py run in the suite (under a minute
+on 2 cores); the larger run is marked slow and sized by
 NSYSMAP_FUZZ_CASES (docs/cli.md gives the command and its latest figures).
 """
 
@@ -14,7 +15,7 @@ from collections import Counter
 
 import pytest
 
-from tests.fuzz import Case, cases, problems, run_cases
+from tests.fuzz import Case, cases, problems, run_cases, table_cases
 
 pytestmark = pytest.mark.slow  # the seeded fuzz cases run the CLI on every corpus file and misuse
 
@@ -37,6 +38,33 @@ def quick_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
 @pytest.mark.parametrize("case", [_param(c) for c in QUICK])
 def test_fuzz_case(case: Case, quick_results: dict[str, dict]) -> None:
     assert problems(quick_results[case.id]) == []
+
+
+TABLES = table_cases(SEED)
+FASTVIDEO = "fastvideo_training_mfu_h100x2_before.sqlite"  # thousands of ranges and calls
+
+
+@pytest.fixture(scope="module")
+def table_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    return run_cases(TABLES, tmp_path_factory.mktemp("fuzz_tables"))
+
+
+@pytest.mark.parametrize("case", [_param(c) for c in TABLES])
+def test_fuzz_nvtx_and_runtime_case(case: Case, table_results: dict[str, dict]) -> None:
+    """A clean run conserving every device's time as plain SQL sums it, or one line with a
+    documented exit code (never 11)."""
+    assert problems(table_results[case.id]) == []
+
+
+@pytest.mark.parametrize("kind", ["nvtx_swapped", "runtime_swapped"])
+def test_swapped_spans_of_a_real_export_are_refused(kind: str, table_results: dict) -> None:
+    """Thousands of ranges or calls ending before they start: exit 4, naming how many."""
+    found = [c for c in TABLES if c.base.endswith(FASTVIDEO) and c.mutation == kind]
+    if not found:
+        pytest.skip(f"{FASTVIDEO} is not in the corpus")
+    result = table_results[found[0].id]
+    assert result["code"] == 4, result["stderr"]
+    assert "end before they start" in result["stderr"]
 
 
 def test_fuzz_set_covers_every_mutation() -> None:

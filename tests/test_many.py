@@ -85,6 +85,8 @@ def test_ranks_come_from_the_launch_environment(result: dict[str, Any]) -> None:
     names = [Path(p).name for p in ranks["input"]]
     assert names == [f"rank{r:02d}.sqlite" for r in GOOD_RANKS]
     assert result["manifest"]["rank_rule"] == "declared by each report"
+    assert result["manifest"]["one_job_doubts"] == []  # one job's ranks: no warning
+    assert "nsysmap: warning" not in result["stderr"]
 
 
 def test_slow_rank_and_layer_are_named(result: dict[str, Any]) -> None:

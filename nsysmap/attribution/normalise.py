@@ -22,9 +22,12 @@ def normalise(raw: Profile) -> NestedProfile:
     """The profile with open ranges closed, FSDP spans added and ranges nested (pure).
 
     Raises NotAnExport when an operation's times are unusable (see
-    `check_op_times`).
+    `check_op_times`), or a range or API call ends before it starts
+    (`check_span_times`).
     """
-    check_op_times(raw.ops, raw.meta_value("source_path") or "profile")
+    source = raw.meta_value("source_path") or "profile"
+    check_op_times(raw.ops, source)
+    check_span_times(raw.ranges, raw.api_calls, source)
     ranges = raw.ranges
     first_id = to_int(ranges["range_id"].max() or 0) + 1 if ranges.height else 0
     spans = fsdp_spans(ranges, first_id)
@@ -86,6 +89,31 @@ def check_op_times(ops: pl.DataFrame, source: str) -> None:
             f"(292 years), which no capture holds: corrupt times (longest: {worst['kind']} "
             f"{_short(worst['name'])}, {worst['dur_ns']:,} ns)"
         )
+
+
+def check_span_times(ranges: pl.DataFrame, api_calls: pl.DataFrame, source: str) -> None:
+    """Refuse ranges and API calls that end before they start (a damaged export).
+
+    Such a span has no place in a nesting and no guess at its true times is
+    safe (swapping them, or dropping the span, would attribute operations to
+    ranges the capture never had), so the input is refused with how many
+    there are. An end that is missing (a range left open) is not checked
+    here: normalising closes it.
+    """
+    for frame, what in ((ranges, "NVTX range"), (api_calls, "runtime API call")):
+        reversed_ = frame.filter(pl.col("end_ns") < pl.col("start_ns"))
+        if reversed_.height:
+            n, first = reversed_.height, reversed_.row(0, named=True)
+            count = (
+                f"{n:,} {what}s end before they start"
+                if n > 1
+                else f"1 {what} ends before it starts"
+            )
+            name = first.get("name", first.get("api_name"))
+            raise NotAnExport(
+                f"{source}: {count} (first: {_short(name)}, start {first['start_ns']}, "
+                f"end {first['end_ns']}); the export is damaged"
+            )
 
 
 def _short(name: str | None, limit: int = 60) -> str:

@@ -120,6 +120,7 @@ def _attribute_many(
     rules: NameRules,
 ) -> None:
     from nsysmap.many import ClusterOptions, run_many
+    from nsysmap.many.ranks_text import not_one_job
 
     single_dir = len(reports) == 1 and reports[0].is_dir()
     target = out_dir or Path("out") / (reports[0].resolve().name if single_dir else "ranks")
@@ -134,6 +135,9 @@ def _attribute_many(
     result = run_many(reports, target, where=where, options=options, rules=rules)
     if not quiet:
         click.echo(result.summary_text, nl=False)
+    doubt = not_one_job(result.manifest)
+    if doubt:
+        click.echo(f"nsysmap: warning: {doubt} (docs/many.md)", err=True)
     n_tables = len(result.manifest["tables"])
     click.echo(f"Wrote the ops dataset, {n_tables - 1} tables and manifest.json to {target}")
     if result.failed:

@@ -8,6 +8,7 @@ import click
 
 from nsysmap.errors import ExitCode, NsysmapError
 from nsysmap.export.perfetto import Selection, trace_text
+from nsysmap.output.placement import check_output_file, write_file
 from nsysmap.report.io import read_run
 
 
@@ -60,6 +61,7 @@ def export_command(
 ) -> None:
     """Write the attributed GPU operations of DIR as a timeline for Perfetto."""
     run = read_run(run_dir)
+    check_output_file(target)  # before anything is computed or written
     devices: dict[int, str | None] = {
         d["device_id"]: d.get("name")
         for d in run.manifest.get("devices") or []
@@ -70,6 +72,5 @@ def export_command(
         raise NsysmapError(
             f"{run_dir}: no operation in the steps or window asked for", exit_code=ExitCode.USAGE
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text)
+    write_file(target, text)
     click.echo(f"nsysmap: wrote {target} ({count:,} operations)", err=True)

@@ -10,10 +10,10 @@ import click
 from nsysmap.errors import ExitCode, NsysmapError
 from nsysmap.flops.peaks import DTYPES
 from nsysmap.many.ranks_section import is_multi_rank, rank_report
-from nsysmap.output.placement import check_output_dir, check_output_file
+from nsysmap.output.placement import check_output_dir, check_output_file, write_file
 from nsysmap.report.answers import FLOP_SOURCES, ReportOptions
 from nsysmap.report.build import build_report
-from nsysmap.report.html.page import REPORT_HTML, report_page, write_page
+from nsysmap.report.html.page import REPORT_HTML, plotly_js, report_page, write_page
 from nsysmap.report.io import REPORT_MD, read_run, write_report
 
 
@@ -72,14 +72,13 @@ def report_command(
 ) -> None:
     """Answer what GPU time goes to, per phase, module and kernel, with FLOPs and MFU."""
     output = _markdown_target(markdown_file, old_output)
-    if output is not None:
-        check_output_file(output)
     if is_multi_rank(run_dir):  # several reports: the cross-rank section (docs/many.md)
-        _rank_report(run_dir, output, quiet)
+        _rank_report(run_dir, output, html_file is not None, quiet)
         return
     main = read_run(run_dir)
-    check_output_dir(run_dir)
     compare = read_run(compare_dir) if compare_dir is not None else None
+    html = _html_target(html_file, run_dir)
+    _check_outputs(run_dir, output, html)  # every output, before anything is written
     chosen = ReportOptions(
         dtype=options["dtype"],
         peak_tflops=options["peak_tflops"],
@@ -92,10 +91,25 @@ def report_command(
     if not quiet:
         click.echo(result.markdown)
     click.echo(f"nsysmap: wrote {target} and {len(result.tables)} tables in {run_dir}", err=True)
-    if html_file is not None:
+    if html is not None:
         page = report_page(result.findings, result.compare)
-        written = write_page(page, Path(html_file) if html_file else run_dir / REPORT_HTML)
-        click.echo(f"nsysmap: wrote {written}", err=True)
+        click.echo(f"nsysmap: wrote {write_page(page, html)}", err=True)
+
+
+def _html_target(html_file: str | None, run_dir: Path) -> Path | None:
+    """The HTML page asked for: `--html FILE`, `--html` alone (DIR/report.html), or none."""
+    if html_file is None:
+        return None
+    return Path(html_file) if html_file else run_dir / REPORT_HTML
+
+
+def _check_outputs(run_dir: Path, markdown: Path | None, html: Path | None) -> None:
+    """Refuse (OutputFailed, exit 10) any output that cannot be written, none written yet."""
+    check_output_dir(run_dir)
+    check_output_file(markdown or run_dir / REPORT_MD)
+    if html is not None:
+        check_output_file(html)
+        plotly_js()  # a missing plotly (exit 6) before the Markdown is written, too
 
 
 def _markdown_target(markdown_file: Path | None, old_output: Path | None) -> Path | None:
@@ -111,10 +125,12 @@ def _markdown_target(markdown_file: Path | None, old_output: Path | None) -> Pat
     return old_output
 
 
-def _rank_report(run_dir: Path, output: Path | None, quiet: bool) -> None:
+def _rank_report(run_dir: Path, output: Path | None, html: bool, quiet: bool) -> None:
+    target = check_output_file(output or run_dir / REPORT_MD)
+    if html:
+        click.echo("nsysmap: a multi-rank output has no HTML page; --html ignored", err=True)
     markdown = rank_report(run_dir)
-    target = output or run_dir / REPORT_MD
-    target.write_text(markdown)
+    write_file(target, markdown)
     if not quiet:
         click.echo(markdown)
     click.echo(f"nsysmap: wrote {target}", err=True)

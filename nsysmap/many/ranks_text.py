@@ -90,6 +90,15 @@ def _failed(manifest: dict[str, Any]) -> list[str]:
     return lines
 
 
+NOT_ONE_JOB = "these reports may not be the ranks of one job"
+
+
+def not_one_job(manifest: dict[str, Any]) -> str | None:
+    """The doubts that the reports are one job's ranks, on one line (None: there are none)."""
+    found = manifest.get("one_job_doubts") or []
+    return f"{NOT_ONE_JOB}: {'; '.join(found)}" if found else None
+
+
 def headline(f: Findings) -> str:
     m = f.manifest
     done = m["reports"] - m["failed"]
@@ -139,6 +148,8 @@ def terminal_summary(f: Findings) -> str:
     """The summary `nsysmap attribute` prints for several reports."""
     lines = [headline(f)]
     lines += [f"  failed: {text}" for text in _failed(f.manifest)]
+    doubt = not_one_job(f.manifest)
+    lines += [f"  warning: {doubt}"] if doubt else []
     lines += ["", _rank_table_text(f)]
     lines += [line for line in (slowest_line(f), layer_line(f), straggler_line(f)) if line]
     if not f.modules.is_empty():
@@ -185,6 +196,10 @@ def markdown_section(f: Findings) -> str:
     failed = _failed(f.manifest)
     if failed:
         out += ["Reports that failed:", "", *(f"- {t}" for t in failed), ""]
+    doubts = f.manifest.get("one_job_doubts") or []
+    if doubts:
+        out += [f"**Warning: {NOT_ONE_JOB}**, so comparing them may mean nothing:", ""]
+        out += [*(f"- {d}" for d in doubts), ""]
     shown, hidden = _shown(f)
     out += [
         "| rank | " + " | ".join(_RANK_HEADERS) + " |",

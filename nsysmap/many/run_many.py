@@ -24,6 +24,7 @@ from nsysmap.errors import ExitCode
 from nsysmap.many import cluster as clusters
 from nsysmap.many.collect import output_tables
 from nsysmap.many.input_files import expand_inputs
+from nsysmap.many.one_job import ONE_JOB_DOUBTS, doubts
 from nsysmap.many.progress import Progress
 from nsysmap.many.rank_ids import assign_ranks
 from nsysmap.many.ranks_text import findings, terminal_summary
@@ -36,6 +37,7 @@ from nsysmap.many.write import (
     write_manifest,
     write_tables,
 )
+from nsysmap.output.placement import check_output_dir, write_failed
 
 if TYPE_CHECKING:
     from distributed import Client, Future
@@ -77,8 +79,11 @@ def run_many(
 ) -> ManyResult:
     """Attribute every report in `inputs` (files, directories, globs) into `out_dir`."""
     paths = [p.resolve() for p in expand_inputs(inputs)]
-    out = Path(out_dir).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_output_dir(out_dir).resolve()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise write_failed(out, exc) from None
     clear_previous(out)
     where = where or ClusterOptions()
     plan = None if where.scheduler else _plan(paths, where)
@@ -92,6 +97,7 @@ def run_many(
     manifest = build_manifest(
         outcomes, ranks, tables, rank_rule=rule, options=options or {}, cluster=described
     )
+    manifest[ONE_JOB_DOUBTS] = doubts(outcomes, ranks, tables)
     write_manifest(out, manifest)
     shutil.rmtree(out / WORK_DIR, ignore_errors=True)
     text = terminal_summary(findings(manifest, tables))

@@ -60,6 +60,7 @@ class Outcome:
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)  # each with a pid column
     meta: dict[str, Any] = field(default_factory=dict)  # the report's meta facts
     source: dict[str, Any] = field(default_factory=dict)  # path, size_bytes, sha256
+    device_names: dict[int, str] = field(default_factory=dict)  # device id -> GPU model
     seconds: float = 0.0
     worker: str = ""
     worker_peak_rss_bytes: int = 0
@@ -85,6 +86,7 @@ def attribute_one(
             tables=tables,
             meta=analysis.manifest.get("report_meta", {}),
             source=analysis.manifest.get("input", {}),
+            device_names=_device_names(analysis.manifest.get("devices") or []),
         )
     except NsysmapError as exc:
         outcome = common(status=FAILED, error=str(exc), exit_code=int(exc.exit_code))
@@ -93,6 +95,15 @@ def attribute_one(
         outcome = common(status=FAILED, error=message, exit_code=ExitCode.INTERNAL)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return _finished(outcome, time.perf_counter() - start, peak)
+
+
+def _device_names(devices: list[Any]) -> dict[int, str]:
+    """Device id -> name, of the devices the report names (from its manifest)."""
+    return {
+        d["device_id"]: d["name"]
+        for d in devices
+        if isinstance(d, dict) and isinstance(d.get("device_id"), int) and d.get("name")
+    }
 
 
 def _finished(outcome: Outcome, seconds: float, peak: int) -> Outcome:

@@ -61,7 +61,19 @@ def check_output_file(path: str | os.PathLike[str]) -> Path:
         raise OutputFailed(f"{target}: is a directory; give a file name for the output")
     if target.exists() and not os.access(target, os.W_OK):
         raise OutputFailed(f"{target}: cannot write it: Permission denied")
+    if target.parent.exists() and not target.parent.is_dir():
+        raise OutputFailed(f"{target}: cannot be created, {target.parent} is a file")
     check_output_dir(target.parent)
+    return target
+
+
+def write_file(target: Path, text: str) -> Path:
+    """Write `text` (UTF-8) to the file `target`, its folder made (OSError: OutputFailed)."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise OutputFailed(f"{target}: cannot write it: {exc.strerror or exc}") from None
     return target
 
 

@@ -125,6 +125,8 @@ class Skipped:
     examples: dict[str, str] = field(default_factory=dict)
     args_ignored: int = 0  # events whose "args" was not an object (kept, args unused)
     gpu: int = 0  # of them, GPU operations (kernels, copies, fills)
+    negative: int = 0  # events with a negative dur: not skipped, the trace is refused
+    negative_example: str = ""
 
     def add(self, what: str, ev: dict[str, Any], value: Any) -> None:
         self.counts[what] = self.counts.get(what, 0) + 1
@@ -132,6 +134,21 @@ class Skipped:
         if what not in self.examples:
             name = str(ev.get("name", ""))[:60]
             self.examples[what] = f"{name!r} has {_short(value)}"
+
+    def add_negative(self, ev: dict[str, Any], value: Any) -> None:
+        self.negative += 1
+        if not self.negative_example:
+            self.negative_example = f"{ev.get('cat')} {str(ev.get('name', ''))[:60]!r} has {value}"
+
+    def check_durations(self, path: Path) -> None:
+        """Refuse a trace with events that end before they start (a negative `dur`)."""
+        n = self.negative
+        if n:
+            what = f"{n:,} trace events end" if n > 1 else "1 trace event ends"
+            raise NotAnExport(
+                f"{path}: {what} before {'they start' if n > 1 else 'it starts'}, a negative "
+                f"dur (first: {self.negative_example}); the trace is damaged"
+            )
 
     @property
     def total(self) -> int:
@@ -235,8 +252,11 @@ def _complete_ok(ev: dict[str, Any], skipped: Skipped) -> bool:
     if not time_ok(ts := ev.get("ts")):
         skipped.add("ts not a number", ev, ts)
         return False
-    if not time_ok(dur := ev.get("dur")) or _negative(dur):
-        skipped.add("dur not a non-negative number", ev, dur)
+    if not time_ok(dur := ev.get("dur")):
+        skipped.add("dur not a number", ev, dur)
+        return False
+    if _negative(dur):
+        skipped.add_negative(ev, dur)
         return False
     if "args" in ev and not isinstance(ev["args"], dict) and ev["args"] is not None:
         skipped.args_ignored += 1
@@ -272,7 +292,8 @@ def time_ok(value: Any) -> bool:
 
 
 def _negative(value: Any) -> bool:
-    return value < 0 if type(value) is int else str(value).startswith("-")
+    """Below zero (a checked time: an int or decimal text; "-0.0" is zero)."""
+    return bool(value < 0) if type(value) is int else float(value) < 0
 
 
 def int_ok(value: Any) -> bool:

@@ -62,13 +62,15 @@ def read_trace(path: str | Path) -> Profile:
 
     Raises InputNotFound for a missing file, NotAnExport for anything that is
     not a chrome trace, NoGpuData for a trace without a single operator.
-    Events with unreadable fields are skipped and counted in `meta`.
+    Events with unreadable fields are skipped and counted in `meta`; an event
+    with a negative `dur` makes the trace NotAnExport (it ends before it starts).
     """
     path = Path(path)
     with paused_gc():  # millions of acyclic objects: collections would find nothing
         header, events = load_events(path)
         buckets, thread_events, skipped = split_events(events)
         del events
+        skipped.check_durations(path)
         return _profile_of(path, header, buckets, thread_events, skipped)
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from nsysmap._version import __version__
 from nsysmap.errors import ToolMissing
+from nsysmap.output.placement import write_file
 from nsysmap.report.format import devices_text
 from nsysmap.report.html.assets import SCRIPT, STYLE
 from nsysmap.report.html.chart import Cell, Chart, Table
@@ -150,7 +151,5 @@ def report_page(f: Findings, c: Findings | None = None) -> str:
 
 
 def write_page(text: str, target: Path) -> Path:
-    """Write a page; returns its path."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text, encoding="utf-8")
-    return target
+    """Write a page; returns its path (an OSError becomes OutputFailed, exit 10)."""
+    return write_file(target, text)
