@@ -36,7 +36,7 @@ import pytest
 from tests.answers_profiles import Reported, profile_params, reported
 
 # Warm-up work, left out of every scope: the one place that says how it is marked.
-WARMUP = "coalesce(phase = 'warmup', false)"
+WARMUP = "coalesce(warmup, false)"
 MATMUL = "coalesce(category IN ('gemm', 'attention'), false)"
 GRAPH = "coalesce(kind = 'graph', false)"
 MIN_SHARE = 0.01  # "non-matmul kernels above 1 % of the time"
@@ -47,15 +47,17 @@ ATTENTION_CLASS = "(?i)attention|attn"
 SEPARATOR = " > "
 _S = r"[\s_.\-]*"  # any run of separators, or none
 _FOLDED = r"(?i:^[#\s]*(?:{})[#\s]*$)"
+# PARAM benchmarks' names: `[param|<model>|...|measure|forward]`, `[param|...|warmup...]`.
+_PARAM = r"\[param[|/][^\]]*[|/]"
 FORWARD_NAME = re.compile(
-    r"^nsysmap:phase:forward$|"
+    rf"^nsysmap:phase:forward$|{_PARAM}forward\]|"
     + _FOLDED.format(
         rf"(?:(?:model|ddp|fsdp|distributed{_S}data{_S}parallel|"
         rf"fully{_S}sharded{_S}data{_S}parallel){_S})?forward(?:{_S}pass)?|fwd"
     )
 )
 WARMUP_NAME = re.compile(
-    r"^nsysmap:phase:warmup$|"
+    rf"^nsysmap:phase:warmup$|{_PARAM}warm[\s_-]*up|"
     + _FOLDED.format(
         rf"warm{_S}up(?:{_S}(?:steps?|iters?|iterations?|runs?|phase))?"
         rf"(?:{_S}[#:=]?{_S}(?:\d+|\*))?"

@@ -83,6 +83,8 @@ def test_planted_one_off_broadcast_and_hidden_all_reduces(tmp_path: Path) -> Non
         "hidden_ns": 9 * MS,
         "exposed_ns": 19 * MS,
         "calls": 6,
+        "hidden_share": 9 / 28,
+        "exposed_share": 19 / 28,
     }
     text = "\n".join(communication_section(answer))
     assert "One-off communication before the first step" in text and "broadcast 8.000 ms" in text

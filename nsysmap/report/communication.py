@@ -86,11 +86,20 @@ def _answer(
         "id": ID,
         "question": QUESTION,
         "unknown": unknown,
-        "totals": totals,
-        "collectives": rows,
-        "one_off": one_off,
+        "totals": _with_shares(totals),
+        "collectives": [_with_shares(r) for r in rows],
+        "one_off": [_with_shares(r) for r in one_off],
         "left_out": left_out,
     }
+
+
+def _with_shares(row: dict[str, Any]) -> dict[str, Any]:
+    """`row` with `hidden_share` and `exposed_share` of its time (null without time)."""
+    time = row.get("time_ns") or 0
+    shares = {
+        f"{key}_share": (row[f"{key}_ns"] / time if time else None) for key in ("hidden", "exposed")
+    }
+    return {**row, **shares}
 
 
 def _sums(kernels: pl.DataFrame) -> dict[str, int]:
@@ -172,7 +181,7 @@ def _calls(n: int) -> str:
 
 
 def _share(row: dict[str, Any], key: str) -> str:
-    return pct(row[key] / row["time_ns"]) if row["time_ns"] else "–"
+    return pct(row[key.replace("_ns", "_share")])
 
 
 def _one_off_text(one_off: list[dict[str, Any]]) -> list[str]:
