@@ -215,3 +215,13 @@ def test_non_matmul_kernels_are_told_apart_and_grouped_by_operator(tmp_path):
     labels = [k["label"] for k in forward["kernels"]]
     assert len(set(labels)) == 3 and all(len(label) <= 90 for label in labels)
     assert {o["aten_op"] for o in forward["operators"]} == {"aten::mul", "aten::div", "aten::add"}
+
+
+def test_a_capture_without_ranges_says_its_host_copies_are_in_the_answers():
+    f = Frames()
+    f.kernel(1, 1, "[CUDA memcpy HtoD]", dur=6, kind="memcpy")
+    f.kernel(1, 10, "ampere_sgemm_128x64_tn", dur=4)
+    doc = _report(f).answers
+    assert doc["scopes"]["step"]["label"] == "whole capture"
+    notes = [n for n in doc["cannot_answer"] if n.startswith("No ranges mark the steady state")]
+    assert len(notes) == 1 and "60.0 % of the time is host-to-device copies" in notes[0]

@@ -228,6 +228,18 @@ def compare_notes(c: Findings) -> list[str]:
     ]
 
 
+# Host-to-device copies above this share of a capture without ranges earn a note.
+HOST_COPIES_NOTE = 0.1
+
+
+def _host_copies_share(ops: pl.DataFrame) -> float:
+    """Share of all time in host-to-device copies."""
+    total = int(ops["dur_ns"].sum())
+    htod = pl.col("name").str.contains(r"(?i)htod|host ?-?> ?device").fill_null(False)
+    copies = int(ops.filter((pl.col("kind").cast(pl.String) == "memcpy") & htod)["dur_ns"].sum())
+    return copies / total if total else 0.0
+
+
 def limitations(f: Findings) -> list[str]:
     """What this run's data cannot answer, one plain sentence each."""
     notes = []
@@ -239,6 +251,14 @@ def limitations(f: Findings) -> list[str]:
         )
     elif basis == "capture":
         notes.append("No step ranges: shares are over the whole capture; per-step counts unknown.")
+        copies = _host_copies_share(f.run.ops)
+        if copies >= HOST_COPIES_NOTE:
+            notes.append(
+                f"No ranges mark the steady state: {100 * copies:.1f} % of the time is "
+                "host-to-device copies, often the model's weights and data copied in before "
+                "the measured work; whole-capture answers include them (mark the measured "
+                "loop with a range, e.g. NVTX `step N` or `forward`, to leave them out)."
+            )
     no_forward = rt.scope_filter(f.run.ops, "forward").is_empty()
     if no_forward:
         notes.append("No forward phase: no forward-only share, top kernel or calls per pass.")
