@@ -23,7 +23,7 @@ def declare(columns: Mapping[str, ColumnType]) -> pl.Schema:
     return pl.Schema(columns)
 
 
-OUTPUT_SCHEMA_VERSION = "1.5"
+OUTPUT_SCHEMA_VERSION = "1.6"
 
 # `graph`: one replay of a CUDA graph, traced as a whole (--cuda-graph-trace=graph).
 OP_KINDS = ("kernel", "memcpy", "memset", "cpu_op", "graph")
@@ -245,6 +245,11 @@ OVERLAP = declare(
         "exposed_share": pl.Float64,
     }
 )
+
+# Where the GPU waits (idle, stream_idle, launch_cost): declared with their code.
+from nsysmap.waits.schema import IDLE as IDLE  # noqa: E402
+from nsysmap.waits.schema import LAUNCH_COST as LAUNCH_COST  # noqa: E402
+from nsysmap.waits.schema import STREAM_IDLE as STREAM_IDLE  # noqa: E402
 
 # GPU time per range path (nsysmap.output.by_range); range_path null: outside every range.
 BY_RANGE = declare(

@@ -1,0 +1,69 @@
+"""The declared schemas of the waits tables (re-exported by nsysmap.schemas, documented
+in docs/outputs.md; docs/waits.md explains the kinds)."""
+
+from __future__ import annotations
+
+import polars as pl
+
+# The kinds of idle gap (nsysmap.waits.gaps): gaps between operations, then the window's edges.
+INTERIOR = ("sync", "launch", "other_stream", "latency", "unknown")
+EDGES = ("before_first", "after_last")
+KINDS = (*INTERIOR, *EDGES)
+WaitKind = pl.Enum(KINDS)
+ColumnType = pl.DataType | type[pl.DataType]
+
+
+def per_kind(kinds: tuple[str, ...]) -> dict[str, ColumnType]:
+    """An Int64 column `idle_<kind>_ns` for each of `kinds`."""
+    return {f"idle_{kind}_ns": pl.Int64 for kind in kinds}
+
+
+# One row per idle gap of a stream in a step, given to the operation that ends it.
+_IDLE: dict[str, ColumnType] = {
+    "device_id": pl.Int64,
+    "stream_id": pl.Int64,
+    "step": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "dur_ns": pl.Int64,
+    "kind": WaitKind,
+    "next_op_id": pl.Int64,  # the operation that ends the gap (null: after_last)
+    "range_path": pl.String,  # ... its range path, phase and module
+    "phase": pl.String,
+    "module": pl.String,
+}
+IDLE = pl.Schema(_IDLE)
+
+# Per device, stream and step: the step's wall time as busy + idle, idle split by kind.
+STREAM_IDLE = pl.Schema(
+    {
+        "device_id": pl.Int64,
+        "stream_id": pl.Int64,
+        "step": pl.Int64,
+        "wall_start_ns": pl.Int64,  # the device's first operation of the step (any stream)
+        "wall_end_ns": pl.Int64,  # ... and its last end
+        "wall_ns": pl.Int64,
+        "ops": pl.Int64,
+        "busy_ns": pl.Int64,  # union of the stream's operations
+        "idle_ns": pl.Int64,  # wall_ns - busy_ns: the gaps of idle.parquet, summed
+        "gaps": pl.Int64,
+        **per_kind(KINDS),
+    }
+)
+
+# Per device, phase and module: GPU time, the idle time before it, and its launches.
+LAUNCH_COST = pl.Schema(
+    {
+        "device_id": pl.Int64,
+        "phase": pl.String,
+        "module": pl.String,
+        "ops": pl.Int64,  # GPU operations
+        "busy_ns": pl.Int64,  # their summed durations
+        "launches": pl.Int64,  # ... of them with a launch call
+        "launch_cpu_ns": pl.Int64,  # the launch calls' summed durations (host time)
+        "shorter_than_launch": pl.Int64,  # operations that ran shorter than their launch call
+        "idle_before_ns": pl.Int64,  # gaps these operations ended (every kind but after_last)
+        **per_kind(INTERIOR),
+        "launch_bound_share": pl.Float64,  # idle_launch_ns / (busy_ns + idle_before_ns)
+    }
+)
