@@ -51,10 +51,11 @@ STREAM_IDLE = pl.Schema(
     }
 )
 
-# Per device, phase and module: GPU time, the idle time before it, and its launches.
+# Per device, step, phase and module: GPU time, the idle time before it, and its launches.
 LAUNCH_COST = pl.Schema(
     {
         "device_id": pl.Int64,
+        "step": pl.Int64,
         "phase": pl.String,
         "module": pl.String,
         "ops": pl.Int64,  # GPU operations

@@ -14,7 +14,7 @@ from nsysmap.waits import gaps as g
 from nsysmap.waits.schema import IDLE, INTERIOR, KINDS, LAUNCH_COST, STREAM_IDLE
 
 SCHEMAS = {"idle": IDLE, "stream_idle": STREAM_IDLE, "launch_cost": LAUNCH_COST}
-OWNER = ["device_id", "phase", "module"]  # launch_cost's keys
+OWNER = ["device_id", "step", "phase", "module"]  # launch_cost's keys
 
 
 def empty_waits() -> dict[str, pl.DataFrame]:
@@ -76,7 +76,7 @@ def stream_idle(reached: pl.DataFrame, window: pl.DataFrame, idle: pl.DataFrame)
 
 
 def launch_cost(gpu: pl.DataFrame, api_calls: pl.DataFrame, idle: pl.DataFrame) -> pl.DataFrame:
-    """LAUNCH_COST rows: per device, phase and module, the operations' time, their
+    """LAUNCH_COST rows: per device, step, phase and module, the operations' time, their
     launch calls, and the idle time before them (the gaps they ended)."""
     calls = api_calls.select(
         "pid",
@@ -111,8 +111,8 @@ def launch_cost(gpu: pl.DataFrame, api_calls: pl.DataFrame, idle: pl.DataFrame) 
     out = rows.with_columns(
         launch_bound_share=pl.when(whole > 0).then(pl.col("idle_launch_ns") / whole).otherwise(0.0)
     ).sort(
-        ["device_id", "idle_before_ns", "phase", "module"],
-        descending=[False, True, False, False],
+        ["device_id", "step", "idle_before_ns", "phase", "module"],
+        descending=[False, False, True, False, False],
         nulls_last=True,
     )
     return out.select(LAUNCH_COST.names()).cast(LAUNCH_COST)
