@@ -19,7 +19,7 @@ from typing import Any
 import polars as pl
 
 from nsysmap.report.format import ms, pct, table
-from nsysmap.waits.schema import INTERIOR, KINDS
+from nsysmap.schemas import WAIT_INTERIOR, WAIT_KINDS
 from nsysmap.waits.tables import SCHEMAS
 
 ID = "waits"
@@ -44,8 +44,8 @@ KIND_NAMES = {
     "before_first": "before the stream's first",
     "after_last": "after the stream's last",
 }
-IDLE = [f"idle_{kind}_ns" for kind in KINDS]
-IDLE_BEFORE = [f"idle_{kind}_ns" for kind in INTERIOR]
+IDLE = [f"idle_{kind}_ns" for kind in WAIT_KINDS]
+IDLE_BEFORE = [f"idle_{kind}_ns" for kind in WAIT_INTERIOR]
 COST = ["ops", "launches", "launch_cpu_ns", "shorter_than_launch", "busy_ns", "idle_before_ns"]
 
 
@@ -177,14 +177,14 @@ def _over(part: int, whole: int) -> float | None:
 
 
 def _stream_table(answer: dict[str, Any]) -> list[str]:
-    header = ["device", "stream", "wall", "busy", *(KIND_NAMES[k] for k in KINDS)]
+    header = ["device", "stream", "wall", "busy", *(KIND_NAMES[k] for k in WAIT_KINDS)]
     rows = [
         [
             str(r["device_id"]),
             str(r["stream_id"]),
             ms(r["wall_ns"]),
             pct(_over(r["busy_ns"], r["wall_ns"])),
-            *(pct(_over(r[f"idle_{k}_ns"], r["wall_ns"])) for k in KINDS),
+            *(pct(_over(r[f"idle_{k}_ns"], r["wall_ns"])) for k in WAIT_KINDS),
         ]
         for r in answer["streams"]
     ]

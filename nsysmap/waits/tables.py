@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from nsysmap.schemas import IDLE, LAUNCH_COST, STREAM_IDLE, WAIT_INTERIOR, WAIT_KINDS
 from nsysmap.waits import gaps as g
-from nsysmap.waits.schema import IDLE, INTERIOR, KINDS, LAUNCH_COST, STREAM_IDLE
 
 SCHEMAS = {"idle": IDLE, "stream_idle": STREAM_IDLE, "launch_cost": LAUNCH_COST}
 OWNER = ["device_id", "step", "phase", "module"]  # launch_cost's keys
@@ -63,7 +63,7 @@ def stream_idle(reached: pl.DataFrame, window: pl.DataFrame, idle: pl.DataFrame)
     gaps = idle.group_by(g.GROUP).agg(
         gaps=pl.len().cast(pl.Int64),
         idle_ns=dur.sum(),
-        **{f"idle_{k}_ns": dur.filter(pl.col("kind") == k).sum() for k in KINDS},
+        **{f"idle_{k}_ns": dur.filter(pl.col("kind") == k).sum() for k in WAIT_KINDS},
     )
     rows = busy.join(window, on=g.WINDOW, how="left", nulls_equal=True).join(
         gaps, on=g.GROUP, how="left", nulls_equal=True
@@ -100,10 +100,10 @@ def launch_cost(gpu: pl.DataFrame, api_calls: pl.DataFrame, idle: pl.DataFrame) 
         .group_by(OWNER)
         .agg(
             idle_before_ns=dur.sum(),
-            **{f"idle_{k}_ns": dur.filter(pl.col("kind") == k).sum() for k in INTERIOR},
+            **{f"idle_{k}_ns": dur.filter(pl.col("kind") == k).sum() for k in WAIT_INTERIOR},
         )
     )
-    idle_columns = ["idle_before_ns", *(f"idle_{k}_ns" for k in INTERIOR)]
+    idle_columns = ["idle_before_ns", *(f"idle_{k}_ns" for k in WAIT_INTERIOR)]
     rows = own.join(before, on=OWNER, how="left", nulls_equal=True).with_columns(
         pl.col(idle_columns).fill_null(0)
     )
