@@ -38,12 +38,12 @@ COLUMNS = [*GROUP, "pid", "correlation_id", "start_ns", "end_ns", "launch_start_
 
 def gpu_ops(ops: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
     """The GPU operations of an OPS frame (no CPU operators), with what the waits read,
-    sorted by device, stream, step and start."""
+    sorted by device, stream, step, start, end and op_id."""
     return (
         ops.lazy()
         .filter(GPU)
         .select(COLUMNS)
-        .sort([*GROUP, "start_ns", "end_ns"], nulls_last=True)
+        .sort([*GROUP, "start_ns", "end_ns", "op_id"], nulls_last=True)
         .collect()
     )
 
