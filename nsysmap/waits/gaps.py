@@ -32,7 +32,9 @@ from nsysmap.waits.rules import SYNC_API, SYNC_RANGE, matches
 GPU = (pl.col("kind") != "cpu_op") & (pl.col("device_id") >= 0)
 GROUP = ["device_id", "stream_id", "step"]
 WINDOW = ["device_id", "step"]
-NEXT = {"op_id": "next_op_id", "range_path": "range_path", "phase": "phase", "module": "module"}
+# The next operation's columns a gap carries (its range_path is joined at the end: long
+# strings are not sorted along).
+NEXT = {"op_id": "next_op_id", "phase": "phase", "module": "module"}
 COLUMNS = [*GROUP, "pid", "correlation_id", "start_ns", "end_ns", "launch_start_ns", *NEXT]
 
 
@@ -48,27 +50,21 @@ def gpu_ops(ops: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
     )
 
 
-def merged(intervals: pl.DataFrame | pl.LazyFrame, by: str) -> pl.DataFrame:
-    """The union of `intervals` (start_ns, end_ns) per `by`: disjoint, sorted by start."""
+def reaching(intervals: pl.DataFrame | pl.LazyFrame, by: str) -> pl.DataFrame:
+    """`intervals` (start_ns, end_ns) per `by`, sorted by start, each end_ns replaced by
+    the furthest end of the intervals so far: the last row starting before a time
+    reaches as far as any interval that starts before it."""
     rows = intervals.lazy().select(by, "start_ns", "end_ns").drop_nulls().sort(by, "start_ns")
-    reach = rows.with_columns(_reach=pl.col("end_ns").cum_max().shift(1).over(by))
-    new = pl.col("_reach").is_null() | (pl.col("start_ns") > pl.col("_reach"))
-    pieces = reach.with_columns(_piece=new.cum_sum().over(by))
-    return (
-        pieces.group_by(by, "_piece")
-        .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
-        .drop("_piece")
-        .sort(by, "start_ns")
-        .collect()
-    )
+    return rows.with_columns(pl.col("end_ns").cum_max().over(by)).collect()
 
 
 def host_waits(api_calls: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
-    """Per process, the merged intervals in which a thread was blocked in a synchronisation."""
+    """Per process, the intervals in which a thread was blocked in a synchronisation
+    (`reaching`)."""
     calls = api_calls.lazy().filter(matches("api_name", SYNC_API))
     reads = ranges.lazy().filter(matches("name", SYNC_RANGE))
     both = pl.concat([f.select("pid", "start_ns", "end_ns") for f in (calls, reads)])
-    return merged(both, "pid")
+    return reaching(both, "pid")
 
 
 def with_reach(gpu: pl.DataFrame) -> pl.DataFrame:
@@ -125,11 +121,11 @@ def edge_gaps(reached: pl.DataFrame, window: pl.DataFrame) -> pl.DataFrame:
 def overlapped(
     gaps: pl.DataFrame, intervals: pl.DataFrame, by: str, end: pl.Expr | None = None
 ) -> pl.Series:
-    """Per gap: does one of `intervals` (merged per `by`: disjoint, sorted) overlap
+    """Per gap: does one of `intervals` (as `reaching` gives them, per `by`) overlap
     [start_ns, `end`) (`end` None: end_ns)?
 
-    The last interval starting before `end` is the one reaching furthest; the
-    gap is overlapped when that one ends after the gap's start.
+    The last row starting before `end` reaches as far as any interval that
+    starts before it; the gap is overlapped when that reach is past its start.
     """
     if gaps.is_empty() or intervals.is_empty():
         return pl.Series("hit", [False] * gaps.height, pl.Boolean)
@@ -149,8 +145,8 @@ def overlapped(
 
 
 def kinded(gaps: pl.DataFrame, busy: pl.DataFrame, waits: pl.DataFrame) -> pl.DataFrame:
-    """Interior `gaps` with their kind: `busy` is every device's merged GPU time
-    (by device_id), `waits` the host's synchronisations (`host_waits`, by pid)."""
+    """Interior `gaps` with their kind: `busy` is every device's GPU operations
+    (`reaching`, by device_id), `waits` the host's synchronisations (`host_waits`, by pid)."""
     late = pl.col("launch_start_ns") > pl.col("start_ns")
     unlaunched = pl.col("launch_start_ns").is_null()
     kind = (

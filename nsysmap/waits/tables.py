@@ -31,7 +31,7 @@ def waits_tables(
         return empty_waits()
     reached = g.with_reach(gpu)
     window = g.windows(gpu)
-    idle = idle_table(reached, window, g.host_waits(api_calls, ranges))
+    idle = with_paths(idle_table(reached, window, g.host_waits(api_calls, ranges)), ops)
     return {
         "idle": idle,
         "stream_idle": stream_idle(reached, window, idle),
@@ -40,13 +40,22 @@ def waits_tables(
 
 
 def idle_table(reached: pl.DataFrame, window: pl.DataFrame, waits: pl.DataFrame) -> pl.DataFrame:
-    """IDLE rows: every gap of every stream and step, with its kind."""
-    busy = g.merged(reached, "device_id")
-    inner = g.kinded(g.interior_gaps(reached), busy, waits).drop("pid", "launch_start_ns")
-    rows = pl.concat([inner, g.edge_gaps(reached, window)], how="diagonal")
+    """IDLE rows but range_path: every gap of every stream and step, with its kind."""
+    inner = g.kinded(g.interior_gaps(reached), g.reaching(reached, "device_id"), waits)
+    rows = pl.concat(
+        [inner.drop("pid", "launch_start_ns"), g.edge_gaps(reached, window)], how="diagonal"
+    )
     rows = rows.with_columns(dur_ns=pl.col("end_ns") - pl.col("start_ns"))
-    ordered = rows.sort([*g.GROUP, "start_ns"], nulls_last=True)
-    return ordered.select(IDLE.names()).cast(IDLE)
+    return rows.sort([*g.GROUP, "start_ns"], nulls_last=True)
+
+
+def with_paths(idle: pl.DataFrame, ops: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+    """IDLE rows: `idle` with the range path of each gap's next operation."""
+    paths = ops.lazy().select(next_op_id="op_id", range_path="range_path")
+    ids = idle.lazy().select("next_op_id").drop_nulls()
+    found = paths.join(ids, on="next_op_id", how="semi").collect()
+    joined = idle.join(found, on="next_op_id", how="left", maintain_order="left")
+    return joined.select(IDLE.names()).cast(IDLE)
 
 
 def stream_idle(reached: pl.DataFrame, window: pl.DataFrame, idle: pl.DataFrame) -> pl.DataFrame:
@@ -83,10 +92,13 @@ def launch_cost(gpu: pl.DataFrame, api_calls: pl.DataFrame, idle: pl.DataFrame) 
         "correlation_id",
         launch_start_ns="start_ns",
         launch_ns=pl.col("end_ns") - pl.col("start_ns"),
-    ).unique(["pid", "correlation_id", "launch_start_ns"], keep="first")
-    launched = gpu.join(
-        calls, on=["pid", "correlation_id", "launch_start_ns"], how="left", nulls_equal=False
-    ).with_columns(dur_ns=pl.col("end_ns") - pl.col("start_ns"))
+    )
+    key = ["pid", "correlation_id", "launch_start_ns"]
+    launched = gpu.join(calls, on=key, how="left").with_columns(
+        dur_ns=pl.col("end_ns") - pl.col("start_ns")
+    )
+    if launched.height != gpu.height:  # calls sharing an op's key: the first one counts
+        launched = launched.unique("op_id", keep="first", maintain_order=True)
     own = launched.group_by(OWNER).agg(
         ops=pl.len().cast(pl.Int64),
         busy_ns=pl.col("dur_ns").sum(),
