@@ -29,6 +29,7 @@ import pytest
 from nsysmap.pipeline import analyse, load_profile
 from nsysmap.synth import SynthExport
 from nsysmap.waits.tables import waits_tables
+from nsysmap.waits.text import waits_line
 from tests.cli_runner import nsysmap_cli
 from tests.corpus import REAL, REAL2, corpus_path, needs_corpus
 
@@ -232,3 +233,13 @@ def test_a_real_torch_profiler_trace_adds_up_and_names_phases():
     assert (table["busy_ns"] + table["idle_ns"] == table["wall_ns"]).all()
     stepped = waits["idle"].filter(pl.col("step").is_not_null(), pl.col("kind") != "after_last")
     assert stepped["phase"].drop_nulls().n_unique() >= 3  # forward, backward, optimizer, ...
+
+
+def test_the_terminal_line_names_the_busiest_stream_and_its_waits(out):
+    line = waits_line(pl.read_parquet(out / "stream_idle.parquet"))
+    wall = 43 + 8.5  # the two step windows, ms
+    shares = {"busy": 20, "launch-bound": 3, "synchronisations": 5, "other streams": 11}
+    assert line.startswith("Where the GPU waits (in steps, busiest stream): device 0 stream 7")
+    for name, ms in shares.items():
+        assert f"{name} {100 * ms / wall:.1f}%" in line
+    assert waits_line(pl.read_parquet(out / "stream_idle.parquet").clear()) == ""
