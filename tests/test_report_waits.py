@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from nsysmap.report.html.waits_chart import waits_chart
 from nsysmap.report.waits import NO_TABLES, read_waits, waits_answer, waits_section
 from tests.cli_runner import nsysmap_cli
 from tests.test_waits import planted_export
@@ -62,3 +63,18 @@ def test_outputs_without_waits_tables_say_so(run):
     answer = waits_answer(read_waits(run, {"tables": {"ops": {"file": "ops.parquet"}}}))
     assert answer["unknown"] == NO_TABLES
     assert waits_section(answer)[-2] == f"Not known: {NO_TABLES}."
+
+
+def test_the_chart_stacks_each_phase_busy_and_waiting(answer):
+    chart = waits_chart(answer)
+    assert chart is not None and chart.id == "waits"
+    traces = {t["name"]: dict(zip(t["x"], t["y"], strict=True)) for t in chart.figure["data"]}
+    forward = {name: values["forward"] for name, values in traces.items()}
+    # step 0's forward phase on both streams: kernels K0-K5 and S0, S1; the gaps before them
+    assert forward["GPU busy"] == 13.5 + 15
+    assert forward["launch-bound idle"] == 3 + 10  # [8, 11) and [30, 40)
+    assert forward["synchronisation idle"] == 3
+    assert forward["other stream / communication wait"] == 11
+    assert forward["other idle (GPU latency, unknown, stream start)"] == 0.5 + 18
+    assert json.loads(json.dumps(chart.to_dict()))["table"]["rows"]
+    assert waits_chart({**answer, "unknown": NO_TABLES}) is None
