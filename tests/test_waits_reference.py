@@ -4,7 +4,8 @@ The reference walks each (device, stream, step) group's operations in order,
 one at a time, following docs/waits.md: a gap opens where an operation starts
 after everything before it on the stream has ended; its kind is read from the
 next operation's launch time, the synchronisations of its process and the
-other operations of the device.
+other operations of the device. A synchronisation counts on the next
+operation's launching thread only.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsysmap.schemas import API_CALLS
+from nsysmap.schemas import API_CALLS, RANGES
 from nsysmap.waits.tables import waits_tables
 
 SYNC = "cudaDeviceSynchronize_v3020"
@@ -27,13 +28,15 @@ class Op:
     stream: int
     step: int | None
     pid: int
+    tid: int
     start: int
     end: int
     launch: int | None
 
 
-def reference(ops: list[Op], syncs: list[tuple[int, int, int]]) -> tuple[set, dict]:
-    """(the gaps as (stream, step, start, end, kind, next op), busy time per (stream, step))."""
+def reference(ops: list[Op], syncs: list[tuple[int, int, int, int]]) -> tuple[set, dict]:
+    """(the gaps as (stream, step, start, end, kind, next op), busy time per (stream, step));
+    `syncs` are (pid, tid, start, end)."""
     windows: dict = {}
     for o in ops:
         lo, hi = windows.get(o.step, (o.start, o.end))
@@ -59,11 +62,11 @@ def reference(ops: list[Op], syncs: list[tuple[int, int, int]]) -> tuple[set, di
     return gaps, busy
 
 
-def _kind(o: Op, g0: int, ops: list[Op], syncs: list[tuple[int, int, int]]) -> str:
+def _kind(o: Op, g0: int, ops: list[Op], syncs: list[tuple[int, int, int, int]]) -> str:
     g1 = o.start
     late = o.launch is not None and o.launch > g0
     until = g1 if o.launch is None else min(g1, o.launch)
-    blocked = any(pid == o.pid and s < until and e > g0 for pid, s, e in syncs)
+    blocked = any((pid, tid) == (o.pid, o.tid) and s < until and e > g0 for pid, tid, s, e in syncs)
     other = any(x.start < g1 and x.end > g0 for x in ops)
     if (late or o.launch is None) and blocked:
         return "sync"
@@ -78,14 +81,17 @@ op = st.tuples(
     st.sampled_from([1, 2]),  # stream
     st.sampled_from([0, 1, None]),  # step
     st.sampled_from([10, 11]),  # pid
+    st.sampled_from([1, 2]),  # launching thread
     st.integers(0, 60),  # start
     st.integers(0, 12),  # duration
     st.one_of(st.none(), st.integers(-15, 5)),  # launch, relative to the start
 )
-sync = st.tuples(st.sampled_from([10, 11]), st.integers(0, 70), st.integers(0, 15))
+sync = st.tuples(
+    st.sampled_from([10, 11]), st.sampled_from([1, 2]), st.integers(0, 70), st.integers(0, 15)
+)
 
 
-def _frames(ops: list[Op], syncs: list[tuple[int, int, int]]) -> tuple[pl.DataFrame, ...]:
+def _frames(ops: list[Op], syncs: list[tuple[int, int, int, int]]) -> tuple[pl.DataFrame, ...]:
     frame = pl.DataFrame(
         {
             "op_id": [o.op_id for o in ops],
@@ -94,6 +100,7 @@ def _frames(ops: list[Op], syncs: list[tuple[int, int, int]]) -> tuple[pl.DataFr
             "stream_id": [o.stream for o in ops],
             "step": [o.step for o in ops],
             "pid": [o.pid for o in ops],
+            "tid": [o.tid for o in ops],
             "correlation_id": [o.op_id for o in ops],
             "start_ns": [o.start for o in ops],
             "end_ns": [o.end for o in ops],
@@ -107,18 +114,16 @@ def _frames(ops: list[Op], syncs: list[tuple[int, int, int]]) -> tuple[pl.DataFr
     )  # fmt: skip
     calls = pl.DataFrame(
         {
-            "pid": [p for p, _, _ in syncs],
-            "tid": [1] * len(syncs),
+            "pid": [p for p, _, _, _ in syncs],
+            "tid": [t for _, t, _, _ in syncs],
             "correlation_id": [10_000 + i for i in range(len(syncs))],
             "api_name": [SYNC] * len(syncs),
-            "start_ns": [s for _, s, _ in syncs],
-            "end_ns": [s + d for _, s, d in syncs],
+            "start_ns": [s for _, _, s, _ in syncs],
+            "end_ns": [e for _, _, _, e in syncs],
         },
         schema=API_CALLS,
     )
-    ranges = pl.DataFrame(
-        schema={"pid": pl.Int64, "name": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64}
-    )
+    ranges = pl.DataFrame(schema=RANGES)
     return frame, calls, ranges
 
 
@@ -126,11 +131,11 @@ def _frames(ops: list[Op], syncs: list[tuple[int, int, int]]) -> tuple[pl.DataFr
 @given(st.lists(op, min_size=1, max_size=14), st.lists(sync, max_size=4))
 def test_gaps_kinds_and_busy_time_match_the_reference(rows, sync_rows):
     ops = [
-        Op(i, stream, step, pid, start, start + dur, None if at is None else start + at)
-        for i, (stream, step, pid, start, dur, at) in enumerate(rows)
+        Op(i, stream, step, pid, tid, start, start + dur, None if at is None else start + at)
+        for i, (stream, step, pid, tid, start, dur, at) in enumerate(rows)
     ]
-    syncs = [(pid, s, s + d) for pid, s, d in sync_rows]
-    waits = waits_tables(*_frames(ops, [(p, s, e - s) for p, s, e in syncs]))
+    syncs = [(pid, tid, s, s + d) for pid, tid, s, d in sync_rows]
+    waits = waits_tables(*_frames(ops, syncs))
     gaps, busy = reference(ops, syncs)
     idle = waits["idle"].select(
         "stream_id", "step", "start_ns", "end_ns", pl.col("kind").cast(pl.String), "next_op_id"

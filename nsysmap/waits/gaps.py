@@ -10,8 +10,8 @@ kind (nsysmap.schemas.WAIT_KINDS, docs/waits.md):
 * `before_first` / `after_last`: before the stream's first, after its last
   operation of the step (the window's edges; `after_last` has no next kernel);
 * `sync`: the next kernel's launch call started after the gap began (the
-  host was late) and the host was blocked in a synchronisation meanwhile
-  (nsysmap.waits.rules; same process, overlapping the gap);
+  host was late) and the thread that made that call was blocked in a
+  synchronisation between the gap's start and the call (nsysmap.waits.rules);
 * `launch`: the host was late otherwise: launch-bound;
 * `other_stream`: launched in time, and work ran on another stream of the
   device during the gap (a cross-stream wait, communication);
@@ -35,7 +35,9 @@ WINDOW = ["device_id", "step"]
 # The next operation's columns a gap carries (its range_path is joined at the end: long
 # strings are not sorted along).
 NEXT = {"op_id": "next_op_id", "phase": "phase", "module": "module"}
-COLUMNS = [*GROUP, "pid", "correlation_id", "start_ns", "end_ns", "launch_start_ns", *NEXT]
+# The launching thread: a synchronisation blocks the thread that makes it.
+THREAD = ["pid", "tid"]
+COLUMNS = [*GROUP, *THREAD, "correlation_id", "start_ns", "end_ns", "launch_start_ns", *NEXT]
 
 
 def gpu_ops(ops: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
@@ -50,21 +52,23 @@ def gpu_ops(ops: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
     )
 
 
-def reaching(intervals: pl.DataFrame | pl.LazyFrame, by: str) -> pl.DataFrame:
+def reaching(intervals: pl.DataFrame | pl.LazyFrame, by: str | list[str]) -> pl.DataFrame:
     """`intervals` (start_ns, end_ns) per `by`, sorted by start, each end_ns replaced by
     the furthest end of the intervals so far: the last row starting before a time
     reaches as far as any interval that starts before it."""
-    rows = intervals.lazy().select(by, "start_ns", "end_ns").drop_nulls().sort(by, "start_ns")
+    keys = [by] if isinstance(by, str) else by
+    rows = intervals.lazy().select(*keys, "start_ns", "end_ns").drop_nulls()
+    rows = rows.sort(*keys, "start_ns")
     return rows.with_columns(pl.col("end_ns").cum_max().over(by)).collect()
 
 
 def host_waits(api_calls: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
-    """Per process, the intervals in which a thread was blocked in a synchronisation
-    (`reaching`)."""
+    """Per thread (pid, tid), the intervals in which it was blocked in a
+    synchronisation (`reaching`)."""
     calls = api_calls.lazy().filter(matches("api_name", SYNC_API))
     reads = ranges.lazy().filter(matches("name", SYNC_RANGE))
-    both = pl.concat([f.select("pid", "start_ns", "end_ns") for f in (calls, reads)])
-    return reaching(both, "pid")
+    both = pl.concat([f.select(*THREAD, "start_ns", "end_ns") for f in (calls, reads)])
+    return reaching(both, THREAD)
 
 
 def with_reach(gpu: pl.DataFrame) -> pl.DataFrame:
@@ -85,7 +89,7 @@ def interior_gaps(reached: pl.DataFrame) -> pl.DataFrame:
     """The gaps between one operation's reach and the next operation's start, not yet kinded."""
     return reached.filter(pl.col("start_ns") > pl.col("prev_reach")).select(
         *GROUP,
-        "pid",
+        *THREAD,
         "launch_start_ns",
         pl.col("prev_reach").alias("start_ns"),
         pl.col("start_ns").alias("end_ns"),
@@ -119,7 +123,7 @@ def edge_gaps(reached: pl.DataFrame, window: pl.DataFrame) -> pl.DataFrame:
 
 
 def overlapped(
-    gaps: pl.DataFrame, intervals: pl.DataFrame, by: str, end: pl.Expr | None = None
+    gaps: pl.DataFrame, intervals: pl.DataFrame, by: str | list[str], end: pl.Expr | None = None
 ) -> pl.Series:
     """Per gap: does one of `intervals` (as `reaching` gives them, per `by`) overlap
     [start_ns, `end`) (`end` None: end_ns)?
@@ -130,13 +134,14 @@ def overlapped(
     if gaps.is_empty() or intervals.is_empty():
         return pl.Series("hit", [False] * gaps.height, pl.Boolean)
     end = pl.col("end_ns") if end is None else end
-    probe = gaps.select(by, "start_ns", _probe=end - 1).with_row_index("_row")
-    right = intervals.select(by, _start=pl.col("start_ns"), _end=pl.col("end_ns"))
+    keys = [by] if isinstance(by, str) else by
+    probe = gaps.select(*keys, "start_ns", _probe=end - 1).with_row_index("_row")
+    right = intervals.select(*keys, _start=pl.col("start_ns"), _end=pl.col("end_ns"))
     hit = probe.sort("_probe").join_asof(
         right.sort("_start"),
         left_on="_probe",
         right_on="_start",
-        by=by,
+        by=keys,
         strategy="backward",
         check_sortedness=False,  # sorted by `by`, then start: disjoint within each `by`
     )
@@ -146,7 +151,7 @@ def overlapped(
 
 def kinded(gaps: pl.DataFrame, busy: pl.DataFrame, waits: pl.DataFrame) -> pl.DataFrame:
     """Interior `gaps` with their kind: `busy` is every device's GPU operations
-    (`reaching`, by device_id), `waits` the host's synchronisations (`host_waits`, by pid)."""
+    (`reaching`, by device_id), `waits` the host's synchronisations (`host_waits`, by thread)."""
     late = pl.col("launch_start_ns") > pl.col("start_ns")
     unlaunched = pl.col("launch_start_ns").is_null()
     kind = (
@@ -164,7 +169,7 @@ def kinded(gaps: pl.DataFrame, busy: pl.DataFrame, waits: pl.DataFrame) -> pl.Da
     # a plain cudaMemcpy is both the launch and a synchronisation).
     until_launch = pl.min_horizontal("end_ns", "launch_start_ns")
     marked = gaps.with_columns(
-        _sync=overlapped(gaps, waits, "pid", until_launch),
+        _sync=overlapped(gaps, waits, THREAD, until_launch),
         _other=overlapped(gaps, busy, "device_id"),
     )
     return marked.with_columns(kind=kind.cast(WaitKind)).drop("_sync", "_other")

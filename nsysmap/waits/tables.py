@@ -43,7 +43,7 @@ def idle_table(reached: pl.DataFrame, window: pl.DataFrame, waits: pl.DataFrame)
     """IDLE rows but range_path: every gap of every stream and step, with its kind."""
     inner = g.kinded(g.interior_gaps(reached), g.reaching(reached, "device_id"), waits)
     rows = pl.concat(
-        [inner.drop("pid", "launch_start_ns"), g.edge_gaps(reached, window)], how="diagonal"
+        [inner.drop(*g.THREAD, "launch_start_ns"), g.edge_gaps(reached, window)], how="diagonal"
     )
     rows = rows.with_columns(dur_ns=pl.col("end_ns") - pl.col("start_ns"))
     return rows.sort([*g.GROUP, "start_ns"], nulls_last=True)
