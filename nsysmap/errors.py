@@ -25,6 +25,7 @@ class ExitCode(IntEnum):
     OUTPUT_FAILED = 10  # the output path cannot be written (a file, read-only, too long, ...)
     TOTALS_MISMATCH = 11  # a run's own totals did not add up: nothing was written
     CLUSTER_FAILED = 12  # several reports: the Dask cluster could not be started or reached
+    REGRESSION = 13  # nsysmap diff --fail-above: the step time or a row grew too much
     INTERRUPTED = 130  # Ctrl-C
 
 
@@ -107,3 +108,9 @@ class ClusterFailed(NsysmapError):
     """The Dask cluster for several reports could not be started or reached."""
 
     exit_code = ExitCode.CLUSTER_FAILED
+
+
+class Regression(NsysmapError):
+    """`nsysmap diff --fail-above`: the second run is slower than the gate allows."""
+
+    exit_code = ExitCode.REGRESSION

@@ -39,6 +39,7 @@ from nsysmap.output.summarise import (
     combine_summaries,
     partial_summaries,
     with_overlap,
+    with_waits,
 )
 from nsysmap.output.summary_text import render_summary
 from nsysmap.output.writer import (
@@ -176,6 +177,7 @@ def _summarised(
     store, parts = _attributed(profile, sink, stages, rules)
     with stages.stage("summarise", "summarising"):
         summaries = with_overlap(combine_summaries(parts, profile.ranges), store.scan())
+        summaries = with_waits(summaries, store.scan(), profile.api_calls, profile.ranges)
     return store, summaries
 
 
@@ -221,7 +223,8 @@ def _inferred(store: OpsStore) -> Inferred:
 
 def _flow_tables(summaries: Summaries, inferred: Inferred | None) -> dict[str, pl.DataFrame]:
     """The tables the flow writes besides ops.parquet: the summaries, then the inferred ones."""
-    return summaries.tables() | (inferred.tables() if inferred is not None else {})
+    inferred_tables = inferred.tables() if inferred is not None else {}
+    return summaries.tables() | summaries.waits | inferred_tables
 
 
 def _attributed(
@@ -420,6 +423,10 @@ def _summarised_by_process(
     with stages.stage("summarise", "summarising"):
         summaries = replace(combine_summaries(parts), by_range=kept.merged_by_range())
         summaries = with_overlap(summaries, store.scan())
+        # One process at a time, the API calls and ranges are gone: the waits have no
+        # launch-call times nor synchronisations (docs/waits.md).
+        none = kept.profile()
+        summaries = with_waits(summaries, store.scan(), none.api_calls, none.ranges)
     return kept.profile(), store, summaries, kept.input_totals()
 
 

@@ -57,6 +57,7 @@ FLOORS: dict[str, tuple[str, ...]] = {
     "nsysmap.attribution": ("nsysmap.read", *_LATER, *_DRIVERS),
     "nsysmap.infer": ("nsysmap.read", "nsysmap.output", "nsysmap.report", *_DRIVERS),
     "nsysmap.output": ("nsysmap.read", "nsysmap.report", *_DRIVERS),
+    "nsysmap.waits": ("nsysmap.read", "nsysmap.attribution", *_LATER, *_DRIVERS),
     # The flow and what works on its outputs: nothing below the CLI imports it.
     "nsysmap.pipeline": ("nsysmap.capture", "nsysmap.many", "nsysmap.report", "nsysmap.cli"),
     "nsysmap.by_process": (*_DRIVERS, "nsysmap.report"),

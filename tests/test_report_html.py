@@ -51,6 +51,7 @@ TRAIN_CHARTS = [
     "matmul",
     "categories",
     "top_kernels",
+    "waits",
 ]
 
 

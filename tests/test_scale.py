@@ -78,7 +78,7 @@ def test_streamed_outputs_equal_the_in_memory_ones(gpt_export, tmp_path, monkeyp
     assert_frame_equal(
         streamed_run.inferred.agreement.sort(order), held.inferred.agreement.sort(order)
     )
-    for table in (*TABLES, "inferred", "by_inferred_block"):
+    for table in (*TABLES, "inferred", "by_inferred_block", "idle", "stream_idle", "launch_cost"):
         a = pl.read_parquet(tmp_path / "held" / f"{table}.parquet")
         b = pl.read_parquet(tmp_path / "streamed" / f"{table}.parquet")
         assert_frame_equal(a, b, check_exact=False, rel_tol=1e-12)
@@ -137,6 +137,11 @@ def test_one_process_at_a_time_gives_the_tables_of_the_whole(gpt_export, tmp_pat
     assert b["op_id"].is_unique().all() and b["op_id"].is_sorted()
     spans = b.group_by("pid").agg(lo=pl.col("range_id").min(), hi=pl.col("range_id").max())
     assert spans.height == 2 and spans["hi"].min() < spans["lo"].max()  # one after the other
+    # The same idle gaps; their kinds need the API calls, which are not kept (docs/waits.md).
+    gap = ["device_id", "stream_id", "step", "start_ns", "end_ns", "dur_ns"]
+    a, b = (pl.read_parquet(tmp_path / d / "idle.parquet").select(gap) for d in ("whole", "split"))
+    assert a.height > 0
+    assert_frame_equal(a.sort(gap, nulls_last=True), b.sort(gap, nulls_last=True))
     meta = [json.loads((tmp_path / d / "manifest.json").read_text()) for d in ("whole", "split")]
     for key in ("cuda_launch_calls", "capture_start_ns", "capture_end_ns", "ranges_open_at_end"):
         assert meta[0]["report_meta"][key] == meta[1]["report_meta"][key], key

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import click
 
-from nsysmap.diff.compare import compare
+from nsysmap.diff.compare import Diff, compare
 from nsysmap.diff.diff_charts import diff_page
 from nsysmap.diff.diff_text import render
+from nsysmap.diff.gate import GATED, grown, grown_lines
+from nsysmap.errors import Regression
 from nsysmap.output.placement import check_output_dir, check_output_file, write_failed
 from nsysmap.report.html.page import plotly_js, write_page
 from nsysmap.report.io import read_run
@@ -33,8 +35,28 @@ DIFF_PARQUET = "diff.parquet"
     help=f"Directory to write {DIFF_PARQUET} into (every level, every row).",
 )
 @click.option("--quiet", is_flag=True, help="Do not print the comparison.")
+@click.option(
+    "--fail-above",
+    "fail_above",
+    type=click.FloatRange(min=0),
+    help="Exit with 13 when the time per step, or a row of a --by level, grew more than "
+    "this percentage (a CI gate); the rows that did are printed.",
+)
+@click.option(
+    "--by",
+    "levels",
+    type=click.Choice(GATED),
+    multiple=True,
+    help="With --fail-above, also check every row of this level (repeatable).",
+)
 def diff_command(
-    run_a: Path, run_b: Path, html_file: Path | None, out_dir: Path | None, quiet: bool
+    run_a: Path,
+    run_b: Path,
+    html_file: Path | None,
+    out_dir: Path | None,
+    quiet: bool,
+    fail_above: float | None,
+    levels: tuple[str, ...],
 ) -> None:
     """Compare two output directories (A before, B after), per step, matched by name."""
     a, b = read_run(run_a), read_run(run_b)
@@ -55,3 +77,14 @@ def diff_command(
         click.echo(f"nsysmap: wrote {out_dir / DIFF_PARQUET}", err=True)
     if html_file is not None:
         click.echo(f"nsysmap: wrote {write_page(diff_page(diff), html_file)}", err=True)
+    if fail_above is not None:
+        _gate(diff, fail_above, levels)
+
+
+def _gate(diff: Diff, fail_above: float, levels: tuple[str, ...]) -> None:
+    """Print the rows that grew more than `fail_above` percent; exit 13 when there are any."""
+    rows = grown(diff, fail_above, levels)
+    lines = grown_lines(rows, fail_above)
+    if lines:
+        click.echo("\n".join(lines))
+        raise Regression(f"{rows.height} of the rows checked grew more than {fail_above:g} %")

@@ -8,6 +8,7 @@ device's total and `time_share` to 1.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import polars as pl
 
@@ -15,6 +16,7 @@ from nsysmap import schemas
 from nsysmap.attribution.module_names import instance_class, last_part, with_ancestors
 from nsysmap.output.by_range import by_range, combine_leaves, conform_leaves, leaves_query
 from nsysmap.output.comm_overlap import overlap_table
+from nsysmap.waits.tables import empty_waits, waits_tables
 
 COVERAGE = schemas.declare(
     {
@@ -41,6 +43,9 @@ class Summaries:
     by_range: pl.DataFrame
     # Communication overlap (not a partition of GPU time; nsysmap.output.comm_overlap).
     overlap: pl.DataFrame = field(default_factory=lambda: schemas.empty(schemas.OVERLAP))
+    # Where the GPU waits: idle, stream_idle, launch_cost (nsysmap.waits; not partitions
+    # of GPU time, and not summed over ranks: written by the flow beside `tables()`).
+    waits: dict[str, pl.DataFrame] = field(default_factory=empty_waits)
 
     def tables(self) -> dict[str, pl.DataFrame]:
         """Name -> frame, in a fixed order."""
@@ -109,6 +114,17 @@ def with_overlap(summaries: Summaries, ops: pl.DataFrame | pl.LazyFrame) -> Summ
     return replace(summaries, overlap=overlap_table(ops))
 
 
+def with_waits(
+    summaries: Summaries,
+    ops: pl.DataFrame | pl.LazyFrame,
+    api_calls: pl.DataFrame,
+    ranges: pl.DataFrame,
+) -> Summaries:
+    """`summaries` with the waits tables of `ops` (nsysmap.waits: the profile's API
+    calls give launch-call times and synchronisations, its ranges `.item()` calls)."""
+    return replace(summaries, waits=waits_tables(ops, api_calls, ranges))
+
+
 def partial_summaries(ops: pl.DataFrame) -> dict[str, pl.DataFrame]:
     """Per table, the groups of `ops` with counts, sums, minima and maxima.
 
@@ -138,7 +154,7 @@ def combine_summaries(
 
     by_range needs the profile's nested ranges; without them it is left empty.
     """
-    frames = {}
+    frames: dict[str, Any] = {}  # the table fields of Summaries (not `waits`)
     for name, keys in KEYS.items():
         how = {"sum": pl.Expr.sum, "min": pl.Expr.min, "max": pl.Expr.max}
         extra = {col: how[rule](pl.col(col)) for col, (_, rule) in EXTRA.get(name, {}).items()}

@@ -14,6 +14,7 @@ from nsysmap.output.graph_note import graph_line
 from nsysmap.output.summarise import Summaries
 from nsysmap.output.top_ranges import top_ranges
 from nsysmap.range_names import PREFIX as NSYSMAP
+from nsysmap.waits.text import waits_line
 
 TOP = 10
 MAX_LABEL = 72
@@ -55,6 +56,7 @@ def render_summary(summaries: Summaries, meta: dict[str, str], *, top: int = TOP
         _section("Categories", summaries.by_category, ["category"], top),
         graph_line(meta, int(summaries.coverage["time_ns"].sum())),
         overlap_line(summaries.overlap),
+        waits_line(summaries.waits["stream_idle"]),
     ]
     return "\n\n".join(p for p in parts if p) + "\n"
 

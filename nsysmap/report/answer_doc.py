@@ -9,8 +9,9 @@ ANSWERS_SCHEMA_VERSION and documented in docs/report.md::
      "left_out": [{"what", "time_ns", "share", "why"}],
      "cannot_answer": ["No step ranges: ...", ...],
      "answers": {"matmul_share": {...}, "top_kernel": {...}, "non_matmul_kernels": {...},
-                 "softmax_vs_matmul": {...}, "flop_rate": {...}, "phase_time": {...},
-                 "layer_time": {...}, "communication": {...}, "ranges": {...},
+                 "softmax_vs_matmul": {...}, "communication": {...}, "waits": {...},
+                 "flop_rate": {...}, "phase_time": {...},
+                 "layer_time": {...}, "ranges": {...},
                  "blocks": {...}, "inferred_blocks": {...}, "categories": {...},
                  "shapes": {...}}}
 
@@ -33,6 +34,7 @@ from nsysmap.report.communication import communication_answer
 from nsysmap.report.flops_time import totals
 from nsysmap.report.range_answers import shown_ranges
 from nsysmap.report.softmax_answer import softmax_vs_matmul
+from nsysmap.report.waits import waits_answer
 
 if TYPE_CHECKING:
     from nsysmap.report.answers import Findings
@@ -56,6 +58,7 @@ def answers_document(f: Findings, c: Findings | None = None) -> dict[str, Any]:
         "phase_time": phase_time(f),
         "layer_time": layer_time(f),
         "communication": communication_answer(f.run.ops),
+        "waits": waits_answer(f.run.waits),
         "ranges": ranges(f),
         "blocks": blocks(f),
         "inferred_blocks": inferred_blocks(f),

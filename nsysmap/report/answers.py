@@ -55,6 +55,7 @@ class RunData:
     model_info: dict[str, Any] | None = None
     by_range: pl.DataFrame | None = None  # None: written by an nsysmap without it
     by_inferred_block: pl.DataFrame | None = None  # None: not inferred (--no-infer)
+    waits: dict[str, pl.DataFrame] | None = None  # idle / stream_idle / launch_cost tables
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from nsysmap.report.format import ms, num, pct
+from nsysmap.report.waits import waits_lead
 
 
 def _label(doc: dict[str, Any], scope: str) -> str:
@@ -25,6 +26,8 @@ def brief(doc: dict[str, Any]) -> list[str]:
     lines = [_matmul(doc, answers["matmul_share"]), *_top(doc, answers["top_kernel"])]
     lines += [_non_matmul(doc, answers["non_matmul_kernels"]), _softmax(answers)]
     lines.append(_communication(answers["communication"]))
+    if answers.get("waits") and answers["waits"]["unknown"] is None:
+        lines.append("Where the GPU waits: " + waits_lead(answers["waits"]))
     lines += [_left_out(item) for item in doc["left_out"]]
     return [line for line in lines if line]
 

@@ -22,6 +22,7 @@ from nsysmap.report.doc_sections import (
 )
 from nsysmap.report.format import devices_text, flop, kernel, ms, num, pct, table
 from nsysmap.report.questions import present_scopes
+from nsysmap.report.waits import waits_section
 
 if TYPE_CHECKING:
     from nsysmap.report.answers import Findings
@@ -56,6 +57,7 @@ def render(doc: dict[str, Any], show_shapes: bool = False) -> str:
         _non_matmul(doc),
         _softmax(doc),
         communication_section(answers["communication"]),
+        waits_section(answers["waits"]),
         phases_section(doc),
         layers_section(doc),
         ranges_section(answers["ranges"]),

@@ -36,6 +36,7 @@ from nsysmap.report.html.layers import (
     tree_chart,
 )
 from nsysmap.report.html.steps import phase_spread_chart, phase_steps_chart
+from nsysmap.report.html.waits_chart import waits_chart
 from nsysmap.report.kernel_labels import kernel_labels
 
 if TYPE_CHECKING:
@@ -217,6 +218,7 @@ def report_charts(f: Findings, c: Findings | None = None) -> list[Chart]:
         categories_chart(f),
         top_kernels_chart(f),
         rates_chart(f),
+        waits_chart(f.answers["answers"]["waits"]) if f.answers else None,
     ]
     return [chart for chart in charts if chart is not None]
 

@@ -1,0 +1,220 @@
+"""`nsysmap report`: where the GPU waits, per stream and phase, and what to fuse (pure).
+
+`read_waits(run_dir, manifest)` reads the waits tables an output directory
+holds (None before output schema 1.6); `waits_answer(tables)` gives a
+JSON-able answer from them; `waits_section(answer)` renders it as Markdown
+from the answer alone. Definitions: docs/waits.md (nsysmap.waits).
+
+The answer covers the steps (every row with a step) when the run has any,
+else the whole capture as one window. Times are summed over the steps;
+`steps` says how many (device, step) windows that is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from nsysmap.report.format import ms, pct, table
+from nsysmap.schemas import WAIT_INTERIOR, WAIT_KINDS
+from nsysmap.waits.tables import SCHEMAS
+
+ID = "waits"
+QUESTION = (
+    "How much of each step's wall time does the GPU spend idle, waiting for what, "
+    "and which phase and module keep it waiting?"
+)
+NO_TABLES = (
+    "the outputs hold no waits tables (written from output schema 1.6 on): "
+    "attribute the profile again"
+)
+NO_OPS = "the run has no GPU operations"
+MODULE_ROWS = 10  # modules listed, by idle time before them
+STREAM_ROWS = 8  # streams listed, busiest first
+# The kinds as the answer groups them, and how the section names them.
+KIND_NAMES = {
+    "launch": "launch-bound",
+    "sync": "synchronisation",
+    "other_stream": "other stream / communication",
+    "latency": "GPU latency",
+    "unknown": "unknown",
+    "before_first": "before the stream's first",
+    "after_last": "after the stream's last",
+}
+IDLE = [f"idle_{kind}_ns" for kind in WAIT_KINDS]
+IDLE_BEFORE = [f"idle_{kind}_ns" for kind in WAIT_INTERIOR]
+COST = ["ops", "launches", "launch_cpu_ns", "shorter_than_launch", "busy_ns", "idle_before_ns"]
+
+
+def read_waits(run_dir: str | Path, manifest: Mapping[str, Any]) -> dict[str, pl.DataFrame] | None:
+    """The waits tables of an output directory (None when its manifest lists none)."""
+    listed = manifest.get("tables") or {}
+    if not all(name in listed for name in SCHEMAS):
+        return None
+    return {
+        name: pl.read_parquet(Path(run_dir) / listed[name]["file"]).cast(schema)
+        for name, schema in SCHEMAS.items()
+    }
+
+
+def waits_answer(tables: Mapping[str, pl.DataFrame] | None) -> dict[str, Any]:
+    """The waits answer from the tables `read_waits` gives (see the module)."""
+    if tables is None:
+        return _answer(NO_TABLES)
+    streams, cost = _scoped(tables["stream_idle"]), _scoped(tables["launch_cost"])
+    if streams.is_empty():
+        return _answer(NO_OPS)
+    in_steps = streams["step"].is_not_null().any()
+    per_stream = (
+        streams.group_by("device_id", "stream_id")
+        .agg(
+            pl.len().cast(pl.Int64).alias("steps"),
+            *(pl.col(c).sum() for c in ["wall_ns", "busy_ns", "idle_ns", *IDLE]),
+        )
+        .sort(["busy_ns", "device_id", "stream_id"], descending=[True, False, False])
+    )
+    wall = pl.when(pl.col("wall_ns") > 0).then(pl.col("wall_ns"))
+    per_stream = per_stream.with_columns(
+        (pl.col(c) / wall).alias(c.removesuffix("_ns") + "_share") for c in ["busy_ns", *IDLE]
+    )
+    phases = _cost_rows(cost, ["phase"]).sort("idle_before_ns", "busy_ns", descending=True)
+    modules = _cost_rows(cost, ["module", "phase"]).filter(
+        pl.col("module").is_not_null(), pl.col("idle_before_ns") > 0
+    )
+    modules = modules.sort(["idle_before_ns", "module"], descending=[True, False])
+    windows = streams.select("device_id", "step").unique().height
+    return _answer(
+        None,
+        scope="steps" if in_steps else "whole capture",
+        steps=windows,
+        streams=per_stream.head(STREAM_ROWS).to_dicts(),
+        streams_left_out=max(per_stream.height - STREAM_ROWS, 0),
+        phases=phases.to_dicts(),
+        modules=modules.head(MODULE_ROWS).to_dicts(),
+        totals=_totals(cost),
+    )
+
+
+def _scoped(frame: pl.DataFrame) -> pl.DataFrame:
+    """The rows of the steps, or every row when there are no steps."""
+    stepped = frame.filter(pl.col("step").is_not_null())
+    return stepped if stepped.height else frame
+
+
+def _cost_rows(cost: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """launch_cost summed over devices and steps per `keys`, with its launch-bound share."""
+    rows = cost.group_by(keys).agg(pl.col([*COST, *IDLE_BEFORE]).sum())
+    whole = pl.col("busy_ns") + pl.col("idle_before_ns")
+    share = pl.when(whole > 0).then(pl.col("idle_launch_ns") / whole).otherwise(0.0)
+    return rows.with_columns(launch_bound_share=share)
+
+
+def _totals(cost: pl.DataFrame) -> dict[str, int]:
+    """The launches over the scope: counts and the host time spent in launch calls."""
+    sums = cost.select(pl.col("ops", "launches", "launch_cpu_ns", "shorter_than_launch").sum())
+    return {k: int(v or 0) for k, v in sums.row(0, named=True).items()}
+
+
+def _answer(unknown: str | None, **found: Any) -> dict[str, Any]:
+    empty: dict[str, Any] = {
+        "scope": None,
+        "steps": 0,
+        "streams": [],
+        "streams_left_out": 0,
+        "phases": [],
+        "modules": [],
+        "totals": {},
+    }
+    return {"id": ID, "question": QUESTION, "unknown": unknown, **empty, **found}
+
+
+# ------------------------------------------------------------------ Markdown
+def waits_section(answer: dict[str, Any]) -> list[str]:
+    """Markdown lines for the answer, every number taken from it."""
+    lines = ["## Where the GPU waits", ""]
+    if answer["unknown"] is not None:
+        return [*lines, f"Not known: {answer['unknown']}.", ""]
+    lines += [waits_lead(answer), ""]
+    lines += _stream_table(answer)
+    lines += ["Per phase: the GPU time of its operations and the idle time just before them"
+              " (the gaps they ended), by kind of wait.", ""]  # fmt: skip
+    lines += _cost_table(answer["phases"], ["phase"])
+    if answer["modules"]:
+        lines += [f"The modules the GPU waited for most (top {MODULE_ROWS}):", ""]
+        lines += _cost_table(answer["modules"], ["module", "phase"])
+    lines.append(
+        "Launch-bound: the host started the next launch call after the previous operation on"
+        " the stream had finished, so the GPU sat idle while Python and the CUDA runtime"
+        " prepared it. Fewer, larger kernels (fusion, torch.compile, CUDA graphs) shrink it."
+        " Kinds of wait: docs/waits.md."
+    )
+    return [*lines, ""]
+
+
+def waits_lead(answer: dict[str, Any]) -> str:
+    """The first sentence: the busiest stream's wall time, busy and launch-bound."""
+    top = answer["streams"][0]
+    where = f"{answer['steps']} step windows" if answer["scope"] == "steps" else "the capture"
+    wall = top["wall_ns"]
+    text = (
+        f"Over {where}, the busiest stream (device {top['device_id']}, stream"
+        f" {top['stream_id']}) was busy {pct(top['busy_share'])} of its wall time"
+        f" ({ms(wall)}); idle {ms(top['idle_ns'])}, of which launch-bound"
+        f" {ms(top['idle_launch_ns'])} ({pct(top['idle_launch_share'])} of wall time)"
+        f" and waiting on synchronisations {ms(top['idle_sync_ns'])}."
+    )
+    t = answer["totals"]
+    if t.get("launches"):
+        text += (
+            f" The host spent {ms(t['launch_cpu_ns'])} in {t['launches']:,} launch calls;"
+            f" {t['shorter_than_launch']:,} operations ran for less time than their launch"
+            " call took."
+        )
+    return text
+
+
+def _stream_table(answer: dict[str, Any]) -> list[str]:
+    header = ["device", "stream", "wall", "busy", *(KIND_NAMES[k] for k in WAIT_KINDS)]
+    rows = [
+        [
+            str(r["device_id"]),
+            str(r["stream_id"]),
+            ms(r["wall_ns"]),
+            pct(r["busy_share"]),
+            *(pct(r[f"idle_{k}_share"]) for k in WAIT_KINDS),
+        ]
+        for r in answer["streams"]
+    ]
+    lines = table(header, rows)
+    if answer["streams_left_out"]:
+        lines.insert(-1, f"({answer['streams_left_out']} less busy streams not shown.)")
+    return lines
+
+
+def _cost_table(rows: list[dict[str, Any]], keys: list[str]) -> list[str]:
+    header = [*keys, "GPU time", "idle before", "launch-bound", "sync", "other stream"]
+    header += ["launches", "launch CPU time", "shorter than launch"]
+    cells = [
+        [
+            *(_key(r[k], k) for k in keys),
+            ms(r["busy_ns"]),
+            ms(r["idle_before_ns"]),
+            f"{ms(r['idle_launch_ns'])} ({pct(r['launch_bound_share'])})",
+            ms(r["idle_sync_ns"]),
+            ms(r["idle_other_stream_ns"]),
+            f"{r['launches']:,}",
+            ms(r["launch_cpu_ns"]),
+            f"{r['shorter_than_launch']:,}",
+        ]
+        for r in rows
+    ]
+    return table(header, cells)
+
+
+def _key(value: str | None, key: str) -> str:
+    if value is None:
+        return f"(outside every {key})"
+    return f"`{value or '(root)'}`" if key == "module" else value

@@ -1,0 +1,130 @@
+"""The waits tables of an OPS frame: idle, stream_idle and launch_cost (pure).
+
+`waits_tables` takes the attributed operations (held, or scanned from a
+staged ops.parquet), the profile's API calls (launch-call durations and
+synchronisations) and its ranges (`.item()` operator ranges). The gaps and
+their kinds are defined in nsysmap.waits.gaps.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from nsysmap.schemas import IDLE, LAUNCH_COST, STREAM_IDLE, WAIT_INTERIOR, WAIT_KINDS
+from nsysmap.waits import gaps as g
+
+SCHEMAS = {"idle": IDLE, "stream_idle": STREAM_IDLE, "launch_cost": LAUNCH_COST}
+OWNER = ["device_id", "step", "phase", "module"]  # launch_cost's keys
+
+
+def empty_waits() -> dict[str, pl.DataFrame]:
+    """Every waits table, empty."""
+    return {name: pl.DataFrame(schema=schema) for name, schema in SCHEMAS.items()}
+
+
+def waits_tables(
+    ops: pl.DataFrame | pl.LazyFrame, api_calls: pl.DataFrame, ranges: pl.DataFrame
+) -> dict[str, pl.DataFrame]:
+    """idle, stream_idle and launch_cost of the GPU operations of `ops`."""
+    gpu = g.gpu_ops(ops)
+    if gpu.is_empty():
+        return empty_waits()
+    reached = g.with_reach(gpu)
+    window = g.windows(gpu)
+    idle = with_paths(idle_table(reached, window, g.host_waits(api_calls, ranges)), ops)
+    return {
+        "idle": idle,
+        "stream_idle": stream_idle(reached, window, idle),
+        "launch_cost": launch_cost(gpu, api_calls, idle),
+    }
+
+
+def idle_table(reached: pl.DataFrame, window: pl.DataFrame, waits: pl.DataFrame) -> pl.DataFrame:
+    """IDLE rows but range_path: every gap of every stream and step, with its kind."""
+    inner = g.kinded(g.interior_gaps(reached), g.reaching(reached, "device_id"), waits)
+    rows = pl.concat(
+        [inner.drop(*g.THREAD, "launch_start_ns"), g.edge_gaps(reached, window)], how="diagonal"
+    )
+    rows = rows.with_columns(dur_ns=pl.col("end_ns") - pl.col("start_ns"))
+    return rows.sort([*g.GROUP, "start_ns"], nulls_last=True)
+
+
+def with_paths(idle: pl.DataFrame, ops: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+    """IDLE rows: `idle` with the range path of each gap's next operation."""
+    paths = ops.lazy().select(next_op_id="op_id", range_path="range_path")
+    ids = idle.lazy().select("next_op_id").drop_nulls()
+    found = paths.join(ids, on="next_op_id", how="semi").collect()
+    joined = idle.join(found, on="next_op_id", how="left", maintain_order="left")
+    return joined.select(IDLE.names()).cast(IDLE)
+
+
+def stream_idle(reached: pl.DataFrame, window: pl.DataFrame, idle: pl.DataFrame) -> pl.DataFrame:
+    """STREAM_IDLE rows: busy (the union of the stream's operations) and idle per kind.
+
+    Busy time is counted from the operations, not as the window less the
+    gaps, so busy + idle = wall checks the two against each other.
+    """
+    covered = pl.col("reach") - pl.max_horizontal("start_ns", "prev_reach")
+    busy = reached.group_by(g.GROUP).agg(
+        ops=pl.len().cast(pl.Int64), busy_ns=covered.clip(lower_bound=0).sum()
+    )
+    dur = pl.col("dur_ns")
+    gaps = idle.group_by(g.GROUP).agg(
+        gaps=pl.len().cast(pl.Int64),
+        idle_ns=dur.sum(),
+        **{f"idle_{k}_ns": dur.filter(pl.col("kind") == k).sum() for k in WAIT_KINDS},
+    )
+    rows = busy.join(window, on=g.WINDOW, how="left", nulls_equal=True).join(
+        gaps, on=g.GROUP, how="left", nulls_equal=True
+    )
+    counts = [c for c in STREAM_IDLE.names() if c.startswith("idle_") or c == "gaps"]
+    out = rows.with_columns(
+        pl.col(counts).fill_null(0), wall_ns=pl.col("wall_end_ns") - pl.col("wall_start_ns")
+    ).sort(g.GROUP, nulls_last=True)
+    return out.select(STREAM_IDLE.names()).cast(STREAM_IDLE)
+
+
+def launch_cost(gpu: pl.DataFrame, api_calls: pl.DataFrame, idle: pl.DataFrame) -> pl.DataFrame:
+    """LAUNCH_COST rows: per device, step, phase and module, the operations' time, their
+    launch calls, and the idle time before them (the gaps they ended)."""
+    calls = api_calls.select(
+        "pid",
+        "correlation_id",
+        launch_start_ns="start_ns",
+        launch_ns=pl.col("end_ns") - pl.col("start_ns"),
+    )
+    key = ["pid", "correlation_id", "launch_start_ns"]
+    launched = gpu.join(calls, on=key, how="left").with_columns(
+        dur_ns=pl.col("end_ns") - pl.col("start_ns")
+    )
+    if launched.height != gpu.height:  # calls sharing an op's key: the first one counts
+        launched = launched.unique("op_id", keep="first", maintain_order=True)
+    own = launched.group_by(OWNER).agg(
+        ops=pl.len().cast(pl.Int64),
+        busy_ns=pl.col("dur_ns").sum(),
+        launches=pl.col("launch_ns").is_not_null().sum().cast(pl.Int64),
+        launch_cpu_ns=pl.col("launch_ns").sum(),
+        shorter_than_launch=(pl.col("dur_ns") < pl.col("launch_ns")).sum().cast(pl.Int64),
+    )
+    dur = pl.col("dur_ns")
+    before = (
+        idle.filter(pl.col("kind") != "after_last")
+        .group_by(OWNER)
+        .agg(
+            idle_before_ns=dur.sum(),
+            **{f"idle_{k}_ns": dur.filter(pl.col("kind") == k).sum() for k in WAIT_INTERIOR},
+        )
+    )
+    idle_columns = ["idle_before_ns", *(f"idle_{k}_ns" for k in WAIT_INTERIOR)]
+    rows = own.join(before, on=OWNER, how="left", nulls_equal=True).with_columns(
+        pl.col(idle_columns).fill_null(0)
+    )
+    whole = pl.col("busy_ns") + pl.col("idle_before_ns")
+    out = rows.with_columns(
+        launch_bound_share=pl.when(whole > 0).then(pl.col("idle_launch_ns") / whole).otherwise(0.0)
+    ).sort(
+        ["device_id", "step", "idle_before_ns", "phase", "module"],
+        descending=[False, False, True, False, False],
+        nulls_last=True,
+    )
+    return out.select(LAUNCH_COST.names()).cast(LAUNCH_COST)
