@@ -21,8 +21,10 @@ its records only when its ranges give none (`step_source` / `phase_source`
   up to its last optimizer kernel. The last two go by place in the step and
   are not used in a step where ranges name that phase: what a user's
   `forward` range leaves out (a copy of the batch) is not forward work. A
-  step without backward work gets only the forward of its module calls: a
-  forward-only profile gets no backward, no optimizer and no steps.
+  step without backward work is no training step and gets no phase from its
+  records: a forward-only profile gets no backward, no optimizer, no steps,
+  and no forward either (its module calls already say `direction` forward,
+  which is what summaries of such profiles read).
 """
 
 from __future__ import annotations
@@ -66,9 +68,9 @@ def record_labels(evidence: pl.DataFrame) -> pl.DataFrame:
 
 def _nothing_to_add(frame: pl.DataFrame) -> bool:
     """True when records can give no op a step or phase: every op has both from its
-    ranges, or nothing is backward or forward work."""
+    ranges, or nothing is backward work."""
     named = frame.select(pl.col("range_step", "range_phase").is_not_null().all()).row(0)
-    return all(named) or not frame.select(pl.any_horizontal("backward", "forward").any()).item()
+    return all(named) or not frame["backward"].any()
 
 
 def _source(given: str, recorded: str) -> pl.Expr:
@@ -115,7 +117,9 @@ def _with_record_phases(frame: pl.DataFrame, group: list[str]) -> pl.DataFrame:
     frame = _joined(frame, last, group)
     optimizer_work = _optimizer | _range_phase.is_in(_OPTIMIZER_WORK).fill_null(False)
     phase = (
-        pl.when(_backward)
+        pl.when(pl.col("first_backward").is_null())  # no backward work: not a training step
+        .then(pl.lit(None, pl.String))
+        .when(_backward)
         .then(pl.lit("backward"))
         .when(_forward)
         .then(pl.lit("forward"))
