@@ -25,6 +25,10 @@ The chain, each link a vectorised lookup:
    `Forward` range still gives phase forward).
 7. a kernel of a torch.compile'd graph -> the module Inductor compiled it from
    (`nsysmap.attribution.compiled_modules`, from the capture's compiled.json).
+8. step or phase still unknown -> what PyTorch records anyway: autograd's
+   thread and node ranges, module calls, optimizer kernels
+   (`nsysmap.attribution.records`, over all operations before the blocks);
+   `step_source` / `phase_source` say which ("range" or "records").
 
 No operation is dropped: `attribution` says how far the chain got
 ("range", "other_thread", "no_range", "no_launch").

@@ -52,8 +52,8 @@ def record_labels(evidence: pl.DataFrame) -> pl.DataFrame:
     if _nothing_to_add(frame):
         frame = frame.with_columns(record_step=pl.lit(None, pl.Int64), record_phase=pl.lit(None))
     else:
-        order = frame.select(pl.arg_sort_by("pid", "t")).to_series()
-        steps = pl.Series("record_step", [None] * frame.height, pl.Int64)
+        order = frame.select(pl.arg_sort_by("pid", "t", maintain_order=True)).to_series()
+        steps = pl.repeat(None, frame.height, dtype=pl.Int64, eager=True).alias("record_step")
         frame = frame.with_columns(steps.scatter(order, _record_steps(frame[order])))
         frame = frame.with_columns(step=pl.coalesce("range_step", "record_step"))
         frame = _with_record_phases(frame, ["pid", "step"])
