@@ -38,6 +38,11 @@ OpKind = pl.Enum(OP_KINDS)
 RangeKind = pl.Enum(RANGE_KINDS)
 Direction = pl.Enum(DIRECTIONS)
 Attribution = pl.Enum(ATTRIBUTION)
+# Where an op's step or phase came from: its ranges' names, or what PyTorch
+# records anyway (autograd's thread and nodes, optimizer work:
+# nsysmap.attribution.records).
+LABEL_SOURCES = ("range", "records")
+LabelSource = pl.Enum(LABEL_SOURCES)
 
 # ---------------------------------------------------------------- normalised
 # One row per GPU operation (kernel, memcpy, memset) or, for the
@@ -165,7 +170,9 @@ OPS = declare(
         # the step/phase range of another thread that gave the op its step or phase
         "other_thread_range_id": pl.Int64,
         "step": pl.Int64,
+        "step_source": LabelSource,  # "range", "records", null without a step
         "phase": pl.String,
+        "phase_source": LabelSource,  # "range", "records", null without a phase
         "warmup": pl.Boolean,  # launched inside a warm-up range (not null)
         "module": pl.String,  # fully qualified module path, "" for the root module
         "module_class": pl.String,

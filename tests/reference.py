@@ -275,3 +275,9 @@ def reference_overlap(ops: pl.DataFrame) -> dict[tuple, tuple[int, int]]:
         total, hidden = out.get(key, (0, 0))
         out[key] = (total + c["dur_ns"], hidden + covered)
     return out
+
+
+def range_given(row: dict) -> dict:
+    """An OPS row's step and phase as its ranges give them (null where its records
+    gave them: the reference reads ranges only; tests/test_records.py covers records)."""
+    return {k: row[k] if row[f"{k}_source"] == "range" else None for k in ("step", "phase")}

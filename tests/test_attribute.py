@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from nsysmap.attribution.attribute import attribute
 from tests.frames import MS, Frames
-from tests.reference import reference_attribution
+from tests.reference import range_given, reference_attribution
 from tests.strategies import forest
 
 MAIN, AUTOGRAD = 1, 2
@@ -218,5 +218,5 @@ def test_matches_reference_on_random_reports(data, kernels):
     assert ops.height == report.ops.height
     for row in ops.iter_rows(named=True):
         want = expected[row["op_id"]]
-        got = {k: row[k] for k in want}
+        got = {k: row[k] for k in want} | range_given(row)
         assert got == want, row

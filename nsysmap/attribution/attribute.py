@@ -25,6 +25,10 @@ The chain, each link a vectorised lookup:
    `Forward` range still gives phase forward).
 7. a kernel of a torch.compile'd graph -> the module Inductor compiled it from
    (`nsysmap.attribution.compiled_modules`, from the capture's compiled.json).
+8. step or phase still unknown -> what PyTorch records anyway: autograd's
+   thread and node ranges, module calls, optimizer kernels
+   (`nsysmap.attribution.records`, over all operations before the blocks);
+   `step_source` / `phase_source` say which ("range" or "records").
 
 No operation is dropped: `attribution` says how far the chain got
 ("range", "other_thread", "no_range", "no_launch").
@@ -47,6 +51,8 @@ from nsysmap.attribution.compiled_modules import apply_compiled, compiled_contex
 from nsysmap.attribution.labels import name_labels
 from nsysmap.attribution.locate import ANCHORS, WARMUP, Scope, locate, queries, thread_keys
 from nsysmap.attribution.paths import range_paths
+from nsysmap.attribution.record_evidence import evidence
+from nsysmap.attribution.records import record_labels
 from nsysmap.attribution.rules import BUILTIN, NameRules
 from nsysmap.launch_keys import call_key, first_calls
 from nsysmap.profile import NestedProfile, Profile
@@ -85,12 +91,17 @@ def attribute_blocks(
             captured = locate(scope, queries(captures, keys[1].slice(n, n)), n)
     compiled = compiled_context(profile) if scope is not None else None
     rank = pl.lit(_rank(profile), pl.Int64).alias("rank")
+    category = _categories(ops)
+    records = record_labels(evidence(ops, found, scope, profile.threads, category))
     step = block_rows or max(n, 1)
     for first in range(0, max(n, 1), step):
         block, at_capture = ops.slice(first, step), None
         if captured is not None:
             at_capture = captured.slice(first, step)
         values = _values(block, found.slice(first, step), scope, at_capture)
+        values = values.with_columns(
+            category.slice(first, step), *records.slice(first, step).get_columns()
+        )
         yield _finish(apply_compiled(values, compiled).with_columns(rank))
 
 
@@ -128,7 +139,7 @@ def _values(
             for c in pair
         )
     columns = columns.with_columns(capture_range_path=capture_path)
-    out = pl.concat([ops, columns], how="horizontal").with_columns(category=_categories(ops))
+    out = pl.concat([ops, columns], how="horizontal")
     is_cpu = pl.col("kind") == "cpu_op"
     return out.with_columns(
         pl.when(is_cpu).then(pl.col("name")).otherwise(pl.col("a_op")).alias("aten_op"),

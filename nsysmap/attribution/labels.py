@@ -63,6 +63,12 @@ STEP_NUMBER = r"\d+(\D*)$"
 # PyTorch's operator ranges once OPERATOR_CALL_FIELDS is removed: `aten::addmm`,
 # `autograd::engine::evaluate_function: BmmBackward0`, `BmmBackward0`.
 OPERATOR_RANGE = r"^(?:[A-Za-z_]\w*::|\w+Backward\d*$)"
+# The ranges PyTorch's autograd engine opens around the nodes it runs (on nsys
+# exports with emit_nvtx and in torch.profiler traces alike): the engine's
+# `autograd::engine::evaluate_function: MmBackward0` (also for
+# `torch::autograd::AccumulateGrad`), the node's own `MmBackward0`, and a
+# backward operator's `stashed seq`. Work launched inside one is backward work.
+AUTOGRAD_NODE = r"^(?:autograd::engine::evaluate_function: |\w+Backward\d*\b)|stashed seq = "
 FSDP_HOOK = r"^FSDP::(pre|post)_(forward|backward) \(([^)]*)\)"
 FSDP_SPAN = r"^FSDP (forward|backward) \((.*)\)$"
 # Module ranges the torch.profiler reader makes from `nn.Module: Class_N` frames

@@ -16,7 +16,14 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from nsysmap.attribution.labels import ATEN_OP, LABELS, SEQ, may_name_scope, name_labels
+from nsysmap.attribution.labels import (
+    ATEN_OP,
+    AUTOGRAD_NODE,
+    LABELS,
+    SEQ,
+    may_name_scope,
+    name_labels,
+)
 from nsysmap.attribution.rules import BUILTIN, WARMUP, NameRules
 from nsysmap.intervals.forest import Forest, group_index
 from nsysmap.intervals.nesting import nest_repaired
@@ -25,9 +32,11 @@ SCOPE_FAMILIES = {"step": "lbl_step", "phase": "lbl_phase", "module": "lbl_modul
 # Warm-up ranges (names the rules mark `warmup`) are looked up as a family of
 # their own: an operation inside one is warm-up work whatever its phase.
 WINDOW_FAMILIES = ("step", "phase", WARMUP)
+# Ranges of autograd's nodes (labels.AUTOGRAD_NODE): backward work, whatever the phase.
+AUTOGRAD = "autograd"
 # Columns of `locate`: range positions (UInt32, null when none) and `projected`.
 # `other`: the innermost of the step, phase and warm-up ranges taken from another thread.
-ANCHORS = ("inner", "step", "phase", WARMUP, "module", "aten", "seq_module", "other")
+ANCHORS = ("inner", "step", "phase", WARMUP, "module", "aten", "seq_module", "other", AUTOGRAD)
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,7 @@ class Scope:
         for family, hit_names in found.items():
             hit = scoped.filter(hit_names.gather(scoped["name"]))["pos"]
             members[family] = pl.repeat(False, ranges.height, eager=True).scatter(hit, True)
+        members[AUTOGRAD] = names.str.contains(AUTOGRAD_NODE).fill_null(False)
         return cls(ranges, Forest.of(ranges, thread, "range_id"), scoped, table, members)
 
     def label(self, positions: pl.Series, column: str) -> pl.Series:
@@ -128,6 +138,9 @@ def locate(scope: Scope, q: Queries, n_ops: int) -> pl.DataFrame:
     if scope.members[WARMUP].any():
         found[WARMUP] = forest.innermost(q.thread, q.t, scope.members[WARMUP])
     found["inner"] = inner
+    found[AUTOGRAD] = pl.repeat(None, q.t.len(), dtype=pl.UInt32, eager=True)
+    if scope.members[AUTOGRAD].any():
+        found[AUTOGRAD] = forest.innermost(q.thread, q.t, scope.members[AUTOGRAD])
     found["aten"] = forest.climb(inner, q.t, scope.names_match(ATEN_OP))
     projected = pl.repeat(False, q.t.len(), eager=True)
     taken = {}

@@ -1,0 +1,245 @@
+"""Steps and phases from what PyTorch records anyway (nsysmap.attribution.records).
+
+Real profiles with phase annotations are attributed with those annotations
+removed, and the phases their records give are checked against the ones the
+annotations gave; forward-only profiles must get no backward. Small built
+profiles pin each rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from nsysmap import schemas
+from nsysmap.attribution.attribute import attribute
+from nsysmap.attribution.normalise import normalise
+from nsysmap.attribution.rules import BUILTIN
+from nsysmap.pipeline import load_profile
+from nsysmap.profile import NestedProfile, Profile
+from nsysmap.read.nsys_sqlite import read_sqlite
+from nsysmap.read.torch_trace import read_trace
+from tests.corpus import corpus_path
+from tests.frames import Frames
+
+MAIN, AUTOGRAD = 10, 11
+TRAINING = ("forward", "backward", "optimizer")
+
+
+def _raw(path: Path) -> Profile:
+    return read_sqlite(path) if path.suffix == ".sqlite" else read_trace(path)
+
+
+def _without(raw: Profile, *, optimizer: bool = False, steps: bool = False) -> NestedProfile:
+    """`raw` normalised without the ranges that name phases: the users' own
+    (`## forward ##`, `backward pass`, ...); PyTorch's `Optimizer.step#...` too
+    when `optimizer`; the step ranges too when `steps`."""
+    name = pl.col("name")
+    drop = BUILTIN.phase_expr(name).is_not_null()
+    if not optimizer:
+        drop = drop & ~name.str.starts_with("Optimizer.")
+    if steps:
+        drop = drop | BUILTIN.step_expr(name).is_not_null()
+    return normalise(replace(raw, ranges=raw.ranges.filter(~drop.fill_null(False))))
+
+
+def _compared(name: str, **without: bool) -> pl.DataFrame:
+    """Ops with the annotated step and phase (`true_*`) beside those found without them."""
+    raw = _raw(corpus_path(name))
+    truth = attribute(normalise(raw)).select(
+        "op_id", "dur_ns", true_step="step", true_phase="phase"
+    )
+    got = attribute(_without(raw, **without))
+    return truth.join(got, on="op_id")
+
+
+def _agreement(ops: pl.DataFrame) -> float:
+    """Share of the GPU time annotated forward, backward or optimizer whose phase agrees."""
+    annotated = ops.filter(pl.col("true_phase").is_in(TRAINING))
+    agreed = annotated.filter(pl.col("phase") == pl.col("true_phase"))
+    return agreed["dur_ns"].sum() / annotated["dur_ns"].sum()
+
+
+ANNOTATED = [
+    ("hta_ddp_ns_resolution_rank0_v100.json.gz", False),
+    ("hta_ddp_ns_resolution_rank0_v100.json.gz", True),  # SGD's foreach kernels
+    ("param_dlrm_ddp_rank0of8_nccl_alltoall_v100.pt.trace.json", False),
+    ("param_dlrm_ddp_rank0of8_nccl_alltoall_v100.pt.trace.json", True),
+    ("aiperf_hf_gpt2_train_step_with_modules_stack_b200.json", False),
+    ("aiperf_hf_gpt2_train_step_with_modules_stack_b200.json", True),  # AdamW's
+    ("cs336a2_small_fwdbwd_emitnvtx_shapes_a100.sqlite", False),
+]
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize(("name", "optimizer"), ANNOTATED)
+def test_record_phases_agree_with_the_annotations(name, optimizer):
+    ops = _compared(name, optimizer=optimizer)
+    assert _agreement(ops) >= 0.95
+    recorded = ops.filter(pl.col("phase_source") == "records")
+    assert set(recorded["phase"]) >= {"forward", "backward"}
+    if optimizer:  # the optimizer's work found without any range naming it
+        assert "optimizer" in set(recorded["phase"]) or name.startswith("param_dlrm")
+
+
+@pytest.mark.corpus
+def test_ranges_still_win_where_they_are_kept():
+    """Without the users' phase ranges PyTorch's `Optimizer.step#` range still names the
+    optimizer: its ops keep phase_source `range`."""
+    ops = _compared("aiperf_hf_gpt2_train_step_with_modules_stack_b200.json")
+    optimizer = ops.filter(pl.col("true_phase") == "optimizer")
+    assert optimizer.height and (optimizer["phase_source"] == "range").all()
+
+
+@pytest.mark.corpus
+def test_with_all_ranges_gone_the_autograd_thread_still_gives_backward():
+    """An nsys export without any range: pt_autograd_0's thread name alone."""
+    raw = _raw(corpus_path("cs336a2_small_fwdbwd_emitnvtx_shapes_a100.sqlite"))
+    truth = attribute(normalise(raw)).select("op_id", true_phase="phase")
+    got = attribute(normalise(replace(raw, ranges=raw.ranges.clear())))
+    assert _agreement(truth.join(got, on="op_id")) >= 0.95
+
+
+@pytest.mark.corpus
+def test_optimizer_boundaries_split_the_steps_like_profiler_steps():
+    ops = _compared("hta_ddp_ns_resolution_rank0_v100.json.gz", optimizer=True, steps=True)
+    assert ops["true_step"].n_unique() == 5
+    assert (ops["step_source"] == "records").all()
+    # one record step per ProfilerStep, and back
+    assert (ops.group_by("step").agg(pl.col("true_step").n_unique())["true_step"] == 1).all()
+    assert (ops.group_by("true_step").agg(pl.col("step").n_unique())["step"] == 1).all()
+    assert sorted(ops["step"].unique()) == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize(
+    "name",
+    [
+        "switchtransformer_moe_fwd_with_modules_a100.json",
+        "tracelens_bert_small_infer_modules_h100.json.gz",
+        "cs336a2_small_fwd_emitnvtx_shapes_a100.sqlite",
+    ],
+)
+def test_forward_only_profiles_get_no_backward(name):
+    ops = attribute(load_profile(corpus_path(name)))
+    assert not set(ops["phase"].drop_nulls()) & {"backward", "optimizer"}
+    assert not (ops["phase_source"] == "records").any()
+    assert not (ops["step_source"] == "records").any()
+
+
+# ---------------------------------------------------------------- built profiles
+
+
+def _profile(frames: Frames, *, autograd_name: str = "pt_autograd_0") -> NestedProfile:
+    threads = pl.DataFrame(
+        {"pid": [1, 1], "tid": [MAIN, AUTOGRAD], "thread_name": ["python", autograd_name]},
+        schema=schemas.THREADS,
+    )
+    return replace(frames.profile(), threads=threads)
+
+
+def _iteration(f: Frames, at: int) -> dict[str, int]:
+    """Forward on the main thread, backward on the autograd thread, then foreach Adam."""
+    return {
+        "copy": f.kernel(MAIN, at, "[CUDA memcpy HtoD]", kind="memcpy"),
+        "fwd": f.kernel(MAIN, at + 1, "gemm"),
+        "bwd": f.kernel(AUTOGRAD, at + 3, "gemm"),
+        "main_in_bwd": f.kernel(MAIN, at + 4, "fill"),
+        "bwd_last": f.kernel(AUTOGRAD, at + 5, "gemm"),
+        "clip": f.kernel(MAIN, at + 6, "norm"),
+        "adam": f.kernel(MAIN, at + 7, "multi_tensor_apply_kernel"),
+        "adam_last": f.kernel(MAIN, at + 8, "multi_tensor_apply_kernel"),
+    }
+
+
+def _rows(ops: pl.DataFrame, ids: dict[str, int], *columns: str) -> dict[str, tuple]:
+    by_id = {row["op_id"]: tuple(row[c] for c in columns) for row in ops.iter_rows(named=True)}
+    return {key: by_id[op] for key, op in ids.items()}
+
+
+def test_records_alone_give_steps_and_phases():
+    f = Frames()
+    first, second = _iteration(f, 0), _iteration(f, 20)
+    ops = attribute(_profile(f))
+    phases = {
+        "copy": "forward",  # before the first backward op, not optimizer work
+        "fwd": "forward",
+        "bwd": "backward",
+        "main_in_bwd": None,  # between backward ops, on another thread: not guessed
+        "bwd_last": "backward",
+        "clip": "optimizer",  # after the last backward op, before the last optimizer kernel
+        "adam": "optimizer",
+        "adam_last": "optimizer",
+    }
+    for step, ids in enumerate((first, second)):
+        got = _rows(ops, ids, "step", "step_source", "phase", "phase_source")
+        assert got == {
+            key: (step, "records", phase, None if phase is None else "records")
+            for key, phase in phases.items()
+        }
+
+
+def test_no_backward_no_steps_and_no_guessed_phases():
+    """The same work without an autograd thread: a forward-only capture of kernels."""
+    f = Frames()
+    _iteration(f, 0)
+    _iteration(f, 20)
+    ops = attribute(_profile(f, autograd_name="python"))
+    assert ops["phase"].is_null().all() and ops["step"].is_null().all()
+    assert ops["phase_source"].is_null().all() and ops["step_source"].is_null().all()
+
+
+def test_autograd_node_ranges_give_backward_on_any_thread():
+    """CPU-side backward runs on the calling thread: the node's range says backward."""
+    f = Frames()
+    fwd = f.kernel(MAIN, 1, "gemm")
+    f.range(MAIN, "autograd::engine::evaluate_function: MmBackward0", 3, 6)
+    f.range(MAIN, "MmBackward0", 3, 5)
+    bwd = f.kernel(MAIN, 4, "gemm")
+    f.range(MAIN, "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", 7, 8)
+    grad = f.kernel(MAIN, 7, "add")
+    ops = attribute(_profile(f, autograd_name="python"))
+    got = _rows(ops, {"fwd": fwd, "bwd": bwd, "grad": grad}, "phase", "phase_source")
+    assert got == {
+        "fwd": ("forward", "records"),
+        "bwd": ("backward", "records"),
+        "grad": ("backward", "records"),
+    }
+
+
+def test_range_given_phases_and_steps_win():
+    f = Frames()
+    f.range(MAIN, "ProfilerStep#7", 0, 19)
+    f.range(AUTOGRAD, "forward pass", 2, 4)  # a user's range on autograd's thread
+    f.range(MAIN, "Optimizer.step#AdamW.step", 7, 9)
+    ids = _iteration(f, 0)
+    ops = attribute(_profile(f))
+    got = _rows(ops, ids, "step", "step_source", "phase", "phase_source")
+    assert got["bwd"] == (7, "range", "forward", "range")  # not backward
+    assert got["bwd_last"] == (7, "range", "backward", "records")
+    assert got["adam"] == (7, "range", "optimizer", "range")
+    # the optimizer is named by a range in this step: `clip` is not guessed into it
+    assert got["clip"] == (7, "range", None, None)
+
+
+def test_forward_module_calls_are_forward_in_a_training_step_only():
+    f = Frames()
+    f.range(MAIN, "nsysmap:fwd:Linear:fc", 0, 3)
+    inside = f.kernel(MAIN, 1, "gemm")
+    outside = f.kernel(MAIN, 5, "gemm")
+    # an evaluation forward after the backward pass: its module call says forward
+    f.range(MAIN, "nsysmap:fwd:Linear:fc", 20, 23)
+    evaluation = f.kernel(MAIN, 21, "gemm")
+    ids = {"inside": inside, "outside": outside, "evaluation": evaluation}
+    without_backward = attribute(_profile(f, autograd_name="python"))
+    assert _rows(without_backward, ids, "phase", "phase_source") == dict.fromkeys(ids, (None, None))
+    f.kernel(AUTOGRAD, 10, "gemm")
+    with_backward = attribute(_profile(f))
+    assert _rows(with_backward, ids, "phase", "phase_source") == {
+        "inside": ("forward", "records"),
+        "outside": ("forward", "records"),  # before the first backward op
+        "evaluation": ("forward", "records"),
+    }
