@@ -197,8 +197,8 @@ def test_the_header_says_which_steps_nsysmap_run_left_uncaptured():
     result = build_report(run)
     assert result.answers["run"]["steps"] == 3
     assert (
-        "- Steps: 3 measured (counted per device); the script ran 4 steps and `nsysmap run` "
-        "profiled 3 of them (steps 1 to 3)"
+        "- Steps: 3 measured (counted per device), from step ranges; the script ran 4 steps and "
+        "`nsysmap run` profiled 3 of them (steps 1 to 3)"
     ) in result.markdown
 
 

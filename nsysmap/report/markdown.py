@@ -88,6 +88,7 @@ def _header(doc: dict[str, Any]) -> list[str]:
         f"- Run: `{run['label']}` ({run['backend']} backend; {devices or 'no device'})",
         f"- Steps: {_steps(run)}",
         f"- Forward passes: {_forward_passes(run)}",
+        f"- Phases: from {run['phases_source'] or 'nothing: no phase ranges or records'}",
         f"- FLOPs: {run['flop_note']}",
         f"- Peak: {'; '.join(run['peak_notes']) or '–'}",
     ]
@@ -103,7 +104,7 @@ def _steps(run: dict[str, Any]) -> str:
     if run["steps"] is None:
         text = "no step ranges"
     else:
-        text = f"{run['steps']} measured (counted per device)"
+        text = f"{run['steps']} measured (counted per device), from {run['steps_source']}"
     run_steps, profiled = run.get("steps_run"), run.get("steps_profiled")
     if isinstance(run_steps, int) and isinstance(profiled, list) and len(profiled) == 2:
         captured = profiled[1] - profiled[0] + 1

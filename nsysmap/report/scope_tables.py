@@ -128,17 +128,35 @@ def scope_filter(ops: pl.DataFrame, scope: str) -> pl.DataFrame:
     return ops.filter(pl.col("phase").is_in(phases) & ~is_warmup())
 
 
+def label_source(ops: pl.DataFrame, column: str) -> str:
+    """Where the profile's steps or phases (`column`: "step" or "phase") come from:
+    "ranges", "PyTorch's records" or both (ops.parquet's `step_source` / `phase_source`)."""
+    source = f"{column}_source"
+    if source not in ops.columns:
+        return f"{column} ranges"
+    given = set(ops.filter(pl.col(column).is_not_null())[source].drop_nulls().unique())
+    if given == {"records"}:
+        return f"PyTorch's records (no range names the {column}s)"
+    if "records" in given:
+        return f"{column} ranges and PyTorch's records"
+    return f"{column} ranges"
+
+
 def scope_source(ops: pl.DataFrame, scope: str) -> str:
     """Where a scope's operations come from, in words."""
     if scope == "step":
-        return {
-            "steps": "step ranges, warm-up work left out",
-            "phases": "every phase (no step ranges), work outside every phase left out",
-            "capture": "the whole capture (neither step nor phase ranges)",
-        }[step_basis(ops)]
+        basis = step_basis(ops)
+        if basis == "steps":
+            return f"steps from {label_source(ops, 'step')}, warm-up work left out"
+        if basis == "phases":
+            return (
+                f"every phase, from {label_source(ops, 'phase')} (no steps), work outside "
+                "every phase left out"
+            )
+        return "the whole capture (neither steps nor phases)"
     if has_phases(ops):
-        return "phase ranges"
-    return "module calls of that direction (no phase ranges)"
+        return label_source(ops, "phase")
+    return "module calls of that direction (no phases)"
 
 
 def passes(ops: pl.DataFrame) -> int | None:

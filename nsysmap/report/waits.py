@@ -157,7 +157,8 @@ def waits_section(answer: dict[str, Any]) -> list[str]:
 def waits_lead(answer: dict[str, Any]) -> str:
     """The first sentence: the busiest stream's wall time, busy and launch-bound."""
     top = answer["streams"][0]
-    where = f"{answer['steps']} step windows" if answer["scope"] == "steps" else "the capture"
+    windows = f"{answer['steps']} step window" + ("" if answer["steps"] == 1 else "s")
+    where = windows if answer["scope"] == "steps" else "the capture"
     wall = top["wall_ns"]
     text = (
         f"Over {where}, the busiest stream (device {top['device_id']}, stream"
