@@ -11,9 +11,13 @@ from __future__ import annotations
 import ast
 import configparser
 import importlib.metadata
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,3 +90,75 @@ def test_every_nsysmap_import_is_an_install_requirement():
 def test_every_instrument_import_is_an_install_or_train_requirement():
     allowed = declared("options", "install_requires") | declared("options.extras_require", "train")
     assert undeclared("instrument", allowed) == []
+
+
+# ------------------------------------------------- installed as users install it
+
+SAMPLE = ROOT / "sample_reports" / "gpt2_tiny_train.sqlite"
+
+
+def _run(command: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run one command with no trace of the development environment (PYTHONPATH, the venv)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return subprocess.run(
+        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def _ok(result: subprocess.CompletedProcess[str]) -> None:
+    tail = (result.stdout + result.stderr)[-3000:]
+    assert result.returncode == 0, f"{' '.join(result.args)} exited {result.returncode}:\n{tail}"
+
+
+@pytest.mark.slow
+@pytest.mark.fresh
+def test_the_wheel_installs_alone_and_every_command_runs(tmp_path: Path):
+    """Build a wheel, install it with only its declared dependencies in a fresh venv, run it.
+
+    The venv has nothing of the development environment, so a package nsysmap
+    imports without declaring it fails here as it would for a user. pip's own
+    cache makes reruns fast (about a minute on the 2-vCPU development machine,
+    most of it installing the dependencies). Skips when the package index cannot be
+    reached.
+    """
+    venv = tmp_path / "venv"
+    _ok(_run([sys.executable, "-m", "venv", str(venv)], tmp_path))
+    python = venv / "bin" / "python"
+    probe = _run(
+        [str(python), "-m", "pip", "download", "--no-deps", "--dest", "probe", "click"], tmp_path
+    )
+    if probe.returncode != 0:
+        last = (probe.stderr.strip().splitlines() or ["no message"])[-1]
+        pytest.skip(f"the package index cannot be reached (pip download click: {last})")
+    wheels = tmp_path / "wheels"
+    _ok(
+        _run(
+            [str(python), "-m", "pip", "wheel", "--no-deps", "-w", str(wheels), str(ROOT)], tmp_path
+        )
+    )
+    (wheel,) = wheels.glob("nsysmap-*.whl")
+    _ok(_run([str(python), "-m", "pip", "install", str(wheel)], tmp_path))
+    where = _run([str(python), "-c", "import nsysmap; print(nsysmap.__file__)"], tmp_path)
+    _ok(where)
+    assert Path(where.stdout.strip()).is_relative_to(venv), where.stdout
+
+    nsysmap = str(venv / "bin" / "nsysmap")
+    commands = [
+        [nsysmap, "--help"],
+        [nsysmap, "attribute", str(SAMPLE), "-o", "run", "--quiet"],
+        [nsysmap, "report", "run", "--html", "--quiet"],
+        [nsysmap, "export", "run", "--perfetto", "run.trace.json"],
+        [nsysmap, "diff", "run", "run", "--html", "diff.html"],
+        [nsysmap, "flops", "--help"],
+        [nsysmap, "run", "--help"],
+    ]
+    for command in commands:
+        _ok(_run(command, tmp_path))
+    for written in (
+        "run/manifest.json",
+        "run/report.md",
+        "run/report.html",
+        "run.trace.json",
+        "diff.html",
+    ):
+        assert (tmp_path / written).is_file(), written
