@@ -159,6 +159,7 @@ def test_a_failed_write_leaves_the_previous_outputs_complete(tmp_path, capsys, m
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging left
 
 
+@pytest.mark.slow
 def test_a_new_run_replaces_every_output_of_the_old_one(tmp_path, capsys):
     out = tmp_path / "out"
     assert _run(capsys, "attribute", _export(tmp_path / "a.sqlite"), "-o", out)[0] == 0
@@ -192,6 +193,7 @@ def _edit(path: Path, *statements: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("statement", "fragment"),
     [

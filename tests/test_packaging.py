@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -58,9 +59,15 @@ def third_party_imports(package: str, root: Path = ROOT) -> dict[str, set[str]]:
     return found
 
 
+@cache
+def _providers() -> dict[str, list[str]]:
+    """Top-level module -> the installed distributions that provide it."""
+    return dict(importlib.metadata.packages_distributions())
+
+
 def undeclared(package: str, allowed: set[str]) -> list[str]:
     """'module (files): distributions' for each import no allowed distribution gives."""
-    providers = importlib.metadata.packages_distributions()
+    providers = _providers()
     missing = []
     for module, files in sorted(third_party_imports(package).items()):
         given_by = {_normalised(d) for d in providers.get(module, [module])}
