@@ -13,6 +13,7 @@ import configparser
 import importlib.metadata
 import os
 import re
+import shutil
 import subprocess
 import sys
 from functools import cache
@@ -117,6 +118,22 @@ def _ok(result: subprocess.CompletedProcess[str]) -> None:
     assert result.returncode == 0, f"{' '.join(result.args)} exited {result.returncode}:\n{tail}"
 
 
+# What the wheel is built from (setup.cfg: its packages and long description).
+WHEEL_SOURCES = ("setup.cfg", "pyproject.toml", "README.md", "nsysmap", "instrument")
+
+
+def _wheel_source(to: Path) -> str:
+    """A clean copy of what the wheel is built from: a build in the repository would
+    leave build/ there, whose stale modules a later wheel would pick up."""
+    for name in WHEEL_SOURCES:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, to / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            to.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, to / name)
+    return str(to)
+
+
 @pytest.mark.slow
 @pytest.mark.fresh
 def test_the_wheel_installs_alone_and_every_command_runs(tmp_path: Path):
@@ -137,12 +154,8 @@ def test_the_wheel_installs_alone_and_every_command_runs(tmp_path: Path):
     if probe.returncode != 0:
         last = (probe.stderr.strip().splitlines() or ["no message"])[-1]
         pytest.skip(f"the package index cannot be reached (pip download click: {last})")
-    wheels = tmp_path / "wheels"
-    _ok(
-        _run(
-            [str(python), "-m", "pip", "wheel", "--no-deps", "-w", str(wheels), str(ROOT)], tmp_path
-        )
-    )
+    source, wheels = _wheel_source(tmp_path / "source"), tmp_path / "wheels"
+    _ok(_run([str(python), "-m", "pip", "wheel", "--no-deps", "-w", str(wheels), source], tmp_path))
     (wheel,) = wheels.glob("nsysmap-*.whl")
     _ok(_run([str(python), "-m", "pip", "install", str(wheel)], tmp_path))
     where = _run([str(python), "-c", "import nsysmap; print(nsysmap.__file__)"], tmp_path)
