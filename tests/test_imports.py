@@ -64,6 +64,13 @@ FLOORS: dict[str, tuple[str, ...]] = {
     "nsysmap.infer": ("nsysmap.read", "nsysmap.output", "nsysmap.report", *_DRIVERS),
     "nsysmap.output": ("nsysmap.read", "nsysmap.report", *_DRIVERS),
     # The flow and what works on its outputs: nothing below the CLI imports it.
+    "nsysmap.load": (
+        "nsysmap.output",
+        "nsysmap.infer",
+        "nsysmap.report",
+        *_DRIVERS,
+        "nsysmap.by_process",
+    ),
     "nsysmap.pipeline": ("nsysmap.capture", "nsysmap.many", "nsysmap.report", "nsysmap.cli"),
     "nsysmap.by_process": (*_DRIVERS, "nsysmap.report"),
     "nsysmap.report": ("nsysmap.capture", "nsysmap.many.run_many", "nsysmap.cli"),
