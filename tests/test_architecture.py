@@ -79,3 +79,25 @@ def test_every_module_is_listed_and_every_listed_module_exists():
 
 def test_every_file_and_folder_the_page_names_exists():
     assert unresolved(ARCHITECTURE.read_text()) == []
+
+
+# ------------------------------------------------------------------ module size
+
+MAX_LINES = 400
+# Modules over MAX_LINES until they are split (others edit them now); the list only shrinks.
+OVER_MAX = frozenset({"nsysmap/schemas.py", "nsysmap/output/by_range.py"})
+
+
+def line_counts(root: Path = ROOT) -> dict[str, int]:
+    return {
+        path.relative_to(root).as_posix(): len(path.read_text().splitlines())
+        for package in PACKAGES
+        for path in (root / package).rglob("*.py")
+    }
+
+
+def test_no_module_is_over_400_lines_but_those_listed():
+    counts = line_counts()
+    over = {name for name, lines in counts.items() if lines > MAX_LINES}
+    assert sorted(over - OVER_MAX) == [], "split these modules"
+    assert sorted(OVER_MAX - over) == [], "no longer over: take them off OVER_MAX"
