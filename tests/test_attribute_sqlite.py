@@ -123,6 +123,7 @@ def test_time_is_conserved_per_device_against_independent_sql(step_export, tmp_p
     assert _device_totals(ops) == independent_gpu_totals(step_export) == expected
 
 
+@pytest.mark.slow
 def test_without_nvtx_every_op_is_reported_outside_ranges(tmp_path):
     path = tmp_path / "no_nvtx.sqlite"
     _step_export().write(path, omit=("NVTX_EVENTS",))

@@ -160,6 +160,7 @@ def test_range_ids_with_gaps_or_out_of_order_give_the_same_table(renumber):
         assert_frame_equal(rg.by_range(rg.range_leaves(moved_ops), moved), expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("unknown", [-1, 7, 10**9])
 def test_an_operation_in_an_unknown_range_is_an_error(unknown):
     report = _sample().profile()

@@ -91,10 +91,12 @@ def test_the_import_scan_sees_imports_inside_functions(tmp_path: Path):
     assert third_party_imports("pkg", tmp_path) == {"numpy": {"pkg/m.py"}, "yaml": {"pkg/n.py"}}
 
 
+@pytest.mark.slow
 def test_every_nsysmap_import_is_an_install_requirement():
     assert undeclared("nsysmap", declared("options", "install_requires")) == []
 
 
+@pytest.mark.slow
 def test_every_instrument_import_is_an_install_or_train_requirement():
     allowed = declared("options", "install_requires") | declared("options.extras_require", "train")
     assert undeclared("instrument", allowed) == []
