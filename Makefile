@@ -1,8 +1,8 @@
 # Two entry points (see README): `make demo` runs the main job, `make test` runs
 # lint and the test suite. Both create .venv and install what they need.
 # `make check` is the fast tier for while you work: lint, then `pytest --fast`
-# (the modules listed in tests/conftest.py, without their tests marked slow,
-# corpus, browser, dask or fresh), in under 30 s.
+# (every test not marked slow, corpus, browser, dask, fresh or torch; see
+# tests/conftest.py), in under 30 s.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin

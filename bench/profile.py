@@ -30,8 +30,8 @@ from typing import Any
 # (module, attribute) of every function timed; a dotted attribute is a method.
 TIMED = [
     ("nsysmap.pipeline", "load_profile"),
-    ("nsysmap.pipeline", "_read_raw"),
-    ("nsysmap.pipeline", "normalise"),
+    ("nsysmap.load", "_read_raw"),
+    ("nsysmap.load", "normalise"),
     ("nsysmap.pipeline", "stream_ops"),
     ("nsysmap.pipeline", "attribute"),
     ("nsysmap.pipeline", "summarise"),

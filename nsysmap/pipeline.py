@@ -1,6 +1,7 @@
 """The one flow: read -> normalise -> attribute -> summarise -> write.
 
-`load_profile` and `write` are the only steps that touch files; `analyse` in
+`load_profile` (nsysmap.load: read, then normalise) and `write` are the only
+steps that touch files; `analyse` in
 between is pure. Attribution runs block by block on every path: each block
 is summarised (partial sums, combined at the end) and handed to a sink
 (nsysmap.output.ops_sinks) that holds the rows in memory (`analyse`, inputs
@@ -25,11 +26,11 @@ from typing import Any
 import polars as pl
 
 from nsysmap.attribution.attribute import attribute_blocks
-from nsysmap.attribution.normalise import normalise
 from nsysmap.attribution.rules import BUILTIN, NameRules
 from nsysmap.by_process import ByProcess, process_blocks, split_processes
 from nsysmap.errors import NoGpuData
 from nsysmap.infer.summary import INFER_COLUMNS, LAYER_INDEX, Inferred, combined, infer_ops
+from nsysmap.load import expected_kind, load_profile
 from nsysmap.output.conservation import check_conservation, input_totals
 from nsysmap.output.ops_sinks import HeldOps, HoldOps, OpsSink, OpsStore, StreamOps
 from nsysmap.output.placement import check_output_dir, staging
@@ -52,9 +53,6 @@ from nsysmap.output.writer import (
 from nsysmap.profile import NestedProfile, Profile
 from nsysmap.read.regular_file import regular_file
 from nsysmap.stages import Stages
-
-TRACE_SUFFIXES = (".json", ".json.gz")
-
 
 # Profiles with more operations than this are streamed by `analyse_file`:
 # their OPS rows go into ops.parquet as they are made, never all in memory.
@@ -86,51 +84,6 @@ class Analysis:
     def ops(self) -> pl.DataFrame:
         """One OPS row per operation (read from ops.parquet when it was streamed)."""
         return self.store.read()
-
-
-def load_profile(path: str | Path, *, stages: Stages | None = None) -> NestedProfile:
-    """Read a profile of any supported kind and normalise it (read, then nest its ranges).
-
-    `.sqlite` nsys exports, `.nsys-rep` reports (exported with `nsys export`
-    next to the input), and torch.profiler traces (`.json`, `.json.gz`).
-    """
-    path = regular_file(path, _expected(Path(path)))
-    stages = stages or Stages(progress=False)
-    with stages.stage("read", "reading"):
-        raw = _read_raw(path)
-    with stages.stage("normalise", "nesting ranges"):
-        profile = normalise(raw)
-    if path.name.lower().endswith(TRACE_SUFFIXES):  # torch.compile: kernels' modules, compile time
-        from nsysmap.attribution.compile_time import with_compile_facts
-        from nsysmap.read.compiled_json import attach_compiled
-
-        profile = with_compile_facts(attach_compiled(profile, path))
-    return profile
-
-
-def _expected(path: Path) -> str:
-    """What a file of this name should be, for messages."""
-    name = path.name.lower()
-    if name.endswith(TRACE_SUFFIXES):
-        return "a torch.profiler trace"
-    if name.endswith((".nsys-rep", ".qdrep")):
-        return "an nsys report"
-    return "an nsys .sqlite export"
-
-
-def _read_raw(path: Path) -> Profile:
-    name = path.name.lower()
-    if name.endswith(TRACE_SUFFIXES):
-        from nsysmap.read.torch_trace import read_trace
-
-        return read_trace(path)
-    if name.endswith(".nsys-rep") or name.endswith(".qdrep"):
-        from nsysmap.nsys_tool import export_sqlite
-
-        path = export_sqlite(path, path.with_suffix(".sqlite"))
-    from nsysmap.read.nsys_sqlite import read_sqlite
-
-    return read_sqlite(path)
 
 
 def analyse(
@@ -356,7 +309,7 @@ def analyse_file(
     stderr when it is a terminal, unless `stages` says otherwise.
     """
     path, out_dir = Path(path), check_output_dir(out_dir)
-    path = regular_file(path, _expected(path))
+    path = regular_file(path, expected_kind(path))
     stages = stages or Stages()
     stop = threading.Event()
     with ThreadPoolExecutor(1) as pool, ExitStack() as cleanup:

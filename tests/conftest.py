@@ -1,63 +1,59 @@
 """The fast tier: `pytest --fast`, what `make check` runs (under 30 s with lint).
 
-`--fast` collects only the modules below (the pure middle's unit tests, the
-readers, the docs and import checks: quick to import, no torch) and leaves out
-their tests marked slow, corpus, browser, dask or fresh (markers in setup.cfg).
-`make test` runs everything, these included.
+`--fast` runs every test not marked slow, corpus, browser, dask, fresh or
+torch (markers in setup.cfg), so a new test file is in it unless marked out. A
+module whose `pytestmark` names one of them is not even imported (a module
+that imports torch says `pytestmark = pytest.mark.torch`). `make test` runs
+everything.
 """
 
 from __future__ import annotations
 
+import ast
+from functools import cache
 from pathlib import Path
 
 import pytest
 
-FAST_EXCLUDES = ("slow", "corpus", "browser", "dask", "fresh")
+FAST_EXCLUDES = frozenset({"slow", "corpus", "browser", "dask", "fresh", "torch"})
 
-FAST_MODULES = frozenset(
-    {
-        "test_api.py",
-        "test_attribute.py",
-        "test_attribute_sqlite.py",
-        "test_by_range.py",
-        "test_deep_ranges.py",
-        "test_diff.py",
-        "test_docs.py",
-        "test_imports.py",
-        "test_labels_categories.py",
-        "test_many_units.py",
-        "test_module_names.py",
-        "test_nesting.py",
-        "test_nested_profile.py",
-        "test_nsys_tool.py",
-        "test_operator_ranges.py",
-        "test_overlap.py",
-        "test_reader.py",
-        "test_render_ranges.py",
-        "test_report_blocks.py",
-        "test_report_peaks.py",
-        "test_report_shapes.py",
-        "test_samples.py",
-        "test_stages.py",
-        "test_synth.py",
-        "test_tiers.py",
-        "test_torch_trace_launches.py",
-    }
-)
+
+@cache
+def module_markers(path: Path) -> frozenset[str]:
+    """The markers a test module's top-level `pytestmark` names, read without importing it."""
+    found: set[str] = set()
+    for node in ast.parse(path.read_text(), str(path)).body:
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        if any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in targets):
+            for sub in ast.walk(node):
+                if (
+                    isinstance(sub, ast.Attribute)
+                    and isinstance(sub.value, ast.Attribute)
+                    and sub.value.attr == "mark"
+                ):
+                    found.add(sub.attr)
+    return frozenset(found)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--fast",
         action="store_true",
-        help="the fast tier (make check): a chosen set of modules, without the tests "
-        f"marked {', '.join(FAST_EXCLUDES)}",
+        help="the fast tier (make check): every test not marked "
+        f"{', '.join(sorted(FAST_EXCLUDES))}",
     )
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    if config.getoption("--fast") and collection_path.suffix == ".py":
-        return collection_path.name.startswith("test_") and collection_path.name not in FAST_MODULES
+    if (
+        config.getoption("--fast")
+        and collection_path.suffix == ".py"
+        and collection_path.name.startswith("test_")
+        and module_markers(collection_path) & FAST_EXCLUDES
+    ):
+        return True
     return None
 
 

@@ -74,6 +74,7 @@ def step_export(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_one_step_by_hand(step_export, tmp_path):
     analysis = analyse_file(step_export, tmp_path / "out")
     got = _by_name(analysis.ops)
@@ -115,12 +116,14 @@ def test_one_step_by_hand(step_export, tmp_path):
     }
 
 
+@pytest.mark.slow
 def test_time_is_conserved_per_device_against_independent_sql(step_export, tmp_path):
     ops = analyse_file(step_export, tmp_path / "out").ops
     expected = {0: (7, 13 * MS), 1: (1, 5 * MS)}
     assert _device_totals(ops) == independent_gpu_totals(step_export) == expected
 
 
+@pytest.mark.slow
 def test_without_nvtx_every_op_is_reported_outside_ranges(tmp_path):
     path = tmp_path / "no_nvtx.sqlite"
     _step_export().write(path, omit=("NVTX_EVENTS",))
@@ -129,6 +132,7 @@ def test_without_nvtx_every_op_is_reported_outside_ranges(tmp_path):
     assert ops.height == 8 and ops["dur_ns"].sum() == 18 * MS
 
 
+@pytest.mark.slow
 def test_without_runtime_table_every_op_lacks_a_launch(tmp_path):
     path = tmp_path / "no_runtime.sqlite"
     _step_export().write(path, omit=("CUPTI_ACTIVITY_KIND_RUNTIME",))
@@ -209,6 +213,7 @@ def test_random_nestings_match_the_reference_through_sqlite(tmp_path_factory, da
     assert _device_totals(ops) == independent_gpu_totals(path)
 
 
+@pytest.mark.slow
 def test_an_nsys_rep_is_exported_with_nsys_then_attributed(tmp_path, monkeypatch):
     exe = fake_nsys.install(tmp_path / "bin")
     monkeypatch.setenv("PATH", f"{exe.parent}{os.pathsep}{os.environ.get('PATH', '')}")

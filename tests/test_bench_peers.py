@@ -61,6 +61,7 @@ def test_the_command_lines_use_the_peer_environment(tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_a_time_out_is_a_result_not_a_failure():
     done = peers.run_timed([sys.executable, "-c", "import time; time.sleep(30)"], timeout_s=0.3)
     assert done.timed_out and done.wall_s == 0.3

@@ -130,6 +130,7 @@ def test_a_report_too_long_to_pack_takes_the_general_path(monkeypatch):
     assert rows["A > B"] == (2, 3, 9 * MS, 3, 9 * MS, (15 + 4) * MS)
 
 
+@pytest.mark.slow
 def test_the_general_path_equals_the_packed_one(monkeypatch):
     for frames in (_sample(), _nested_sample()):
         packed = _table(frames)
@@ -138,6 +139,7 @@ def test_the_general_path_equals_the_packed_one(monkeypatch):
             assert_frame_equal(_table(frames), packed)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("renumber", ["gaps", "shuffled"])
 def test_range_ids_with_gaps_or_out_of_order_give_the_same_table(renumber):
     """Leaves and parents find their range by offset (ids without gaps), by a
@@ -158,6 +160,7 @@ def test_range_ids_with_gaps_or_out_of_order_give_the_same_table(renumber):
         assert_frame_equal(rg.by_range(rg.range_leaves(moved_ops), moved), expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("unknown", [-1, 7, 10**9])
 def test_an_operation_in_an_unknown_range_is_an_error(unknown):
     report = _sample().profile()
@@ -224,6 +227,7 @@ def test_summarise_without_ranges_leaves_by_range_empty():
     assert summarise(attribute(f.profile())).by_range.is_empty()
 
 
+@pytest.mark.slow
 def test_block_by_block_equals_in_memory():
     report = _sample().profile()
     ops = attribute(report)
@@ -338,6 +342,7 @@ def test_matches_a_reference_that_climbs_every_operation(one, two, launches, blo
     assert_frame_equal(combine_summaries(parts, report.ranges).by_range, table)
 
 
+@pytest.mark.slow
 @given(
     st.lists(st.tuples(st.integers(-50, 50), st.integers(-50, 50)), min_size=1, max_size=70),
     st.lists(st.tuples(st.integers(0, 69), st.integers(1, 70)), max_size=30),

@@ -385,6 +385,7 @@ def test_compilation_inside_the_capture_is_counted_apart_and_warned(tmp_path):
     assert "Warning: the profiled steps still compile" in text
 
 
+@pytest.mark.slow
 def test_a_capture_without_compilation_says_so_and_eager_captures_say_nothing(tmp_path):
     text = analyse(load_profile(_write(tmp_path, CPU_EVENTS, COMPILED))).summary_text
     assert "Compilation: 2 compiled graphs traced to modules. No compilation inside" in text
@@ -425,6 +426,7 @@ def test_replayed_kernels_follow_the_call_sites_in_order():
     assert got == {0: "m0", 1: "m1", 2: "m1", 3: "m2", 4: "m3", 5: "m4", 6: "m5"}
 
 
+@pytest.mark.fresh
 def test_the_shared_contract_imports_neither_torch_nor_polars():
     import subprocess
     import sys

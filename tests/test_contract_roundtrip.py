@@ -7,6 +7,7 @@ import json
 from dataclasses import fields
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +17,8 @@ from instrument import launch as launcher
 from instrument.contract import CompileRecord, LaunchRecord
 from nsysmap.capture import profile_script as nsys_run
 from nsysmap.flops import flops_document as flops_model
+
+pytestmark = pytest.mark.torch  # imports torch (the training side)
 
 SCRIPT = """
 import torch

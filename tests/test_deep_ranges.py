@@ -114,6 +114,7 @@ def test_paths_of_a_chain_thousands_deep_take_work_independent_of_depth(monkeypa
     assert budget.calls < 2_000
 
 
+@pytest.mark.slow
 def test_climbs_through_a_deep_closed_chain_take_work_independent_of_depth(monkeypatch):
     """5,000 nested closed ranges; kernels launched while they close again, where the
     last range to start is closed and the innermost open one is far above it."""

@@ -47,6 +47,7 @@ def row(diff, level, key):
     return diff.levels[level].filter(pl.col("key") == key).row(0, named=True)
 
 
+@pytest.mark.slow
 def test_a_slower_layer_is_found_layer_by_layer(slower):
     assert slower.a.steps == slower.b.steps == 2
     assert slower.change_ns == 6 * MS

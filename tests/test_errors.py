@@ -80,6 +80,7 @@ def test_an_unreadable_input_exits_3_with_permission_denied(tmp_path, capsys, mo
 
 
 # ----------------------------------------------------------------- outputs
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("where", "fragment"),
     [
@@ -127,6 +128,7 @@ def test_run_refuses_an_output_path_that_is_a_file_before_profiling(tmp_path, ca
     assert (tmp_path / "a_file").read_text() == "mine\n"
 
 
+@pytest.mark.slow
 def test_report_markdown_path_that_is_a_directory(tmp_path, capsys):
     source = _export(tmp_path / "run.sqlite")
     assert _run(capsys, "attribute", source, "-o", tmp_path / "out")[0] == 0
@@ -139,6 +141,7 @@ def _outputs(out: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_a_failed_write_leaves_the_previous_outputs_complete(tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
     assert _run(capsys, "attribute", _export(tmp_path / "a.sqlite"), "-o", out)[0] == 0
@@ -159,6 +162,7 @@ def test_a_failed_write_leaves_the_previous_outputs_complete(tmp_path, capsys, m
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging left
 
 
+@pytest.mark.slow
 def test_a_new_run_replaces_every_output_of_the_old_one(tmp_path, capsys):
     out = tmp_path / "out"
     assert _run(capsys, "attribute", _export(tmp_path / "a.sqlite"), "-o", out)[0] == 0
@@ -192,6 +196,7 @@ def _edit(path: Path, *statements: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("statement", "fragment"),
     [
@@ -209,6 +214,7 @@ def test_unusable_times_are_refused_not_wrapped(tmp_path, capsys, statement, fra
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_columns_renamed_in_letter_case_are_read(tmp_path, capsys):
     path = _edit(
         _export(tmp_path / "run.sqlite"),
@@ -223,6 +229,7 @@ def test_columns_renamed_in_letter_case_are_read(tmp_path, capsys):
     assert (ops.height, int(ops["dur_ns"].sum())) == sqlite_totals(path)
 
 
+@pytest.mark.slow
 def test_api_calls_without_thread_ids_leave_every_op_without_a_launch(tmp_path, capsys):
     """A renamed globalTid reads as NULL: no call has a process, so none launches an op."""
     path = _edit(
@@ -234,6 +241,7 @@ def test_api_calls_without_thread_ids_leave_every_op_without_a_launch(tmp_path, 
     assert ops["attribution"].to_list() == ["no_launch"] * 4
 
 
+@pytest.mark.slow
 def test_numbers_beyond_64_bits_in_range_names_are_no_number(tmp_path, capsys):
     huge = "99999999999999999999"
     path = _export(
@@ -245,6 +253,7 @@ def test_numbers_beyond_64_bits_in_range_names_are_no_number(tmp_path, capsys):
 
 
 # ------------------------------------------------------------ conservation
+@pytest.mark.slow
 def test_totals_that_do_not_add_up_are_an_error_and_nothing_is_written(
     tmp_path, capsys, monkeypatch
 ):
@@ -272,6 +281,7 @@ def test_internal_errors_are_one_line(tmp_path, capsys, monkeypatch):
     assert "internal error: ComputeError: first line Resolved plan: SELECT ..." in err
 
 
+@pytest.mark.slow
 def test_report_old_output_option_still_names_the_markdown_file(tmp_path, capsys):
     source = _export(tmp_path / "run.sqlite")
     assert _run(capsys, "attribute", source, "-o", tmp_path / "out")[0] == 0

@@ -84,6 +84,7 @@ def by_track(trace: dict) -> dict[str, list[dict]]:
     return {names[key]: events for key, events in validate(trace).items()}
 
 
+@pytest.mark.slow
 def test_training_sample_as_a_trace(runs, tmp_path):
     trace = export(runs["train"], tmp_path)
     tracks = by_track(trace)
@@ -99,6 +100,7 @@ def test_training_sample_as_a_trace(runs, tmp_path):
     assert trace["otherData"]["operations"] == 146
 
 
+@pytest.mark.slow
 def test_module_spans_nest_and_count_their_operations(runs, tmp_path):
     tracks = by_track(export(runs["train"], tmp_path, "--steps", "0"))
     modules = {
@@ -113,6 +115,7 @@ def test_module_spans_nest_and_count_their_operations(runs, tmp_path):
     assert mlp["dur"] == 17000.0  # c_proj 8 + act 1 + c_fc 8 ms, back to back
 
 
+@pytest.mark.slow
 def test_steps_and_window_limit_the_trace(runs, tmp_path):
     one = by_track(export(runs["train"], tmp_path, "--steps", "1"))
     assert {e["args"]["step"] for e in one["stream 7"]} == {1}
@@ -122,6 +125,7 @@ def test_steps_and_window_limit_the_trace(runs, tmp_path):
     assert names == ["[CUDA memcpy HtoD]", "ncclDevKernel_AllReduce_Sum_f32_RING_LL"]
 
 
+@pytest.mark.slow
 def test_two_gpus_and_two_streams(runs, tmp_path):
     trace = export(runs["gpt12"], tmp_path)
     tracks = validate(trace)
@@ -133,6 +137,7 @@ def test_two_gpus_and_two_streams(runs, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_a_real_cuda_trace_validates(runs, tmp_path):
     trace = export(runs["cuda"], tmp_path)
     tracks = by_track(trace)
@@ -180,6 +185,7 @@ def test_selection_keeps_operations_that_overlap_the_window():
     assert Selection(steps=(1,)).apply(ops, 0).height == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("options", "code"),
     [(["--steps", "x"], 2), (["--window", "5:1"], 2), (["--steps", "9"], 2)],
@@ -196,6 +202,7 @@ def test_missing_directory(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_trace_text_counts_what_it_wrote(runs):
     run = read_run(runs["train"])
     text, count = trace_text(run.ops, {0: "GPU"}, Selection(steps=(0,)))

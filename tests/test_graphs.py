@@ -153,6 +153,7 @@ def node_mode(tmp_path):
     return _node_export().write(tmp_path / "node_mode.sqlite")
 
 
+@pytest.mark.slow
 def test_graph_node_kernels_take_module_from_capture_and_step_from_replay(node_mode, tmp_path):
     ops = analyse_file(node_mode, tmp_path / "out").ops.sort("op_id")
     columns = ["name", "step", "phase", "module", "aten_op", "graph_node_id", "graph_id"]

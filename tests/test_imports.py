@@ -27,7 +27,12 @@ _DRIVERS = ("nsysmap.pipeline", "nsysmap.capture", "nsysmap.many", "nsysmap.cli"
 _LATER = ("nsysmap.output", "nsysmap.infer", "nsysmap.report")  # work on attributed ops
 _NSYS_QUERY = ("nsysmap.read.nsys_probe", "nsysmap.read.nsys_sql")
 _NSYS_ASSEMBLY = "nsysmap.read.nsys_sqlite"
-_NSYS_FRAMES = ("nsysmap.read.nsys_frames", "nsysmap.read.nsys_graphs", "nsysmap.read.nsys_env")
+_NSYS_FRAMES = (
+    "nsysmap.read.nsys_frames",
+    "nsysmap.read.nsys_gpu_ops",
+    "nsysmap.read.nsys_graphs",
+    "nsysmap.read.nsys_env",
+)
 FLOORS: dict[str, tuple[str, ...]] = {
     # Leaves: shared by everything, know nothing of the flow.
     "nsysmap.schemas": ("nsysmap.",),
@@ -50,6 +55,7 @@ FLOORS: dict[str, tuple[str, ...]] = {
     "nsysmap.read.nsys_sql": (*_NSYS_FRAMES, _NSYS_ASSEMBLY),
     # Frames are built in Polars only: no file, no SQL.
     "nsysmap.read.nsys_frames": (*_NSYS_QUERY, _NSYS_ASSEMBLY),
+    "nsysmap.read.nsys_gpu_ops": (*_NSYS_QUERY, "nsysmap.read.nsys_frames", _NSYS_ASSEMBLY),
     "nsysmap.read.nsys_graphs": (*_NSYS_QUERY, "nsysmap.read.nsys_frames", _NSYS_ASSEMBLY),
     "nsysmap.read.nsys_env": (*_NSYS_QUERY, "nsysmap.read.nsys_frames", _NSYS_ASSEMBLY),
     "nsysmap.read.nsys_specs": ("nsysmap.",),
@@ -59,6 +65,13 @@ FLOORS: dict[str, tuple[str, ...]] = {
     "nsysmap.output": ("nsysmap.read", "nsysmap.report", *_DRIVERS),
     "nsysmap.waits": ("nsysmap.read", "nsysmap.attribution", *_LATER, *_DRIVERS),
     # The flow and what works on its outputs: nothing below the CLI imports it.
+    "nsysmap.load": (
+        "nsysmap.output",
+        "nsysmap.infer",
+        "nsysmap.report",
+        *_DRIVERS,
+        "nsysmap.by_process",
+    ),
     "nsysmap.pipeline": ("nsysmap.capture", "nsysmap.many", "nsysmap.report", "nsysmap.cli"),
     "nsysmap.by_process": (*_DRIVERS, "nsysmap.report"),
     "nsysmap.report": ("nsysmap.capture", "nsysmap.many.run_many", "nsysmap.cli"),

@@ -55,6 +55,7 @@ def gpt(request, tmp_path_factory) -> tuple[pl.DataFrame, int]:
     return ops.join(labels, on=["op_id", "device_id"]), n_layer
 
 
+@pytest.mark.slow
 def test_synthetic_blocks_phases_and_steps_match_the_truth(gpt):
     ops, n_layer = gpt
     layer = pl.col("module").str.extract(r"\.h\.(\d+)(?:\.|$)").cast(pl.Int64)
@@ -142,6 +143,7 @@ def _attention_layer(ops: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+@pytest.mark.corpus
 @needs_real
 @pytest.mark.parametrize(
     ("name", "phases"),
@@ -161,6 +163,7 @@ def test_real_exports_agree_with_their_ranges(name, phases):
     assert _share(ops, true_phase == pl.col("inferred_phase"), true_phase.is_not_null()) >= phases
 
 
+@pytest.mark.corpus
 @needs_real
 def test_export_without_ranges_gets_blocks():
     report = load_profile(REAL / "cs336a2_fwd_no_nvtx_a100.sqlite")
@@ -171,6 +174,7 @@ def test_export_without_ranges_gets_blocks():
     assert "12 repeating blocks" in inferred.lines()[0]
 
 
+@pytest.mark.slow
 def test_cli_writes_inferred_tables_unless_told_not_to(tmp_path):
     sample = SAMPLES
     report = str(sample / "gpt2_tiny_train.sqlite")
@@ -189,6 +193,7 @@ def test_cli_writes_inferred_tables_unless_told_not_to(tmp_path):
     assert "(inferred)" not in off.output
 
 
+@pytest.mark.slow
 def test_the_summary_names_inferred_blocks_when_the_profile_has_no_ranges(tmp_path):
     path = write_export(tmp_path / "g.sqlite", gpt_tables(1000, seed=2, n_layer=3, processes=1))
     with sqlite3.connect(path) as conn:
@@ -198,6 +203,7 @@ def test_the_summary_names_inferred_blocks_when_the_profile_has_no_ranges(tmp_pa
     assert "(inferred): 3 repeating blocks" in result.output
 
 
+@pytest.mark.slow
 def test_report_shows_inferred_blocks_when_no_module_names_them(tmp_path):
     """`nsysmap report` on a profile whose ranges are all gone: blocks 0, 1, 2 inferred."""
     path = write_export(tmp_path / "g.sqlite", gpt_tables(1000, seed=2, n_layer=3, processes=1))

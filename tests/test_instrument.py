@@ -15,6 +15,8 @@ from instrument.ranges import naming
 from instrument.ranges.session import annotate
 from tests.test_instrument_support import FailBackward, Recorder
 
+pytestmark = pytest.mark.torch  # imports torch (the training side)
+
 VOCAB, WIDTH = 16, 8
 
 

@@ -13,6 +13,8 @@ from instrument.ranges import naming
 from instrument.ranges.session import annotate
 from tests.test_instrument_support import Recorder
 
+pytestmark = pytest.mark.torch  # imports torch (the training side)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
 

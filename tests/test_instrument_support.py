@@ -11,7 +11,10 @@ import itertools
 import threading
 from dataclasses import dataclass
 
+import pytest
 import torch
+
+pytestmark = pytest.mark.torch  # imports torch (the training side)
 
 
 @dataclass

@@ -281,6 +281,7 @@ def _categories(kind: str, names: list[str]) -> list[str]:
     return got.to_series().to_list()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "expected", "source"), KERNELS)
 def test_kernel_category(name, expected, source):
     assert _categories("kernel", [name]) == [expected]
@@ -319,6 +320,7 @@ def _corpus_kernel_names(source: str) -> frozenset[str]:
     return frozenset(e["name"] for e in events if e.get("cat") == "kernel")
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize(
     ("name", "source"), [(name, source) for name, _, source in KERNELS if source in _SOURCES]
 )
@@ -331,6 +333,7 @@ GEMM_NAME = r"(?i)gemm|gemv|matmul|nvjet|cutlass|xmma|^cijk_|^bmm_|^void marlin:
 MATMUL_CATEGORIES = {"gemm", "attention"}
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize("source", [_VLLM, _MOE, _GPT2])
 def test_no_large_gemm_kernel_falls_outside_the_matmul_categories(source, tmp_path):
     analysis = analyse_file(corpus_path(source), tmp_path / "out")

@@ -218,6 +218,7 @@ def _kernel_names(source: str) -> list[str]:
         return [row[0].decode() for row in conn.execute(query)]
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize(("name", "source"), [(n, s) for _, n, _, s in CNN_CASES if s])
 def test_real_kernel_examples_occur_in_their_profile(name, source):
     assert any(kernel.startswith(name) for kernel in _kernel_names(source))

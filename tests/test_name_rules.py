@@ -93,6 +93,7 @@ def _corpus_names(source: str) -> set[str]:
     return {e["name"] for e in events if e.get("cat") == "user_annotation"}
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize("rule", [r for r in RULES if r.source], ids=_rule_id)
 def test_real_examples_occur_in_their_profile(rule: NameRule):
     assert rule.example in _corpus_names(rule.source)
@@ -316,6 +317,7 @@ def _user_named_export(path) -> None:
     b.write(path)
 
 
+@pytest.mark.slow
 def test_attribute_applies_the_users_rules_and_records_them(tmp_path):
     path, out = tmp_path / "user.sqlite", tmp_path / "out"
     _user_named_export(path)

@@ -29,6 +29,7 @@ def test_both_sides_agree_on_the_phases_and_prefix():
     assert parse.PREFIX == fmt.PREFIX + fmt.SEP
 
 
+@pytest.mark.slow
 @given(st.integers(0, 10**9))
 def test_step(step):
     name = fmt.step_range(step)
@@ -42,6 +43,7 @@ def test_phase(phase):
     )
 
 
+@pytest.mark.slow
 @given(st.sampled_from(["forward", "backward"]), paths, classes)
 def test_module(direction, path, cls):
     name = fmt.module_range(direction, path, cls)
@@ -57,6 +59,7 @@ def test_module(direction, path, cls):
     )
 
 
+@pytest.mark.slow
 @given(st.text(max_size=40).filter(lambda s: not s.startswith("nsysmap:")))
 def test_foreign_names_are_never_nsysmap_ranges(name):
     assert parse.parse_range_name(name) is None

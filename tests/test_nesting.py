@@ -57,6 +57,7 @@ def test_ties_longer_outside_equal_by_id_and_zero_length_contains_nothing():
     assert _innermost(nested, [1, 1, 1], [0, 4, 9]) == [4, 5, 5]
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(
     threads_of_ranges(), st.lists(st.tuples(st.integers(1, 2), st.integers(-1, 62)), max_size=25)

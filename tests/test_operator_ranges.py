@@ -162,6 +162,7 @@ def real_export(request) -> tuple[Path, pl.DataFrame]:
     return path, with_shape_flops(attribute(load_profile(path)))
 
 
+@pytest.mark.corpus
 def test_matmul_flops_come_from_sizes(real_export):
     path, ops = real_export
     calls = _independent_bmm_calls(path)
@@ -173,6 +174,7 @@ def test_matmul_flops_come_from_sizes(real_export):
     assert not ops["input_shapes"].drop_nulls().str.contains("input_op_ids").any()
 
 
+@pytest.mark.corpus
 def test_the_shape_table_shows_each_operator_and_shapes_once_with_its_calls(real_export):
     path, ops = real_export
     table = shapes_table(ops)

@@ -254,6 +254,7 @@ def test_domains_by_process_and_missing_create_events(tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_marks_thread_names_and_domain_creations_are_not_ranges(tmp_path):
     b = training_step()
     b.mark(10, 11, 4, "checkpoint")
@@ -319,6 +320,7 @@ def test_devices_from_target_info_gpu(step_report):
     assert step_report.devices.rows() == [(0, "NVIDIA H100", 132, 80 * 2**30, "9.0")]
 
 
+@pytest.mark.slow
 def test_devices_from_older_layouts(tmp_path):
     tables = training_step().tables()
     older = pl.DataFrame({"deviceId": [3], "name": ["Tesla V100"], "smCount": [80]})
@@ -381,6 +383,7 @@ def test_invalid_utf8_is_decoded_with_replacement_characters(tmp_path):
     assert "void k\ufffd(int)" in report.ops["name"].to_list()
 
 
+@pytest.mark.slow
 def test_null_texts_before_the_first_name_do_not_confuse_type_inference(tmp_path):
     """70,000 registered-string ranges (text NULL) come before the first inline one."""
     n = 70_000
@@ -557,6 +560,7 @@ ops = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(
     max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

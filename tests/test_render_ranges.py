@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from nsysmap.attribution.attribute import attribute
 from nsysmap.output import summary_text as render
 from nsysmap.output.summarise import summarise
@@ -155,6 +157,7 @@ def test_kernels_inside_their_own_threads_ranges_count_in_the_phase_range_too():
     assert line.split()[-2:] == ["8.000", "44.4%"]
 
 
+@pytest.mark.slow
 def test_kernels_of_a_thread_without_ranges_count_in_the_range_that_gave_their_phase():
     f = _user_profile()
     f.range(1, "backward pass", 100, 200)

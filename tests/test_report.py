@@ -61,6 +61,7 @@ def summary(result, metric: str, scope: str, run: str = "main") -> float | None:
     return hit["value"].item()
 
 
+@pytest.mark.slow
 def test_matmul_share_in_the_full_step_and_in_forward_only(report):
     assert summary(report, "matmul_time_share", "step") == 222 / 304
     assert summary(report, "matmul_time_share", "forward") == 74 / 106
@@ -335,6 +336,7 @@ def test_mfu_over_the_steps_wall_time(with_model_flops):
     assert "Over the steps' wall time" in result.markdown
 
 
+@pytest.mark.slow
 def test_kineto_cuda_trace_shapes_flops_and_mfu_on_two_different_gpus(tmp_path):
     """A hand-written CUDA trace (tests/test_torch_trace.py): fc1's addmm [8,16]x[16,32]
     runs 3.25 µs on an A100, its backward mm [8,32]x[32,16] 2 µs on an H100."""

@@ -81,6 +81,7 @@ def test_forward_ranges_without_steps_count_the_forward_passes():
     assert "- Forward passes: 3 (forward range instances)" in result.markdown
 
 
+@pytest.mark.slow
 def test_work_outside_every_phase_is_left_out_and_said():
     """Weights copied to the GPU before the first forward (48 % of the time) are not the
     top kernel of the steady state: the step scope is the phases, the copy is left out."""
@@ -105,6 +106,7 @@ def test_work_outside_every_phase_is_left_out_and_said():
     assert doc["answers"]["matmul_share"]["scopes"]["step"]["share"] == 10 / 13
 
 
+@pytest.mark.slow
 def test_graph_replays_traced_whole_make_the_matmul_share_unknown():
     """`--cuda-graph-trace=graph`: the replay's kernels are unknown, so is the share."""
     f = Frames()
@@ -124,6 +126,7 @@ def test_graph_replays_traced_whole_make_the_matmul_share_unknown():
     assert "unknown (20.0 % to 100.0 %)" in result.markdown
 
 
+@pytest.mark.slow
 def test_softmax_and_matmul_ranges_count_without_an_attention_parent():
     f = Frames()
     f.range(1, "forward pass", 0, 100)

@@ -43,6 +43,7 @@ def test_block_and_part_of_a_module_path():
     assert frame["part"][4] == "b"
 
 
+@pytest.mark.slow
 def test_each_block_split_by_phase_and_part(report):
     parts = report.tables["report_blocks"]
     per_step = {

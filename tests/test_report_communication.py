@@ -67,6 +67,7 @@ def _rows(rows: list[dict]) -> set[tuple]:
     return {tuple(r[k] for k in ROW) for r in rows}
 
 
+@pytest.mark.slow
 def test_planted_one_off_broadcast_and_hidden_all_reduces(tmp_path: Path) -> None:
     path = _planted_export().write(tmp_path / "ddp.sqlite")
     answer = communication_answer(analyse(load_profile(path), infer=False).ops)
@@ -106,6 +107,7 @@ def _numbers_of(answer: dict) -> set[str]:
     return out
 
 
+@pytest.mark.slow
 def test_every_number_of_the_markdown_comes_from_the_answer(tmp_path: Path) -> None:
     path = _planted_export().write(tmp_path / "ddp.sqlite")
     answer = communication_answer(analyse(load_profile(path), infer=False).ops)

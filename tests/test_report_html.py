@@ -78,12 +78,14 @@ def trace(chart, name):
     return next(t for t in chart.figure["data"] if t.get("name") == name)
 
 
+@pytest.mark.slow
 def test_the_training_sample_draws_its_charts(charts, train):
     assert list(charts) == TRAIN_CHARTS
     assert missing_charts(train.findings) == []
     assert any(n.startswith("No FLOPs, so no TFLOP/s or MFU") for n in train.findings.notes)
 
 
+@pytest.mark.slow
 def test_time_by_phase_per_step(charts):
     steps = charts["phase_steps"]
     got = {t["name"]: t["y"] for t in steps.figure["data"]}
@@ -100,6 +102,7 @@ def test_time_by_phase_per_step(charts):
     assert spread["step total"] == [2, 152.0, 152.0, 152.0, 0.0, 0.0]
 
 
+@pytest.mark.slow
 def test_each_block_by_phase_and_by_part(charts):
     blocks = charts["blocks_phase"]
     assert trace(blocks, "forward")["x"] == ["transformer.h.0", "transformer.h.1"]
@@ -116,6 +119,7 @@ def test_each_block_by_phase_and_by_part(charts):
     }
 
 
+@pytest.mark.slow
 def test_the_module_tree_holds_all_time(charts):
     icicle = charts["tree"].figure["data"][0]
     values = dict(zip(icicle["ids"], icicle["values"], strict=True))
@@ -127,6 +131,7 @@ def test_the_module_tree_holds_all_time(charts):
     assert all(p in values for p in parents.values() if p)
 
 
+@pytest.mark.slow
 def test_matmul_share_forward_against_full_step(charts):
     bars = trace(charts["matmul"], "matrix multiplication")
     shares = dict(zip(bars["x"], bars["y"], strict=True))
@@ -135,6 +140,7 @@ def test_matmul_share_forward_against_full_step(charts):
     assert shares["full step (forward-only run)"] == round(74 / 108, 6)
 
 
+@pytest.mark.slow
 def test_top_kernels_with_calls_per_step_and_per_forward_pass(charts):
     top = charts["top_kernels"]
     first = top.table.rows[0]
@@ -184,6 +190,7 @@ def test_module_tree_names_the_root_module_and_its_missing_ancestors():
     assert nodes.filter(pl.col("label") == "a")["inclusive_ns"].item() == 2
 
 
+@pytest.mark.slow
 def test_twelve_blocks_and_rates_when_flops_are_known(runs):
     result = build_report(read_run(runs["gpt12"]), options=ReportOptions(dtype="bf16"))
     charts = {c.id: c for c in report_charts(result.findings)}
@@ -194,17 +201,20 @@ def test_twelve_blocks_and_rates_when_flops_are_known(runs):
     assert all(0 < m < 1 for m in mfu)
 
 
+@pytest.mark.slow
 def test_every_figure_is_valid_plotly(charts):
     for chart in charts.values():
         go.Figure(chart.figure)  # raises on a property Plotly does not know
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["gpt2_tiny_train", "gpt2_tiny_infer"])
 def test_chart_data_matches_golden_files(name):
     golden = (SAMPLES / "expected" / name / CHARTS).read_text()
     assert chart_text(chart_document(SAMPLES / f"{name}.sqlite")) == golden
 
 
+@pytest.mark.slow
 def test_page_is_self_contained(train):
     page = report_page(train.findings, train.compare)
     assert page.count(plotly_js()) == 1
@@ -217,6 +227,7 @@ def test_page_is_self_contained(train):
     assert notes < page.index('id="sec-phase_steps"')
 
 
+@pytest.mark.slow
 def test_report_html_option_writes_the_page(runs, tmp_path):
     result = CliRunner().invoke(cli, ["report", str(runs["infer"]), "--quiet", "--html"])
     assert result.exit_code == 0, result.output
@@ -278,6 +289,7 @@ def test_operator_ranges_group_by_name_and_taken_operations_nest():
     assert "MmBackward0" not in paths
 
 
+@pytest.mark.slow
 def test_phases_without_steps_are_drawn_over_the_whole_run(train):
     f = train.findings
     ops = f.run.ops.with_columns(step=pl.lit(None, pl.Int64))
@@ -305,6 +317,7 @@ def test_a_chart_of_many_layers_keeps_the_top_ones_and_one_other_bar():
     assert drawn["tflops_per_s"][-1] == pytest.approx(rest)
 
 
+@pytest.mark.slow
 def test_many_steps_draw_the_first_forty_and_the_table_keeps_all(train):
     f = train.findings
     ops = f.run.ops.with_columns(step=pl.col("op_id") % 50)

@@ -62,6 +62,7 @@ def test_rows_are_in_start_order_with_nsys_id_encodings(export):
     assert unmatched == [(0,)]
 
 
+@pytest.mark.slow
 def test_same_seed_same_export_other_seed_other_timings(tmp_path):
     a = write_export(tmp_path / "a.sqlite", gpt_tables(1000, seed=1))
     b = write_export(tmp_path / "b.sqlite", gpt_tables(1000, seed=1))
@@ -72,6 +73,7 @@ def test_same_seed_same_export_other_seed_other_timings(tmp_path):
     assert len(_rows(a, query)) == len(_rows(c, query))
 
 
+@pytest.mark.slow
 def test_chunked_tables_write_like_whole_frames(tmp_path, monkeypatch):
     monkeypatch.setattr("nsysmap.synth.tile.STEPS_PER_CHUNK", 1)
     chunked = write_export(tmp_path / "chunked.sqlite", gpt_tables(2000, seed=4))

@@ -57,6 +57,7 @@ def attributed(request, tmp_path) -> tuple[str, pl.DataFrame, pl.DataFrame]:
     return text, ops, by_range
 
 
+@pytest.mark.slow
 def test_no_listed_range_is_a_sliver(attributed):
     text, _, by_range = attributed
     rows, _ = _listed(text)
@@ -69,6 +70,7 @@ def test_no_listed_range_is_a_sliver(attributed):
     assert shown[0] == "nsysmap:step:*"  # the range holding nearly all the time
 
 
+@pytest.mark.slow
 def test_the_time_inside_none_is_recomputed_from_the_operations(attributed):
     text, ops, _ = attributed
     _, lines = _listed(text)

@@ -106,6 +106,8 @@ def _reference_self(events: list[dict]) -> tuple[dict[tuple, int], int]:
     return {op: own[i] for i, op in enumerate(ops) if keys[op] == 1}, top_total
 
 
+@pytest.mark.torch
+@pytest.mark.slow
 def test_cpu_trace_units_are_operators_timed_by_self_time(cpu_trace):
     raw_ops = _raw(cpu_trace, "cpu_op")
     report = read_trace(cpu_trace)
@@ -125,6 +127,7 @@ def test_cpu_trace_units_are_operators_timed_by_self_time(cpu_trace):
     assert (linear["dur_ns"] < linear["end_ns"] - linear["start_ns"]).all()  # addmm inside
 
 
+@pytest.mark.torch
 def test_cpu_trace_shapes_launches_and_meta(cpu_trace):
     raw_ops = _raw(cpu_trace, "cpu_op")
     report = read_trace(cpu_trace)
@@ -145,6 +148,7 @@ def test_cpu_trace_shapes_launches_and_meta(cpu_trace):
     assert report.meta_value("source_path") == str(cpu_trace)
 
 
+@pytest.mark.torch
 def test_cpu_trace_ranges_are_user_annotations_and_autograd_nodes(cpu_trace):
     annotations = _raw(cpu_trace, "user_annotation")
     nodes = [e for e in _raw(cpu_trace, "cpu_op") if e["args"].get("Sequence number") is not None]
@@ -166,6 +170,8 @@ def test_cpu_trace_ranges_are_user_annotations_and_autograd_nodes(cpu_trace):
     assert ranges["range_id"].n_unique() == ranges.height
 
 
+@pytest.mark.torch
+@pytest.mark.slow
 def test_cpu_trace_attributes_through_the_pipeline(cpu_trace):
     pipeline = pytest.importorskip("nsysmap.pipeline")
     analysis = pipeline.analyse(pipeline.load_profile(cpu_trace))
@@ -386,6 +392,7 @@ def test_missing_file_is_input_not_found(tmp_path):
 # ------------------------------------------------------------- invariants
 
 
+@pytest.mark.slow
 @given(st.lists(st.from_regex(r"[0-9]{1,13}(\.[0-9]{0,6})?", fullmatch=True), max_size=20))
 def test_microsecond_text_converts_exactly(values):
     expected = [int((Decimal(v) * 1000).to_integral_value("ROUND_HALF_UP")) for v in values]

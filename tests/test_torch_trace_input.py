@@ -99,6 +99,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("change", "skipped", "gpu_ns", "launched"),
     [case[1:] for case in CASES],

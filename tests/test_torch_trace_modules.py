@@ -130,6 +130,7 @@ def test_by_module_adds_up_by_hand(model_trace):
     assert got[None][1:] == (1, 1, 1000, 0, 0)  # outside every module: itself only
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("node_seq", "with_flow", "module"),
     [
@@ -182,6 +183,7 @@ def test_nsysmap_module_ranges_win_over_module_frames(tmp_path):
     assert read_trace(path).meta_value("module_source") == "nsysmap ranges"
 
 
+@pytest.mark.slow
 def test_report_shows_module_time_shapes_and_flops(model_trace, tmp_path):
     analyse_file(model_trace, tmp_path / "out", options={"command": "attribute"})
     result = build_report(read_run(tmp_path / "out"))
@@ -317,6 +319,8 @@ def _expected_modules(path: Path) -> dict[tuple[int, int, str], str | None]:
     return out
 
 
+@pytest.mark.torch
+@pytest.mark.slow
 def test_recorded_cpu_trace_modules_match_a_stack_walk(recorded):
     expected = _expected_modules(recorded)
     ops = _ops(recorded)

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import polars as pl
+import pytest
 from click.testing import CliRunner
 
 from nsysmap.attribution.attribute import attribute
@@ -88,6 +89,7 @@ def test_a_users_phase_rule_wins_inside_warm_up_steps(tmp_path):
     assert ops.select("step", "phase", "warmup").to_dicts() == want
 
 
+@pytest.mark.slow
 def test_a_users_rule_replaces_the_built_in_reading_of_the_names_it_matches(tmp_path):
     # The user's rule reads `Warm-up Step N` as a step: no built-in warm-up mark.
     ops, launched = _attributed(tmp_path, "--step", r"^Warm-up Step (\d+)$")
@@ -100,6 +102,7 @@ def test_a_users_rule_replaces_the_built_in_reading_of_the_names_it_matches(tmp_
     assert ops["warmup"].to_list() == [k["warmup"] for k in launched]
 
 
+@pytest.mark.corpus
 def test_param_forward_passes_in_warm_up_and_measure_ranges():
     """PARAM's AlexNet benchmark: `[param|...|warmup|forward]` and `[...|measure|forward]`."""
     profile = load_profile(corpus_path("hta_param_alexnet_warmup_measure_annotations_a100.json.gz"))
@@ -140,6 +143,7 @@ def test_an_older_output_reads_its_warm_up_phase_as_the_mark(tmp_path):
     )
 
 
+@pytest.mark.corpus
 def test_an_unlabelled_first_iteration_is_not_called_warm_up():
     """CS336's benchmark: `benchmark_iteration` > `forward`, `backward`, the first iteration
     slower but named like the others (NVTX only, no GPU work): nothing is warm-up."""

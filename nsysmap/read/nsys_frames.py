@@ -2,7 +2,8 @@
 
 `build(raw, strings)` turns the tables `nsysmap.read.nsys_sql` read into the
 frames of a Profile: kernels, memcpys, memsets and CUDA graph replays become
-`gpu_ops` (graph links by `nsysmap.read.nsys_graphs`), NVTX rows become
+`gpu_ops` (`nsysmap.read.nsys_gpu_ops`; graph links by
+`nsysmap.read.nsys_graphs`), NVTX rows become
 `ranges`, runtime rows `api_calls` (backtrace twins and duplicate launches
 dropped), with every StringIds lookup an expression. `batch_builders` gives
 the functions the queries apply to each batch of the two big tables as it
@@ -20,17 +21,13 @@ from nsysmap import schemas
 from nsysmap.launch_keys import first_calls
 from nsysmap.read import nsys_specs as specs
 from nsysmap.read.nsys_env import rank_facts
+from nsysmap.read.nsys_gpu_ops import gpu_ops_frame, kernels_batch
 from nsysmap.read.nsys_graphs import split_graphs
-
-Raw = dict[str, pl.DataFrame | None]
+from nsysmap.read.nsys_specs import Raw
 
 DOMAIN_CREATE = 75
 PUSH_POP, START_END = 59, 60  # the NVTX event types of ranges
 RANGE_KINDS = (PUSH_POP, START_END)
-# Copy kinds for exports without ENUM_CUDA_MEMCPY_OPER (that enum's ids).
-COPY_KINDS: tuple[str, ...]
-COPY_KINDS = ("Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH")
-COPY_KINDS += ("PtoP", "Unified HtoD", "Unified DtoH", "Unified DtoD")
 MAX_RANGE_RUNS = 64  # range rows in more runs than this are filtered (copied)
 TWIN_EVENT_CLASS = 67  # the backtrace twin nsys writes next to a CUDA API row
 LAUNCH_API = r"^cu(da)?(Graph)?Launch"  # cudaLaunchKernel_v7000, cuLaunchKernelEx, ...
@@ -114,124 +111,6 @@ def rechunked(frame: pl.DataFrame) -> pl.DataFrame:
     return frame
 
 
-def strings_table(frame: pl.DataFrame | None) -> pl.DataFrame:
-    return specs.STRINGS.empty_if_none(frame).unique("id", keep="first", maintain_order=True)
-
-
-def string_value(column: str, strings: pl.DataFrame) -> pl.Expr:
-    """The StringIds value the id in `column` points to (null when none)."""
-    ids, n = strings["id"], strings.height
-    if n and ids[0] == 0 and ids[n - 1] == n - 1 and ids.is_sorted():  # ids 0..n-1: index
-        index = pl.col(column)
-        found = pl.lit(strings["value"]).gather(index.clip(0, n - 1))
-        return pl.when(index.is_between(0, n - 1)).then(found)
-    return pl.col(column).replace_strict(
-        ids, strings["value"], default=None, return_dtype=pl.String
-    )
-
-
-def gpu_ops_frame(raw: Raw, strings: pl.DataFrame, first_id: int = 0) -> pl.DataFrame:
-    """Kernels, memcpys, memsets, then graph replays, each in file order; op_id counts
-    them from `first_id`.
-
-    Two columns beyond PROFILE_OPS, `graph_node_id` and `graph_id`, say which ops
-    ran in or as a CUDA graph (see `nsysmap.read.nsys_graphs`).
-    """
-    kernels = raw.pop(specs.KERNEL.table)
-    frames = [
-        kernels_batch(specs.KERNEL.empty_if_none(None), strings) if kernels is None else kernels,
-        _memcpys(
-            specs.MEMCPY.empty_if_none(raw.pop(specs.MEMCPY.table)), raw[specs.MEMCPY_KINDS.table]
-        ),
-        _memsets(specs.MEMSET.empty_if_none(raw.pop(specs.MEMSET.table))),
-        _graph_replays(specs.GRAPH_TRACE.empty_if_none(raw.pop(specs.GRAPH_TRACE.table))),
-    ]
-    ops = pl.concat(frames, how="diagonal_relaxed")
-    op_id = pl.int_range(first_id, first_id + pl.len(), dtype=pl.Int64)
-    return ops.with_columns(op_id=op_id, input_shapes=None)
-
-
-def _op_columns(kind: str) -> dict[str, pl.Expr]:
-    return {
-        **_activity_columns(kind),
-        "graph_node_id": pl.col("graphNodeId"),
-        "graph_id": pl.col("graphId"),
-    }
-
-
-def _activity_columns(kind: str) -> dict[str, pl.Expr]:
-    return {
-        "kind": pl.lit(kind, schemas.OpKind),
-        "device_id": pl.col("deviceId"),
-        "stream_id": pl.col("streamId"),
-        "pid": specs.process_id("globalPid"),
-        "correlation_id": pl.col("correlationId"),
-        "start_ns": pl.col("start"),
-        "end_ns": pl.col("end"),
-        "dur_ns": pl.col("end") - pl.col("start"),
-    }
-
-
-def kernels_batch(kernels: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
-    """Name: the demangled name, else the short one, else the mangled one."""
-    demangled, short, mangled = (
-        specs.text_or_null(string_value(c, strings))
-        for c in ("demangledName", "shortName", "mangledName")
-    )
-    grid = {f"grid_{a}": pl.col(f"grid{a.upper()}") for a in "xyz"}
-    block = {f"block_{a}": pl.col(f"block{a.upper()}") for a in "xyz"}
-    return kernels.select(
-        **_op_columns("kernel"),
-        name=pl.coalesce(demangled, short, mangled, pl.lit("[unknown kernel]")),
-        short_name=short,
-        **grid,
-        **block,
-    )
-
-
-def _memcpys(copies: pl.DataFrame, enum: pl.DataFrame | None) -> pl.DataFrame:
-    """Named like "[CUDA memcpy HtoD]" after the copy kind."""
-    kinds = pl.DataFrame({"copyKind": range(len(COPY_KINDS)), "_kind": COPY_KINDS})
-    if enum is not None:
-        kinds = pl.concat([enum.select(copyKind="id", _kind=_copy_label("name")), kinds])
-    kinds = kinds.filter(pl.col("_kind").is_not_null()).unique("copyKind", keep="first")
-    copies = copies.join(kinds, on="copyKind", how="left", maintain_order="left")
-    label = pl.coalesce("_kind", pl.format("kind {}", "copyKind"), pl.lit("kind ?"))
-    name = pl.format("[CUDA memcpy {}]", label)
-    return copies.select(**_op_columns("memcpy"), name=name, short_name=name, bytes="bytes")
-
-
-def _copy_label(column: str) -> pl.Expr:
-    """ENUM_CUDA_MEMCPY_OPER names to labels: CUDA_MEMCPY_KIND_UVM_HTOD -> Unified HtoD."""
-    kind = pl.col(column).str.strip_prefix("CUDA_MEMCPY_KIND_")
-    core = kind.str.strip_prefix("UVM_")
-    pair = core.str.contains(r"^[A-Z]TO[A-Z]$")
-    label = (
-        pl.when(pair)
-        .then(core.str.replace(r"^(.)TO(.)$", "${1}to${2}"))
-        .otherwise(core.str.to_titlecase())
-    )
-    return pl.when(kind.str.starts_with("UVM_")).then("Unified " + label).otherwise(label)
-
-
-def _memsets(sets: pl.DataFrame) -> pl.DataFrame:
-    name = pl.lit("[CUDA memset]")
-    return sets.select(**_op_columns("memset"), name=name, short_name=name, bytes="bytes")
-
-
-def _graph_replays(trace: pl.DataFrame) -> pl.DataFrame:
-    """Whole-graph replays, named after the graph and its executable: "CUDA graph 3 (exec 7)"."""
-    short = pl.format("CUDA graph {}", pl.col("graphId").cast(pl.String).fill_null("?"))
-    exec_id = pl.col("graphExecId").cast(pl.String).fill_null("?")
-    return trace.select(
-        **_activity_columns("graph"),
-        name=pl.format("{} (exec {})", short, exec_id),
-        short_name=short,
-        graph_node_id=pl.lit(None, pl.Int64),
-        graph_id="graphId",
-    )
-
-
 def nvtx_batch(nvtx: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
     """NVTX rows with process, thread and name (text, else StringIds[textId])."""
     return nvtx.select(
@@ -239,7 +118,7 @@ def nvtx_batch(nvtx: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
         pid=specs.process_id("globalTid"),
         tid=specs.thread_id("globalTid"),
         domainId="domainId",
-        name=pl.coalesce(specs.text_or_null("text"), string_value("textId", strings)),
+        name=pl.coalesce(specs.text_or_null("text"), specs.string_value("textId", strings)),
         start_ns="start",
         end="end",
     )
@@ -338,7 +217,7 @@ def api_calls_frame(
         "pid",
         tid=specs.thread_id("globalTid"),
         correlation_id="correlationId",
-        api_name=string_value("nameId", strings),
+        api_name=specs.string_value("nameId", strings),
         start_ns="start",
         end_ns="end",
     )
@@ -388,7 +267,7 @@ def _threads(names: pl.DataFrame | None, strings: pl.DataFrame) -> pl.DataFrame:
     threads = specs.THREAD_NAMES.empty_if_none(names).select(
         pid=specs.process_id("globalTid"),
         tid=specs.thread_id("globalTid"),
-        thread_name=string_value("nameId", strings),
+        thread_name=specs.string_value("nameId", strings),
     )
     return threads.unique(["pid", "tid"], keep="last", maintain_order=True)
 

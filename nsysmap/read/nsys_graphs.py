@@ -4,7 +4,7 @@ Part of the nsys reader's frames stage (`nsysmap.read.nsys_frames` calls
 `split_graphs`; Polars only). Two capture modes:
 
 * `--cuda-graph-trace=graph` (nsys's default): each replay is one row of
-  `CUPTI_ACTIVITY_KIND_GRAPH_TRACE` (a `graph` op, built in `nsys_frames`),
+  `CUPTI_ACTIVITY_KIND_GRAPH_TRACE` (a `graph` op, built in `nsys_gpu_ops`),
   launched by `cudaGraphLaunch` with the same correlation id.
 * `--cuda-graph-trace=node`: every kernel, memcpy and memset of a replay is
   its own row carrying `graphNodeId` (and `graphId` from nsys 2025.5), with
@@ -97,7 +97,7 @@ def capture_points(events: pl.DataFrame) -> pl.DataFrame:
 def graph_links(ops: pl.DataFrame, nodes: pl.DataFrame, graphs: pl.DataFrame) -> pl.DataFrame:
     """GRAPH_LINKS rows: node ops with their node's capture point, replays with their graph's.
 
-    `ops` as built by `nsys_frames.gpu_ops_frame` (with graph_node_id and
+    `ops` as built by `nsys_gpu_ops.gpu_ops_frame` (with graph_node_id and
     graph_id); `nodes` and `graphs` from `capture_points`.
     """
     member = pl.col("graph_node_id").is_not_null() | (pl.col("kind") == "graph")

@@ -5,9 +5,10 @@ each, the physical column names it has had over nsys versions
 (`device_id=id|deviceId`). `nsysmap.read.nsys_sql` builds the SELECT from these
 constants and the columns a file turns out to have, never from data.
 
-`process_id`, `thread_id` and `text_or_null` decode nsys's serialized ids
-and the '' that a text read by `nsys_sql` holds when unset (Polars
-expressions, used by every stage that builds frames).
+`process_id`, `thread_id`, `text_or_null` and `string_value` decode nsys's
+serialized ids, the '' that a text read by `nsys_sql` holds when unset, and
+references into StringIds (`strings_table`): Polars expressions, used by every
+stage that builds frames.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 import polars as pl
 
 ID_MASK = 0xFFFFFF  # a serialized id's process (above 24 bits) and thread (below)
+Raw = dict[str, pl.DataFrame | None]  # the tables read: table name -> rows (None: absent)
 
 
 @dataclass(frozen=True)
@@ -140,3 +142,20 @@ def text_or_null(text: str | pl.Expr) -> pl.Expr:
     """A text as read (unset reads as '') with '' made null again."""
     text = pl.col(text) if isinstance(text, str) else text
     return pl.when(text != "").then(text)
+
+
+def strings_table(frame: pl.DataFrame | None) -> pl.DataFrame:
+    """StringIds as read, each id once (its first value)."""
+    return STRINGS.empty_if_none(frame).unique("id", keep="first", maintain_order=True)
+
+
+def string_value(column: str, strings: pl.DataFrame) -> pl.Expr:
+    """The StringIds value the id in `column` points to (null when none)."""
+    ids, n = strings["id"], strings.height
+    if n and ids[0] == 0 and ids[n - 1] == n - 1 and ids.is_sorted():  # ids 0..n-1: index
+        index = pl.col(column)
+        found = pl.lit(strings["value"]).gather(index.clip(0, n - 1))
+        return pl.when(index.is_between(0, n - 1)).then(found)
+    return pl.col(column).replace_strict(
+        ids, strings["value"], default=None, return_dtype=pl.String
+    )

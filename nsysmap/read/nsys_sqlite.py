@@ -70,7 +70,7 @@ def read_sqlite(
     one-line message.
     """
     export = open_export(path)
-    strings = frames.strings_table(sql.read_table(export, specs.STRINGS))
+    strings = specs.strings_table(sql.read_table(export, specs.STRINGS))
     if require_gpu and not any(export.has(s.table) for s in GPU_WORK_SPECS):
         _require_ops(export, {specs.RUNTIME.table: sql.read_table(export, specs.RUNTIME)}, strings)
     raw = sql.read_tables(export, TABLES, frames.batch_builders(strings), process)
