@@ -61,6 +61,9 @@ def test_exit_code_and_outputs(name, attributed, capsys):
         "by_range",
         "inferred",
         "by_inferred_block",
+        "idle",
+        "stream_idle",
+        "launch_cost",
     }
     assert manifest["input"]["sha256"] and manifest["output_schema_version"]
     # Inferred blocks partition each device's time like every other summary.
