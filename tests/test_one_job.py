@@ -36,6 +36,7 @@ def _doubts_of(names: list[str], work: Path) -> list[str]:
     return doubts(outcomes, ranks, output_tables(outcomes, ranks))
 
 
+@pytest.mark.corpus
 def test_two_unrelated_real_traces_raise_doubts(tmp_path):
     found = _doubts_of([V100_DDP, A100_MOE], tmp_path)
     assert found[0] == (
@@ -46,6 +47,7 @@ def test_two_unrelated_real_traces_raise_doubts(tmp_path):
     assert len(found) == 2
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize("names", [DLRM, [FASTVIDEO]], ids=["dlrm_two_traces", "fastvideo"])
 def test_the_ranks_of_one_real_job_raise_none(tmp_path, names):
     assert _doubts_of(names, tmp_path) == []

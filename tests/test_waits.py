@@ -161,6 +161,7 @@ REAL_FILES = [
 ]
 
 
+@pytest.mark.corpus
 @needs_corpus
 @pytest.mark.parametrize("path", REAL_FILES, ids=lambda p: p.name)
 def test_real_profiles_add_up_per_stream_and_step(path):
@@ -175,6 +176,7 @@ def test_real_profiles_add_up_per_stream_and_step(path):
     assert (joined["idle_ns"] == joined["dur_ns"]).all()
 
 
+@pytest.mark.corpus
 @needs_corpus
 def test_the_course_forward_pass_is_launch_bound():
     """The course assignment's forward pass (A100, a small Transformer LM): the GPU waits
@@ -190,6 +192,7 @@ def test_the_course_forward_pass_is_launch_bound():
     assert 0 < cost["shorter_than_launch"].sum() < cost["ops"].sum()
 
 
+@pytest.mark.corpus
 @needs_corpus
 def test_a_kernel_then_synchronise_loop_waits_on_synchronisations():
     """Cloverleaf calls cudaDeviceSynchronize after every kernel: most idle time is sync."""
@@ -227,6 +230,7 @@ def test_a_torch_profiler_trace_item_call_is_a_sync_wait(tmp_path):
 DATA_TRACE = Path(__file__).parent / "data" / "cuda" / "gpt2_tiny_nsysmap_run_h100.json.gz"
 
 
+@pytest.mark.slow
 def test_a_real_torch_profiler_trace_adds_up_and_names_phases():
     waits = _waits_of(DATA_TRACE)
     table = waits["stream_idle"]

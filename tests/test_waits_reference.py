@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -127,6 +128,7 @@ def _frames(ops: list[Op], syncs: list[tuple[int, int, int, int]]) -> tuple[pl.D
     return frame, calls, ranges
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(op, min_size=1, max_size=14), st.lists(sync, max_size=4))
 def test_gaps_kinds_and_busy_time_match_the_reference(rows, sync_rows):
