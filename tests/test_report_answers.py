@@ -228,3 +228,17 @@ def test_a_capture_without_ranges_says_its_host_copies_are_in_the_answers():
     assert doc["scopes"]["step"]["label"] == "whole capture"
     notes = [n for n in doc["cannot_answer"] if n.startswith("No ranges mark the steady state")]
     assert len(notes) == 1 and "60.0 % of the time is host-to-device copies" in notes[0]
+
+
+def test_the_brief_names_work_left_out_unless_it_is_a_sliver():
+    """Set-up work of 0.05 % of the time stays in the table but not in the brief; 48 % does."""
+    for setup_ms, in_brief in ((1, False), (1900, True)):
+        f = Frames()
+        f.range(1, "init_model", 0, 3000)
+        f.kernel(1, 1, "Memcpy HtoD (Pageable -> Device)", dur=setup_ms, kind="memcpy")
+        f.range(1, "forward", 3000, 5100)
+        f.kernel(1, 3001, "ampere_sgemm_128x64_tn", dur=2000)
+        result = _report(f)
+        assert len(result.answers["left_out"]) == 1
+        brief = result.markdown.split("## Answers in brief")[1].split("##")[0]
+        assert ("Left out of the answers: work outside every phase" in brief) is in_brief

@@ -15,6 +15,9 @@ from typing import Any
 from nsysmap.report.format import ms, num, pct
 from nsysmap.report.waits import waits_lead
 
+# Work left out below this share of all time is in the report's table, not in the brief.
+BRIEF_MIN_SHARE = 0.001
+
 
 def _label(doc: dict[str, Any], scope: str) -> str:
     return str(doc["scopes"].get(scope, {}).get("label", scope))
@@ -28,7 +31,9 @@ def brief(doc: dict[str, Any]) -> list[str]:
     lines.append(_communication(answers["communication"]))
     if answers.get("waits") and answers["waits"]["unknown"] is None:
         lines.append("Where the GPU waits: " + waits_lead(answers["waits"]))
-    lines += [_left_out(item) for item in doc["left_out"]]
+    lines += [
+        _left_out(item) for item in doc["left_out"] if (item["share"] or 0) >= BRIEF_MIN_SHARE
+    ]
     return [line for line in lines if line]
 
 
