@@ -61,6 +61,8 @@ def softmax_vs_matmul(
     flops = softmax_flops(rows, model, flop_source)
     no_flops = None if flop_source else "no FLOPs: no operator shapes and no FLOP document"
     parts = None
+    soft_ns: int | None
+    mat_ns: int | None
     if rows.select(rt.in_attention_module().any()).item():
         source: str | None = "modules"
         soft_ns, mat_ns = times["attention_softmax"], times["attention_matmul"]
@@ -68,7 +70,7 @@ def softmax_vs_matmul(
     else:
         parts = attention_parts(rows)
         source = "ranges" if parts is not None else None
-        soft_ns = mat_ns = 0
+        soft_ns = mat_ns = None  # unknown without attention modules or ranges
         soft_flop = mat_flop = None
         if parts is not None:
             sums = rows.select("dur_ns").with_columns(part=parts)
