@@ -242,3 +242,20 @@ def test_the_brief_names_work_left_out_unless_it_is_a_sliver():
         assert len(result.answers["left_out"]) == 1
         brief = result.markdown.split("## Answers in brief")[1].split("##")[0]
         assert ("Left out of the answers: work outside every phase" in brief) is in_brief
+
+
+@pytest.mark.corpus
+def test_a_layer_faster_than_its_device_is_called_out(tmp_path):
+    """The Switch-Transformer trace links a gate's small GEMM kernel to an expert-sized
+    addmm's recorded shapes: that layer would run at 12x the A100's peak, and the report
+    says its rate cannot be trusted; a profile whose rates fit says nothing of the kind."""
+    analyse_file(corpus_path("switchtransformer_moe_fwd_with_modules_a100.json"), tmp_path / "a")
+    result = build_report(read_run(tmp_path / "a"))
+    layers = result.findings.layers.filter(pl.col("mfu") > 1)
+    notes = [n for n in result.answers["cannot_answer"] if n.startswith("FLOPs do not fit")]
+    assert layers.height >= 1 and len(notes) == 1
+    assert f"in {layers.height} layer(s)" in notes[0]
+    analyse_file(corpus_path("tracelens_bert_small_infer_modules_h100.json.gz"), tmp_path / "b")
+    fits = build_report(read_run(tmp_path / "b"))
+    assert (fits.findings.layers["mfu"].drop_nulls() <= 1).all()
+    assert not any(n.startswith("FLOPs do not fit") for n in fits.answers["cannot_answer"])

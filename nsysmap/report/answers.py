@@ -241,6 +241,19 @@ def _host_copies_share(ops: pl.DataFrame) -> float:
     return copies / total if total else 0.0
 
 
+def _impossible_rates(f: Findings) -> list[str]:
+    """A layer faster than its device's peak: its FLOPs cannot be those of its kernels."""
+    over = f.layers.filter(pl.col("mfu") > 1).sort("mfu", descending=True)
+    if over.is_empty():
+        return []
+    worst = over.row(0, named=True)
+    return [
+        f"FLOPs do not fit the time in {over.height} layer(s): `{worst['layer']}` would run at "
+        f"{100 * worst['mfu']:.1f} % of the device's peak. The operator shapes recorded for "
+        "those kernels cannot be theirs, so their TFLOP/s and MFU are not to be trusted."
+    ]
+
+
 def limitations(f: Findings) -> list[str]:
     """What this run's data cannot answer, one plain sentence each."""
     notes = []
@@ -284,6 +297,7 @@ def limitations(f: Findings) -> list[str]:
     elif f.source is not None and f.devices["peak_tflops"].is_null().all():
         reasons = sorted(set(f.devices["peak_note"].drop_nulls().to_list()))
         notes.append("No MFU: " + "; ".join(reasons) + ".")
+    notes += _impossible_rates(f)
     notes += rr.structure_notes(f.run.ops)
     if f.softmax_time["fused_attention"]:
         notes.append(
