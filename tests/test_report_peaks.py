@@ -14,6 +14,9 @@ from nsysmap.flops.peaks import PEAKS, find_peak, normalise_dtype, peak_tflops
         ("NVIDIA H100 PCIe", "H100 PCIe"),
         ("NVIDIA H100 NVL", "H100 NVL"),
         ("NVIDIA H200", "H200"),
+        ("NVIDIA B200", "B200"),  # deviceProperties of a real B200 torch.profiler trace
+        ("NVIDIA GB200", "GB200"),
+        ("NVIDIA B300 SXM6 AC", "B300"),  # deviceProperties of a real B300 trace
         ("NVIDIA A100-SXM4-80GB", "A100"),
         ("NVIDIA A100-SXM4-40GB", "A100"),
         ("NVIDIA A100-PCIE-40GB", "A100"),
@@ -60,6 +63,8 @@ def test_dense_peaks_are_half_the_sparse_datasheet_figures_where_printed():
     h100, a100 = find_peak("H100 SXM5"), find_peak("A100")
     assert (h100.tf32 * 2, h100.bf16 * 2) == pytest.approx((989.4, 1978.8))
     assert (a100.tf32 * 2, a100.bf16 * 2) == (312.0, 624.0)
+    b200 = find_peak("NVIDIA B200")  # HGX B200: TF32 2.2, FP16/BF16 4.5 PFLOP/s sparse
+    assert (b200.tf32 * 2, b200.bf16 * 2) == (2200.0, 4500.0)
     for peak in PEAKS:  # tensor-core peaks are never below the plain FP32 peak
         assert all(v is None or v >= peak.fp32 for v in (peak.tf32, peak.fp16, peak.bf16))
 

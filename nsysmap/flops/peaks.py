@@ -10,6 +10,9 @@ accumulate rate. None: the GPU has no such tensor-core path.
 Sources (figures only):
 * H100 SXM/PCIe/NVL: NVIDIA H100 Tensor Core GPU datasheet.
 * H200 / H200 NVL: NVIDIA H200 Tensor Core GPU datasheet.
+* B200 (HGX, 1,000 W) and GB200 (1,200 W): NVIDIA HGX B200 and GB200 NVL72
+  datasheets, per GPU. B300: NVIDIA HGX B300 datasheet, whose per-system
+  totals are divided by its 8 GPUs.
 * A100 40GB/80GB SXM/PCIe: NVIDIA A100 Tensor Core GPU datasheet.
 * A10: NVIDIA A10 Tensor Core GPU datasheet. A10G (the AWS variant) has no NVIDIA
   datasheet: its figures are those commonly quoted for it, lower tensor clocks.
@@ -66,6 +69,9 @@ class Peak:
 
 
 PEAKS: tuple[Peak, ...] = (
+    Peak("GB200", r"gb200", 80.0, 1250.0, 2500.0, 2500.0),
+    Peak("B200", r"\bb200\b", 75.0, 1100.0, 2250.0, 2250.0),
+    Peak("B300", r"\bb300\b", 75.0, 1125.0, 2250.0, 2250.0),
     Peak("H100 NVL", r"h100 nvl", 60.0, 417.5, 835.5, 835.5),
     Peak("H100 PCIe", r"h100.*pcie", 51.0, 378.0, 756.0, 756.0),
     Peak("H100 SXM", r"h100", 67.0, 494.7, 989.4, 989.4),
