@@ -173,3 +173,23 @@ def test_a_calls_flops_land_on_its_longest_kernel_not_on_a_memset_before_it(tmp_
     assert counted["kind"].to_list() == ["memset", "kernel", "kernel"]
     assert counted["op_call"].to_list() == [False, True, False]
     assert counted["matmul_flop"].to_list() == [0, 240, 0]
+
+
+def test_asked_shapes_order_does_not_depend_on_the_order_of_its_input():
+    # Two shapes of one operator with as many calls: their order comes from the shapes.
+    shapes = pl.DataFrame(
+        {
+            "module": ["model.h.0.mlp", "model.h.0.mlp"],
+            "module_class": ["MLP", "MLP"],
+            "direction": ["forward", "forward"],
+            "aten_op": ["aten::addmm", "aten::addmm"],
+            "input_shapes": ["[[5], [4, 6], [6, 5], [], []]", "[[5], [2, 6], [6, 5], [], []]"],
+            "calls": [3, 3],
+            "flop_counted": [True, True],
+            "matmul_flop_per_call": [240, 120],
+            "other_flop_estimate_per_call": [20, 10],
+        }
+    )
+    forward, backward = asked_shapes(shapes), asked_shapes(shapes.reverse())
+    assert forward.equals(backward)
+    assert forward["input_shapes"].to_list() == sorted(shapes["input_shapes"])

@@ -83,9 +83,10 @@ def asked_shapes(shapes: pl.DataFrame) -> pl.DataFrame:
         pl.col("flop_counted").all(),
         layer.fill_null("(no module)").unique().sort().str.join(", ").alias("layers"),
     )
+    # Shapes break ties between rows with as many calls: the order never depends on grouping.
     return grouped.sort(
-        [pl.col("family").replace_strict(order), "aten_op", "direction", "calls"],
-        descending=[False, False, False, True],
+        [pl.col("family").replace_strict(order), "aten_op", "direction", "calls", "input_shapes"],
+        descending=[False, False, False, True, False],
         nulls_last=True,
     )
 
