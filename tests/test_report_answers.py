@@ -15,6 +15,7 @@ import pytest
 from nsysmap.pipeline import analyse, analyse_file
 from nsysmap.report.answers import RunData
 from nsysmap.report.build import build_report
+from nsysmap.report.format import flop, num
 from nsysmap.report.io import ANSWERS_JSON, read_run, write_report
 from tests.corpus import corpus_path
 from tests.frames import MS, Frames
@@ -171,7 +172,9 @@ def test_course_export_softmax_flops_come_from_its_softmax_ranges(tmp_path):
     flops = result.answers["answers"]["softmax_vs_matmul"]["attention"]["flops"]
     assert flops["softmax_flop"] > 0 and flops["matmul_flop"] > 0
     assert flops["ratio"] == flops["softmax_flop"] / flops["matmul_flop"]
-    assert "| FLOPs, attention ranges | 0.000 FLOP" not in result.markdown
+    assert "| FLOPs, attention ranges | 0 FLOP |" not in result.markdown
+    brief = result.markdown.split("## Answers in brief")[1].split("##")[0]
+    assert f"it does {num(flops['ratio'], 4)} times their FLOPs" in brief
 
 
 @pytest.mark.corpus
@@ -259,3 +262,12 @@ def test_a_layer_faster_than_its_device_is_called_out(tmp_path):
     fits = build_report(read_run(tmp_path / "b"))
     assert (fits.findings.layers["mfu"].drop_nulls() <= 1).all()
     assert not any(n.startswith("FLOPs do not fit") for n in fits.answers["cannot_answer"])
+
+
+@pytest.mark.parametrize(
+    ("count", "text"),
+    [(0, "0 FLOP"), (432.0, "432 FLOP"), (999.6, "1,000 FLOP"), (2592, "2.592 kFLOP"),
+     (7.247e6, "7.247 MFLOP"), (None, "–")],
+)  # fmt: skip
+def test_flop_counts_under_a_kflop_are_whole_flops(count, text):
+    assert flop(count) == text

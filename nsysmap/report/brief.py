@@ -98,11 +98,11 @@ def _softmax(answers: dict[str, Any]) -> str:
     parts = []
     if not time["unknown"]:
         parts.append(
-            f"softmax {ms(time['softmax_ns'])} against {ms(time['matmul_ns'])} "
-            f"of attention matmuls ({num(time['ratio'], 3)} in time)"
+            f"softmax takes {ms(time['softmax_ns'])} against {ms(time['matmul_ns'])} "
+            f"for the attention matmuls ({num(time['ratio'], 3)} times their time)"
         )
     if not flops["unknown"] and flops["ratio"] is not None:
-        parts.append(f"{num(flops['ratio'], 4)} in FLOPs")
+        parts.append(f"it does {num(flops['ratio'], 4)} times their FLOPs")
     return f"Softmax: {'; '.join(parts)}." if parts else ""
 
 

@@ -23,7 +23,9 @@ def flop(x: float | None) -> str:
     """A FLOP count with a readable unit."""
     if x is None:
         return "–"
-    scale, unit = next(((s, u) for s, u in _UNITS if abs(x) >= s), (1.0, "FLOP"))
+    scale, unit = next(((s, u) for s, u in _UNITS if abs(x) >= s), (None, "FLOP"))
+    if scale is None:  # under a kFLOP: whole FLOPs (estimates are rounded)
+        return f"{x:,.0f} {unit}"
     return f"{x / scale:,.3f} {unit}"
 
 

@@ -140,7 +140,8 @@ def waits_section(answer: dict[str, Any]) -> list[str]:
     lines += [waits_lead(answer), ""]
     lines += _stream_table(answer)
     lines += ["Per phase: the GPU time of its operations and the idle time just before them"
-              " (the gaps they ended), by kind of wait.", ""]  # fmt: skip
+              " (the gaps they ended), by kind of wait; the launch-bound share is of the"
+              " GPU time and idle time together.", ""]  # fmt: skip
     lines += _cost_table(answer["phases"], ["phase"])
     if answer["modules"]:
         lines += [f"The modules the GPU waited for most (top {MODULE_ROWS}):", ""]
