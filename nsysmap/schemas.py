@@ -191,6 +191,8 @@ OPS = declare(
 _SUMMARY_TAIL = {"ops": pl.Int64, "time_ns": pl.Int64, "time_share": pl.Float64}
 _MODULE_KEY = {"device_id": pl.Int64, "module": pl.String, "module_class": pl.String}
 
+# How far attribution got, per device: every op counted once (nsysmap.output.summarise).
+COVERAGE = declare({"device_id": pl.Int64, "attribution": Attribution, **_SUMMARY_TAIL})
 BY_PHASE = declare({"device_id": pl.Int64, "phase": pl.String, **_SUMMARY_TAIL})
 BY_CATEGORY = declare({"device_id": pl.Int64, "category": pl.String, **_SUMMARY_TAIL})
 BY_STEP = declare(
