@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from instrument import phase_vocabulary as vocabulary
 from instrument.phase_vocabulary import PHASES
 from instrument.ranges import naming as fmt
 from nsysmap import range_names as parse
@@ -30,6 +31,13 @@ def test_both_sides_agree_on_the_phases_and_prefix():
     assert fmt.PHASES is PHASES
     assert PHASES == ("data", "zero_grad", "forward", "loss", "backward", "optimizer")
     assert parse.PREFIX == fmt.PREFIX + fmt.SEP
+
+
+def test_the_vocabulary_colours_every_phase_and_maps_it_to_an_inferred_one():
+    assert set(vocabulary.HTML_COLOURS) == {*PHASES, *vocabulary.INFERRED_PHASES}
+    assert set(vocabulary.TRACE_COLOURS) == set(PHASES)
+    assert set(vocabulary.INFERRED_OF) == set(PHASES)
+    assert set(vocabulary.INFERRED_OF.values()) < set(vocabulary.INFERRED_PHASES)
 
 
 @pytest.mark.slow
