@@ -25,6 +25,13 @@ from nsysmap.output.summarise import (
     partial_summaries,
     summarise,
 )
+from nsysmap.output.writer import write_outputs
+
+
+class NoOps:
+    def place(self, folder: Path) -> None:
+        """No ops.parquet: only the summary tables are written."""
+
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_reports" / "gpt2_tiny_train.sqlite"
 BY_STREAM = schemas.declare(
@@ -96,3 +103,13 @@ def test_summaries_read_their_tables_by_name(ops):
         _ = summaries.by_nothing
     with pytest.raises(KeyError):
         summaries.replaced(by_nothing=summaries.by_phase)
+
+
+def test_the_writer_writes_summary_tables_only_in_their_declared_schema(ops, tmp_path):
+    by_phase = summarise(ops).by_phase
+    out = write_outputs({"by_phase": by_phase, "x": by_phase[:1]}, {}, tmp_path / "ok", ops=NoOps())
+    assert pl.read_parquet(out / "by_phase.parquet").schema == schemas.BY_PHASE
+    undeclared = by_phase.with_columns(pl.lit(1).alias("extra_ns"))
+    with pytest.raises(schemas.SchemaMismatch, match="by_phase"):
+        write_outputs({"by_phase": undeclared}, {}, tmp_path / "bad", ops=NoOps())
+    assert not (tmp_path / "bad" / "by_phase.parquet").exists()
