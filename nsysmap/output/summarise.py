@@ -34,9 +34,10 @@ class Aggregate(NamedTuple):
 
 
 # How a summary table is computed (`SummaryTable.source`).
-GROUPED = "grouped"  # grouped by its keys in every block of ops, the blocks' partials combined
-RANGES = "ranges"  # from every block's range leaves and the profile's ranges (by_range)
-WHOLE = "whole"  # from all the ops at once, after the blocks (overlap: `with_overlap`)
+Source = Literal["grouped", "ranges", "whole"]
+GROUPED: Source = "grouped"  # by its keys in every block of ops, the blocks' partials combined
+RANGES: Source = "ranges"  # from every block's range leaves and the profile's ranges (by_range)
+WHOLE: Source = "whole"  # from all the ops at once, after the blocks (overlap: `with_overlap`)
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class SummaryTable:
     schema: pl.Schema
     keys: tuple[str, ...] = ()  # group keys after device_id (GROUPED tables)
     extra: Mapping[str, Aggregate] = field(default_factory=dict)
-    source: str = GROUPED
+    source: Source = GROUPED
     # Its rows add up to the device's GPU time (nsysmap.output.conservation checks them).
     partition: bool = True
     finish: Callable[[pl.DataFrame], pl.DataFrame] | None = None
