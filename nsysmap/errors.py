@@ -1,6 +1,6 @@
 """Errors nsysmap reports to its users, each with a documented exit code.
 
-Every failure a user can cause (a wrong path, a file that is not an export, a
+Every failure a user can cause (a wrong path, a file that is not a profile, a
 training script that crashes) is raised as a subclass of `NsysmapError`. The
 CLI prints `nsysmap: error: <message>` on one line and exits with the class's
 code; the table lives in docs/cli.md.
@@ -16,7 +16,7 @@ class ExitCode(IntEnum):
     INTERNAL = 1  # a bug in nsysmap: the message says how to get the traceback
     USAGE = 2  # bad command-line options (click's own code)
     INPUT_NOT_FOUND = 3  # path missing or unreadable
-    NOT_AN_EXPORT = 4  # not SQLite, truncated, corrupt, or not an nsys export
+    UNUSABLE_INPUT = 4  # not a profile nsysmap reads, damaged times, or not an nsysmap output
     NO_GPU_DATA = 5  # an export without the tables attribution needs
     TOOL_MISSING = 6  # nsys (or another required tool) not on PATH
     PROFILER_FAILED = 7  # the profiler ran but produced no usable capture
@@ -27,6 +27,7 @@ class ExitCode(IntEnum):
     CLUSTER_FAILED = 12  # several reports: the Dask cluster could not be started or reached
     REGRESSION = 13  # nsysmap diff --fail-above: the step time or a row grew too much
     INTERRUPTED = 130  # Ctrl-C
+    NOT_AN_EXPORT = 4  # the former name of UNUSABLE_INPUT (an alias: other code may still use it)
 
 
 class NsysmapError(Exception):
@@ -44,8 +45,28 @@ class InputNotFound(NsysmapError):
     exit_code = ExitCode.INPUT_NOT_FOUND
 
 
-class NotAnExport(NsysmapError):
-    exit_code = ExitCode.NOT_AN_EXPORT
+class NotAProfile(NsysmapError):
+    """The input is not a profile nsysmap reads: not SQLite, empty, truncated, not an
+    Nsight Systems export, not a chrome trace, ..."""
+
+    exit_code = ExitCode.UNUSABLE_INPUT
+
+
+# The former name of NotAProfile (an nsys export is one kind of profile), kept while
+# other code still raises it.
+NotAnExport = NotAProfile
+
+
+class DamagedTimes(NotAProfile):
+    """A profile whose times cannot be right: operations without a usable duration,
+    ranges or API calls that end before they start, a device's total past 2^63-1 ns."""
+
+
+class NotAnOutput(NsysmapError):
+    """A directory read as nsysmap's output (`nsysmap report`, `diff`, `export`) whose
+    manifest or tables are not ones this nsysmap writes."""
+
+    exit_code = ExitCode.UNUSABLE_INPUT
 
 
 class NoGpuData(NsysmapError):
@@ -60,10 +81,13 @@ class ProfilerFailed(NsysmapError):
     exit_code = ExitCode.PROFILER_FAILED
 
 
-class SomeReportsFailed(NsysmapError):
-    """Of several reports, some could not be attributed; the others' outputs exist."""
+class SomeProfilesFailed(NsysmapError):
+    """Of several profiles, some could not be attributed; the others' outputs exist."""
 
     exit_code = ExitCode.SOME_FAILED
+
+
+SomeReportsFailed = SomeProfilesFailed  # its former name, kept while other code still uses it
 
 
 class OutputFailed(NsysmapError):

@@ -374,7 +374,7 @@ def _summarised_by_process(
     )
     store = _taken(blocks, parts, sink, stages)
     with stages.stage("summarise", "summarising"):
-        summaries = replace(combine_summaries(parts), by_range=kept.merged_by_range())
+        summaries = combine_summaries(parts).replaced(by_range=kept.merged_by_range())
         summaries = with_overlap(summaries, store.scan())
         # One process at a time, the API calls and ranges are gone: the waits have no
         # launch-call times nor synchronisations (docs/waits.md).

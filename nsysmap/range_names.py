@@ -13,7 +13,6 @@ from dataclasses import dataclass
 import polars as pl
 
 PREFIX = "nsysmap:"
-PHASES = ("data", "zero_grad", "forward", "loss", "backward", "optimizer")
 _STEP = r"^nsysmap:step:(\d+)$"
 _PHASE = r"^nsysmap:phase:([a-z_]+)$"
 _MODULE = r"(?s)^nsysmap:(fwd|bwd):([^:]+):(.*)$"

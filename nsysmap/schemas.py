@@ -49,7 +49,7 @@ LabelSource = pl.Enum(LABEL_SOURCES)
 # torch.profiler CPU backend, per CPU operator (dur_ns is then its self time).
 PROFILE_OPS = declare(
     {
-        "op_id": pl.Int64,  # unique within the report
+        "op_id": pl.Int64,  # unique within the profile
         "kind": OpKind,
         "device_id": pl.Int64,  # -1 for CPU operators
         "stream_id": pl.Int64,
@@ -182,7 +182,7 @@ OPS = declare(
         "graph_id": pl.Int64,  # the CUDA graph this op replays, or is a node of
         "graph_node_id": pl.Int64,
         "capture_range_path": pl.String,  # ranges open where its graph (node) was captured
-        "rank": pl.Int64,  # the process's rank in a distributed job, when the report says
+        "rank": pl.Int64,  # the process's rank in a distributed job, when the profile says
         "compiled_graph": pl.String,  # Inductor graph key of a torch.compile'd graph call
         "fused_modules": pl.String,  # a compiled kernel's modules, joined by ", "
     }
@@ -191,6 +191,8 @@ OPS = declare(
 _SUMMARY_TAIL = {"ops": pl.Int64, "time_ns": pl.Int64, "time_share": pl.Float64}
 _MODULE_KEY = {"device_id": pl.Int64, "module": pl.String, "module_class": pl.String}
 
+# How far attribution got, per device: every op counted once (nsysmap.output.summarise).
+COVERAGE = declare({"device_id": pl.Int64, "attribution": Attribution, **_SUMMARY_TAIL})
 BY_PHASE = declare({"device_id": pl.Int64, "phase": pl.String, **_SUMMARY_TAIL})
 BY_CATEGORY = declare({"device_id": pl.Int64, "category": pl.String, **_SUMMARY_TAIL})
 BY_STEP = declare(
@@ -356,8 +358,8 @@ def empty(schema: pl.Schema) -> pl.DataFrame:
     return pl.DataFrame(schema=schema)
 
 
-# ------------------------------------------------- several reports (ranks)
-# `nsysmap attribute` on several reports (nsysmap.many): every summary above
+# ------------------------------------------------ several profiles (ranks)
+# `nsysmap attribute` on several profiles (nsysmap.many): every summary above
 # gains a leading `rank`; these tables compare the ranks (docs/outputs.md).
 def with_rank(schema: pl.Schema) -> pl.Schema:
     """`schema` with a leading `rank` column."""
@@ -367,11 +369,11 @@ def with_rank(schema: pl.Schema) -> pl.Schema:
 RANKS = declare(
     {
         "rank": pl.Int64,
-        "input": pl.String,  # the report file
+        "input": pl.String,  # the profile's file
         "pid": pl.Int64,
         "device_ids": pl.List(pl.Int64),
         "rank_source": pl.String,  # declared, process, file_order
-        "declared_rank": pl.Int64,  # what the report itself said, if anything
+        "declared_rank": pl.Int64,  # what the profile itself said, if anything
         "ops": pl.Int64,
         "time_ns": pl.Int64,
     }

@@ -1,4 +1,4 @@
-"""Build reports inline, with whole-millisecond timings: `Frames.profile()` is a NestedProfile."""
+"""Build profiles inline, with whole-millisecond timings: `Frames.profile()` is a NestedProfile."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ MS = 1_000_000
 
 @dataclass
 class Frames:
-    """Collects rows; `report()` returns them read and normalised (a NestedProfile)."""
+    """Collects rows; `profile()` returns them read and normalised (a NestedProfile)."""
 
     ranges: list[dict] = field(default_factory=list)
     calls: list[dict] = field(default_factory=list)

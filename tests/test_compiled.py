@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 from instrument import compiled_doc as doc
-from nsysmap.errors import NotAnExport
+from nsysmap.errors import NotAProfile
 from nsysmap.pipeline import analyse, load_profile
 
 US = 1000  # ns
@@ -270,7 +270,7 @@ def test_a_compiled_submodule_puts_its_kernels_under_its_own_path(tmp_path):
 
 def test_a_broken_compiled_json_is_a_one_line_input_error(tmp_path):
     (tmp_path / doc.FILE).write_text('{"format": "nsysmap.compiled", "version": 9}')
-    with pytest.raises(NotAnExport, match="compiled-kernel document"):
+    with pytest.raises(NotAProfile, match="compiled-kernel document"):
         load_profile(_write(tmp_path, CPU_EVENTS, None))
 
 

@@ -15,6 +15,8 @@ import pytest
 
 from nsysmap import schemas
 from nsysmap.cli import cli
+from nsysmap.errors import ExitCode
+from nsysmap.output.summarise import SUMMARY_TABLES
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -84,3 +86,19 @@ def test_the_column_check_fails_on_an_undocumented_column():
     assert _mentioned("dur_ns", text)
     assert not _mentioned("surely_not_a_column_ns", text)
     assert not _mentioned("--step", "use --steps 2,3")
+
+
+def test_every_summary_table_is_declared_in_schemas_and_documented():
+    """The registry's tables are the ones whose columns the check above reads."""
+    text = (DOCS / "outputs.md").read_text()
+    declared = output_schemas().values()
+    for table in SUMMARY_TABLES:
+        assert any(table.schema is schema for schema in declared), table.name
+        assert f"`{table.name}.parquet`" in text, f"{table.name}.parquet not in docs/outputs.md"
+
+
+def test_the_exit_code_table_of_cli_md_is_the_codes_nsysmap_exits_with():
+    text = (DOCS / "cli.md").read_text()
+    table = text.split("## Errors and exit codes", 1)[1].split("\n## ", 1)[0]
+    rows = {int(code) for code in re.findall(r"^\| (\d+) \|", table, re.MULTILINE)}
+    assert rows == {int(code) for code in ExitCode}

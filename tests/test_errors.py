@@ -17,7 +17,10 @@ import polars as pl
 import pytest
 
 import nsysmap.pipeline as pipeline
-from nsysmap.errors import ExitCode
+from nsysmap.attribution.normalise import check_span_times
+from nsysmap.errors import DamagedTimes, ExitCode, NotAnOutput, NotAProfile
+from nsysmap.report.io import read_run
+from nsysmap.schemas import API_CALLS, RANGES
 from nsysmap.synth import SynthExport
 from tests.cli_runner import nsysmap_cli
 from tests.fuzz import sqlite_totals
@@ -189,6 +192,26 @@ def test_run_failing_before_capture_leaves_no_previous_outputs_looking_current(t
 
 
 # --------------------------------------------------------- damaged times
+def test_reversed_times_are_damaged_times_a_kind_of_not_a_profile():
+    ranges = pl.DataFrame(
+        [{"range_id": 0, "pid": 1, "tid": 1, "name": "r", "start_ns": 5, "end_ns": 2}],
+        schema=RANGES,
+    )
+    with pytest.raises(DamagedTimes, match="1 NVTX range ends before it starts") as info:
+        check_span_times(ranges, pl.DataFrame(schema=API_CALLS), "run.sqlite")
+    assert isinstance(info.value, NotAProfile) and info.value.exit_code == 4
+
+
+@pytest.mark.parametrize("manifest", ["[]", "{not json", '{"tables": {}}'])
+def test_a_bad_manifest_is_not_an_output_not_a_bad_profile(tmp_path, capsys, manifest):
+    (tmp_path / "manifest.json").write_text(manifest)
+    with pytest.raises(NotAnOutput, match="not an nsysmap manifest") as info:
+        read_run(tmp_path)
+    assert not isinstance(info.value, NotAProfile)
+    code, err = _run(capsys, "report", tmp_path)
+    assert code == ExitCode.UNUSABLE_INPUT == 4 and "not an nsysmap manifest" in err
+
+
 def _edit(path: Path, *statements: str) -> Path:
     with sqlite3.connect(path) as conn:
         for statement in statements:
@@ -210,7 +233,7 @@ def _edit(path: Path, *statements: str) -> Path:
 def test_unusable_times_are_refused_not_wrapped(tmp_path, capsys, statement, fragment):
     path = _edit(_export(tmp_path / "run.sqlite"), statement)
     code, err = _run(capsys, "attribute", path, "-o", tmp_path / "out")
-    assert code == ExitCode.NOT_AN_EXPORT and fragment in err
+    assert code == ExitCode.UNUSABLE_INPUT and fragment in err
     assert not (tmp_path / "out").exists()
 
 

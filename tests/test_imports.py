@@ -83,6 +83,17 @@ FLOORS: dict[str, tuple[str, ...]] = {
     "nsysmap.synth": ("nsysmap.cli",),
 }
 
+# The modules of instrument/ that nsysmap may import: the formats and the vocabulary
+# both sides share, which import neither torch nor polars. instrument/ never imports
+# nsysmap (below), so a leaf both sides need lives here, in instrument/: the phase
+# names, their order and colours (instrument/phase_vocabulary.py).
+SHARED_LEAVES = (
+    "instrument.contract",
+    "instrument.compiled_doc",
+    "instrument.flops.estimates",
+    "instrument.phase_vocabulary",
+)
+
 # Libraries each side must never load, directly or through anything it imports.
 NEVER_LOADED = {"nsysmap": ("torch",), "instrument": ("polars", "pyarrow", "nsysmap")}
 
@@ -262,6 +273,17 @@ def test_instrument_imports_no_nsysmap():
     for name, path in files.items():
         imports = imported_modules(name, path, [*files, *module_files("nsysmap")])
         assert not [m for m in imports if _within(m, "nsysmap")], name
+
+
+def test_nsysmap_imports_only_the_shared_leaves_of_instrument():
+    known = module_files("instrument")
+    beyond = {
+        name: sorted(m for m in imported_modules(name, path, known) if m not in SHARED_LEAVES)
+        for name, path in module_files("nsysmap").items()
+    }
+    assert {name: found for name, found in beyond.items() if found} == {}
+    for leaf in SHARED_LEAVES:  # and the leaves import only each other
+        assert imported_modules(leaf, known[leaf], known) <= set(SHARED_LEAVES), leaf
 
 
 # Imports every module given on the command line, each one in turn, and prints

@@ -73,7 +73,7 @@ def test_corrupt_report_is_named_and_the_others_are_written(result: dict[str, An
     assert [Path(i["path"]).name for i in inputs] == [f"rank{r:02d}.sqlite" for r in range(WORLD)]
     failed = [i for i in inputs if i["status"] != "ok"]
     assert [Path(i["path"]).name for i in failed] == ["rank06.sqlite"]
-    assert failed[0]["exit_code"] == ExitCode.NOT_AN_EXPORT and failed[0]["ranks"] == []
+    assert failed[0]["exit_code"] == ExitCode.UNUSABLE_INPUT and failed[0]["ranks"] == []
     parts = sorted(p.parent.name for p in (result["out"] / "ops").glob("rank=*/part-0.parquet"))
     assert parts == sorted(f"rank={r}" for r in GOOD_RANKS)
 

@@ -7,6 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from instrument import phase_vocabulary as vocabulary
+from instrument.phase_vocabulary import PHASES
 from instrument.ranges import naming as fmt
 from nsysmap import range_names as parse
 from nsysmap.attribution.labels import name_labels
@@ -25,8 +27,17 @@ classes = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,20}", fullmatch=True)
 
 
 def test_both_sides_agree_on_the_phases_and_prefix():
-    assert fmt.PHASES == parse.PHASES
+    # One vocabulary (instrument/phase_vocabulary.py): what is emitted is what nsysmap knows.
+    assert fmt.PHASES is PHASES
+    assert PHASES == ("data", "zero_grad", "forward", "loss", "backward", "optimizer")
     assert parse.PREFIX == fmt.PREFIX + fmt.SEP
+
+
+def test_the_vocabulary_colours_every_phase_and_maps_it_to_an_inferred_one():
+    assert set(vocabulary.HTML_COLOURS) == {*PHASES, *vocabulary.INFERRED_PHASES}
+    assert set(vocabulary.TRACE_COLOURS) == set(PHASES)
+    assert set(vocabulary.INFERRED_OF) == set(PHASES)
+    assert set(vocabulary.INFERRED_OF.values()) < set(vocabulary.INFERRED_PHASES)
 
 
 @pytest.mark.slow
@@ -36,7 +47,7 @@ def test_step(step):
     assert parse.parse_range_name(name) == parse.RangeName(kind="step", step=step)
 
 
-@given(st.sampled_from(fmt.PHASES))
+@given(st.sampled_from(PHASES))
 def test_phase(phase):
     assert parse.parse_range_name(fmt.phase_range(phase)) == parse.RangeName(
         kind="phase", phase=phase

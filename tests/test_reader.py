@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from nsysmap import schemas
-from nsysmap.errors import ExitCode, InputNotFound, NoGpuData, NotAnExport
+from nsysmap.errors import ExitCode, InputNotFound, NoGpuData, NotAProfile
 from nsysmap.pipeline import load_profile
 from nsysmap.read.nsys_sqlite import read_sqlite
 from nsysmap.synth import NS_PER_MS, SynthExport, bulk_tables, global_tid, write_export
@@ -462,18 +462,18 @@ def test_unreadable_file(tmp_path):
 def test_files_that_are_not_sqlite(tmp_path, content, fragment):
     path = tmp_path / "report.nsys-rep"
     path.write_bytes(content)
-    with pytest.raises(NotAnExport) as info:
+    with pytest.raises(NotAProfile) as info:
         read_sqlite(path)
-    assert_one_line_error(info, NotAnExport, ExitCode.NOT_AN_EXPORT, fragment, str(path))
+    assert_one_line_error(info, NotAProfile, ExitCode.UNUSABLE_INPUT, fragment, str(path))
 
 
 def test_truncated_copy_of_a_valid_export(tmp_path):
     valid = training_step().write(tmp_path / "valid.sqlite")
     cut = tmp_path / "cut.sqlite"
     cut.write_bytes(valid.read_bytes()[: valid.stat().st_size // 2])
-    with pytest.raises(NotAnExport) as info:
+    with pytest.raises(NotAProfile) as info:
         read_sqlite(cut)
-    assert_one_line_error(info, NotAnExport, ExitCode.NOT_AN_EXPORT, "truncated")
+    assert_one_line_error(info, NotAProfile, ExitCode.UNUSABLE_INPUT, "truncated")
 
 
 def test_corrupt_pages(tmp_path):
@@ -481,18 +481,20 @@ def test_corrupt_pages(tmp_path):
     data = bytearray(path.read_bytes())
     data[100:] = b"\xa5" * (len(data) - 100)  # keep the header, garble every page
     path.write_bytes(bytes(data))
-    with pytest.raises(NotAnExport) as info:
+    with pytest.raises(NotAProfile) as info:
         read_sqlite(path)
-    assert_one_line_error(info, NotAnExport, ExitCode.NOT_AN_EXPORT, "unreadable SQLite")
+    assert_one_line_error(info, NotAProfile, ExitCode.UNUSABLE_INPUT, "unreadable SQLite")
 
 
 def test_sqlite_without_nsys_tables(tmp_path):
     path = tmp_path / "other.sqlite"
     with sqlite3.connect(path) as conn:
         conn.execute("CREATE TABLE notes (id INTEGER, body TEXT)")
-    with pytest.raises(NotAnExport) as info:
+    with pytest.raises(NotAProfile) as info:
         read_sqlite(path)
-    assert_one_line_error(info, NotAnExport, ExitCode.NOT_AN_EXPORT, "not an Nsight Systems export")
+    assert_one_line_error(
+        info, NotAProfile, ExitCode.UNUSABLE_INPUT, "not an Nsight Systems export"
+    )
 
 
 def test_nvtx_only_export(tmp_path):

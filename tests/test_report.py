@@ -28,7 +28,7 @@ import pytest
 from click.testing import CliRunner
 
 from nsysmap.cli import cli
-from nsysmap.errors import NotAnExport
+from nsysmap.errors import NotAnOutput
 from nsysmap.flops.flops_document import attach_model_flops
 from nsysmap.pipeline import analyse, analyse_file, load_profile, write
 from nsysmap.report.answers import ReportOptions
@@ -404,5 +404,5 @@ def test_an_older_output_reads_window_as_other_thread(outputs, tmp_path):
     assert read["attribution"].dtype == ops["attribution"].dtype
     assert read["attribution"].to_list() == ops["attribution"].to_list()
     (run / "manifest.json").write_text(json.dumps(manifest))  # 1.3 on has no `window`
-    with pytest.raises(NotAnExport, match="not an ops table"):
+    with pytest.raises(NotAnOutput, match="not an ops table"):
         read_run(run)

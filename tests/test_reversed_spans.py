@@ -49,7 +49,7 @@ def _swapped(source: Path, target: Path, table: str) -> int:
 def _refused(argv: list[object], capsys: pytest.CaptureFixture[str], out: Path) -> str:
     code = nsysmap_cli(argv)
     err = capsys.readouterr().err
-    assert code == ExitCode.NOT_AN_EXPORT, err
+    assert code == ExitCode.UNUSABLE_INPUT, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert not out.exists()
     return err

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsysmap.errors import ExitCode, InputNotFound, NoGpuData, NotAnExport
+from nsysmap.errors import ExitCode, InputNotFound, NoGpuData, NotAProfile
 from nsysmap.read.torch_columns import ns_from_us, text_id
 from nsysmap.read.torch_trace import read_trace, self_times, short_kernel_name
 
@@ -368,10 +368,10 @@ def test_bare_event_array_and_text_ids(tmp_path):
 @pytest.mark.parametrize(
     ("content", "error", "code"),
     [
-        (b"\x00\x01 not json", NotAnExport, ExitCode.NOT_AN_EXPORT),
-        (b'{"schemaVersion": 1}', NotAnExport, ExitCode.NOT_AN_EXPORT),
-        (b'"just a string"', NotAnExport, ExitCode.NOT_AN_EXPORT),
-        (gzip.compress(b"{ truncated"), NotAnExport, ExitCode.NOT_AN_EXPORT),
+        (b"\x00\x01 not json", NotAProfile, ExitCode.UNUSABLE_INPUT),
+        (b'{"schemaVersion": 1}', NotAProfile, ExitCode.UNUSABLE_INPUT),
+        (b'"just a string"', NotAProfile, ExitCode.UNUSABLE_INPUT),
+        (gzip.compress(b"{ truncated"), NotAProfile, ExitCode.UNUSABLE_INPUT),
         (b'{"traceEvents": []}', NoGpuData, ExitCode.NO_GPU_DATA),
     ],
 )

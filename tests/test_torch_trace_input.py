@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from nsysmap.cli import cli
-from nsysmap.errors import ExitCode, InputNotFound, NoGpuData, NotAnExport
+from nsysmap.errors import ExitCode, InputNotFound, NoGpuData, NotAProfile
 from nsysmap.pipeline import analyse, load_profile
 from nsysmap.read.torch_trace import read_trace
 from tests.torch_traces import STREAM, complete, flow, kernel, launch, op, write_trace
@@ -165,7 +165,7 @@ def test_nothing_readable_is_one_line_no_gpu_data(tmp_path):
 def test_json_nested_thousands_deep(tmp_path):
     path = tmp_path / "deep.json"
     path.write_text('{"traceEvents": [' + "[" * 100_000 + "]" * 100_000 + "]}")
-    with pytest.raises(NotAnExport, match="nested too deeply"):
+    with pytest.raises(NotAProfile, match="nested too deeply"):
         read_trace(path)
 
 
@@ -175,7 +175,7 @@ def test_deep_args_inside_an_event(tmp_path):
     deep = '"Input Dims": ' + "[" * 50_000 + "]" * 50_000
     path = tmp_path / "deep_args.json"
     path.write_text(text.replace('"Input Dims": [[8, 16], [16, 4]]', deep))
-    with pytest.raises(NotAnExport) as info:
+    with pytest.raises(NotAProfile) as info:
         read_trace(path)
     assert "\n" not in str(info.value)
 

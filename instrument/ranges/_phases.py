@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from instrument.phase_vocabulary import BACKWARD, DATA, FORWARD, LOSS, OPTIMIZER
 from instrument.ranges._state import PHASE, STEP, TAIL, Frame, Stacks, ThreadState
 from instrument.ranges.naming import phase_range, step_range
 
@@ -122,9 +123,9 @@ class Phases:
     # -- the primary root's forward -----------------------------------------
     def root_forward_begin(self, ts: ThreadState) -> Frame | None:
         """Open the forward phase for a root forward (None when already inside one)."""
-        if self.current(ts) == "forward":
+        if self.current(ts) == FORWARD:
             return None
-        return self.begin("forward")[1]
+        return self.begin(FORWARD)[1]
 
     def root_forward_end(self, ts: ThreadState, frame: Frame, failed: bool) -> None:
         """Close the forward phase, then open the loss tail or end a forward-only step."""
@@ -133,7 +134,7 @@ class Phases:
             return
         if torch.is_grad_enabled():
             self.step_trains = True
-            self.to_tail(*self.begin("loss"))
+            self.to_tail(*self.begin(LOSS))
         elif self.step_ts is ts and not self.step_trains:
             self.end_step()
 
@@ -145,7 +146,7 @@ class Phases:
         if self.step_optimizer is None or self.step_optimizer() is None:
             self.step_optimizer = weakref.ref(optimizer)
         frames = self._optimizer_frames.setdefault(id(optimizer), [])
-        frames.append(self.begin("optimizer"))
+        frames.append(self.begin(OPTIMIZER))
         self.step_trains = True
 
     def optimizer_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -181,7 +182,7 @@ class Phases:
         def __next__(iterator: Any) -> Any:
             if is_compiling():
                 return fn(iterator)
-            ts, frame = self.begin("data")
+            ts, frame = self.begin(DATA)
             try:
                 batch = fn(iterator)
             except BaseException:
@@ -205,9 +206,9 @@ class Phases:
             if is_compiling() or self.step_ts is None:
                 return fn(*args, **kwargs)
             ts = self.stacks.get()
-            if self.current(ts) == "loss":
+            if self.current(ts) == LOSS:
                 return fn(*args, **kwargs)
-            ts, frame = self.begin("loss")
+            ts, frame = self.begin(LOSS)
             try:
                 return fn(*args, **kwargs)
             finally:
@@ -228,8 +229,8 @@ class Phases:
             if is_compiling():
                 return fn(*args, **kwargs)
             ts = stacks.get()
-            if phase and self.current(ts) != "backward":
-                self.begin("backward")
+            if phase and self.current(ts) != BACKWARD:
+                self.begin(BACKWARD)
                 depth = len(ts.stack) - 1
             else:
                 depth = len(ts.stack)

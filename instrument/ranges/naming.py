@@ -5,6 +5,7 @@ the two. The grammar (documented in docs/naming.md):
 
     nsysmap:step:<int>                 one training step (index from 0)
     nsysmap:phase:<phase>              data, zero_grad, forward, loss, backward, optimizer
+                                       (PHASES: instrument/phase_vocabulary.py)
     nsysmap:fwd:<Class>:<module.path>  a module's forward call
     nsysmap:bwd:<Class>:<module.path>  the same module's backward
 
@@ -15,10 +16,11 @@ This module must stay importable without torch.
 
 from __future__ import annotations
 
+from instrument.phase_vocabulary import PHASES
+
 PREFIX = "nsysmap"
 DOMAIN = "nsysmap"  # NVTX domain of every range instrument/ emits
 SEP = ":"
-PHASES = ("data", "zero_grad", "forward", "loss", "backward", "optimizer")
 DIRECTIONS = {"forward": "fwd", "backward": "bwd"}
 
 

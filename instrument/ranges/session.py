@@ -23,6 +23,7 @@ from torch.nn.modules import module as nn_module
 from torch.optim import optimizer as optim_module
 from torch.utils.data import dataloader
 
+from instrument.phase_vocabulary import ZERO_GRAD
 from instrument.ranges._compile import CompileWatch, Suspender, wrapper_hooks
 from instrument.ranges._modules import ModuleHooks
 from instrument.ranges._names import Names
@@ -223,8 +224,8 @@ class Session:
         phases, patch = self.phases, self._patches.replace
         patch(torch.autograd, "backward", lambda fn: phases.backward_call(fn, phase=True))
         patch(torch.autograd, "grad", lambda fn: phases.backward_call(fn, phase=False))
-        patch(torch.optim.Optimizer, "zero_grad", lambda fn: phases.scoped("zero_grad", fn))
-        patch(torch.nn.Module, "zero_grad", lambda fn: phases.scoped("zero_grad", fn))
+        patch(torch.optim.Optimizer, "zero_grad", lambda fn: phases.scoped(ZERO_GRAD, fn))
+        patch(torch.nn.Module, "zero_grad", lambda fn: phases.scoped(ZERO_GRAD, fn))
         patch(dataloader._BaseDataLoaderIter, "__next__", phases.data_next)
         for name in LOSS_FUNCTIONS:
             if hasattr(F, name):

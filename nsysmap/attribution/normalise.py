@@ -12,7 +12,7 @@ from __future__ import annotations
 import polars as pl
 
 from nsysmap.attribution.labels import fsdp_spans
-from nsysmap.errors import NotAnExport
+from nsysmap.errors import DamagedTimes
 from nsysmap.intervals.nesting import close_open_ranges, nest_ranges
 from nsysmap.profile import NestedProfile, Profile
 from nsysmap.scalars import to_int
@@ -21,7 +21,7 @@ from nsysmap.scalars import to_int
 def normalise(raw: Profile) -> NestedProfile:
     """The profile with open ranges closed, FSDP spans added and ranges nested (pure).
 
-    Raises NotAnExport when an operation's times are unusable (see
+    Raises DamagedTimes when an operation's times are unusable (see
     `check_op_times`), or a range or API call ends before it starts
     (`check_span_times`).
     """
@@ -72,7 +72,7 @@ def check_op_times(ops: pl.DataFrame, source: str) -> None:
     bad = ops.filter(~usable.fill_null(False))
     if bad.height:
         first = bad.row(0, named=True)
-        raise NotAnExport(
+        raise DamagedTimes(
             f"{source}: {bad.height:,} GPU operation{'s' * (bad.height != 1)} without a usable "
             f"duration (start {first['start_ns']}, end {first['end_ns']} for {first['kind']} "
             f"{_short(first['name'])}): a missing or non-numeric time, or an end before the "
@@ -84,7 +84,7 @@ def check_op_times(ops: pl.DataFrame, source: str) -> None:
         device = over.row(0, named=True)
         longest = ops.filter(pl.col("device_id").eq_missing(device["device_id"]))
         worst = longest.sort("dur_ns", descending=True).row(0, named=True)
-        raise NotAnExport(
+        raise DamagedTimes(
             f"{source}: device {device['device_id']}'s GPU time adds up to more than 2^63-1 ns "
             f"(292 years), which no capture holds: corrupt times (longest: {worst['kind']} "
             f"{_short(worst['name'])}, {worst['dur_ns']:,} ns)"
@@ -110,7 +110,7 @@ def check_span_times(ranges: pl.DataFrame, api_calls: pl.DataFrame, source: str)
                 else f"1 {what} ends before it starts"
             )
             name = first.get("name", first.get("api_name"))
-            raise NotAnExport(
+            raise DamagedTimes(
                 f"{source}: {count} (first: {_short(name)}, start {first['start_ns']}, "
                 f"end {first['end_ns']}); the export is damaged"
             )

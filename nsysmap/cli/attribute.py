@@ -15,7 +15,7 @@ import click
 
 from nsysmap.attribution.rules import NameRules, user_rules
 from nsysmap.cli.options import name_rule_options, output_option
-from nsysmap.errors import ExitCode, NsysmapError, SomeReportsFailed
+from nsysmap.errors import ExitCode, NsysmapError, SomeProfilesFailed
 from nsysmap.pipeline import analyse_file
 
 if TYPE_CHECKING:
@@ -153,7 +153,7 @@ def _failure(failed: list[Outcome], total: int) -> NsysmapError:
         (code,) = codes
         if code is not None:  # always: a failed outcome carries its code
             return NsysmapError(f"every report failed ({names})", exit_code=ExitCode(code))
-    return SomeReportsFailed(message)
+    return SomeProfilesFailed(message)
 
 
 def _bytes(text: object) -> int | None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import polars as pl
 
+from instrument.phase_vocabulary import TRACE_COLOURS
 from nsysmap._version import __version__
 from nsysmap.export.spans import module_spans, nest, phase_spans, step_spans
 from nsysmap.scalars import to_int
@@ -37,14 +38,7 @@ CATEGORY_CNAME = {
     "communication": "terrible",
     "other": "generic_work",
 }
-PHASE_CNAME = {
-    "data": "grey",
-    "zero_grad": "yellow",
-    "forward": "thread_state_running",
-    "loss": "rail_animation",
-    "backward": "rail_load",
-    "optimizer": "good",
-}
+PHASE_CNAME = TRACE_COLOURS  # instrument/phase_vocabulary.py
 TRACKS = {"steps": 1, "phases": 2, "modules": 3}  # tids of the projected tracks
 FIRST_OP_TID = 10
 

@@ -97,7 +97,7 @@ class FlopsCountFailed(NsysmapError):
 class FlopsFormatError(NsysmapError):
     """The counter wrote something that is not a FLOP document of this version."""
 
-    exit_code = ExitCode.NOT_AN_EXPORT
+    exit_code = ExitCode.UNUSABLE_INPUT
 
 
 # Exit statuses of `python -m instrument.flops` (instrument/flops/).

@@ -18,10 +18,12 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from instrument.phase_vocabulary import INFERRED_PHASES
 from nsysmap.infer.motif import Region, motif_regions, nested_steps, step_period
 from nsysmap.schemas import INFERRED
 
-PHASES = ("forward", "backward", "optimizer", "data", "other")
+# forward, backward, optimizer, data, other (instrument/phase_vocabulary.py)
+PHASES = INFERRED_PHASES
 _FWD, _BWD, _OPT, _DATA, _OTHER = range(len(PHASES))
 
 

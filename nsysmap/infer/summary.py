@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from instrument.phase_vocabulary import INFERRED_OF
 from nsysmap.infer.label import Found, infer
 from nsysmap.schemas import BY_INFERRED_BLOCK
 
 # Measured phases in the inferred vocabulary (loss belongs to the forward graph).
-PHASE_MAP = {"data": "data", "zero_grad": "data", "forward": "forward", "loss": "forward"}
-PHASE_MAP |= {"backward": "backward", "optimizer": "optimizer"}
+PHASE_MAP = INFERRED_OF  # a named phase as the inferred one (instrument/phase_vocabulary.py)
 AGREEMENT = pl.Schema(
     {"device_id": pl.Int64, "what": pl.String, "measured_ns": pl.Int64, "agreeing_ns": pl.Int64}
 )

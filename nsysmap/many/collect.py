@@ -17,7 +17,7 @@ from nsysmap.many import across
 from nsysmap.many.rank_ids import RankOf
 from nsysmap.many.rank_overlap import OVERLAP
 from nsysmap.many.task import OK, UNIT_KEY, Outcome
-from nsysmap.output.summarise import SUMMARY_SCHEMAS
+from nsysmap.output.summarise import SUMMARY_TABLES
 
 STEPS = pl.Schema(
     {
@@ -69,8 +69,9 @@ def ranks_table(ranks: Sequence[RankOf]) -> pl.DataFrame:
 def output_tables(outcomes: Sequence[Outcome], ranks: Sequence[RankOf]) -> dict[str, pl.DataFrame]:
     """Name -> frame of every table written next to the ops dataset."""
     tables = {"ranks": ranks_table(ranks)}
-    for name, schema in SUMMARY_SCHEMAS.items():
-        tables[name] = _typed(labelled(outcomes, ranks, name), schemas.with_rank(schema), name)
+    for table in SUMMARY_TABLES:
+        labels = labelled(outcomes, ranks, table.name)
+        tables[table.name] = _typed(labels, schemas.with_rank(table.schema), table.name)
     steps = _typed(labelled(outcomes, ranks, "steps"), STEPS, "steps")
     overlap = _typed(labelled(outcomes, ranks, "exposed_comm"), RANK_OVERLAP, "exposed_comm")
     per_step = across.rank_steps(steps)

@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap.errors import NotAnExport
+from nsysmap.errors import NotAnOutput
 from nsysmap.many.ranks_text import findings, markdown_section
 from nsysmap.many.write import LAYOUT
 from nsysmap.output.writer import MANIFEST
@@ -36,6 +36,6 @@ def rank_report(run_dir: Path) -> str:
     try:
         tables = {name: pl.read_parquet(run_dir / f"{name}.parquet") for name in NEEDED}
     except (OSError, pl.exceptions.PolarsError) as exc:
-        raise NotAnExport(f"{run_dir}: unreadable multi-rank table: {exc}") from exc
+        raise NotAnOutput(f"{run_dir}: unreadable multi-rank table: {exc}") from exc
     title = f"# nsysmap report: {run_dir.name}\n\n"
     return title + markdown_section(findings(manifest, tables))

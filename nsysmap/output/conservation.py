@@ -12,7 +12,7 @@ from __future__ import annotations
 import polars as pl
 
 from nsysmap.errors import TotalsMismatch
-from nsysmap.output.summarise import NOT_PARTITIONS, Summaries
+from nsysmap.output.summarise import SUMMARY_TABLES, Summaries
 
 _WIDE = pl.Int128
 
@@ -47,10 +47,11 @@ def check_conservation(
     if n_ops != n_input:
         raise _mismatch(where, f"{n_ops:,} operation rows for {n_input:,} input rows")
     tables = {"ops": _totals(ops.lazy().select("device_id", "dur_ns").collect(), rows=True)}
-    for name, table in summaries.tables().items():
-        if name in NOT_PARTITIONS:
-            continue
-        tables[name] = _totals(table.select("device_id", "ops", dur_ns="time_ns"), rows=False)
+    frames = summaries.tables()
+    for declared in SUMMARY_TABLES:
+        if declared.partition:
+            frame = frames[declared.name].select("device_id", "ops", dur_ns="time_ns")
+            tables[declared.name] = _totals(frame, rows=False)
     for name, got in tables.items():
         diff = _first_difference(expected, got)
         if diff is not None:

@@ -14,6 +14,7 @@ import polars as pl
 from nsysmap import schemas
 from nsysmap._version import __version__
 from nsysmap.output.placement import MANIFEST, commit, staging, write_failed
+from nsysmap.output.summarise import SUMMARY_SCHEMAS
 from nsysmap.profile import Profile
 
 # zstd level 1: as small as the default level here, and faster to write.
@@ -87,6 +88,7 @@ def write_outputs(
 ) -> Path:
     """Write `ops`, each table as `<name>.parquet` and the manifest, replacing `out_dir`'s outputs.
 
+    Summary tables are checked against their declarations first (`declared`).
     Everything is written into a staging folder and then moved into place as
     a whole (`nsysmap.output.placement`). `ops` puts ops.parquet there itself
     (`nsysmap.output.ops_sinks`: written from memory, or moved or copied).
@@ -96,13 +98,20 @@ def write_outputs(
         try:
             ops.place(folder)
             for name, df in tables.items():
-                df.write_parquet(folder / f"{name}.parquet", **PARQUET)
+                declared(name, df).write_parquet(folder / f"{name}.parquet", **PARQUET)
             text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
             (folder / MANIFEST).write_text(text)
         except OSError as exc:
             raise write_failed(out_dir, exc) from None
         commit(folder, out_dir)
     return out_dir
+
+
+def declared(name: str, df: pl.DataFrame) -> pl.DataFrame:
+    """`df` as written: a summary table exactly in its declared schema (SUMMARY_TABLES;
+    schemas.SchemaMismatch otherwise), any other table as it is."""
+    schema = SUMMARY_SCHEMAS.get(name)
+    return df if schema is None else schemas.conform(df, schema, name)
 
 
 def read_outputs(out_dir: Path) -> dict[str, pl.DataFrame]:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nsysmap.errors import InputNotFound, NotAnExport
+from nsysmap.errors import DamagedTimes, InputNotFound, NotAnExport
 
 # Event category (lower-cased) -> family. Older torch releases wrote
 # "Operator", "Runtime", "Kernel", "Memcpy", "Memset". gpu_user_annotation
@@ -145,7 +145,7 @@ class Skipped:
         n = self.negative
         if n:
             what = f"{n:,} trace events end" if n > 1 else "1 trace event ends"
-            raise NotAnExport(
+            raise DamagedTimes(
                 f"{path}: {what} before {'they start' if n > 1 else 'it starts'}, a negative "
                 f"dur (first: {self.negative_example}); the trace is damaged"
             )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import polars as pl
 
-from nsysmap.errors import InputNotFound, NotAnExport
+from nsysmap.errors import InputNotFound, NotAnOutput
 from nsysmap.flops.flops_document import load_flops, load_flops_description
 from nsysmap.output.placement import write_failed
 from nsysmap.output.writer import MANIFEST
@@ -33,7 +33,7 @@ def read_run(run_dir: str | Path) -> RunData:
             f"{run_dir}: no {MANIFEST}; give the output directory of nsysmap attribute or run"
         ) from exc
     except (ValueError, KeyError, TypeError) as exc:
-        raise NotAnExport(f"{run_dir / MANIFEST}: not an nsysmap manifest") from exc
+        raise NotAnOutput(f"{run_dir / MANIFEST}: not an nsysmap manifest") from exc
     older = _older_than(manifest.get("output_schema_version"), RENAMED_WINDOW)
     ranges_file = (manifest["tables"].get("by_range") or {}).get("file")
     inferred_file = (manifest["tables"].get("by_inferred_block") or {}).get("file")
@@ -56,7 +56,7 @@ def read_run(run_dir: str | Path) -> RunData:
 def _table(
     path: Path, schema: pl.Schema, name: str, *, renamed_window: bool = False
 ) -> pl.DataFrame:
-    """One output table, checked against its schema (NotAnExport when it is not one).
+    """One output table, checked against its schema (NotAnOutput when it is not one).
 
     `renamed_window`: the table is of an output schema before 1.3, whose
     `attribution` value `window` is now `other_thread`.
@@ -68,9 +68,9 @@ def _table(
         return conform(_with_later_columns(frame, schema), schema, name)
     except SchemaMismatch as exc:
         article = "an" if name[0] in "aeiou" else "a"
-        raise NotAnExport(f"{path}: not {article} {name} table of this nsysmap") from exc
+        raise NotAnOutput(f"{path}: not {article} {name} table of this nsysmap") from exc
     except (OSError, pl.exceptions.PolarsError) as exc:
-        raise NotAnExport(f"{path}: unreadable {name} table: {exc}") from exc
+        raise NotAnOutput(f"{path}: unreadable {name} table: {exc}") from exc
 
 
 def write_report(result: ReportResult, out_dir: Path, markdown: Path | None = None) -> Path:

@@ -11,19 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from instrument.phase_vocabulary import HTML_COLOURS
+
 Cell = str | int | float | None
 
-PHASE_COLOURS = {
-    "data": "#8c8c8c",
-    "zero_grad": "#c7b42c",
-    "forward": "#1f77b4",
-    "loss": "#9467bd",
-    "backward": "#ff7f0e",
-    "optimizer": "#2ca02c",
-    "other": "#bcbcbc",
-    "no direction": "#bcbcbc",
-    "(none)": "#d9d9d9",
-}
+PHASE_COLOURS = {**HTML_COLOURS, "no direction": "#bcbcbc", "(none)": "#d9d9d9"}
 CATEGORY_COLOURS = {
     "gemm": "#1f77b4",
     "attention": "#17becf",

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from nsysmap.range_names import PHASES
+from instrument.phase_vocabulary import PHASES
 from nsysmap.report.html.chart import (
     PHASE_COLOURS,
     SERIES,
