@@ -58,8 +58,8 @@ def _window(
     "--first-steps",
     type=click.IntRange(min=1),
     metavar="N",
-    help=f"The time of the first N steady steps (default {DEFAULT_STEPS}, and only when the "
-    f"report has over {OPERATION_LIMIT:,} operations).",
+    help="The time of the first N steady steps, whatever the report's size (unless told, a "
+    f"report of over {OPERATION_LIMIT:,} operations gets its first {DEFAULT_STEPS}).",
 )
 @click.option(
     "--all",
