@@ -7,8 +7,9 @@ from pathlib import Path
 import click
 
 from nsysmap.errors import ExitCode, NsysmapError
-from nsysmap.export.perfetto import Selection, trace_text
-from nsysmap.output.placement import check_output_file, write_file
+from nsysmap.export.perfetto import Selection, Trace, build_trace
+from nsysmap.export.window import DEFAULT_STEPS, OPERATION_LIMIT, default_selection
+from nsysmap.output.placement import check_output_file, write_failed
 from nsysmap.report.io import read_run
 
 
@@ -53,13 +54,31 @@ def _window(
     metavar="START_MS:END_MS",
     help="Only operations overlapping this window, in ms from the report's first operation.",
 )
+@click.option(
+    "--first-steps",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="The time of the first N steady steps, whatever the report's size (unless told, a "
+    f"report of over {OPERATION_LIMIT:,} operations gets its first {DEFAULT_STEPS}).",
+)
+@click.option(
+    "--all",
+    "everything",
+    is_flag=True,
+    help="Every operation, however many (a large report gives a file Perfetto may not open).",
+)
 def export_command(
     run_dir: Path,
     target: Path,
     steps: tuple[int, ...] | None,
     window: tuple[float, float] | None,
+    first_steps: int | None,
+    everything: bool,
 ) -> None:
     """Write the attributed GPU operations of DIR as a timeline for Perfetto."""
+    chosen = [name for name, given in _given(steps, window, first_steps, everything) if given]
+    if len(chosen) > 1 and not set(chosen) <= {"--steps", "--window"}:
+        raise click.UsageError(f"{' and '.join(chosen)} exclude each other; give one")
     run = read_run(run_dir)
     check_output_file(target)  # before anything is computed or written
     devices: dict[int, str | None] = {
@@ -67,10 +86,40 @@ def export_command(
         for d in run.manifest.get("devices") or []
         if isinstance(d, dict) and isinstance(d.get("device_id"), int)
     }
-    text, count = trace_text(run.ops, devices, Selection(steps, window), str(run_dir))
-    if not count:
+    if steps is not None or window is not None or everything:
+        selection = Selection(steps, window)
+    else:
+        selection = default_selection(
+            run.ops, first_steps or DEFAULT_STEPS, always=first_steps is not None
+        )
+    trace = build_trace(run.ops, devices, selection, str(run_dir))
+    if not trace.operations:
         raise NsysmapError(
             f"{run_dir}: no operation in the steps or window asked for", exit_code=ExitCode.USAGE
         )
-    write_file(target, text)
-    click.echo(f"nsysmap: wrote {target} ({count:,} operations)", err=True)
+    _write(trace, target)
+    click.echo(f"nsysmap: wrote {target} ({trace.operations:,} operations)", err=True)
+    if trace.note:
+        click.echo(f"nsysmap: {trace.note}", err=True)
+
+
+def _given(
+    steps: object, window: object, first_steps: object, everything: bool
+) -> list[tuple[str, bool]]:
+    return [
+        ("--steps", steps is not None),
+        ("--window", window is not None),
+        ("--first-steps", first_steps is not None),
+        ("--all", everything),
+    ]
+
+
+def _write(trace: Trace, target: Path) -> None:
+    """Write the trace as it is encoded; a failure removes the part written (OutputFailed)."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("w", encoding="utf-8") as out:
+            trace.write(out)
+    except OSError as exc:
+        target.unlink(missing_ok=True)
+        raise write_failed(target, exc) from None

@@ -8,14 +8,22 @@ arguments; above them three tracks projected from the operations
 microseconds from the report's first operation, with three decimals
 (nanosecond precision). Operations that overlap on one stream (which a
 stream should not hold) go to a second track of that stream, so that every
-track nests. Events are built and encoded as JSON by Polars, not per row.
+track nests. Events are built and encoded as JSON by Polars, not per row,
+and written CHUNK at a time: the JSON text is never whole in memory.
+
+A trace that leaves operations of the report out says so in its first
+events: a process `nsysmap: N operations left out` whose one event, over the
+exported time, is named by what the trace holds and how to export the rest;
+`otherData` repeats it (`left_out`, `note`).
 """
 
 from __future__ import annotations
 
+import io
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
 import polars as pl
 
@@ -41,27 +49,45 @@ CATEGORY_CNAME = {
 PHASE_CNAME = TRACE_COLOURS  # instrument/phase_vocabulary.py
 TRACKS = {"steps": 1, "phases": 2, "modules": 3}  # tids of the projected tracks
 FIRST_OP_TID = 10
+NOTE_PID = -1000  # the process of the note on what was left out, sorted first
+CHUNK = 50_000  # events encoded and written at a time
+KEYS = ("op_id", "device_id", "stream_id", "tid", "start_ns", "end_ns")
+SPAN_INPUT = ("op_id", "device_id", "start_ns", "end_ns", "step", "phase", "module", "module_class")
 
 
 @dataclass(frozen=True)
 class Selection:
-    """What to export: some steps, and a window in ms from the report's first operation."""
+    """What to export: some steps, and a window in ms from the report's first operation.
+
+    `label` describes a selection made for the user (the default window).
+    """
 
     steps: tuple[int, ...] | None = None
     window_ms: tuple[float, float] | None = None
+    label: str | None = None
 
     def apply(self, ops: pl.DataFrame, origin_ns: int) -> pl.DataFrame:
-        """The operations selected (a window keeps the operations that overlap it)."""
+        """The operations selected (a window keeps the operations that overlap it, and the
+        instantaneous ones on its edges)."""
         if self.steps is not None:
             ops = ops.filter(pl.col("step").is_in(list(self.steps)))
         if self.window_ms is not None:
             first, last = (origin_ns + round(x * 1e6) for x in self.window_ms)
-            ops = ops.filter((pl.col("start_ns") < last) & (pl.col("end_ns") > first))
+            start, end = pl.col("start_ns"), pl.col("end_ns")
+            overlaps = (start < last) & (end > first)
+            ops = ops.filter(overlaps | ((start >= first) & (end <= last)))
         return ops
 
-
-def _us(column: str, origin_ns: int) -> pl.Expr:
-    return ((pl.col(column) - origin_ns) / 1000).round(3)
+    def describe(self) -> str:
+        """The selection in words, for the note on what a trace leaves out."""
+        if self.label is not None:
+            return self.label
+        parts = []
+        if self.steps is not None:
+            parts.append("steps " + ", ".join(str(s) for s in self.steps))
+        if self.window_ms is not None:
+            parts.append("the window {:g}-{:g} ms".format(*self.window_ms))
+        return " within ".join(parts) or "every operation"
 
 
 def op_tracks(ops: pl.DataFrame) -> pl.DataFrame:
@@ -92,9 +118,12 @@ def _encode(frame: pl.DataFrame) -> list[str]:
     return frame.select(pl.struct(pl.all()).struct.json_encode()).to_series().to_list()
 
 
-def op_events(ops: pl.DataFrame, origin_ns: int, tids: pl.DataFrame) -> list[str]:
-    """X events of the operations, ordered by track and time."""
-    rows = ops.join(tids, on=["device_id", "track"]).sort("tid_", "start_ns", "op_id")
+def _us(column: str, origin_ns: int) -> pl.Expr:
+    return ((pl.col(column) - origin_ns) / 1000).round(3)
+
+
+def op_events(rows: pl.DataFrame, origin_ns: int) -> list[str]:
+    """X events of operations that carry their track's `tid_`, in the order given."""
     cname = pl.col("category").replace_strict(CATEGORY_CNAME, default="generic_work")
     events = rows.select(
         name=pl.coalesce("short_name", "name", pl.lit("?")),
@@ -121,9 +150,9 @@ def op_events(ops: pl.DataFrame, origin_ns: int, tids: pl.DataFrame) -> list[str
 
 
 def span_events(spans: pl.DataFrame, origin_ns: int) -> list[str]:
-    """X events of the projected steps, phases and modules."""
+    """X events of the projected steps, phases and modules, in the order given."""
     cname = pl.col("phase").replace_strict(PHASE_CNAME, default="generic_work")
-    events = spans.sort("device_id", "track", "start_ns", "depth").select(
+    events = spans.select(
         name=pl.col("name"),
         cat=pl.col("track"),
         ph=pl.lit("X"),
@@ -159,29 +188,120 @@ def _meta(pid: int, tid: int, name: str, args: dict[str, Any]) -> dict[str, Any]
     return {"ph": "M", "name": name, "pid": pid, "tid": tid, "args": args}
 
 
-def trace_text(
+def note_events(note: str, left_out: int, span_ns: tuple[int, int], origin_ns: int) -> list[dict]:
+    """The process and event that say what a trace leaves out, to be written first."""
+    start, end = span_ns
+    return [
+        _meta(NOTE_PID, 0, "process_name", {"name": f"nsysmap: {left_out:,} operations left out"}),
+        _meta(NOTE_PID, 0, "process_sort_index", {"sort_index": NOTE_PID}),
+        _meta(NOTE_PID, 1, "thread_name", {"name": "note"}),
+        _meta(NOTE_PID, 1, "thread_sort_index", {"sort_index": 1}),
+        {
+            "name": note,
+            "cat": "note",
+            "ph": "X",
+            "ts": round((start - origin_ns) / 1000, 3),
+            "dur": round((end - start) / 1000, 3),
+            "pid": NOTE_PID,
+            "tid": 1,
+            "args": {"left_out": left_out, "note": note},
+        },
+    ]
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A trace ready to be written: its events are encoded only as `write` goes."""
+
+    other: dict[str, Any]  # otherData
+    first: list[dict[str, Any]]  # the note, if any, and the M events
+    spans: pl.DataFrame  # nested and in order
+    rows: pl.DataFrame  # the operations selected
+    order: pl.DataFrame  # `_row` of `rows` and its `tid_`, in the order to write
+    origin_ns: int
+
+    @property
+    def operations(self) -> int:
+        return self.rows.height
+
+    @property
+    def note(self) -> str | None:
+        """What the trace leaves out of the report, in one line (None: nothing)."""
+        return self.other.get("note")
+
+    def write(self, out: TextIO) -> None:
+        """Write the JSON to `out`, CHUNK events at a time."""
+        out.write('{"displayTimeUnit": "ms", "otherData": ' + json.dumps(self.other))
+        out.write(', "traceEvents": [\n')
+        separator = ""
+        for chunk in self._chunks():
+            if chunk:
+                out.write(separator + ",\n".join(chunk))
+                separator = ",\n"
+        out.write("\n]}\n")
+
+    def _chunks(self) -> Iterator[list[str]]:
+        yield [json.dumps(event) for event in self.first]
+        for at in range(0, self.spans.height, CHUNK):
+            yield span_events(self.spans.slice(at, CHUNK), self.origin_ns)
+        for at in range(0, self.order.height, CHUNK):
+            part = self.order.slice(at, CHUNK)
+            rows = self.rows.select(pl.all().gather(part["_row"])).with_columns(part["tid_"])
+            yield op_events(rows, self.origin_ns)
+
+
+def build_trace(
     ops: pl.DataFrame, devices: dict[int, str | None], selection: Selection, source: str = ""
-) -> tuple[str, int]:
-    """The trace as JSON text, and the number of operations in it."""
+) -> Trace:
+    """The trace of the operations `selection` keeps; tracks and spans are computed on the
+    few columns they need, the operations' events only when written."""
     origin = to_int(ops["start_ns"].min() or 0)
-    chosen = op_tracks(selection.apply(ops, origin))
-    tracks = chosen.select("device_id", "track", "_key", "lane").unique()
+    chosen = selection.apply(ops, origin)
+    keys = chosen.select(KEYS).with_row_index("_row")
+    lanes = op_tracks(keys)
     tids = (
-        tracks.sort("device_id", "_key", "lane")
+        lanes.select("device_id", "track", "_key", "lane")
+        .unique()
+        .sort("device_id", "_key", "lane")
         .with_columns(tid_=(pl.int_range(pl.len()) + FIRST_OP_TID).over("device_id"))
         .select("device_id", "track", "tid_")
     )
-    spans = nest(pl.concat([step_spans(chosen), phase_spans(chosen), module_spans(chosen)]))
-    other = {
+    order = (
+        lanes.join(tids, on=["device_id", "track"])
+        .sort("device_id", "tid_", "start_ns", "op_id")
+        .select("_row", "tid_")
+    )
+    narrow = chosen.select(SPAN_INPUT)
+    spans = nest(pl.concat([step_spans(narrow), phase_spans(narrow), module_spans(narrow)]))
+    left_out = ops.height - chosen.height
+    other: dict[str, Any] = {
         "nsysmap_version": __version__,
         "source": source,
         "origin_ns": origin,
         "steps": list(selection.steps) if selection.steps is not None else None,
         "window_ms": list(selection.window_ms) if selection.window_ms else None,
         "operations": chosen.height,
+        "left_out": left_out,
     }
+    first: list[dict[str, Any]] = []
+    if left_out and chosen.height:
+        other["note"] = (
+            f"this trace holds {chosen.height:,} of the report's {ops.height:,} operations"
+            f" ({selection.describe()}); {left_out:,} are left out: export them with --all,"
+            " or choose others with --steps or --window"
+        )
+        extent = (to_int(chosen["start_ns"].min()), to_int(chosen["end_ns"].max()))
+        first = note_events(other["note"], left_out, extent, origin)
     named = {d: devices.get(d) for d in chosen["device_id"].unique().to_list()}
-    pieces = [json.dumps(e) for e in metadata(named, tids)]
-    pieces += span_events(spans, origin) + op_events(chosen, origin, tids)
-    head = '{"displayTimeUnit": "ms", "otherData": ' + json.dumps(other) + ', "traceEvents": [\n'
-    return head + ",\n".join(pieces) + "\n]}\n", chosen.height
+    first += metadata(named, tids)
+    return Trace(other, first, spans, chosen, order, origin)
+
+
+def trace_text(
+    ops: pl.DataFrame, devices: dict[int, str | None], selection: Selection, source: str = ""
+) -> tuple[str, int]:
+    """The trace as JSON text, and the number of operations in it (for small reports)."""
+    trace = build_trace(ops, devices, selection, source)
+    out = io.StringIO()
+    trace.write(out)
+    return out.getvalue(), trace.operations

@@ -55,39 +55,69 @@ def phase_spans(ops: pl.DataFrame) -> pl.DataFrame:
 
 
 def module_spans(ops: pl.DataFrame) -> pl.DataFrame:
-    """One span per run of consecutive operations in a module (see the module docstring)."""
+    """One span per run of consecutive operations in a module (see the module docstring).
+
+    One pass over the operations in start order per module depth, on integer
+    codes of the few distinct modules and phases: no sort and no string per
+    operation.
+    """
     rows = ops.filter(pl.col("module").is_not_null()).sort("device_id", "start_ns", "op_id")
     if rows.is_empty():
         return pl.DataFrame(schema=SPAN)
-    has_root = (rows["module"] == "").any()
+    rows = rows.with_columns(module_code=_code("module"), phase_code=_code("phase"))
+    lineage = _lineage(rows.select("module", "module_code").unique())
+    keys = ["device_id", "step", "phase_code", "ancestor_code"]
+    ordered = rows.select("device_id", "step", "phase_code", "module_code", "start_ns", "end_ns")
+    spans = pl.concat(
+        _runs(ordered, level.drop("depth"), keys).with_columns(depth=pl.lit(depth, pl.Int64))
+        for (depth,), level in lineage.group_by("depth")
+    )
+    names = lineage.select("ancestor_code", module="ancestor").unique("ancestor_code")
+    phases = rows.select("phase_code", "phase").unique("phase_code")
+    classes = rows.group_by("module").agg(pl.col("module_class").drop_nulls().first())
+    spans = (
+        spans.join(names, on="ancestor_code")
+        .join(phases, on="phase_code", how="left", nulls_equal=True)
+        .join(classes, on="module", how="left")
+    )
+    return _spans(
+        spans.drop("ancestor_code", "phase_code"), "modules", pl.col("module"), depth=None
+    )
+
+
+def _runs(rows: pl.DataFrame, level: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """The runs of the modules of one depth: in start order, a run goes on while the
+    device, step, phase and module of that depth stay the same (rows outside it end it)."""
+    tagged = rows.join(level, on="module_code", how="left", maintain_order="left")
+    changed = pl.any_horizontal(pl.col(k).ne_missing(pl.col(k).shift()) for k in keys)
+    runs = tagged.with_columns(run=changed.cum_sum()).filter(pl.col("ancestor_code").is_not_null())
+    return runs.group_by("run").agg(*(pl.col(k).first() for k in keys), *_extent()).drop("run")
+
+
+def _code(column: str) -> pl.Expr:
+    """An integer code per distinct value of a string column (null stays null)."""
+    return pl.col(column).cast(pl.Categorical).to_physical()
+
+
+def _lineage(modules: pl.DataFrame) -> pl.DataFrame:
+    """Each distinct module (`module_code`) with each module it lies in: `ancestor`, its
+    `depth` (1 for a top-level module; the root module "", when there is one, is 0 and holds
+    every module) and an integer `ancestor_code`."""
     parts = pl.col("module").str.split(".")
-    prefixes = pl.int_ranges(1, parts.list.len() + 1)
-    rows = rows.with_columns(
-        position=pl.int_range(pl.len()).over("device_id"),
-        depth=pl.when(pl.col("module") == "")
-        .then(pl.lit(None, pl.List(pl.Int64)))
-        .otherwise(prefixes),
+    depths = pl.when(pl.col("module") == "").then(pl.lit([], pl.List(pl.Int64)))
+    named = modules.with_columns(
+        depth=depths.otherwise(pl.int_ranges(1, parts.list.len() + 1, dtype=pl.Int64))
+    ).explode("depth")
+    named = named.filter(pl.col("depth").is_not_null()).with_columns(
+        ancestor=parts.list.head(pl.col("depth")).list.join(".")
     )
-    exploded = (
-        rows.explode("depth")
-        .filter(pl.col("depth").is_not_null())
-        .with_columns(ancestor=parts.list.head(pl.col("depth")).list.join("."))
+    if (modules["module"] == "").any():
+        roots = modules.with_columns(ancestor=pl.lit(""), depth=pl.lit(0, pl.Int64))
+        named = pl.concat([roots, named.select(roots.columns)])
+    codes = named.select("ancestor").unique().with_row_index("ancestor_code")
+    return named.join(codes, on="ancestor").select(
+        "module_code", "ancestor", "ancestor_code", "depth"
     )
-    if has_root:  # the root module "" holds every module
-        roots = rows.with_columns(ancestor=pl.lit(""), depth=pl.lit(0, pl.Int64))
-        exploded = pl.concat([roots, exploded], how="diagonal_relaxed")
-    keys = ["device_id", "step", "phase", "ancestor"]
-    runs = exploded.sort([*keys, "position"], nulls_last=True).with_columns(
-        run=(pl.col("position").diff().fill_null(1) != 1).cum_sum().over(keys)
-    )
-    spans = runs.group_by([*keys, "run"]).agg(*_extent(), pl.col("depth").first())
-    classes = (
-        ops.filter(pl.col("module").is_not_null())
-        .group_by("module")
-        .agg(pl.col("module_class").drop_nulls().first())
-    )
-    spans = spans.rename({"ancestor": "module"}).join(classes, on="module", how="left")
-    return _spans(spans, "modules", pl.col("module"), depth=None)
 
 
 def _extent() -> list[pl.Expr]:
@@ -114,18 +144,20 @@ def _spans(frame: pl.DataFrame, track: str, name: pl.Expr, depth: int | None) ->
 def nest(spans: pl.DataFrame) -> pl.DataFrame:
     """Clip spans so that on each (device, track) they nest; see the module docstring."""
     out = []
-    for (_, _), group in spans.group_by("device_id", "track", maintain_order=True):
+    for _, group in spans.group_by("device_id", "track", maintain_order=True):
         rows = group.sort("start_ns", "depth", pl.col("end_ns"), descending=[False, False, True])
-        stack: list[dict] = []
-        for row in rows.iter_rows(named=True):
-            while stack and stack[-1]["end_ns"] <= row["start_ns"]:
+        starts, depths = rows["start_ns"].to_list(), rows["depth"].to_list()
+        ends = rows["end_ns"].to_list()
+        stack: list[int] = []  # indices of the open spans
+        for i, (start, depth) in enumerate(zip(starts, depths, strict=True)):
+            while stack and ends[stack[-1]] <= start:
                 stack.pop()
-            while stack and stack[-1]["depth"] >= row["depth"]:
-                stack.pop()["end_ns"] = row["start_ns"]  # a crossing sibling: cut the earlier
+            while stack and depths[stack[-1]] >= depth:
+                ends[stack.pop()] = start  # a crossing sibling: cut the earlier
             if stack:
-                row["end_ns"] = min(row["end_ns"], stack[-1]["end_ns"])
-            stack.append(row)
-            out.append(row)
+                ends[i] = min(ends[i], ends[stack[-1]])
+            stack.append(i)
+        out.append(rows.with_columns(end_ns=pl.Series(ends, dtype=pl.Int64)))
     if not out:
         return pl.DataFrame(schema=SPAN)
-    return pl.DataFrame(out, schema=SPAN).sort("device_id", "track", "start_ns", "depth")
+    return pl.concat(out).sort("device_id", "track", "start_ns", "depth")
