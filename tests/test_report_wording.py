@@ -120,3 +120,17 @@ def test_a_forward_from_module_calls_is_said_in_the_header(tmp_path):
     assert "- Phases: none: no phase ranges or records; the forward pass is the module calls" in (
         markdown
     )
+
+
+def test_the_brief_does_not_call_a_copy_a_kernel():
+    """No ranges: the brief lists non-matmul work by kernel, and a host-to-device copy
+    among it is said to be a copy (cs336 without NVTX: 58 % of the time)."""
+    f = Frames()
+    f.kernel(1, 1, "[CUDA memcpy HtoD]", dur=5, kind="memcpy")
+    f.kernel(1, 10, "ampere_sgemm_128x64_tn", dur=3)
+    f.kernel(1, 20, "elementwise_kernel", dur=1)
+    brief = _section(_report(f).markdown, "Answers in brief")
+    assert "Largest non-matmul work in the whole capture: [CUDA memcpy HtoD] (a memcpy, not a" in (
+        brief
+    )
+    assert "non-matmul kernels" not in brief

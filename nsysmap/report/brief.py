@@ -97,8 +97,12 @@ def _non_matmul(doc: dict[str, Any], answer: dict[str, Any]) -> str:
     if named:
         listed = ", ".join(f"{o['aten_op']} {pct(o['share'])}" for o in named)
         return f"Largest non-matmul work in the {_label(doc, scope)}, by operator: {listed}."
-    listed = ", ".join(f"{k['label']} {pct(k['share'])}" for k in entry["kernels"][:3])
-    return f"Largest non-matmul kernels in the {_label(doc, scope)}: {listed}."
+    listed = ", ".join(
+        f"{k['label']}{'' if k['kind'] == 'kernel' else ' (a ' + k['kind'] + ', not a kernel)'} "
+        f"{pct(k['share'])}"
+        for k in entry["kernels"][:3]
+    )
+    return f"Largest non-matmul work in the {_label(doc, scope)}: {listed}."
 
 
 def _softmax(answers: dict[str, Any]) -> str:
