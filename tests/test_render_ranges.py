@@ -173,3 +173,14 @@ def test_no_outside_line_when_the_ranges_hold_all_the_time():
     f.range(1, "forward pass", 0, 100)
     f.kernel(1, 10, dur=3)
     assert "inside none of these ranges" not in _text(f)
+
+
+def test_work_outside_every_phase_is_named_as_the_report_names_it():
+    """The terminal's phase table names the row without a phase `(outside every phase)`,
+    as report.md's phase and waits tables do, not a bare `(none)`."""
+    f = Frames()
+    f.range(1, "forward", 0, 10)
+    f.kernel(1, 1, "ampere_sgemm_128x64_tn", dur=3)
+    f.kernel(1, 20, "elementwise_kernel", dur=1)
+    phases = _text(f).split("GPU time by phase")[1].split("\n\n")[0]
+    assert "\n  (outside every phase)" in phases and "(none)" not in phases

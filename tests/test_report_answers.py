@@ -15,7 +15,7 @@ import pytest
 from nsysmap.pipeline import analyse, analyse_file
 from nsysmap.report.answers import RunData
 from nsysmap.report.build import build_report
-from nsysmap.report.format import flop, num
+from nsysmap.report.format import flop, ratio
 from nsysmap.report.io import ANSWERS_JSON, read_run, write_report
 from tests.corpus import corpus_path
 from tests.frames import MS, Frames
@@ -174,7 +174,13 @@ def test_course_export_softmax_flops_come_from_its_softmax_ranges(tmp_path):
     assert flops["ratio"] == flops["softmax_flop"] / flops["matmul_flop"]
     assert "| FLOPs, attention ranges | 0 FLOP |" not in result.markdown
     brief = result.markdown.split("## Answers in brief")[1].split("##")[0]
-    assert f"it does {num(flops['ratio'], 4)} times their FLOPs" in brief
+    assert f"it does {ratio(flops['ratio'])} times the attention matmuls' FLOPs" in brief
+    # By kernel category, softmax FLOPs are those of the `softmax` kernels, as in the
+    # categories table (the hand-written softmax's exp kernels), not 0.
+    answers = result.answers["answers"]
+    every = answers["softmax_vs_matmul"]["by_kernel_category"]["flops"]
+    softmax_row = next(r for r in answers["categories"]["rows"] if r["category"] == "softmax")
+    assert every["softmax_flop"] == softmax_row["other_flop_estimate"] > 0
 
 
 @pytest.mark.corpus

@@ -142,13 +142,15 @@ def test_no_communication_is_unknown_with_its_reason() -> None:
         answer["unknown"] == "this profile has no communication kernels (NCCL or other collectives)"
     )
     assert answer["totals"]["calls"] == 0 and answer["collectives"] == answer["left_out"] == []
+    # No kernel, nothing that could hide one: the answer is none, not "not known".
     assert communication_section(answer) == [
         "## Communication",
         "",
-        f"Not known: {answer['unknown']}.",
+        f"None: {answer['unknown']}, so no GPU time went to it in this capture.",
         "",
     ]
     cpu_only = communication_answer(ops)
+    assert communication_section(cpu_only)[2] == f"Not known: {cpu_only['unknown']}."
     assert cpu_only["unknown"].endswith("its communication is not GPU kernels")
     assert [(x["what"], x["time_ns"]) for x in cpu_only["left_out"]] == [
         ("communication operations of kind cpu_op", 5)

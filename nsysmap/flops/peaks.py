@@ -115,7 +115,7 @@ def normalise_dtype(dtype: str | None) -> str | None:
 def peak_tflops(device_name: str | None, dtype: str | None) -> tuple[float | None, str]:
     """(dense peak TFLOP/s, why) for a device and dtype; None with the reason when unknown."""
     peak = find_peak(device_name)
-    if device_name is None:
+    if not device_name:  # None, or the empty name some traces write
         return None, "the report does not name the GPU"
     if peak is None:
         return None, f"{device_name!r} is not in nsysmap's table of peaks"

@@ -19,6 +19,9 @@ from nsysmap.waits.text import waits_line
 TOP = 10
 MAX_LABEL = 72
 _NONE = "(none)"
+# The row of operations without a phase or a module, named as the report names it.
+NO_PHASE = "(outside every phase)"
+NO_MODULE = "(no module)"
 _REASONS = {
     "other_thread": "given step/phase from a range on another thread of the process",
     "no_range": "launched outside any range",
@@ -49,8 +52,8 @@ def render_summary(summaries: Summaries, meta: dict[str, str], *, top: int = TOP
         _header(summaries, meta, unit) + _notes(meta),
         _coverage(summaries.coverage, unit) + "\n" + _contents(summaries, meta) + _closed(meta),
         _compilation(meta, unit, int(summaries.coverage["time_ns"].sum())),
-        _section(f"{unit} by phase", summaries.by_phase, ["phase"], top),
-        _section("Top modules", summaries.by_module, ["module", "module_class"], top),
+        _section(f"{unit} by phase", summaries.by_phase, ["phase"], top, NO_PHASE),
+        _section("Top modules", summaries.by_module, ["module", "module_class"], top, NO_MODULE),
         _ranges(summaries.by_range, top),
         _section(f"Top {op_word}", summaries.by_kernel, ["short_name", "category"], top),
         _section("Categories", summaries.by_category, ["category"], top),
@@ -229,8 +232,11 @@ def _path_label(path: str) -> str:
     return PATH_SEPARATOR.join(["…", *kept])
 
 
-def _section(title: str, table: pl.DataFrame, keys: Sequence[str], top: int) -> str:
-    """Sum over devices, then show the `top` rows by time with their share."""
+def _section(
+    title: str, table: pl.DataFrame, keys: Sequence[str], top: int, missing: str = _NONE
+) -> str:
+    """Sum over devices, then show the `top` rows by time with their share (`missing`
+    labels the row of operations without a key, e.g. outside every phase)."""
     if table.is_empty() or table[keys[0]].is_null().all():
         return ""  # nothing but the null group
     merged = (
@@ -241,7 +247,7 @@ def _section(title: str, table: pl.DataFrame, keys: Sequence[str], top: int) -> 
     )
     rows = [
         [
-            _row_label([r[k] for k in keys]),
+            _row_label([r[k] for k in keys], missing),
             f"{r['ops']:,}",
             _ms(r["time_ns"]),
             f"{100 * r['share']:.1f}%",
@@ -264,9 +270,9 @@ def _grid(title: str, headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(cells)
 
 
-def _row_label(values: list[object]) -> str:
+def _row_label(values: list[object], missing: str = _NONE) -> str:
     """`first (second)`, e.g. `transformer.h.0.attn (GPT2Attention)`."""
-    head = _label(values[0])
+    head = missing if values[0] is None else _label(values[0])
     rest = [_label(v) for v in values[1:] if v is not None]
     return f"{head} ({', '.join(rest)})" if rest else head
 

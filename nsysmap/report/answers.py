@@ -301,8 +301,8 @@ def limitations(f: Findings) -> list[str]:
     notes += rr.structure_notes(f.run.ops)
     if f.softmax_time["fused_attention"]:
         notes.append(
-            "Fused attention kernels compute their softmax inside: softmax time there is "
-            "not separable from the attention matmuls."
+            "Fused attention kernels compute their softmax inside: softmax time and FLOPs "
+            "there are not separable from the attention matmuls."
         )
     return notes
 
@@ -323,8 +323,12 @@ def summary_rows(f: Findings, run: str) -> pl.DataFrame:
             rt.softmax_time(st, "attention_softmax"),
             st["attention_matmul"],
         ),
-        ("softmax_to_matmul_flop_ratio", sf["softmax"], sf["matmul"]),
-        ("attention_softmax_to_matmul_flop_ratio", sf["attention_softmax"], sf["attention_matmul"]),
+        ("softmax_to_matmul_flop_ratio", _softmax_flop(f, "softmax"), sf["matmul"]),
+        (
+            "attention_softmax_to_matmul_flop_ratio",
+            _softmax_flop(f, "attention_softmax"),
+            sf["attention_matmul"],
+        ),
     ):
         rows.append((run, metric, "step", rt.share(num, den)))
     pooled = rf.totals(f.module_phase)
@@ -334,6 +338,13 @@ def summary_rows(f: Findings, run: str) -> pl.DataFrame:
     for metric, value in f.wall.items():
         rows.append((run, metric, "step", value))
     return pl.DataFrame(rows, schema=REPORT_SUMMARY, orient="row")
+
+
+def _softmax_flop(f: Findings, key: str) -> int | None:
+    """Softmax FLOPs; None when fused attention kernels hold every softmax (their FLOPs
+    count the matmuls only)."""
+    value = f.softmax_flop[key]
+    return None if f.softmax_time["fused_attention"] and not value else value
 
 
 def _float(value: Any) -> float | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nsysmap.report.format import ms, num, pct
+from nsysmap.report.format import ms, num, pct, ratio
 from nsysmap.report.waits import waits_lead
 
 # Work left out below this share of all time is in the report's table, not in the brief.
@@ -51,14 +51,18 @@ def _top(doc: dict[str, Any], answer: dict[str, Any]) -> list[str]:
     lines = []
     for scope in ("forward", "step"):
         entry = answer["scopes"].get(scope) or {}
-        if entry.get("name") is None:
+        if entry.get("name") is None or same_as_forward(answer["scopes"], scope, "scope_time_ns"):
             continue
         text = (
             f"Top kernel of the {_label(doc, scope)}: {entry['label']} "
             f"({pct(entry['share'])} of its time)"
         )
         if entry.get("calls_per_forward_pass") is not None:
-            text += f", {num(entry['calls_per_forward_pass'])} calls per forward pass"
+            text += (
+                f", {num(entry['calls_per_forward_pass'])} calls per forward pass"
+                if entry["forward_calls"]
+                else ", not launched in the forward pass"
+            )
         if entry.get("unknown"):
             text += f"; unknown: {entry['unknown']}"
         lines.append(text + ".")
@@ -77,6 +81,13 @@ def _top(doc: dict[str, Any], answer: dict[str, Any]) -> list[str]:
     return lines
 
 
+def same_as_forward(scopes: dict[str, Any], scope: str, key: str = "time_ns") -> bool:
+    """True when `scope` is not the forward scope but has just its time (`key`): in a
+    forward-only profile its answer would only repeat the forward pass's."""
+    time = (scopes.get(scope) or {}).get(key)
+    return scope != "forward" and bool(time) and time == (scopes.get("forward") or {}).get(key)
+
+
 def _non_matmul(doc: dict[str, Any], answer: dict[str, Any]) -> str:
     scope = "forward" if answer["scopes"].get("forward", {}).get("kernels") else "step"
     entry = answer["scopes"].get(scope) or {}
@@ -86,8 +97,12 @@ def _non_matmul(doc: dict[str, Any], answer: dict[str, Any]) -> str:
     if named:
         listed = ", ".join(f"{o['aten_op']} {pct(o['share'])}" for o in named)
         return f"Largest non-matmul work in the {_label(doc, scope)}, by operator: {listed}."
-    listed = ", ".join(f"{k['label']} {pct(k['share'])}" for k in entry["kernels"][:3])
-    return f"Largest non-matmul kernels in the {_label(doc, scope)}: {listed}."
+    listed = ", ".join(
+        f"{k['label']}{'' if k['kind'] == 'kernel' else ' (a ' + k['kind'] + ', not a kernel)'} "
+        f"{pct(k['share'])}"
+        for k in entry["kernels"][:3]
+    )
+    return f"Largest non-matmul work in the {_label(doc, scope)}: {listed}."
 
 
 def _softmax(answers: dict[str, Any]) -> str:
@@ -95,15 +110,19 @@ def _softmax(answers: dict[str, Any]) -> str:
     time, flops = answer["attention"]["time"], answer["attention"]["flops"]
     if time["unknown"] and flops["unknown"]:
         return f"Softmax against the attention matmuls: unknown ({time['unknown']})."
-    parts = []
-    if not time["unknown"]:
-        parts.append(
+    if time["unknown"]:
+        said = f"time unknown ({time['unknown']})"
+    else:
+        said = (
             f"softmax takes {ms(time['softmax_ns'])} against {ms(time['matmul_ns'])} "
-            f"for the attention matmuls ({num(time['ratio'], 3)} times their time)"
+            f"for the attention matmuls ({ratio(time['ratio'])} times their time)"
         )
-    if not flops["unknown"] and flops["ratio"] is not None:
-        parts.append(f"it does {num(flops['ratio'], 4)} times their FLOPs")
-    return f"Softmax: {'; '.join(parts)}." if parts else ""
+    if flops["unknown"]:
+        said += f"; FLOPs unknown ({flops['unknown']})"
+    elif flops["ratio"] is not None:
+        subject = "softmax" if time["unknown"] else "it"
+        said += f"; {subject} does {ratio(flops['ratio'])} times the attention matmuls' FLOPs"
+    return f"Softmax: {said}."
 
 
 def _communication(answer: dict[str, Any]) -> str:

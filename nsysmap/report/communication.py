@@ -155,6 +155,8 @@ def _why_unknown(left_out: list[dict[str, Any]]) -> str:
 def communication_section(answer: dict[str, Any]) -> list[str]:
     """Markdown lines for the answer, every number taken from it."""
     lines = ["## Communication", ""]
+    if answer["unknown"] == NO_KERNELS:  # nothing hides any: none ran in the capture
+        return [*lines, f"None: {NO_KERNELS}, so no GPU time went to it in this capture.", ""]
     if answer["unknown"] is not None:
         return [*lines, f"Not known: {answer['unknown']}.", ""]
     t = answer["totals"]

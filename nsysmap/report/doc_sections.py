@@ -27,7 +27,7 @@ def phases_section(doc: dict[str, Any]) -> list[str]:
     answer = doc["answers"]["phase_time"]
     rows = [
         [
-            r["phase"] or "(none)",
+            r["phase"] or "(outside every phase)",
             f"{r['ops']:,}",
             ms(r["time_ns"]),
             pct(r["time_share"]),
@@ -93,7 +93,7 @@ def layers_section(doc: dict[str, Any]) -> list[str]:
         "forward",
         "backward",
         f"matmul FLOPs {each}",
-        "other FLOPs ≈",
+        f"other FLOPs ≈ {each}",
         "TFLOP/s",
         "MFU",
     ]
@@ -193,7 +193,8 @@ def inferred_section(answer: dict[str, Any]) -> list[str]:
         "## Per block, inferred from the repeating kernel sequence",
         "",
         "No ranges name the blocks; these are repeats of one kernel motif found in the "
-        "kernel sequence (docs/inference.md), not measured modules.",
+        "kernel sequence (docs/inference.md), not measured modules. Inferred block –: "
+        "work of that inferred phase outside every repeat. Shares are of the device's GPU time.",
         "",
     ]
     for device in answer["devices"]:
@@ -213,7 +214,7 @@ def inferred_section(answer: dict[str, Any]) -> list[str]:
             ]
             for r in device["rows"]
         ]
-        header = ["inferred phase", "inferred block", "ops", "ms", "share", "top kernel"]
+        header = ["inferred phase", "inferred block", "ops", "time", "share", "top kernel"]
         lines += [*table(header, cells), ""]
     return lines
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import polars as pl
@@ -32,6 +33,16 @@ def flop(x: float | None) -> str:
 def num(x: float | None, digits: int = 2) -> str:
     """A plain number."""
     return "–" if x is None else f"{x:,.{digits}f}"
+
+
+def ratio(x: float | None) -> str:
+    """A ratio to three significant digits (0.851, 0.0156, 0.750), 2 decimals from 1 on."""
+    if x is None:
+        return "–"
+    if x == 0 or abs(x) >= 1:
+        return f"{x:,.2f}"
+    decimals = min(2 - math.floor(math.log10(abs(x))), 9)
+    return f"{x:.{decimals}f}"
 
 
 def kernel(text: Any, width: int = 70) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from nsysmap.report.brief import brief
+from nsysmap.report.brief import brief, same_as_forward
 from nsysmap.report.communication import communication_section
 from nsysmap.report.doc_sections import (
     blocks_section,
@@ -20,7 +20,7 @@ from nsysmap.report.doc_sections import (
     ranges_section,
     shapes_section,
 )
-from nsysmap.report.format import devices_text, flop, kernel, ms, num, pct, table
+from nsysmap.report.format import devices_text, flop, kernel, ms, num, pct, ratio, table
 from nsysmap.report.questions import present_scopes
 from nsysmap.report.waits import waits_section
 
@@ -88,7 +88,7 @@ def _header(doc: dict[str, Any]) -> list[str]:
         f"- Run: `{run['label']}` ({run['backend']} backend; {devices or 'no device'})",
         f"- Steps: {_steps(run)}",
         f"- Forward passes: {_forward_passes(run)}",
-        f"- Phases: from {run['phases_source'] or 'nothing: no phase ranges or records'}",
+        f"- Phases: {_phases(doc)}",
         f"- FLOPs: {run['flop_note']}",
         f"- Peak: {'; '.join(run['peak_notes']) or '–'}",
     ]
@@ -98,6 +98,16 @@ def _header(doc: dict[str, Any]) -> list[str]:
             f"- Compared with: `{other['label']}` ({other['kind']}), steps: {_steps(other)}"
         )
     return [*lines, ""]
+
+
+def _phases(doc: dict[str, Any]) -> str:
+    """Where the phases come from; without any, what stands for the forward pass."""
+    if doc["run"]["phases_source"]:
+        return f"from {doc['run']['phases_source']}"
+    forward = doc["scopes"].get("forward") or {}
+    if not forward.get("ops"):
+        return "none: no phase ranges or records"
+    return f"none: no phase ranges or records; the forward pass is the {forward['source']}"
 
 
 def _steps(run: dict[str, Any]) -> str:
@@ -282,6 +292,9 @@ def _non_matmul(doc: dict[str, Any]) -> list[str]:
         if entry.get("unknown"):
             lines += [f"Unknown: {entry['unknown']}.", ""]
             continue
+        if same_as_forward(answer["scopes"], scope):
+            lines += ["The same as the forward pass's: all of its time is the forward pass.", ""]
+            continue
         lines += [
             f"Of {ms(entry['time_ns'])}, {ms(entry['non_matmul_time_ns'])} is not matmul.",
             "",
@@ -330,10 +343,9 @@ def _softmax(doc: dict[str, Any]) -> list[str]:
         ("by kernel category", answer["by_kernel_category"]),
     ):
         t, fl = block["time"], block["flops"]
-        rows.append([f"time, {label}", ms(t["softmax_ns"]), ms(t["matmul_ns"]), _ratio(t, 3)])
-        rows.append(
-            [f"FLOPs, {label}", flop(fl["softmax_flop"]), flop(fl["matmul_flop"]), _ratio(fl, 4)]
-        )
+        rows.append([f"time, {label}", ms(t["softmax_ns"]), ms(t["matmul_ns"]), ratio(t["ratio"])])
+        softmax_flop, matmul_flop = flop(fl["softmax_flop"]), flop(fl["matmul_flop"])
+        rows.append([f"FLOPs, {label}", softmax_flop, matmul_flop, ratio(fl["ratio"])])
     lines = ["## Softmax versus the attention matmuls", ""]
     lines.append(f"{_scope_name(doc, 'step').capitalize()}; {_ATTENTION_FROM[source]}")
     lines.append("By kernel category: `softmax` kernels against every matmul kernel.")
@@ -348,7 +360,3 @@ def _softmax(doc: dict[str, Any]) -> list[str]:
         }
     )
     return [*lines, f"Unknown where marked –: {'; '.join(reasons)}.", ""] if reasons else lines
-
-
-def _ratio(entry: dict[str, Any], digits: int) -> str:
-    return "–" if entry["ratio"] is None else num(entry["ratio"], digits)

@@ -28,7 +28,13 @@ GRAPH_UNKNOWN = (
     "(nsys --cuda-graph-trace=graph); profile with --cuda-graph-trace=node to see them"
 )
 NO_WORK = "the profile has no operations in this scope"
+# The forward scope is empty when nothing marks the forward pass, not only when none ran.
+NO_FORWARD = "no range, record or module call marks a forward pass in this profile"
 _KERNEL_KEYS = ["kind", "name", "short_name", "category"]
+
+
+def _no_work(scope: str) -> str:
+    return NO_FORWARD if scope == "forward" else NO_WORK
 
 
 def present_scopes(ops: pl.DataFrame) -> list[str]:
@@ -58,7 +64,7 @@ def matmul_share(ops: pl.DataFrame) -> dict[str, Any]:
             "matmul_time_ns": matmul,
             "graph_replay_ns": graph,
             "share": rt.share(matmul, total),
-            "unknown": None if total else NO_WORK,
+            "unknown": None if total else _no_work(scope),
         }
         if graph:
             entry["share"] = None
@@ -104,7 +110,7 @@ def top_kernel(
         leaders = _kernel_totals(rows).head(2)
         top = leaders.head(1)
         if top.is_empty():
-            scopes[scope] = {"unknown": NO_WORK, "time_ns": total}
+            scopes[scope] = {"unknown": _no_work(scope), "time_ns": total}
             continue
         kernel = _labelled(top)[0]
         count = forward_passes if scope == "forward" else rt.passes(rows)
@@ -139,8 +145,8 @@ def top_kernel(
 
 def _same_with_backward(scopes: dict[str, Any]) -> tuple[bool | None, str | None]:
     forward, both = scopes.get("forward"), scopes.get("forward_backward")
-    if forward is None or forward.get("unknown") == NO_WORK:
-        return None, "no forward work in this profile"
+    if forward is None or forward.get("unknown") == NO_FORWARD:
+        return None, NO_FORWARD
     if both is None:
         return None, "no backward work in this profile: it is forward-only"
     if forward.get("unknown") or both.get("unknown"):
@@ -156,7 +162,7 @@ def non_matmul_kernels(ops: pl.DataFrame, min_share: float) -> dict[str, Any]:
         rows = rt.scope_filter(ops, scope)
         total = int(rows["dur_ns"].sum())
         if not total:
-            scopes[scope] = {"unknown": NO_WORK, "kernels": [], "operators": []}
+            scopes[scope] = {"unknown": _no_work(scope), "kernels": [], "operators": []}
             continue
         other = rows.filter(~rt.is_matmul())
         kernels = _kernel_totals(other).with_columns(share=pl.col("time_ns") / total)

@@ -29,11 +29,16 @@ NO_ATTENTION = (
     "no module whose class names attention and no range named for softmax or the attention matmuls"
 )
 FUSED = "softmax runs inside fused attention kernels: its time cannot be told apart"
+FUSED_FLOPS = (
+    "softmax runs inside fused attention kernels: their FLOPs count the matmuls, not the softmax"
+)
 
 
 def _ratio_entry(softmax: int | None, matmul: int | None, unit: str, why: str | None) -> dict:
+    """Softmax against matmul; a softmax of 0 hidden in fused kernels is unknown, not 0."""
+    hidden = why in (FUSED, FUSED_FLOPS) and not softmax
     return {
-        f"softmax_{unit}": softmax,
+        f"softmax_{unit}": None if hidden else softmax,
         f"matmul_{unit}": matmul,
         "ratio": None if why else rt.share(softmax, matmul),
         "unknown": why,
@@ -49,6 +54,13 @@ def _range_flops(ops_f: pl.DataFrame, parts: pl.Series) -> tuple[int, int]:
     )
     row = sums.row(0, named=True)
     return int(row["softmax"] or 0), int(row["matmul"] or 0)
+
+
+def _flop_why(no_flops: str | None, fused: bool, softmax_flop: int | None) -> str | None:
+    """Why softmax FLOPs are unknown: no FLOPs at all, or none outside fused kernels."""
+    if no_flops:
+        return no_flops
+    return FUSED_FLOPS if fused and not softmax_flop else None
 
 
 def softmax_vs_matmul(
@@ -81,8 +93,9 @@ def softmax_vs_matmul(
             elif flop_source == "model":
                 no_flops = "the model's FLOP document has no ranges: FLOPs by range unknown"
     time_why = NO_ATTENTION if source is None else (FUSED if fused and not soft_ns else None)
-    flop_why = NO_ATTENTION if source is None else no_flops
+    flop_why = NO_ATTENTION if source is None else _flop_why(no_flops, fused, soft_flop)
     every_time_why = FUSED if fused and not times["softmax"] else None
+    every_flop_why = _flop_why(no_flops, fused, flops["softmax"])
     return {
         "question": "How does softmax compare with the attention matmuls, in time and FLOPs?",
         "scope": "step",
@@ -93,7 +106,7 @@ def softmax_vs_matmul(
         },
         "by_kernel_category": {
             "time": _ratio_entry(times["softmax"], times["matmul"], "ns", every_time_why),
-            "flops": _ratio_entry(flops["softmax"], flops["matmul"], "flop", no_flops),
+            "flops": _ratio_entry(flops["softmax"], flops["matmul"], "flop", every_flop_why),
         },
         "fused_attention_ns": times["fused_attention"],
         "flop_source": flop_source,

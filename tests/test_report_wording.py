@@ -1,0 +1,136 @@
+"""The report's sentences on real and synthetic profiles: no repeats, no 0 for unknown,
+no claim the profile cannot make."""
+
+from __future__ import annotations
+
+import pytest
+
+from nsysmap.flops.peaks import peak_tflops
+from nsysmap.pipeline import analyse, analyse_file
+from nsysmap.report.answers import RunData
+from nsysmap.report.build import build_report
+from nsysmap.report.format import ratio
+from nsysmap.report.io import read_run
+from tests.corpus import corpus_path
+from tests.frames import Frames
+
+
+def _report(f: Frames):
+    analysis = analyse(f.profile())
+    run = RunData("run", analysis.ops, analysis.manifest, by_range=analysis.summaries.by_range)
+    return build_report(run)
+
+
+def _section(markdown: str, title: str) -> str:
+    return markdown.split(f"## {title}\n")[1].split("\n## ")[0]
+
+
+def _forward_only() -> Frames:
+    f = Frames()
+    f.range(1, "forward", 0, 10)
+    f.kernel(1, 1, "ampere_sgemm_128x64_tn", dur=3)
+    f.kernel(1, 2, "elementwise_kernel", dur=1)
+    return f
+
+
+def test_a_forward_only_profile_says_its_step_answers_once():
+    """Without backward, the step (all phases) is the forward pass: the brief names the top
+    kernel once and the non-matmul section does not print the same tables twice."""
+    markdown = _report(_forward_only()).markdown
+    brief = _section(markdown, "Answers in brief")
+    assert brief.count("Top kernel of the") == 1
+    assert "Top kernel of the forward pass: ampere_sgemm_128x64_tn" in brief
+    non_matmul = markdown.split("## Non-matmul kernels")[1].split("\n## ")[0]
+    assert non_matmul.count("| kernel | category | calls | time | share |") == 1
+    assert "The same as the forward pass's" in non_matmul
+
+
+def test_a_top_kernel_only_in_backward_is_not_said_to_run_0_times_per_forward_pass():
+    f = Frames()
+    f.range(1, "forward", 0, 10)
+    f.kernel(1, 1, "ampere_sgemm_128x64_tn", dur=3)
+    f.range(1, "backward", 10, 30)
+    f.kernel(1, 11, "ampere_sgemm_64x32_sliced1x4_nt", dur=5)
+    result = _report(f)
+    step = result.answers["answers"]["top_kernel"]["scopes"]["step"]
+    assert step["name"] == "ampere_sgemm_64x32_sliced1x4_nt" and step["forward_calls"] == 0
+    brief = _section(result.markdown, "Answers in brief")
+    assert "ampere_sgemm_64x32_sliced1x4_nt (62.5 % of its time), not launched in the forward" in (
+        brief
+    )
+    assert "0.00 calls per forward pass" not in brief
+
+
+def test_without_phases_the_forward_pass_is_unmarked_not_absent():
+    """Kernels but no ranges: nothing marks the forward pass; the report must not say the
+    profile has no forward work, and labels work outside phases as the waits table does."""
+    f = Frames()
+    f.kernel(1, 1, "ampere_sgemm_128x64_tn", dur=3)
+    f.kernel(1, 2, "elementwise_kernel", dur=1)
+    result = _report(f)
+    markdown = result.markdown
+    assert "no forward work" not in markdown
+    assert "no operations in this scope" not in markdown
+    why = result.answers["answers"]["top_kernel"]["same_with_backward_unknown"]
+    assert "marks a forward pass" in why and f"included: unknown ({why})" in markdown
+    assert "- Phases: none: no phase ranges or records\n" in markdown
+    assert "| (outside every phase) | 2 |" in _section(markdown, "Where the time goes: by phase")
+    assert "| (none) |" not in markdown
+
+
+@pytest.mark.parametrize(
+    ("x", "text"),
+    [(0.851, "0.851"), (0.015625, "0.0156"), (0.75, "0.750"), (0.0001071, "0.000107"), (2, "2.00")],
+)
+def test_ratios_keep_three_significant_digits(x, text):
+    """0.0000 said a small ratio was none; 0.7500 claimed digits it did not have."""
+    assert ratio(x) == text
+
+
+def test_a_trace_naming_its_gpu_with_an_empty_string_does_not_name_it():
+    assert peak_tflops("", "bf16") == (None, "the report does not name the GPU")
+
+
+@pytest.mark.corpus
+def test_softmax_inside_fused_attention_is_unknown_not_0(tmp_path):
+    """BERT on H100: softmax runs inside fused attention kernels; its time and FLOPs are
+    unknown (not 0 FLOP and a 0.0000 ratio), and the brief says so in one sentence."""
+    analyse_file(corpus_path("tracelens_bert_small_infer_modules_h100.json.gz"), tmp_path)
+    result = build_report(read_run(tmp_path))
+    answer = result.answers["answers"]["softmax_vs_matmul"]
+    for block in (answer["attention"], answer["by_kernel_category"]):
+        for entry in block.values():
+            assert entry["ratio"] is None and entry["unknown"]
+    flops = answer["attention"]["flops"]
+    assert flops["softmax_flop"] is None and flops["matmul_flop"] > 0
+    brief = _section(result.markdown, "Answers in brief")
+    assert "Softmax against the attention matmuls: unknown (softmax runs inside fused" in brief
+    assert "it does" not in brief
+    table = _section(result.markdown, "Softmax versus the attention matmuls")
+    assert "0 FLOP" not in table and "0.0000" not in table
+
+
+@pytest.mark.corpus
+def test_a_forward_from_module_calls_is_said_in_the_header(tmp_path):
+    """Switch-Transformer: no phase ranges, yet a forward pass from module calls; the
+    header must not say the phases come from nothing while the answers use a forward pass."""
+    analyse_file(corpus_path("switchtransformer_moe_fwd_with_modules_a100.json"), tmp_path)
+    markdown = build_report(read_run(tmp_path)).markdown
+    assert "from nothing" not in markdown
+    assert "- Phases: none: no phase ranges or records; the forward pass is the module calls" in (
+        markdown
+    )
+
+
+def test_the_brief_does_not_call_a_copy_a_kernel():
+    """No ranges: the brief lists non-matmul work by kernel, and a host-to-device copy
+    among it is said to be a copy (cs336 without NVTX: 58 % of the time)."""
+    f = Frames()
+    f.kernel(1, 1, "[CUDA memcpy HtoD]", dur=5, kind="memcpy")
+    f.kernel(1, 10, "ampere_sgemm_128x64_tn", dur=3)
+    f.kernel(1, 20, "elementwise_kernel", dur=1)
+    brief = _section(_report(f).markdown, "Answers in brief")
+    assert "Largest non-matmul work in the whole capture: [CUDA memcpy HtoD] (a memcpy, not a" in (
+        brief
+    )
+    assert "non-matmul kernels" not in brief
