@@ -243,3 +243,39 @@ def test_forward_module_calls_are_forward_in_a_training_step_only():
         "outside": ("forward", "records"),  # before the first backward op
         "evaluation": ("forward", "records"),
     }
+
+
+def test_work_after_the_last_optimizer_stays_in_the_last_step():
+    """A metric update after the last step's optimizer is no new step; a backward pass
+    after it is one."""
+    f = Frames()
+    _iteration(f, 0)
+    last = _iteration(f, 20)
+    metric = f.kernel(MAIN, 30, "reduce_kernel")
+    ops = attribute(_profile(f))
+    assert _rows(ops, {"adam": last["adam_last"], "metric": metric}, "step", "phase") == {
+        "adam": (1, "optimizer"),
+        "metric": (1, None),  # after the optimizer: no phase by place either
+    }
+    more = f.kernel(AUTOGRAD, 32, "gemm")
+    ops = attribute(_profile(f))
+    got = _rows(ops, {"metric": metric, "more": more}, "step", "phase")
+    assert got == {"metric": (2, "forward"), "more": (2, "backward")}
+
+
+def test_work_launched_before_the_capture_gets_no_place():
+    """GPU work without a launch call has no place in launch order: work the GPU ran
+    before any captured launch (launched before the capture) gets no step or phase;
+    work between two ops of one step and phase on its stream gets theirs."""
+    f = Frames()
+    earlier = f.kernel(None, 0, "multi_tensor_apply_kernel", run_at=-5)
+    fwd = f.kernel(MAIN, 0, "gemm")  # runs at 1
+    f.kernel(AUTOGRAD, 2, "gemm")  # runs at 3
+    lost = f.kernel(None, 0, "gemm", run_at=5)  # its launch call was not recorded
+    f.kernel(AUTOGRAD, 6, "gemm")  # runs at 7
+    f.kernel(MAIN, 8, "multi_tensor_apply_kernel")  # runs at 9
+    ops = attribute(_profile(f))
+    got = _rows(ops, {"earlier": earlier, "fwd": fwd, "lost": lost}, "step", "phase")
+    assert got == {"earlier": (None, None), "fwd": (0, "forward"), "lost": (0, "backward")}
+    sources = _rows(ops, {"lost": lost}, "step_source", "phase_source")
+    assert sources == {"lost": ("records", "records")}
