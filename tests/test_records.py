@@ -24,6 +24,8 @@ from nsysmap.read.nsys_sqlite import read_sqlite
 from nsysmap.read.torch_trace import read_trace
 from tests.corpus import corpus_path
 from tests.frames import Frames
+from tests.torch_traces import AUTOGRAD as TRACE_AUTOGRAD
+from tests.torch_traces import complete, kernel, launch, module, op, write_trace
 
 MAIN, AUTOGRAD = 10, 11
 TRAINING = ("forward", "backward", "optimizer")
@@ -279,3 +281,38 @@ def test_work_launched_before_the_capture_gets_no_place():
     assert got == {"earlier": (None, None), "fwd": (0, "forward"), "lost": (0, "backward")}
     sources = _rows(ops, {"lost": lost}, "step_source", "phase_source")
     assert sources == {"lost": ("records", "records")}
+
+
+def _traced_step(at: int, correlation: int) -> list[dict]:
+    """One SGD step as torch.profiler records it: a module call with a convolution, its
+    backward node on autograd's thread, `Optimizer.zero_grad#` and `Optimizer.step#` with
+    a foreach kernel; no ProfilerStep, no phase annotation."""
+    bwd = {"tid": TRACE_AUTOGRAD}
+    return [
+        module("ResNet", at, 10, 0),
+        op("aten::conv2d", at + 1, 5),
+        launch(at + 2, correlation),
+        kernel("implicit_convolve_sgemm", at + 3, 4, correlation),
+        op("autograd::engine::evaluate_function: ConvolutionBackward0", at + 11, 8, **bwd),
+        launch(at + 12, correlation + 1, tid=TRACE_AUTOGRAD),
+        kernel("wgrad_alg0_engine", at + 13, 6, correlation + 1),
+        complete("user_annotation", "Optimizer.zero_grad#SGD.zero_grad", at + 20, 2),
+        complete("user_annotation", "Optimizer.step#SGD.step", at + 23, 6),
+        op("aten::_foreach_add_", at + 24, 4),
+        launch(at + 25, correlation + 2),
+        kernel("multi_tensor_apply_kernel", at + 26, 2, correlation + 2),
+    ]
+
+
+def test_a_traced_training_loop_without_annotations_gets_steps_and_phases(tmp_path):
+    """Five steps of a torch.profiler trace with module frames and only PyTorch's own
+    optimizer annotations: every kernel forward, backward or optimizer, five steps."""
+    names = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": TRACE_AUTOGRAD,
+              "args": {"name": "pt_autograd_0"}}]  # fmt: skip
+    events = names + [e for i in range(5) for e in _traced_step(100 * i, 10 * i + 1)]
+    ops = attribute(load_profile(write_trace(tmp_path / "resnet.json", events)))
+    assert ops["phase"].to_list() == ["forward", "backward", "optimizer"] * 5
+    assert ops["step"].to_list() == [s for s in range(5) for _ in range(3)]
+    assert set(ops["step_source"]) == {"records"}
+    # the backward work's phase is the records'; the optimizer's PyTorch's own range's
+    assert ops["phase_source"].to_list() == ["records", "records", "range"] * 5
