@@ -24,6 +24,8 @@ from nsysmap.read.nsys_sqlite import read_sqlite
 from nsysmap.read.torch_trace import read_trace
 from tests.corpus import corpus_path
 from tests.frames import Frames
+from tests.torch_traces import AUTOGRAD as TRACE_AUTOGRAD
+from tests.torch_traces import complete, kernel, launch, module, op, write_trace
 
 MAIN, AUTOGRAD = 10, 11
 TRAINING = ("forward", "backward", "optimizer")
@@ -243,3 +245,74 @@ def test_forward_module_calls_are_forward_in_a_training_step_only():
         "outside": ("forward", "records"),  # before the first backward op
         "evaluation": ("forward", "records"),
     }
+
+
+def test_work_after_the_last_optimizer_stays_in_the_last_step():
+    """A metric update after the last step's optimizer is no new step; a backward pass
+    after it is one."""
+    f = Frames()
+    _iteration(f, 0)
+    last = _iteration(f, 20)
+    metric = f.kernel(MAIN, 30, "reduce_kernel")
+    ops = attribute(_profile(f))
+    assert _rows(ops, {"adam": last["adam_last"], "metric": metric}, "step", "phase") == {
+        "adam": (1, "optimizer"),
+        "metric": (1, None),  # after the optimizer: no phase by place either
+    }
+    more = f.kernel(AUTOGRAD, 32, "gemm")
+    ops = attribute(_profile(f))
+    got = _rows(ops, {"metric": metric, "more": more}, "step", "phase")
+    assert got == {"metric": (2, "forward"), "more": (2, "backward")}
+
+
+def test_work_launched_before_the_capture_gets_no_place():
+    """GPU work without a launch call has no place in launch order: work the GPU ran
+    before any captured launch (launched before the capture) gets no step or phase;
+    work between two ops of one step and phase on its stream gets theirs."""
+    f = Frames()
+    earlier = f.kernel(None, 0, "multi_tensor_apply_kernel", run_at=-5)
+    fwd = f.kernel(MAIN, 0, "gemm")  # runs at 1
+    f.kernel(AUTOGRAD, 2, "gemm")  # runs at 3
+    lost = f.kernel(None, 0, "gemm", run_at=5)  # its launch call was not recorded
+    f.kernel(AUTOGRAD, 6, "gemm")  # runs at 7
+    f.kernel(MAIN, 8, "multi_tensor_apply_kernel")  # runs at 9
+    ops = attribute(_profile(f))
+    got = _rows(ops, {"earlier": earlier, "fwd": fwd, "lost": lost}, "step", "phase")
+    assert got == {"earlier": (None, None), "fwd": (0, "forward"), "lost": (0, "backward")}
+    sources = _rows(ops, {"lost": lost}, "step_source", "phase_source")
+    assert sources == {"lost": ("records", "records")}
+
+
+def _traced_step(at: int, correlation: int) -> list[dict]:
+    """One SGD step as torch.profiler records it: a module call with a convolution, its
+    backward node on autograd's thread, `Optimizer.zero_grad#` and `Optimizer.step#` with
+    a foreach kernel; no ProfilerStep, no phase annotation."""
+    bwd = {"tid": TRACE_AUTOGRAD}
+    return [
+        module("ResNet", at, 10, 0),
+        op("aten::conv2d", at + 1, 5),
+        launch(at + 2, correlation),
+        kernel("implicit_convolve_sgemm", at + 3, 4, correlation),
+        op("autograd::engine::evaluate_function: ConvolutionBackward0", at + 11, 8, **bwd),
+        launch(at + 12, correlation + 1, tid=TRACE_AUTOGRAD),
+        kernel("wgrad_alg0_engine", at + 13, 6, correlation + 1),
+        complete("user_annotation", "Optimizer.zero_grad#SGD.zero_grad", at + 20, 2),
+        complete("user_annotation", "Optimizer.step#SGD.step", at + 23, 6),
+        op("aten::_foreach_add_", at + 24, 4),
+        launch(at + 25, correlation + 2),
+        kernel("multi_tensor_apply_kernel", at + 26, 2, correlation + 2),
+    ]
+
+
+def test_a_traced_training_loop_without_annotations_gets_steps_and_phases(tmp_path):
+    """Five steps of a torch.profiler trace with module frames and only PyTorch's own
+    optimizer annotations: every kernel forward, backward or optimizer, five steps."""
+    names = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": TRACE_AUTOGRAD,
+              "args": {"name": "pt_autograd_0"}}]  # fmt: skip
+    events = names + [e for i in range(5) for e in _traced_step(100 * i, 10 * i + 1)]
+    ops = attribute(load_profile(write_trace(tmp_path / "resnet.json", events)))
+    assert ops["phase"].to_list() == ["forward", "backward", "optimizer"] * 5
+    assert ops["step"].to_list() == [s for s in range(5) for _ in range(3)]
+    assert set(ops["step_source"]) == {"records"}
+    # the backward work's phase is the records'; the optimizer's PyTorch's own range's
+    assert ops["phase_source"].to_list() == ["records", "records", "range"] * 5

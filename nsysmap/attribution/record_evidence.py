@@ -16,7 +16,8 @@ and phases):
   `_foreach_`, fused Adam: nsysmap.attribution.categories), not backward.
 
 `evidence` gives one row per operation, in operation order, with the range-given
-step and phase beside it: all vectorised, from the positions `locate` found.
+step and phase beside it, its launch time and its place in its stream (for work
+without a launch call): all vectorised, from the positions `locate` found.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ EVIDENCE = declare(
     {
         "pid": pl.Int64,
         "t": pl.Int64,  # launch time (the op's own start without a launch)
+        "launched": pl.Boolean,  # has a launch call, or none in its process has one
+        "device_id": pl.Int64,
+        "stream_id": pl.Int64,
+        "start_ns": pl.Int64,  # on the device: the op's place in its stream
         "range_step": pl.Int64,
         "range_phase": pl.String,
         "backward": pl.Boolean,
@@ -65,6 +70,10 @@ def evidence(
         {
             "pid": ops["pid"],
             "t": ops.select(pl.coalesce("launch_start_ns", "start_ns")).to_series(),
+            "launched": _launched(ops),
+            "device_id": ops["device_id"],
+            "stream_id": ops["stream_id"],
+            "start_ns": ops["start_ns"],
             "range_step": labels["step"],
             "range_phase": labels["phase"],
             "backward": backward,
@@ -73,6 +82,12 @@ def evidence(
         }
     )
     return frame.cast(EVIDENCE)
+
+
+def _launched(ops: pl.DataFrame) -> pl.Series:
+    """True for ops with a launch call, and for every op of a process without any."""
+    launched = pl.col("launch_start_ns").is_not_null()
+    return ops.select(launched | ~launched.any().over("pid")).to_series()
 
 
 def _range_labels(found: pl.DataFrame, scope: Scope | None, n_ops: int) -> dict[str, pl.Series]:

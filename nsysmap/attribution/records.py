@@ -9,10 +9,12 @@ its records only when its ranges give none (`step_source` / `phase_source`
   step ends with its optimizer work, the last optimizer operation (an
   `Optimizer.step#...` range's work, or an optimizer kernel) between one
   backward pass and the next. Steps are numbered from 0; a process without
-  both backward and optimizer work gets none.
+  both backward and optimizer work gets none. What follows the last
+  boundary (a metric update, an evaluation forward) stays in the last step
+  unless a backward pass begins there, which opens a step of its own.
 
-      ops   F F F B B B B O O F F F B B B O O F F
-      step  0 0 0 0 0 0 0 0 0|1 1 1 1 1 1 1 1|2 2
+      ops   F F F B B B B O O F F F B B B O O M M     F F B B
+      step  0 0 0 0 0 0 0 0 0|1 1 1 1 1 1 1 1 1 1  or  2 2 2 2
 
 * **phases**, in each step (the whole process where there are no steps):
   `backward` for backward work; `forward` for forward module calls and for
@@ -25,6 +27,13 @@ its records only when its ranges give none (`step_source` / `phase_source`
   records: a forward-only profile gets no backward, no optimizer, no steps,
   and no forward either (its module calls already say `direction` forward,
   which is what summaries of such profiles read).
+
+GPU work without a launch call, in a process whose other work has launch
+calls, has no place in launch order: most often the GPU ran it while the
+capture began, launched before it (a deep queue left from the step before).
+It is no optimizer boundary and gets no step or phase by place; it takes the
+step and phase of the placed work before and after it on its stream where
+both have the same ones (a stream runs its work in launch order), else none.
 """
 
 from __future__ import annotations
@@ -43,7 +52,8 @@ _OPTIMIZER_WORK = ("optimizer", "zero_grad")  # range phases that are not forwar
 
 _t, _backward = pl.col("t"), pl.col("backward")
 _forward, _optimizer = pl.col("forward"), pl.col("optimizer")
-_range_phase = pl.col("range_phase")
+_range_phase, _placed = pl.col("range_phase"), pl.col("launched")
+_STREAM = ["device_id", "stream_id"]
 
 
 def record_labels(evidence: pl.DataFrame) -> pl.DataFrame:
@@ -57,6 +67,7 @@ def record_labels(evidence: pl.DataFrame) -> pl.DataFrame:
         frame = frame.with_columns(steps.scatter(order, _record_steps(frame[order])))
         frame = frame.with_columns(step=pl.coalesce("range_step", "record_step"))
         frame = _with_record_phases(frame, ["pid", "step"])
+        frame = _from_stream_neighbours(frame)
     out = frame.select(
         pl.coalesce("range_step", "record_step").alias("step"),
         _source("range_step", "record_step").alias("step_source"),
@@ -87,19 +98,27 @@ def _record_steps(frame: pl.DataFrame) -> pl.Series:
     """Per op of `frame` (sorted by pid, t), the step its optimizer boundaries give;
     null where the process has range-given steps or no boundary."""
     passes = _backward.cast(pl.Int64).cum_sum().over("pid")  # backward ops so far
-    work = (_optimizer | (_range_phase == "optimizer").fill_null(False)) & (passes > 0)
+    optimizer_work = _optimizer | (_range_phase == "optimizer").fill_null(False)
+    work = optimizer_work & (passes > 0) & _placed
     rows = frame.select(pl.int_range(pl.len(), dtype=pl.UInt32).filter(work))
     # the last optimizer op of each stretch between backward ops
     key = frame.select("pid", passes.alias("passes"))[rows.to_series()]
     last = key.select(pl.any_horizontal(pl.all().ne_missing(pl.all().shift(-1))))
     end = pl.repeat(False, frame.height, eager=True)
     end = end.scatter(rows.filter(last.to_series()).to_series(), True).cast(pl.Int64)
-    step = frame.with_columns(end=end).select(
+    step = pl.col("end").cum_sum().over("pid") - pl.col("end")
+    # after the last boundary: the last step's tail unless a backward pass begins there
+    tail = (step == pl.col("end").sum().over("pid")) & (step > 0)
+    tail_backward = (tail & _backward).any().over("pid")
+    step = pl.when(tail & ~tail_backward).then(step - 1).otherwise(step)
+    steps = frame.with_columns(end=end).select(
         pl.when(
-            pl.col("range_step").is_null().all().over("pid") & (pl.col("end").max().over("pid") > 0)
-        ).then(pl.col("end").cum_sum().over("pid") - pl.col("end"))
+            pl.col("range_step").is_null().all().over("pid")
+            & (pl.col("end").max().over("pid") > 0)
+            & _placed
+        ).then(step)
     )
-    return step.to_series().alias("record_step")
+    return steps.to_series().alias("record_step")
 
 
 def _with_record_phases(frame: pl.DataFrame, group: list[str]) -> pl.DataFrame:
@@ -113,11 +132,11 @@ def _with_record_phases(frame: pl.DataFrame, group: list[str]) -> pl.DataFrame:
     )
     frame = _joined(frame, bounds, group)
     after = _t > pl.col("last_backward")
-    last = frame.filter(_optimizer & after).group_by(group).agg(last_optimizer=_t.max())
+    last = frame.filter(_optimizer & after & _placed).group_by(group).agg(last_optimizer=_t.max())
     frame = _joined(frame, last, group)
     optimizer_work = _optimizer | _range_phase.is_in(_OPTIMIZER_WORK).fill_null(False)
     phase = (
-        pl.when(pl.col("first_backward").is_null())  # no backward work: not a training step
+        pl.when(pl.col("first_backward").is_null() | ~_placed)  # no training step, or no place
         .then(pl.lit(None, pl.String))
         .when(_backward)
         .then(pl.lit("backward"))
@@ -129,6 +148,42 @@ def _with_record_phases(frame: pl.DataFrame, group: list[str]) -> pl.DataFrame:
         .then(pl.lit("forward"))
     )
     return frame.with_columns(record_phase=phase)
+
+
+def _from_stream_neighbours(frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with the record step and phase of each op that has no place in launch
+    order (no launch call in a process with launches) taken from the placed ops
+    before and after it in its stream, where both have the same one: a stream runs
+    its work in launch order."""
+    unplaced = frame.select(~_placed).to_series()
+    if not unplaced.any():
+        return frame
+    order = frame.select(pl.arg_sort_by(*_STREAM, "start_ns", maintain_order=True)).to_series()
+    stream = frame[order].select(
+        *_STREAM,
+        pl.when(_placed).then(pl.int_range(pl.len(), dtype=pl.Int64)).alias("at"),
+        pl.coalesce("range_step", "record_step").alias("step"),
+        pl.coalesce("range_phase", "record_phase").alias("phase"),
+        (~_placed).alias("unplaced"),
+    )
+    around = stream.select(
+        before=pl.col("at").forward_fill().over(_STREAM),
+        after=pl.col("at").backward_fill().over(_STREAM),
+    )
+    labels = stream.select("step", "phase")
+    before, after = labels[around["before"]], labels[around["after"]]
+    same_step = before["step"].eq_missing(after["step"]) & stream["unplaced"]
+    same_step = same_step & around["before"].is_not_null() & around["after"].is_not_null()
+    step = pl.select(pl.when(same_step).then(before["step"])).to_series()
+    same_phase = same_step & (before["phase"] == after["phase"]).fill_null(False)
+    phase = pl.select(pl.when(same_phase).then(before["phase"])).to_series()
+    nothing = pl.repeat(None, frame.height, dtype=pl.Int64, eager=True)
+    return frame.with_columns(
+        pl.coalesce("record_step", nothing.scatter(order, step)).alias("record_step"),
+        pl.coalesce("record_phase", nothing.cast(pl.String).scatter(order, phase)).alias(
+            "record_phase"
+        ),
+    )
 
 
 def _joined(frame: pl.DataFrame, per_group: pl.DataFrame, group: list[str]) -> pl.DataFrame:

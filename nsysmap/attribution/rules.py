@@ -131,6 +131,9 @@ RULES: tuple[NameRule, ...] = (
         r"data|data load(?:ing|er)?|get batch|next batch|enumerate\(dataloader\)#.*",
         "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
     ),
+    # TorchRec's training pipeline: the batch's copy to the GPU and the all-to-all
+    # that sends each rank the sparse features of its embedding shards
+    _phase("data", r"copy batch to gpu|sparse data dist", "## copy_batch_to_gpu ##", _RECSYS),
 )
 
 

@@ -19,6 +19,17 @@ bind to the event of their thread that starts at their time:
   operator.
 * `ac2g` (old traces: `async`) flows tie a launch call to its GPU operation;
   they supply the correlation id only where an event's args lack one.
+* A GPU operation's "External id" names the CPU operator that launched it in
+  most traces, but some (older Kineto) write the correlation id there, and
+  on the launch call too: the operator it names is then an unrelated one
+  (a gate's small GEMM given an expert's `addmm` shapes). `launching_operators`
+  trusts the id only where the operator it names is open on the launching
+  thread when the launch call starts, and otherwise takes the innermost
+  operator open there; work without a launch call gets none.
+
+      main thread   |-- aten::addmm (External id 14) --|     aten::view (External id 23)
+                          cudaLaunchKernel (correlation 23, External id 23)
+      kernel        External id 23  ->  aten::addmm, not aten::view
 """
 
 from __future__ import annotations
@@ -27,6 +38,8 @@ from typing import Any
 
 import polars as pl
 
+from nsysmap.intervals.forest import Forest, group_index
+from nsysmap.intervals.nesting import nest_repaired
 from nsysmap.read.torch_columns import ids, ns_from_us
 
 _KEYS = ["pid", "tid", "start_ns"]
@@ -104,3 +117,58 @@ def with_flow_correlation(frame: pl.DataFrame, flows: pl.DataFrame, ph: str) -> 
     by_flow = pl.repeat(None, frame.height, dtype=pl.Int64, eager=True)
     by_flow = by_flow.scatter(found["row"], found["id"])
     return frame.with_columns(pl.coalesce(pl.col("correlation"), by_flow).alias("correlation"))
+
+
+def launching_operators(gpu: pl.DataFrame, api: pl.DataFrame, cpu: pl.DataFrame) -> pl.Series:
+    """Per GPU operation of `gpu` (correlation_id, external_id), the row in `cpu` (pid,
+    tid, start_ns, end_ns, external_id) of the operator that launched it, or null.
+
+    `api` holds the launch calls (pid, tid, correlation_id, start_ns).
+    """
+    nothing = pl.repeat(None, gpu.height, dtype=pl.UInt32, eager=True).alias("cpu_row")
+    if cpu.is_empty() or api.is_empty():
+        return nothing
+    calls = api.unique("correlation_id", keep="first", maintain_order=True)
+    launch = gpu.select("correlation_id", "external_id").join(
+        calls.select("correlation_id", "pid", "tid", "start_ns"),
+        on="correlation_id",
+        how="left",
+        maintain_order="left",
+    )
+    ops = cpu.select("pid", "tid", "start_ns", "end_ns").with_row_index("row")
+    named = cpu.select("external_id").with_row_index("named").drop_nulls()
+    named = named.unique("external_id", keep="first")
+    launch = launch.join(named, on="external_id", how="left", maintain_order="left")
+    open_at = _innermost(ops, launch.select("pid", "tid", "start_ns"))
+    at = ops[launch["named"].fill_null(0)]
+    trusted = (
+        launch["named"].is_not_null()
+        & (at["pid"] == launch["pid"])
+        & (at["tid"] == launch["tid"])
+        & (at["start_ns"] <= launch["start_ns"])
+        & (at["end_ns"] > launch["start_ns"])
+    ).fill_null(False)
+    return pl.select(pl.when(trusted).then(launch["named"]).otherwise(open_at)).to_series()
+
+
+def _innermost(ops: pl.DataFrame, queries: pl.DataFrame) -> pl.Series:
+    """Per query (pid, tid, start_ns), the `row` of the innermost op of `ops` (row, pid,
+    tid, start_ns, end_ns) open at its start on its thread; null where none is."""
+    out = pl.repeat(None, queries.height, dtype=pl.UInt32, eager=True)
+    asked = queries.with_row_index("query").drop_nulls()
+    coded = group_index(
+        pl.concat([ops.select("pid", "tid"), asked.select("pid", "tid")]), ["pid", "tid"]
+    )
+    if coded is None or asked.is_empty():
+        return out
+    codes = coded[0]
+    nested, _ = nest_repaired(
+        ops.with_columns(thread=codes.slice(0, ops.height), row=pl.col("row").cast(pl.Int64)),
+        by=["thread"],
+        id_col="row",
+    )
+    forest = Forest.of(nested, nested["thread"], "row")
+    asked = asked.with_columns(thread=codes.slice(ops.height)).sort("start_ns")
+    found = forest.innermost(asked["thread"], asked["start_ns"])
+    rows = nested["row"].cast(pl.UInt32).gather(found)
+    return out.scatter(asked["query"], rows)

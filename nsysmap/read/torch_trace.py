@@ -44,6 +44,7 @@ from nsysmap.read.torch_events import Buckets, Skipped, load_events, paused_gc, 
 from nsysmap.read.torch_links import (
     autograd_ranges,
     flow_frame,
+    launching_operators,
     link_operators,
     with_flow_correlation,
 )
@@ -196,15 +197,11 @@ def _device_ops(
     """PROFILE_OPS rows: pid from the launch (device events carry the device as pid),
     input shapes from the CPU operator the event is linked to by "External id"."""
     launch_pid = api.group_by("correlation_id").agg(pl.col("pid").first().alias("launch_pid"))
-    shapes = (
-        cpu.filter(pl.col("external_id").is_not_null())
-        .unique("external_id", keep="first")
-        .select("external_id", "input_shapes")
-    )
+    gpu = _device_frame(evs, flows)
+    operator = launching_operators(gpu, api, cpu)
     ops = (
-        _device_frame(evs, flows)
-        .join(launch_pid, on="correlation_id", how="left")
-        .join(shapes, on="external_id", how="left")
+        gpu.join(launch_pid, on="correlation_id", how="left", maintain_order="left")
+        .with_columns(input_shapes=cpu["input_shapes"].gather(operator))
         .sort("start_ns", "end_ns", "device", "stream", "correlation_id", maintain_order=True)
         .with_row_index("op_id")
     )
