@@ -83,7 +83,7 @@ def _read_whole(path: Path, stages: Stages) -> Iterator[NestedProfile]:
     yield load_profile(path, stages=stages)  # read only when the flow asks for it
 
 
-@dataclass
+@dataclass(frozen=True)
 class Settings:
     """How the flow runs, and what its manifest records."""
 
