@@ -109,7 +109,9 @@ def flow(
     a source read apart, the parts' meta, threads and devices merged.
     """
     profiles = iter(source.profiles)
-    first = next(profiles)
+    first = next(profiles, None)
+    if first is None:
+        raise NoGpuData("no profile to attribute")
     _require_ops(first)
     on_read()
     sink = sink_for(first)
