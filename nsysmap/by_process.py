@@ -11,25 +11,23 @@ summarised process by process, holding one process's profile at a time:
 
 Every summary adds up over processes (by_range's calls, sums and spans are
 per range instance, and an instance is one process's), and op_id and
-range_id go on counting from one process to the next. `split_processes`
+range_id go on counting from one process to the next. `processes_read_apart`
 decides whether to split (the export's expected peak memory against what
-is free), `process_blocks` yields the OPS blocks of each process in turn,
-and `ByProcess` collects what the rest of the flow needs from each.
+is free), `process_profiles` yields each process's profile in turn (a
+source of the one flow, nsysmap.flow), and `merged_profile` puts their
+meta back together.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
 
-from nsysmap.attribution.attribute import attribute_blocks
 from nsysmap.attribution.normalise import normalise
-from nsysmap.attribution.rules import NameRules
-from nsysmap.output.by_range import by_range, combine_leaves, merge_by_range
-from nsysmap.output.conservation import added_totals, input_totals
+from nsysmap.input_kinds import kind_of
 from nsysmap.profile import NestedProfile
 from nsysmap.read import nsys_specs as specs
 from nsysmap.read.nsys_probe import open_export
@@ -47,14 +45,15 @@ AVAILABLE_SHARE = 0.8
 _ROW_SPECS = (*GPU_WORK_SPECS, specs.RUNTIME, specs.NVTX)
 
 
-def split_processes(path: Path, memory_gb: float | None) -> list[int] | None:
-    """The processes to attribute one at a time, or None to read `path` whole.
+def processes_read_apart(path: Path, memory_gb: float | None) -> list[int] | None:
+    """The processes to read and attribute one at a time, or None to read `path` whole.
 
-    Only for nsys `.sqlite` exports with work on two processes or more, whose
-    expected peak (`expected_bytes`) is above `memory_gb` (None: 80 % of the
-    memory available now; none known: never split).
+    Only for inputs whose kind can be read by process (nsysmap.input_kinds:
+    nsys SQLite exports) with work on two processes or more, whose expected
+    peak (`expected_bytes`) is above `memory_gb` (None: 80 % of the memory
+    available now; none known: never split).
     """
-    if not path.name.lower().endswith(".sqlite"):
+    if not kind_of(path).by_process:
         return None
     budget = memory_gb * 1e9 if memory_gb is not None else _available_bytes()
     if budget is None or expected_bytes(path) <= budget:
@@ -83,50 +82,16 @@ def _available_bytes() -> float | None:
     return None
 
 
-@dataclass
-class ByProcess:
-    """What the flow keeps from each process once its blocks are out."""
+def process_profiles(
+    path: Path, processes: list[int], *, stages: Stages
+) -> Iterator[NestedProfile]:
+    """Each process of `path` in turn, read and normalised (a source of nsysmap.flow).
 
-    by_range: list[pl.DataFrame] = field(default_factory=list)
-    totals: list[pl.DataFrame] = field(default_factory=list)  # input_totals per process
-    profiles: list[NestedProfile] = field(default_factory=list)  # without ranges or ops
-
-    def merged_by_range(self) -> pl.DataFrame:
-        return merge_by_range(self.by_range)
-
-    def input_totals(self) -> pl.DataFrame:
-        return added_totals(self.totals)
-
-    def profile(self) -> NestedProfile:
-        """The processes' meta (counts added up, the capture's extent), threads and
-        devices, with no operations, ranges or API calls (those are in ops.parquet)."""
-        return replace(
-            self.profiles[0],
-            threads=pl.concat([p.threads for p in self.profiles]).unique(maintain_order=True),
-            meta=merged_meta([p.meta for p in self.profiles], len(self.profiles)),
-        )
-
-
-def process_blocks(
-    path: Path,
-    processes: list[int],
-    leaves_of: Callable[[int], list[pl.DataFrame]],
-    kept: ByProcess,
-    *,
-    block_rows: int,
-    rules: NameRules,
-    stages: Stages,
-) -> Iterator[pl.DataFrame]:
-    """The OPS blocks of each process of `path` in turn, `block_rows` rows at a time.
-
-    The caller summarises each block before asking for the next;
-    `leaves_of(k)` gives the range leaves (`partial_summaries`) of the
-    blocks it has been handed from the k-th on, from which each process's
-    by_range is taken once its last block is out. Only one process's
-    profile is held at a time.
+    op_id and range_id go on counting from one process to the next. Only
+    one process's profile is read at a time: the caller lets go of one
+    before asking for the next.
     """
     first_ids = (0, 0)
-    handed = 0
     for pid in processes:
         with stages.stage("read", f"reading process {pid}"):
             raw = read_sqlite(path, process=pid, first_ids=first_ids)
@@ -134,16 +99,18 @@ def process_blocks(
             profile = normalise(raw)
         del raw
         first_ids = _next_ids(profile, first_ids)
-        start = handed
-        for block in attribute_blocks(profile, block_rows=block_rows, rules=rules):
-            handed += 1
-            yield block
-        with stages.stage("summarise", "summarising"):
-            leaves = combine_leaves(leaves_of(start))
-            kept.by_range.append(by_range(leaves, profile.ranges))
-        kept.totals.append(input_totals(profile.ops))
-        kept.profiles.append(profile.released(ops=False))
+        yield profile
         del profile
+
+
+def merged_profile(profiles: list[NestedProfile]) -> NestedProfile:
+    """The processes' meta (counts added up, the capture's extent), threads and
+    devices, with what else the first process holds (the flow has released them)."""
+    return replace(
+        profiles[0],
+        threads=pl.concat([p.threads for p in profiles]).unique(maintain_order=True),
+        meta=merged_meta([p.meta for p in profiles], len(profiles)),
+    )
 
 
 def _next_ids(profile: NestedProfile, first_ids: tuple[int, int]) -> tuple[int, int]:

@@ -22,7 +22,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap.many.task import split_by_process
+from nsysmap.many.task import rank_units
 from nsysmap.pipeline import analyse, load_profile
 from tests.corpus import corpus_path
 from tests.test_many import invoke
@@ -86,7 +86,7 @@ def test_overlap_and_rank_tables_give_the_same_hidden_time(name: str, tmp_path: 
     assert got == _sums(by_hand, ("device_id", "step"))
     assert (overlap["overlapped_ns"] + overlap["exposed_ns"] == overlap["comm_ns"]).all()
     # Several reports: each process a rank, with its own overlap rows and its rank_comm row.
-    _, tables = split_by_process(analysis, tmp_path)
+    _, tables = rank_units(analysis, tmp_path)
     per_rank = {
         pid: (hidden, hidden + exposed) for pid, _, hidden, exposed in tables["exposed_comm"].rows()
     }

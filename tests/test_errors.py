@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-import nsysmap.pipeline as pipeline
+import nsysmap.flow as flow
 from nsysmap.attribution.normalise import check_span_times
 from nsysmap.errors import DamagedTimes, ExitCode, NotAnOutput, NotAProfile
 from nsysmap.report.io import read_run
@@ -280,12 +280,12 @@ def test_numbers_beyond_64_bits_in_range_names_are_no_number(tmp_path, capsys):
 def test_totals_that_do_not_add_up_are_an_error_and_nothing_is_written(
     tmp_path, capsys, monkeypatch
 ):
-    real = pipeline.partial_summaries
+    real = flow.partial_summaries
 
     def losing_one(ops: pl.DataFrame) -> dict[str, pl.DataFrame]:
         return real(ops.slice(1))  # as if a join had dropped a row
 
-    monkeypatch.setattr(pipeline, "partial_summaries", losing_one)
+    monkeypatch.setattr(flow, "partial_summaries", losing_one)
     code, err = _run(capsys, "attribute", _export(tmp_path / "run.sqlite"), "-o", tmp_path / "o")
     assert code == ExitCode.TOTALS_MISMATCH and "totals do not add up" in err
     assert not (tmp_path / "o").exists()
@@ -295,7 +295,7 @@ def test_internal_errors_are_one_line(tmp_path, capsys, monkeypatch):
     def failing(ops: pl.DataFrame) -> dict[str, pl.DataFrame]:
         raise pl.exceptions.ComputeError("first line\n\nResolved plan:\n  SELECT ...\n")
 
-    monkeypatch.setattr(pipeline, "partial_summaries", failing)
+    monkeypatch.setattr(flow, "partial_summaries", failing)
     code = nsysmap_cli(
         ["attribute", str(_export(tmp_path / "r.sqlite")), "-o", str(tmp_path / "o")]
     )

@@ -72,8 +72,29 @@ FLOORS: dict[str, tuple[str, ...]] = {
         *_DRIVERS,
         "nsysmap.by_process",
     ),
+    # The table of input kinds is read by the flow's first stage and everything above it.
+    "nsysmap.input_kinds": (
+        "nsysmap.output",
+        "nsysmap.infer",
+        "nsysmap.report",
+        *_DRIVERS,
+        "nsysmap.load",
+        "nsysmap.by_process",
+        "nsysmap.flow",
+    ),
+    # What the flow makes: known to the flow and its drivers, knowing neither.
+    "nsysmap.analysis": (
+        "nsysmap.read",
+        "nsysmap.load",
+        "nsysmap.by_process",
+        "nsysmap.flow",
+        *_DRIVERS,
+        "nsysmap.report",
+    ),
+    # The one flow: its drivers (pipeline, capture, many, cli) call it, never the reverse.
+    "nsysmap.flow": (*_DRIVERS, "nsysmap.report"),
     "nsysmap.pipeline": ("nsysmap.capture", "nsysmap.many", "nsysmap.report", "nsysmap.cli"),
-    "nsysmap.by_process": (*_DRIVERS, "nsysmap.report"),
+    "nsysmap.by_process": (*_DRIVERS, "nsysmap.report", "nsysmap.flow"),
     "nsysmap.report": ("nsysmap.capture", "nsysmap.many.run_many", "nsysmap.cli"),
     "nsysmap.capture": ("nsysmap.cli",),
     "nsysmap.many": ("nsysmap.cli",),

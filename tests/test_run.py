@@ -20,6 +20,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 from nsysmap.capture import profile_script as run_mod
 from nsysmap.errors import ExitCode, ScriptFailed
@@ -146,7 +147,7 @@ def with_nsys(workdir, gpt2_sqlite, monkeypatch) -> dict[str, Path]:
     monkeypatch.setenv("PATH", f"{exe.parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_NSYS_LOG", str(workdir / "nsys.log"))
     monkeypatch.setenv("FAKE_NSYS_EXPORT_FROM", str(gpt2_sqlite))
-    return {"exe": exe, "log": workdir / "nsys.log"}
+    return {"exe": exe, "log": workdir / "nsys.log", "export": gpt2_sqlite}
 
 
 def nsysmap(capfd, *argv: str) -> tuple[int, str, str]:
@@ -445,3 +446,43 @@ def test_run_passes_the_users_name_rules_to_the_attribution(with_nsys, capfd):
     want = {"data": 1, "forward": 6, "loss": 1, "backward": 6, "optimizer": 3}
     assert dict(measured.rows()) == {k: v * MS for k, v in want.items()}
     assert _json(out / "manifest.json")["options"]["phase_rules"] == [rule]
+
+
+# ------------------------------------------------ the file flow, as `attribute`
+
+
+def test_run_streams_a_large_capture_through_the_file_flow(with_nsys, monkeypatch):
+    """`nsysmap run` attributes its capture as `nsysmap attribute` does: above
+    STREAM_OPS operations the rows are streamed into ops.parquet, never held."""
+    from nsysmap import pipeline
+    from nsysmap.output.ops_sinks import OpsFile
+
+    monkeypatch.setattr(pipeline, "STREAM_OPS", 4)
+    result = run_mod.run(run_mod.RunRequest(Path("echo_args.py"), backend="nsys"))
+    store = result.analysis.store
+    assert isinstance(store, OpsFile) and store.path == Path("out/echo_args/ops.parquet")
+    attributed = pipeline.analyse_file(with_nsys["export"], "attributed")
+    ops = pl.read_parquet(store.path)
+    assert ops.height == store.rows == 16
+    assert_frame_equal(ops, attributed.ops)
+    assert {"read", "attribute", "write", "hash"} <= set(result.analysis.timings)
+
+
+def test_run_past_its_memory_budget_reads_the_capture_one_process_at_a_time(
+    with_nsys, tmp_path, capfd, monkeypatch
+):
+    from nsysmap.synth.bulk import write_export
+    from nsysmap.synth.tile import gpt_tables
+
+    two = write_export(tmp_path / "two.sqlite", gpt_tables(200, seed=3))
+    monkeypatch.setenv("FAKE_NSYS_EXPORT_FROM", str(two))
+    code, _, err = nsysmap(capfd, "run", "--memory-gb", "1e-6", "-o", "split", "echo_args.py")
+    assert code == 0, err
+    code, _, err = nsysmap(capfd, "run", "-o", "whole", "echo_args.py")
+    assert code == 0, err
+    meta = [_json(Path(d) / "manifest.json")["report_meta"] for d in ("split", "whole")]
+    assert meta[0]["processes_read_apart"] == "2" and "processes_read_apart" not in meta[1]
+    for table in ("by_phase", "by_module", "by_kernel", "by_range"):
+        a, b = (pl.read_parquet(Path(d) / f"{table}.parquet") for d in ("split", "whole"))
+        assert a.height > 0, table
+        assert_frame_equal(a, b, check_exact=False, rel_tol=1e-12)

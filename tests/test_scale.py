@@ -11,13 +11,14 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from bench import compare, sql_engine
-from nsysmap import pipeline
+from nsysmap import flow, pipeline
 from nsysmap.attribution.attribute import attribute
 from nsysmap.attribution.rules import BUILTIN
-from nsysmap.by_process import split_processes
+from nsysmap.by_process import processes_read_apart
+from nsysmap.flow import Settings
 from nsysmap.output import ops_sinks as streamed
 from nsysmap.output.ops_sinks import HeldOps, HoldOps, OpsFile
-from nsysmap.pipeline import _analysed, analyse, analyse_file, load_profile
+from nsysmap.pipeline import analyse, analyse_file, load_profile
 from nsysmap.stages import Stages
 from nsysmap.synth.bulk import bulk_tables, write_export
 from nsysmap.synth.tile import gpt_tables
@@ -102,15 +103,15 @@ def test_analyse_file_lets_the_ranges_go_before_inference(gpt_export, tmp_path, 
         return profile
 
     alive: list[list[bool]] = []
-    real_infer = pipeline.infer_ops
+    real_infer = flow.infer_ops
 
     def infer(ops):
         gc.collect()
         alive.append([ref() is not None for ref in frames])
         return real_infer(ops)
 
-    monkeypatch.setattr(pipeline, "load_profile", load)
-    monkeypatch.setattr(pipeline, "infer_ops", infer)
+    monkeypatch.setattr(flow, "load_profile", load)
+    monkeypatch.setattr(flow, "infer_ops", infer)
     analysis = analyse_file(gpt_export, tmp_path / "out", stages=Stages(progress=False))
     assert alive == [[False, False]]
     assert analysis.profile.ranges.is_empty() and analysis.profile.api_calls.is_empty()
@@ -149,16 +150,16 @@ def test_one_process_at_a_time_gives_the_tables_of_the_whole(gpt_export, tmp_pat
 
 def test_small_or_single_process_exports_are_read_whole(gpt_export, tmp_path):
     single = write_export(tmp_path / "one.sqlite", bulk_tables(300))
-    assert split_processes(gpt_export, memory_gb=None) is None  # fits in memory
-    assert split_processes(gpt_export, memory_gb=1e-6) == [4100, 4101]
-    assert split_processes(single, memory_gb=1e-6) is None  # one process
+    assert processes_read_apart(gpt_export, memory_gb=None) is None  # fits in memory
+    assert processes_read_apart(gpt_export, memory_gb=1e-6) == [4100, 4101]
+    assert processes_read_apart(single, memory_gb=1e-6) is None  # one process
 
 
 def test_rows_held_in_blocks_equal_those_held_whole(gpt_export):
     """The in-memory sink fed many blocks: the same rows, summaries and inference."""
     report = load_profile(gpt_export)
     whole = analyse(report)
-    blocks = _analysed(report, HoldOps(block_rows=333), None, None, None, BUILTIN, True)
+    blocks = flow.flow(flow.whole(report), lambda _: HoldOps(block_rows=333), Settings(BUILTIN))
     assert blocks.store.frame.n_chunks() > 1 and whole.store.frame.n_chunks() == 1
     assert_frame_equal(blocks.ops, whole.ops)
     for name, table in whole.summaries.tables().items():

@@ -7,8 +7,10 @@
                   its stdout and stderr are the user's; Ctrl-C is forwarded once
      3. capture   DIR/capture/report.nsys-rep -> nsys export -> report.sqlite,
                   or DIR/capture/trace.json
-     4. analyse   pipeline.load_profile + analyse (+ the model's FLOPs from
-                  DIR/capture/flops.json) + write -> DIR/*.parquet, manifest.json
+     4. analyse   the file flow `nsysmap attribute` runs (pipeline.attribute_file:
+                  streamed when large, one process at a time past --memory-gb),
+                  + the model's FLOPs from DIR/capture/flops.json
+                  -> DIR/*.parquet, manifest.json
      5. record    DIR/run.json: commands, backend, the script's exit status
 
 A script that fails or is interrupted still has what was captured analysed;
@@ -44,9 +46,11 @@ from nsysmap.errors import (
     ScriptFailed,
 )
 from nsysmap.flops.flops_document import attach_model_flops
+from nsysmap.flow import Settings
+from nsysmap.input_kinds import NSYS_REPORT, NSYS_SQLITE
 from nsysmap.output.placement import check_output_dir, remove_outputs, write_failed
-from nsysmap.output.writer import input_identity
-from nsysmap.pipeline import Analysis, analyse, load_profile, write
+from nsysmap.pipeline import Analysis, attribute_file
+from nsysmap.stages import Stages
 
 LAUNCHER_MODULE = "instrument.launch"
 BACKENDS = ("auto", "nsys", "torch")
@@ -69,6 +73,7 @@ class RunRequest:
     steps: int | None = None
     record_shapes: bool = True
     rules: NameRules = BUILTIN  # step and phase name rules for the attribution
+    memory_gb: float | None = None  # the memory budget, as `nsysmap attribute --memory-gb`
 
 
 @dataclass(frozen=True)
@@ -157,17 +162,22 @@ def _analyse_capture(
     record["capture"] = None if captured is None else str(captured)
     if captured is None:
         raise _nothing_to_analyse(nothing_captured(request.script, record), record)
-    options = _options(request, record)
+    quiet = Stages(progress=False)
+    settings = Settings(
+        request.rules, options=_options(request, record), release=True, stages=quiet
+    )
     try:
-        report = load_profile(captured)
-        analysis = analyse(
-            report, options=options, source=input_identity(captured), rules=request.rules
+        # The launcher's FLOP count of the model, when it made one, is written with the outputs.
+        return attribute_file(
+            captured,
+            out_dir,
+            settings,
+            request.memory_gb,
+            before_write=lambda analysis: attach_model_flops(analysis, capture),
         )
     except NoGpuData as exc:
         before = f"{request.script.name} exited with status {status}; " if status else ""
         raise _nothing_to_analyse(f"{before}nothing usable was captured: {exc}", record) from exc
-    # The launcher's FLOP count of the model, when it made one, is written with the outputs.
-    return write(attach_model_flops(analysis, capture), out_dir)
 
 
 def choose_backend(requested: str) -> tuple[str, str, Path | None]:
@@ -328,7 +338,7 @@ def _fresh_capture_dir(out_dir: Path) -> Path:
     """DIR/capture, emptied of a previous run's files so none is analysed twice;
     the previous run's outputs in DIR are removed."""
     capture = out_dir / CAPTURE_DIR
-    reports = (REPORT_BASE + suffix for suffix in (*nsys_tool.REPORT_SUFFIXES, ".sqlite"))
+    reports = (REPORT_BASE + suffix for suffix in (*NSYS_REPORT.suffixes, *NSYS_SQLITE.suffixes))
     try:
         capture.mkdir(parents=True, exist_ok=True)
         for name in (LAUNCH_RECORD, TRACE_FILE, *reports):

@@ -36,6 +36,12 @@ from nsysmap.cli.options import name_rule_options, output_option
     help="Steps to profile, 0 for all until the script ends (launcher default: 3).",
 )
 @click.option("--no-record-shapes", is_flag=True, help="Do not record operator input shapes.")
+@click.option(
+    "--memory-gb",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Memory budget for the attribution, as for `nsysmap attribute` "
+    "(default: 80% of the memory available).",
+)
 @name_rule_options
 @click.option("--quiet", is_flag=True, help="Do not print the summary.")
 def run_command(
@@ -46,6 +52,7 @@ def run_command(
     warmup_steps: int | None,
     steps: int | None,
     no_record_shapes: bool,
+    memory_gb: float | None,
     step_rules: tuple[str, ...],
     phase_rules: tuple[str, ...],
     quiet: bool,
@@ -67,6 +74,7 @@ def run_command(
         steps=steps,
         record_shapes=not no_record_shapes,
         rules=user_rules(step_rules, phase_rules),
+        memory_gb=memory_gb,
     )
     result = run(request, notify=lambda line: click.echo(line, err=True))
     if not quiet:

@@ -15,7 +15,7 @@ import polars as pl
 from nsysmap import schemas
 from nsysmap.many import across
 from nsysmap.many.rank_ids import RankOf
-from nsysmap.many.rank_overlap import OVERLAP
+from nsysmap.many.rank_overlap import EXPOSED_COMM
 from nsysmap.many.task import OK, UNIT_KEY, Outcome
 from nsysmap.output.summarise import SUMMARY_TABLES
 
@@ -30,7 +30,9 @@ STEPS = pl.Schema(
         "last_end_ns": pl.Int64,
     }
 )
-RANK_OVERLAP = schemas.with_rank(pl.Schema({k: v for k, v in OVERLAP.items() if k != "pid"}))
+RANK_EXPOSED_COMM = schemas.with_rank(
+    pl.Schema({k: v for k, v in EXPOSED_COMM.items() if k != "pid"})
+)
 
 
 def labelled(outcomes: Sequence[Outcome], ranks: Sequence[RankOf], name: str) -> pl.DataFrame:
@@ -73,7 +75,7 @@ def output_tables(outcomes: Sequence[Outcome], ranks: Sequence[RankOf]) -> dict[
         labels = labelled(outcomes, ranks, table.name)
         tables[table.name] = _typed(labels, schemas.with_rank(table.schema), table.name)
     steps = _typed(labelled(outcomes, ranks, "steps"), STEPS, "steps")
-    overlap = _typed(labelled(outcomes, ranks, "exposed_comm"), RANK_OVERLAP, "exposed_comm")
+    overlap = _typed(labelled(outcomes, ranks, "exposed_comm"), RANK_EXPOSED_COMM, "exposed_comm")
     per_step = across.rank_steps(steps)
     tables["rank_steps"] = per_step
     tables["stragglers"] = across.stragglers(per_step)

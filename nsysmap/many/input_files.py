@@ -12,9 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nsysmap.errors import InputNotFound
+from nsysmap.input_kinds import converted_name, named_kind, suffixes
 
-REPORT_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep", ".json", ".json.gz")
-NSYS_REPORTS = (".nsys-rep", ".qdrep")
 # JSON files nsysmap itself writes next to its outputs: never reports.
 OWN_FILES = ("manifest.json", "run.json", "flops.json")
 _GLOB_CHARS = re.compile(r"[*?\[]")
@@ -27,9 +26,8 @@ def natural_key(path: Path) -> list[int | str]:
 
 
 def is_report(path: Path) -> bool:
-    """Does the name say it is a report nsysmap reads?"""
-    name = path.name.lower()
-    return name.endswith(REPORT_SUFFIXES) and name not in OWN_FILES
+    """Does the name say it is a report nsysmap reads (nsysmap.input_kinds)?"""
+    return named_kind(path) is not None and path.name.lower() not in OWN_FILES
 
 
 def expand_inputs(arguments: Sequence[str | Path]) -> list[Path]:
@@ -71,16 +69,12 @@ def _expand_one(path: Path) -> list[Path]:
 
 
 def _reports(files: list[Path]) -> list[Path]:
-    """Reports among `files`, naturally sorted; `x.nsys-rep` is skipped when `x.sqlite` is there."""
+    """Reports among `files`, naturally sorted; one converted before it is read
+    (`x.nsys-rep`) is skipped when its conversion (`x.sqlite`) is there."""
     names = {p.name for p in files}
-    kept = [
-        p
-        for p in files
-        if is_report(p)
-        and not (p.name.endswith(NSYS_REPORTS) and p.with_suffix(".sqlite").name in names)
-    ]
+    kept = [p for p in files if is_report(p) and converted_name(p) not in names]
     return sorted(kept, key=natural_key)
 
 
 def _suffixes() -> str:
-    return ", ".join(REPORT_SUFFIXES)
+    return ", ".join(suffixes())

@@ -21,7 +21,9 @@ import polars as pl
 from nsysmap.output.comm_overlap import COMM, hidden_communication
 
 COMMUNICATION = "communication"
-OVERLAP = pl.Schema(
+# The exposed_comm table, per process: not `schemas.OVERLAP` (overlap.parquet, per device
+# and step), from which its overlapped_ns and exposed_ns add up.
+EXPOSED_COMM = pl.Schema(
     {
         "pid": pl.Int64,
         "comm_busy_ns": pl.Int64,
@@ -44,7 +46,7 @@ def exposed_communication(ops: pl.LazyFrame) -> pl.DataFrame:
         .agg(overlapped_ns=pl.col("hidden_ns").sum(), exposed_ns=pl.col("exposed_ns").sum())
     )
     out = _busy(ops).join(hidden, on="pid", how="inner")
-    return out.select(OVERLAP.names()).cast(OVERLAP).sort("pid")
+    return out.select(EXPOSED_COMM.names()).cast(EXPOSED_COMM).sort("pid")
 
 
 def _busy(ops: pl.LazyFrame) -> pl.DataFrame:

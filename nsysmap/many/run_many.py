@@ -31,9 +31,9 @@ from nsysmap.many.ranks_text import findings, terminal_summary
 from nsysmap.many.task import FAILED, OK, Outcome, attribute_one
 from nsysmap.many.write import (
     WORK_DIR,
-    build_manifest,
     clear_previous,
     place_ops,
+    ranks_manifest,
     write_manifest,
     write_tables,
 )
@@ -94,7 +94,7 @@ def run_many(
     place_ops(out, ranks)
     tables = output_tables(outcomes, ranks)
     write_tables(out, tables)
-    manifest = build_manifest(
+    manifest = ranks_manifest(
         outcomes, ranks, tables, rank_rule=rule, options=options or {}, cluster=described
     )
     manifest[ONE_JOB_DOUBTS] = doubts(outcomes, ranks, tables)

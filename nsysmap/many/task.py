@@ -1,11 +1,13 @@
 """The work done for one report on a Dask worker: attribute it, split it by process.
 
-`attribute_one` runs the single-report flow (`nsysmap.pipeline.analyse_file`)
-into a work directory on the shared output path, then splits what it made
-by process: each process with GPU operations is one rank (`Unit`), with its
-operations in its own Parquet part and its summary tables in the returned
-`Outcome`. Ranks are numbered later, on the client, once every report has
-said what it knows (nsysmap.many.rank_ids).
+`attribute_one` runs the single-report flow (`nsysmap.pipeline.analyse_file`,
+on the one flow of nsysmap.flow: streamed, and one process at a time past
+the memory budget) into a work directory on the shared output path, then
+parts what it made into ranks (`rank_units`): each process with GPU
+operations is one rank (`Unit`), with its operations in its own Parquet
+part and its summary tables in the returned `Outcome`. Ranks are numbered
+later, on the client, once every report has said what it knows
+(nsysmap.many.rank_ids).
 
 It never raises for a bad report: the failure comes back in the `Outcome`
 (message and exit code), so that one corrupt file costs only its own result.
@@ -79,7 +81,7 @@ def attribute_one(
         analysis = analyse_file(
             path, target, options=options, rules=rules, stages=Stages(progress=False), infer=False
         )
-        units, tables = split_by_process(analysis, target)
+        units, tables = rank_units(analysis, target)
         outcome = common(
             status=OK,
             units=units,
@@ -110,10 +112,14 @@ def _finished(outcome: Outcome, seconds: float, peak: int) -> Outcome:
     return replace(outcome, seconds=seconds, worker_peak_rss_bytes=peak)
 
 
-def split_by_process(
+def rank_units(
     analysis: Analysis, target: Path
 ) -> tuple[tuple[Unit, ...], dict[str, pl.DataFrame]]:
-    """The report's units (one per process with GPU operations) and their tables."""
+    """The report's ranks: one unit per process with GPU operations, its operations
+    written to its own part in `target`, and the units' tables (each with a pid).
+
+    Not `nsysmap.by_process`, which reads an input one process at a time to
+    save memory: this parts the attributed operations into ranks."""
     ops = analysis.store.scan()
     found = (
         ops.group_by("pid")

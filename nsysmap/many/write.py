@@ -58,7 +58,7 @@ def write_tables(out_dir: Path, tables: dict[str, pl.DataFrame]) -> None:
         frame.write_parquet(out_dir / f"{name}.parquet", **PARQUET)
 
 
-def build_manifest(
+def ranks_manifest(
     outcomes: Sequence[Outcome],
     ranks: Sequence[RankOf],
     tables: dict[str, pl.DataFrame],
@@ -67,7 +67,8 @@ def build_manifest(
     options: dict[str, Any],
     cluster: dict[str, Any],
 ) -> dict[str, Any]:
-    """Versions, the cluster, every input with its status and ranks, and the tables."""
+    """The manifest of several reports (not `output.writer.build_manifest`, one
+    report's): versions, the cluster, every input with its status and ranks, the tables."""
     ranks_of: dict[int, list[int]] = {}
     for r in ranks:
         ranks_of.setdefault(r.index, []).append(r.rank)

@@ -1,0 +1,278 @@
+"""The one flow: a source's profiles -> attribute -> summarise -> infer -> a checked Analysis.
+
+`flow` is the only place the stages are called in order. Every way in
+drives it: `nsysmap.analyse` (one profile in memory), `nsysmap attribute`
+(`analyse_file`: a file, whole or one process at a time), `nsysmap run`
+(the file it captured, the same way) and several reports (each report's
+file, nsysmap.many.task)::
+
+    source ──> profile 1 ─> attribute, block by block ─┬─> partial sums ──> summaries
+               profile 2 ─> ...                       └─> sink (held, or ops.parquet)
+               (its ranges: by_range; its ops: the totals checked at the end)
+
+A `Source` yields normalised profiles: one whole profile, or the parts of
+one input read one at a time (its processes, nsysmap.by_process), of which
+only one is held at a time. The sink (nsysmap.output.ops_sinks) decides
+what stays in memory: `HoldOps` keeps the OPS rows, `StreamOps` streams
+them into ops.parquet. Summaries add up over the profiles (by_range per
+profile, merged); overlap, waits and inference read the OPS rows from the
+sink's store, the same way whichever it is.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from nsysmap.analysis import Analysis, flow_tables
+from nsysmap.attribution.attribute import attribute_blocks
+from nsysmap.attribution.rules import NameRules
+from nsysmap.by_process import merged_profile, process_profiles, processes_read_apart
+from nsysmap.errors import NoGpuData
+from nsysmap.infer.summary import INFER_COLUMNS, Inferred, combined, infer_ops
+from nsysmap.load import load_profile
+from nsysmap.output.by_range import by_range, combine_leaves, merge_by_range
+from nsysmap.output.conservation import added_totals, check_conservation, input_totals
+from nsysmap.output.ops_sinks import HeldOps, OpsSink, OpsStore
+from nsysmap.output.summarise import (
+    LEAVES,
+    Summaries,
+    combine_summaries,
+    partial_summaries,
+    with_overlap,
+    with_waits,
+)
+from nsysmap.output.writer import build_manifest
+from nsysmap.profile import NestedProfile
+from nsysmap.stages import Stages
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the flow's normalised profiles come from, read as they are asked for.
+
+    `apart`: the profiles are parts of one input (its processes), none kept
+    whole once attributed; else a single profile, the whole input.
+    """
+
+    profiles: Iterable[NestedProfile]
+    apart: bool = False
+
+
+def whole(profile: NestedProfile) -> Source:
+    """A profile already in memory."""
+    return Source((profile,))
+
+
+def file_source(path: Path, memory_gb: float | None, stages: Stages) -> Source:
+    """`path` read whole, or one process at a time when its kind can be
+    (nsysmap.input_kinds) and it would not fit in `memory_gb` (nsysmap.by_process)."""
+    processes = processes_read_apart(path, memory_gb)
+    if processes is not None:
+        return Source(process_profiles(path, processes, stages=stages), apart=True)
+    return Source(_read_whole(path, stages))
+
+
+def _read_whole(path: Path, stages: Stages) -> Iterator[NestedProfile]:
+    yield load_profile(path, stages=stages)  # read only when the flow asks for it
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How the flow runs, and what its manifest records."""
+
+    rules: NameRules
+    infer: bool = True
+    options: dict[str, Any] | None = None
+    source: dict[str, Any] | None = None  # the manifest's input identity
+    release: bool = False  # keep no ranges nor API calls in `Analysis.profile` (a file's flow)
+    stages: Stages = field(default_factory=lambda: Stages(progress=False))
+
+
+def flow(
+    source: Source,
+    sink_for: Callable[[NestedProfile], OpsSink],
+    settings: Settings,
+    on_read: Callable[[], None] = lambda: None,
+) -> Analysis:
+    """Attribute, summarise and infer `source`'s profiles; the OPS rows go to a sink.
+
+    `sink_for(first profile)` gives the sink; `on_read` is called once the
+    first profile is read. `Analysis.profile` is the source's one profile
+    (released of its ranges and API calls with `settings.release`), or, for
+    a source read apart, the parts' meta, threads and devices merged.
+    """
+    profiles = iter(source.profiles)
+    first = next(profiles, None)
+    if first is None:
+        raise NoGpuData("no profile to attribute")
+    _require_ops(first)
+    on_read()
+    sink = sink_for(first)
+    chained = chain([first], profiles)
+    del first  # one part at a time: the flow holds no other reference to it
+    store, summaries, kept = _summarised(chained, source.apart, sink, settings)
+    profile, totals = kept.profile(settings.release), kept.input_totals()
+    del kept  # what follows runs without the ranges and API calls of a released profile
+    return _completed(profile, store, summaries, totals, settings)
+
+
+@dataclass
+class _Kept:
+    """What the flow keeps of each profile once its blocks are out."""
+
+    apart: bool
+    by_range: list[pl.DataFrame] = field(default_factory=list)
+    totals: list[pl.DataFrame] = field(default_factory=list)  # input_totals per profile
+    profiles: list[NestedProfile] = field(default_factory=list)  # parts: without ops, ranges
+
+    def add(self, profile: NestedProfile, ranges_summary: pl.DataFrame) -> None:
+        self.by_range.append(ranges_summary)
+        self.totals.append(input_totals(profile.ops))
+        self.profiles.append(profile.released(ops=False) if self.apart else profile)
+
+    def input_totals(self) -> pl.DataFrame:
+        return self.totals[0] if len(self.totals) == 1 else added_totals(self.totals)
+
+    def profile(self, release: bool) -> NestedProfile:
+        if self.apart:
+            return merged_profile(self.profiles)
+        return self.profiles[0].released() if release else self.profiles[0]
+
+    def waits_context(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """The API calls and ranges the waits read: the whole profile's. Read
+        apart, they are gone: no launch-call times nor synchronisations
+        (docs/waits.md)."""
+        return self.profiles[0].api_calls, self.profiles[0].ranges
+
+
+def _summarised(
+    profiles: Iterator[NestedProfile], apart: bool, sink: OpsSink, settings: Settings
+) -> tuple[OpsStore, Summaries, _Kept]:
+    """The OPS rows in `sink`, the summary tables, and what was kept of the profiles."""
+    stages, kept = settings.stages, _Kept(apart)
+    parts: list[dict[str, pl.DataFrame]] = []
+    blocks = _blocks(profiles, kept, parts, sink.block_rows, settings)
+    store = _taken(blocks, parts, sink, stages)
+    with stages.stage("summarise", "summarising"):
+        summaries = combine_summaries(parts)
+        summaries = summaries.replaced(by_range=merge_by_range(kept.by_range))
+        summaries = with_overlap(summaries, store.scan())
+        summaries = with_waits(summaries, store.scan(), *kept.waits_context())
+    return store, summaries, kept
+
+
+def _blocks(
+    profiles: Iterator[NestedProfile],
+    kept: _Kept,
+    parts: list[dict[str, pl.DataFrame]],
+    block_rows: int | None,
+    settings: Settings,
+) -> Iterator[pl.DataFrame]:
+    """The OPS blocks of each profile in turn, `block_rows` rows at a time.
+
+    The caller summarises each block into `parts` before asking for the
+    next; once a profile's last block is out, its by_range is taken from
+    those blocks' range leaves, and it is let go before the next is read.
+    """
+    profile = next(profiles, None)
+    while profile is not None:
+        _require_ops(profile)
+        start = len(parts)
+        yield from attribute_blocks(profile, block_rows=block_rows, rules=settings.rules)
+        with settings.stages.stage("summarise", "summarising"):
+            leaves = combine_leaves([part.pop(LEAVES) for part in parts[start:]])
+            kept.add(profile, by_range(leaves, profile.ranges))
+        del profile, leaves
+        profile = next(profiles, None)
+
+
+def _taken(
+    blocks: Iterator[pl.DataFrame],
+    parts: list[dict[str, pl.DataFrame]],
+    sink: OpsSink,
+    stages: Stages,
+) -> OpsStore:
+    """`blocks` given to `sink`, each block's partial summaries appended to `parts`
+    before the next block is asked for.
+
+    Times attribution, the partial summaries and the sink's own work (its
+    `stage`) apart, although they interleave; stages that `blocks` times
+    itself (reading the next process) are not counted again as attribution.
+    """
+    spent = {"attribute": 0.0, "summarise": 0.0}
+
+    def summarised() -> Iterator[pl.DataFrame]:
+        while True:
+            start, timed = time.perf_counter(), sum(stages.timings.values())
+            block = next(blocks, None)
+            middle = time.perf_counter()
+            spent["attribute"] += middle - start - (sum(stages.timings.values()) - timed)
+            if block is None:
+                return
+            parts.append(partial_summaries(block))
+            spent["summarise"] += time.perf_counter() - middle
+            yield block
+
+    start, timed = time.perf_counter(), sum(stages.timings.values())
+    with stages.progress("attributing"):
+        store = sink.take(summarised())
+    inside = sum(stages.timings.values()) - timed  # stages timed by `blocks` itself
+    for name, seconds in spent.items():
+        stages.add(name, seconds)
+    stages.add(sink.stage, time.perf_counter() - start - sum(spent.values()) - inside)
+    return store
+
+
+def _completed(
+    profile: NestedProfile,
+    store: OpsStore,
+    summaries: Summaries,
+    totals: pl.DataFrame,
+    settings: Settings,
+) -> Analysis:
+    """The rest of the flow, from the OPS rows and summaries: inference, the
+    conservation check against the input's `totals` (`input_totals`) and the
+    manifest (`profile`'s operations and ranges are not read)."""
+    inferred = None
+    if settings.infer:
+        with settings.stages.stage("infer", "inferring blocks"):
+            inferred = _inferred(store)
+    source_path = profile.meta_value("source_path")
+    check_conservation(totals, summaries, store.scan(), store.rows, source_path)
+    tables: dict[str, pl.DataFrame | int] = {"ops": store.rows, **flow_tables(summaries, inferred)}
+    options = _recorded_options(settings)
+    manifest = build_manifest(profile, tables, options=options, source=settings.source)
+    return Analysis(profile, store, summaries, manifest, inferred=inferred)
+
+
+def _inferred(store: OpsStore) -> Inferred:
+    """Inference over the OPS rows: only the columns it reads, and for rows streamed
+    to ops.parquet one device at a time (inference is per device; a lower peak)."""
+    if isinstance(store, HeldOps):
+        return infer_ops(store.read(INFER_COLUMNS))
+    scan = store.scan()
+    devices = scan.select(pl.col("device_id").unique().sort(nulls_last=True)).collect()
+    parts = []
+    for device in devices["device_id"]:
+        mine = pl.col("device_id").is_null() if device is None else pl.col("device_id") == device
+        parts.append(infer_ops(scan.filter(mine).select(INFER_COLUMNS).collect()))
+    return combined(parts)
+
+
+def _recorded_options(settings: Settings) -> dict[str, Any]:
+    """The manifest's options: the caller's, the name rules, and inference when off."""
+    off = {} if settings.infer else {"infer": False}
+    return {**(settings.options or {}), **settings.rules.options(), **off}
+
+
+def _require_ops(profile: NestedProfile) -> None:
+    if profile.ops.is_empty():
+        where = profile.meta_value("source_path") or "profile"
+        raise NoGpuData(f"{where}: no GPU operations to attribute")

@@ -1,0 +1,89 @@
+"""One flow: only nsysmap.flow calls the stages in order, only the sources read and
+normalise, only the table of input kinds (and the per-process source) picks a reader.
+
+Checked on the import statements of every module of nsysmap (inside functions
+too), the way tests/test_imports.py checks the floors: a driver that put the
+stages together again (as `nsysmap run` and the per-process path once did)
+would have to import them.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from tests.test_imports import module_files
+
+# Stage function -> the modules that may import it (besides the module that defines it).
+_AFTER_READING = (
+    "attribute_blocks",
+    "partial_summaries",
+    "combine_summaries",
+    "with_overlap",
+    "with_waits",
+    "infer_ops",
+    "check_conservation",
+    "build_manifest",
+)
+ONLY_FROM: dict[str, set[str]] = {
+    # The stages after reading: the flow alone strings them together.
+    **{name: {"nsysmap.flow"} for name in _AFTER_READING},
+    # Reading and normalising: the sources of the flow.
+    "normalise": {"nsysmap.load", "nsysmap.by_process"},
+    "read_trace": {"nsysmap.input_kinds"},
+    "read_sqlite": {"nsysmap.input_kinds", "nsysmap.by_process"},  # the latter by process
+}
+
+
+@cache
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), str(path))
+
+
+@cache
+def imported_names(path: Path) -> frozenset[str]:
+    """Every name imported by `from X import name` anywhere in the file."""
+    nodes = ast.walk(_tree(path))
+    found = (alias.name for n in nodes if isinstance(n, ast.ImportFrom) for alias in n.names)
+    return frozenset(found)
+
+
+@cache
+def defined_names(path: Path) -> frozenset[str]:
+    return frozenset(n.name for n in _tree(path).body if isinstance(n, ast.FunctionDef))
+
+
+def stray_imports(files: dict[str, Path]) -> list[str]:
+    """'module imports name' for each stage function imported outside its allowed modules."""
+    found = []
+    for module, path in sorted(files.items()):
+        names = imported_names(path) - defined_names(path)
+        for name in sorted(names & ONLY_FROM.keys()):
+            if module not in ONLY_FROM[name]:
+                found.append(f"{module} imports {name}")
+    return found
+
+
+def test_the_check_finds_a_driver_that_strings_stages_together(tmp_path: Path):
+    driver = tmp_path / "driver.py"
+    driver.write_text(
+        "def run(p):\n"
+        "    from nsysmap.attribution.attribute import attribute_blocks\n"
+        "    return attribute_blocks(p)\n"
+    )
+    flow = tmp_path / "flow.py"
+    flow.write_text("from nsysmap.attribution.attribute import attribute_blocks\n")
+    files = {"nsysmap.capture.driver": driver, "nsysmap.flow": flow}
+    assert stray_imports(files) == ["nsysmap.capture.driver imports attribute_blocks"]
+
+
+@pytest.mark.parametrize("name", sorted(ONLY_FROM))
+def test_each_stage_is_imported_where_it_may_be_and_nowhere_else(name: str):
+    files = module_files("nsysmap")
+    strays = [line for line in stray_imports(files) if line.endswith(f" {name}")]
+    assert strays == []
+    importers = {m for m, p in files.items() if name in imported_names(p) - defined_names(p)}
+    assert importers == ONLY_FROM[name]  # the list above is not stale either
