@@ -8,11 +8,9 @@ import json
 from bench import peers, run
 from bench.report import markdown
 
-MACHINE = dict.fromkeys(
-    ["cpu", "cores", "memory_gb", "python", "polars", "pyarrow", "adbc-driver-sqlite"]
-    + ["connectorx", "sqlite (stdlib)"],
-    "x",
-)
+MACHINE_KEYS = ("cpu", "cores", "memory_gb", "python", "polars", "pyarrow")
+MACHINE_KEYS += ("adbc-driver-sqlite", "connectorx", "sqlite (stdlib)")
+MACHINE = dict.fromkeys(MACHINE_KEYS, "x")
 
 
 def _stat(value: float) -> dict:
