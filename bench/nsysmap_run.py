@@ -18,15 +18,21 @@ from nsysmap.stages import Stages
 
 
 def attributed(
-    export: Path, out_dir: Path, *, infer: bool = True, memory_gb: float | None = None
+    export: Path,
+    out_dir: Path,
+    *,
+    infer: bool = True,
+    memory_gb: float | None = None,
+    stages: Stages | None = None,
 ) -> tuple[Analysis, float]:
-    """`nsysmap attribute` on `export` with progress off, and its wall seconds."""
+    """`nsysmap attribute` on `export` with progress off (or timed by `stages`),
+    and its wall seconds."""
     start = time.perf_counter()
     analysis = analyse_file(
         export,
         out_dir,
         options={"command": "attribute"},
-        stages=Stages(progress=False),
+        stages=stages or Stages(progress=False),
         infer=infer,
         memory_gb=memory_gb,
     )

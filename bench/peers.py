@@ -32,6 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.report import size_text
+
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv-peers"
 CHILD = Path(__file__).resolve().parent / "peer_child.py"
@@ -227,7 +229,9 @@ def side_by_side(results: dict) -> str:
     """nsysmap beside the peers on the same exports: median, spread, memory, ratio."""
     sizes = [s for s in results["sizes"] if s.get("peers")]
     if not sizes:
-        return ""
+        names = {p.name for p in PEERS}
+        why = [s for s in results.get("skipped", []) if s.split(":")[0].split()[-1] in names]
+        return "".join(f"\nSide by side: not run ({line})\n" for line in why)
     lines = [
         "",
         "Side by side ("
@@ -247,7 +251,7 @@ def side_by_side(results: dict) -> str:
         for name, r, ratio in rows:
             median, spread = wall_text(r)
             lines.append(
-                f"| {size['kernels']:,} | {name} | {_runs(r)} | {median} | {spread} "
+                f"| {size_text(size)} | {name} | {_runs(r)} | {median} | {spread} "
                 f"| {r['peak_rss_gb']['median']:.2f} | {ratio} | {_load(size)} |"
             )
     return "\n".join(lines) + "\n"

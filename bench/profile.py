@@ -1,73 +1,44 @@
-"""Where `nsysmap attribute` spends its time and memory, function by function.
+"""Where `nsysmap attribute` spends its time and memory: per stage, then per function.
 
-    python -m bench.profile EXPORT OUTDIR [--no-infer] [--json FILE]
+    python -m bench.profile EXPORT OUTDIR [--no-infer] [--memory-gb GB]
+                            [--functions N] [--json FILE]
 
-Runs `analyse_file` (what `nsysmap attribute` runs) once with the functions
-listed in TIMED wrapped: each call's wall time, the process's CPU time (all
-threads, the background hash included: steadier than wall time on a shared
-machine), its resident memory when the call starts and ends, and the peak
-while it runs (sampled every 20 ms from /proc/self/statm). Prints one line
-per function (calls, seconds, CPU seconds, RSS at entry, peak during, RSS at
-exit, in GB) in the order they first ran, nested calls indented under their
-caller. Measuring adds little: a wrapper per call of a few dozen functions,
-a sampling thread.
+Runs `analyse_file` (what `nsysmap attribute` runs) once and prints:
+
+* per stage of the flow, as the flow itself names and times them (a `Stages`
+  that also records memory): seconds, the process's CPU seconds (all threads,
+  the background hash included: steadier than wall time on a shared machine)
+  and resident memory at entry, peak during and at exit (GB; sampled every
+  20 ms from /proc/self/statm). Stages the flow times in interleaved pieces
+  (attribute and summarise, block by block) get their seconds only; their
+  memory is that of the window they run in (`attributing`);
+* the N functions of nsysmap with the most cumulative time (cProfile, main
+  thread; calls, own seconds, cumulative seconds), so that nothing here names
+  a function of the flow that may be renamed.
+
+Measuring adds a sampling thread and cProfile's cost per Python call (small:
+the work is in Polars and Arrow); `--functions 0` leaves cProfile off.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
+import cProfile
 import json
 import os
+import pstats
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import wraps
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
-# (module, attribute) of every function timed; a dotted attribute is a method.
-TIMED = [
-    ("nsysmap.pipeline", "load_profile"),
-    ("nsysmap.load", "_read_raw"),
-    ("nsysmap.load", "normalise"),
-    ("nsysmap.pipeline", "stream_ops"),
-    ("nsysmap.pipeline", "attribute"),
-    ("nsysmap.pipeline", "summarise"),
-    ("nsysmap.pipeline", "infer_ops"),
-    ("nsysmap.pipeline", "write_analysis"),
-    ("nsysmap.attribution.attribute", "_with_launches"),
-    ("nsysmap.attribution.attribute", "thread_keys"),
-    ("nsysmap.attribution.attribute", "Scope.of"),
-    ("nsysmap.attribution.attribute", "locate"),
-    ("nsysmap.attribution.attribute", "_values"),
-    ("nsysmap.attribution.attribute", "_labels"),
-    ("nsysmap.attribution.attribute", "range_paths"),
-    ("nsysmap.attribution.attribute", "_categories"),
-    ("nsysmap.attribution.attribute", "_finish"),
-    ("nsysmap.output.ops_sinks", "partial_summaries"),
-    ("nsysmap.output.ops_sinks", "combine_summaries"),
-    ("nsysmap.output.ops_sinks", "with_overlap"),
-    ("nsysmap.output.summarise", "partial_summaries"),
-    ("nsysmap.output.summarise", "combine_summaries"),
-    ("nsysmap.output.summarise", "overlap_table"),
-    ("nsysmap.output.summarise", "combine_leaves"),
-    ("nsysmap.output.summarise", "by_range"),
-    ("nsysmap.output.by_range", "preorder"),
-    ("nsysmap.output.by_range", "_placed"),
-    ("nsysmap.output.by_range", "instances"),
-    ("nsysmap.output.by_range", "_paths"),
-    ("nsysmap.output.by_range", "path_key_codes"),
-    ("nsysmap.output.by_range", "_exclusive"),
-    ("nsysmap.output.by_range", "_path_rows"),
-    ("nsysmap.output.by_range", "_finished"),
-    ("nsysmap.output.range_tree", "window_extrema"),
-    ("nsysmap.output.range_tree", "_packed_preorder"),
-    ("nsysmap.output.range_tree", "_parent_positions"),
-]
+from nsysmap.stages import Stages
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+GB = 1e9
+PACKAGE = f"{os.sep}nsysmap{os.sep}"  # functions whose file is in the package
 
 
 def rss_bytes() -> int:
@@ -76,99 +47,164 @@ def rss_bytes() -> int:
 
 
 @dataclass
-class Timing:
-    depth: int
-    calls: int = 0
+class Window:
+    """One stage (or progress window) of the flow: time and memory while it ran."""
+
     seconds: float = 0.0
-    cpu: float = 0.0  # CPU seconds of the whole process (all threads) during the calls
+    cpu: float = 0.0
     entry: int = 0
     peak: int = 0
     exit: int = 0
+    calls: int = 0
 
 
 @dataclass
-class Recorder:
-    timings: dict[str, Timing] = field(default_factory=dict)
+class Sampler:
+    """Resident memory every 20 ms on a background thread."""
+
     samples: list[tuple[float, int]] = field(default_factory=list)
-    depth: int = 0
     stop: threading.Event = field(default_factory=threading.Event)
 
-    def sample(self) -> None:
+    def run(self) -> None:
         while not self.stop.wait(0.02):
             self.samples.append((time.perf_counter(), rss_bytes()))
 
-    def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        @wraps(fn)
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            entry, start, cpu = rss_bytes(), time.perf_counter(), time.process_time()
-            timing = self.timings.setdefault(name, Timing(self.depth))
-            self.depth += 1
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.depth -= 1
-                end = time.perf_counter()
-                inside = [r for t, r in self.samples if start <= t <= end]
-                timing.calls += 1
-                timing.seconds += end - start
-                timing.cpu += time.process_time() - cpu
-                timing.entry = timing.entry or entry
-                timing.exit = rss_bytes()
-                timing.peak = max(timing.peak, entry, timing.exit, *inside)
-
-        return timed
+    def peak(self, start: float, end: float) -> int:
+        return max((r for t, r in self.samples if start <= t <= end), default=0)
 
 
-def install(recorder: Recorder) -> None:
-    for module_name, attr in TIMED:
-        module = importlib.import_module(module_name)
-        owner: Any = module
-        *outer, last = attr.split(".")
-        for part in outer:
-            owner = getattr(owner, part)
-        fn = getattr(owner, last)
-        if isinstance(owner, type):  # a classmethod: wrap the function, bind again
-            setattr(owner, last, classmethod(recorder.wrap(attr, fn.__func__)))
-        else:
-            setattr(owner, last, recorder.wrap(attr, fn))
+class RecordingStages(Stages):
+    """The flow's own stage timer, also recording CPU time and memory per window."""
+
+    def __init__(self, sampler: Sampler) -> None:
+        super().__init__(progress=False)
+        self.sampler = sampler
+        self.windows: dict[str, Window] = {}
+        self._in_stage = 0
+
+    @contextmanager
+    def _window(self, name: str) -> Iterator[None]:
+        entry, start, cpu = rss_bytes(), time.perf_counter(), time.process_time()
+        try:
+            yield
+        finally:
+            end, exit_ = time.perf_counter(), rss_bytes()
+            w = self.windows.setdefault(name, Window(entry=entry))
+            w.seconds += end - start
+            w.cpu += time.process_time() - cpu
+            w.exit, w.calls = exit_, w.calls + 1
+            w.peak = max(w.peak, entry, exit_, self.sampler.peak(start, end))
+
+    @contextmanager
+    def stage(self, name: str, label: str | None = None) -> Iterator[None]:
+        self._in_stage += 1
+        try:
+            with self._window(name), super().stage(name, label):
+                yield
+        finally:
+            self._in_stage -= 1
+
+    @contextmanager
+    def progress(self, label: str) -> Iterator[None]:
+        if self._in_stage:  # the progress line of a stage: recorded as the stage
+            with super().progress(label):
+                yield
+            return
+        with self._window(label), super().progress(label):
+            yield
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def functions(profile: cProfile.Profile, top: int) -> list[dict]:
+    """The `top` nsysmap functions by cumulative time."""
+    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    rows = []
+    for (file, line, name), (_, calls, own, cumulative, _) in stats.items():
+        if PACKAGE in file:
+            module = "nsysmap." + file.rsplit(PACKAGE, 1)[1].removesuffix(".py").replace(
+                os.sep, "."
+            )
+            rows.append(
+                {"function": f"{module}.{name}", "line": line, "calls": calls}
+                | {"own_s": own, "cumulative_s": cumulative}
+            )
+    return sorted(rows, key=lambda r: -r["cumulative_s"])[:top]
+
+
+def profiled(
+    export: Path, out_dir: Path, *, infer: bool, memory_gb: float | None, top: int
+) -> dict:
+    """One run of the flow on `export`, measured per stage and per function."""
+    from bench.nsysmap_run import attributed
+
+    sampler = Sampler()
+    threading.Thread(target=sampler.run, daemon=True).start()
+    stages = RecordingStages(sampler)
+    profile = cProfile.Profile() if top else None
+    if profile:
+        profile.enable()
+    analysis, seconds = attributed(export, out_dir, infer=infer, memory_gb=memory_gb, stages=stages)
+    if profile:
+        profile.disable()
+    sampler.stop.set()
+    return {
+        "seconds": seconds,
+        "peak_rss_bytes": max(
+            [r for _, r in sampler.samples]
+            + [w.peak for w in stages.windows.values()]
+            + [rss_bytes()]
+        ),
+        "stages": analysis.timings,
+        "windows": {k: asdict(v) for k, v in stages.windows.items()},
+        "functions": functions(profile, top) if profile else [],
+    }
+
+
+def _window_cells(w: dict) -> str:
+    return f"{w['cpu']:>8.2f} " + " ".join(f"{w[k] / GB:>6.2f}" for k in ("entry", "peak", "exit"))
+
+
+def text(result: dict) -> str:
+    """The stage table, then the function table."""
+    lines = [f"total {result['seconds']:.2f} s, peak RSS {result['peak_rss_bytes'] / GB:.2f} GB"]
+    lines += ["", f"{'stage':<22} {'s':>8} {'cpu s':>8} {'entry':>6} {'peak':>6} {'exit':>6}"]
+    windows = result["windows"]
+    for name, seconds in result["stages"].items():
+        cells = _window_cells(windows[name]) if name in windows else ""
+        lines.append(f"{name:<22} {seconds:>8.2f} {cells}".rstrip())
+    for label, w in windows.items():
+        if label not in result["stages"]:  # a progress window holding interleaved stages
+            lines.append(f"{'(' + label + ')':<22} {w['seconds']:>8.2f} {_window_cells(w)}")
+    lines.append("(RSS in GB: at entry, peak during, at exit; stages without them ran in a window)")
+    if result["functions"]:
+        lines += [
+            "",
+            f"{'function (by cumulative time)':<60} {'calls':>7} {'own s':>8} {'cum s':>8}",
+        ]
+        for f in result["functions"]:
+            name = f"{f['function']}:{f['line']}"
+            lines.append(f"{name:<60} {f['calls']:>7} {f['own_s']:>8.2f} {f['cumulative_s']:>8.2f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("export", type=Path)
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--no-infer", action="store_true")
+    parser.add_argument("--memory-gb", type=float, help="as `nsysmap attribute --memory-gb`")
+    parser.add_argument("--functions", type=int, default=25, help="top N functions; 0: off")
     parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
-    recorder = Recorder()
-    install(recorder)
-    from bench.nsysmap_run import attributed
-
-    sampler = threading.Thread(target=recorder.sample, daemon=True)
-    sampler.start()
-    analysis, seconds = attributed(args.export, args.out_dir, infer=not args.no_infer)
-    recorder.stop.set()
-    peak = max([r for _, r in recorder.samples] + [rss_bytes()])
-    gb = 1e9
-    print(f"total {seconds:.2f} s, peak RSS {peak / gb:.2f} GB")
-    print("stages: " + ", ".join(f"{k} {v:.2f}" for k, v in analysis.timings.items()))
-    print(
-        f"{'function':<40} {'calls':>6} {'s':>8} {'cpu s':>8} {'entry':>6} {'peak':>6} {'exit':>6}"
+    args = parser.parse_args(argv)
+    result = profiled(
+        args.export,
+        args.out_dir,
+        infer=not args.no_infer,
+        memory_gb=args.memory_gb,
+        top=args.functions,
     )
-    for name, t in recorder.timings.items():
-        label = "  " * t.depth + name
-        print(
-            f"{label:<40} {t.calls:>6} {t.seconds:>8.2f} {t.cpu:>8.2f} "
-            f"{t.entry / gb:>6.2f} {t.peak / gb:>6.2f} {t.exit / gb:>6.2f}"
-        )
+    print(text(result))
     if args.json:
-        out = {
-            "seconds": seconds,
-            "peak_rss_bytes": peak,
-            "stages": analysis.timings,
-            "functions": {k: vars(v) for k, v in recorder.timings.items()},
-        }
-        args.json.write_text(json.dumps(out, indent=1))
+        args.json.write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-STAGES = ("read", "normalise", "attribute", "summarise", "write", "hash")
+# The flow's stages in the order the table shows them; any other stage the flow
+# times (bench/nsysmap_run.py passes on all of them) follows, in its own order.
+STAGES = ("read", "normalise", "attribute", "summarise", "infer", "write", "hash")
+
+
+def stage_names(results: dict) -> list[str]:
+    """Every stage timed at any size: the known ones in STAGES order, then the others."""
+    seen = dict.fromkeys(s for size in results["sizes"] for s in size.get("stages", {}))
+    return [s for s in STAGES if s in seen] + [s for s in seen if s not in STAGES]
+
+
+def size_text(size: dict) -> str:
+    """The first cell of a size's rows: its kernels, or what the export is."""
+    return f"{size['kernels']:,}" + (f" ({size['label']})" if size.get("label") else "")
 
 
 def _floor(size: dict) -> tuple[str, float] | None:
@@ -29,7 +42,7 @@ def markdown(results: dict) -> str:
             wall, rss = run["wall_s"], run["peak_rss_gb"]
             ratio = f"{wall['median'] / floor[1]:.2f}" if floor else "-"
             lines.append(
-                f"| {size['kernels']:,} | {size['ranges']:,} | {engine} | {wall['n']} "
+                f"| {size_text(size)} | {size['ranges']:,} | {engine} | {wall['n']} "
                 f"| {wall['median']:.2f} | {wall['min']:.2f}..{wall['max']:.2f} "
                 f"| {rss['median']:.2f} | {1e6 * wall['median'] / size['kernels']:.2f} | {ratio} |"
             )
@@ -38,7 +51,7 @@ def markdown(results: dict) -> str:
         if "same_totals_per_range" in size:
             same = "identical" if size["same_totals_per_range"] else "DIFFERENT"
             lines.append(
-                f"- {size['kernels']:,} kernels: nsysmap and SQL totals per range "
+                f"- {size_text(size)} kernels: nsysmap and SQL totals per range "
                 f"({size['ranges_compared']:,} ranges hit, and time outside any range): {same}"
             )
     return "\n".join(lines) + "\n"
@@ -46,12 +59,15 @@ def markdown(results: dict) -> str:
 
 def _stage_lines(results: dict) -> list[str]:
     """nsysmap's median seconds per stage, one row per size."""
+    names = stage_names(results)
+    if not names:
+        return ["", "nsysmap stages: not run (nsysmap is not among --engines)", ""]
     lines = ["", "nsysmap stages, median seconds (hash runs in the background, beside the others):"]
-    lines += ["", "| kernels | " + " | ".join(STAGES) + " |", "|---:|" + "---:|" * len(STAGES)]
+    lines += ["", "| kernels | " + " | ".join(names) + " |", "|---:|" + "---:|" * len(names)]
     for size in results["sizes"]:
         if size["stages"]:
             cells = [
-                f"{size['stages'][s]['median']:.2f}" if s in size["stages"] else "-" for s in STAGES
+                f"{size['stages'][s]['median']:.2f}" if s in size["stages"] else "-" for s in names
             ]
-            lines.append(f"| {size['kernels']:,} | " + " | ".join(cells) + " |")
+            lines.append(f"| {size_text(size)} | " + " | ".join(cells) + " |")
     return [*lines, ""]

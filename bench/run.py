@@ -13,6 +13,10 @@ engine runs in its own process, runs interleaved:
 * nsys-ai, when installed in .venv-peers (`make peers`; bench/peers.py):
   its NVTX layer breakdown, killed at --peer-timeout (a result, "> limit").
 
+With --user-shaped SCALE, also the export shaped like the large one users
+report (bench/generate.py `user_export`: 2.2 M kernels, 7.1 M runtime calls,
+15.9 M NVTX ranges on 5 threads at scale 1), a row of the same table.
+
 Reports the median wall time, its spread (min..max), peak RSS, time per
 kernel and the ratio to the floor; checks that nsysmap and SQL give the
 same totals per range; writes the results to --out (JSON) and a Markdown
@@ -40,6 +44,7 @@ from bench.report import markdown
 RESULTS = Path(__file__).parent / "results"
 ENGINES = ("floor", "nsysmap", "sql", "nsys-ai")  # families, for --engines
 LARGE = 10_000_000  # sizes from here on use the --large-* run counts
+USER_LARGE = 0.5  # user-shaped scales from here on too (15.9 M ranges at 1)
 
 
 def _counts(path: Path) -> dict[str, int]:
@@ -53,8 +58,7 @@ def _counts(path: Path) -> dict[str, int]:
         }
 
 
-def _plan(args: argparse.Namespace, n: int) -> dict[str, int]:
-    large = n >= LARGE
+def _plan(args: argparse.Namespace, large: bool) -> dict[str, int]:
     runs = args.large_runs if large else args.runs
     return {
         "floor": runs if "floor" in args.engines else 0,
@@ -76,15 +80,27 @@ def _child_args(engine: Engine, path: Path, work: Path) -> tuple[str, ...]:
 
 
 def bench_size(
-    args: argparse.Namespace, n: int, engines: list[Engine], others: Sequence[peers.Peer] = ()
+    args: argparse.Namespace,
+    n: int,
+    engines: list[Engine],
+    others: Sequence[peers.Peer] = (),
+    *,
+    user_scale: float | None = None,
 ) -> dict:
-    """All runs at one size, with the engines whose packages are installed."""
-    path = generate.export(n, args.seed, processes=args.processes)
-    work = generate.CACHE / f"work-{n}"
+    """All runs at one size (or on the user-shaped export at `user_scale`), with the
+    engines whose packages are installed."""
+    if user_scale is None:
+        path = generate.export(n, args.seed, processes=args.processes)
+    else:
+        path = generate.user_export(user_scale, args.seed)
+    work = generate.CACHE / f"work-{path.stem}"
     record: dict[str, Any] = {"size": n, **_counts(path), "runs": {}, "stages": {}}
+    if user_scale is not None:
+        record |= {"label": f"user-shaped ×{user_scale:g}", "size": record["kernels"]}
     record["load_before"] = os.getloadavg()
     warm(path)
-    plan, runs = _plan(args, n), dict[str, list[Run]]()
+    large = n >= LARGE or (user_scale or 0) >= USER_LARGE
+    plan, runs = _plan(args, large), dict[str, list[Run]]()
     peer_runs: dict[str, list[peers.PeerRun]] = {}
     for i in range(max(plan.values())):
         for engine in engines:
@@ -96,7 +112,7 @@ def bench_size(
             peer_runs.setdefault(peer.name, []).append(
                 peers.run_peer(peer, path, args.peers_venv, args.peer_timeout)
             )
-        print(f"  {n:,} kernels: round {i + 1} done", flush=True)
+        print(f"  {record.get('label', f'{n:,} kernels')}: round {i + 1} done", flush=True)
     for name, done in runs.items():
         record["runs"][name] = {
             "wall_s": summary([r.wall_s for r in done]),
@@ -144,11 +160,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--processes", type=int, default=2, help="processes (one GPU each) in the exports"
     )
+    parser.add_argument(
+        "--user-shaped",
+        default="",
+        help="scales of the user-shaped export to run too, comma-separated (1: 2.2 M kernels, "
+        "7.1 M runtime calls, 15.9 M NVTX ranges on 5 threads); none by default",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "latest.json")
     parser.add_argument("--keep-outputs", action="store_true", help="keep bench/cache/work-*")
     args = parser.parse_args(argv)
     args.engines = set(args.engines.split(","))
-    sizes = [int(float(s)) for s in args.sizes.split(",")]
+    sizes = [int(float(s)) for s in args.sizes.split(",") if s]
+    scales = [float(s) for s in args.user_shaped.split(",") if s]
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     results: dict[str, Any] = {
         "started": started,
@@ -169,6 +192,11 @@ def main(argv: list[str] | None = None) -> None:
     for n in sizes:
         print(f"{n:,} kernels ...", flush=True)
         results["sizes"].append(bench_size(args, n, engines, others))
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=1) + "\n")
+    for scale in scales:
+        print(f"user-shaped export ×{scale:g} ...", flush=True)
+        results["sizes"].append(bench_size(args, 0, engines, others, user_scale=scale))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=1) + "\n")
     table = markdown(results) + peers.side_by_side(results)

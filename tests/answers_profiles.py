@@ -23,7 +23,7 @@ from nsysmap.profile import NestedProfile
 from tests.cli_runner import nsysmap_cli
 from tests.corpus import corpus_path, real_profiles
 from tests.frames import Frames
-from tests.samples import SAMPLE_RUNS, SAMPLES
+from tests.samples import SAMPLE_RUNS, SAMPLES, attributed_sample
 
 SAMPLE_FILES = tuple(f"gpt2_tiny_{run}.sqlite" for run in SAMPLE_RUNS)
 
@@ -54,6 +54,8 @@ def attributed(name: str, out: Path) -> Path:
     if name == SYNTHETIC:
         write(analyse(synthetic_profile()), out)
         return out
+    if name in SAMPLE_FILES:
+        return attributed_sample(SAMPLE_RUNS[SAMPLE_FILES.index(name)], out)
     try:
         analyse_file(profile_path(name), out)
     except NsysmapError as error:

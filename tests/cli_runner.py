@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import sys
 from collections.abc import Sequence
 
@@ -18,3 +20,11 @@ def nsysmap_cli(argv: Sequence[object]) -> int:
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception  # NSYSMAP_DEBUG=1: the bug's traceback, as the script shows it
     return result.exit_code
+
+
+def invoke(argv: Sequence[object]) -> tuple[int, str, str]:
+    """Run the CLI in this process: (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = nsysmap_cli(argv)
+    return code, out.getvalue(), err.getvalue()

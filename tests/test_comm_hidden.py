@@ -24,8 +24,8 @@ import pytest
 
 from nsysmap.many.task import rank_units
 from nsysmap.pipeline import analyse, load_profile
+from tests.cli_runner import invoke
 from tests.corpus import corpus_path
-from tests.test_many import invoke
 
 pytestmark = [pytest.mark.corpus]
 DISTRIBUTED = (

@@ -19,7 +19,7 @@ from nsysmap.errors import ExitCode
 from nsysmap.pipeline import analyse_file
 from sample_reports.build import build
 from tests.cli_runner import nsysmap_cli
-from tests.samples import analyse_samples
+from tests.samples import attributed_sample
 
 C_FC = "transformer.h.1.mlp.c_fc"
 
@@ -39,7 +39,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("gate")
     build(True, slower={1: 2}).write(root / "slow.sqlite")
     analyse_file(root / "slow.sqlite", root / "slow")
-    base = analyse_samples(root)["train"]
+    base = attributed_sample("train", root / "train")
     return {"base": base, "slow": root / "slow", "noisy": _jittered(base, root / "noisy", 0.02)}
 
 

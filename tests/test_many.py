@@ -8,8 +8,6 @@ the exports (tests/corpus.py), never from nsysmap itself.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,7 @@ from distributed import LocalCluster
 from nsysmap.errors import ExitCode
 from nsysmap.output.summarise import SUMMARY_SCHEMAS
 from nsysmap.synth.ddp_ranks import Job, rank_file, write_rank_exports
-from tests.cli_runner import nsysmap_cli
+from tests.cli_runner import invoke
 from tests.corpus import independent_gpu_totals
 
 pytestmark = pytest.mark.dask  # a local Dask cluster per test
@@ -32,14 +30,6 @@ WORLD, SLOW_RANK, CORRUPT_RANK = 8, 3, 6
 SLOW_LAYER = "transformer.h.1"
 JOB = Job(world=WORLD, slow_rank=SLOW_RANK, slow_module=SLOW_LAYER, module_factor=3.0, n_layer=2)
 GOOD_RANKS = [r for r in range(WORLD) if r != CORRUPT_RANK]
-
-
-def invoke(argv: list[str]) -> tuple[int, str, str]:
-    """Run the CLI in this process: (exit code, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = nsysmap_cli(argv)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ import polars as pl
 import pytest
 
 from nsysmap.read.nsys_sqlite import read_sqlite
+from tests.cli_runner import invoke
 from tests.corpus import corpus_path, independent_gpu_totals, needs_corpus
-from tests.test_many import invoke
 
 pytestmark = [needs_corpus, pytest.mark.corpus, pytest.mark.dask]
 FASTVIDEO = "fastvideo_training_mfu_h100x2_before.sqlite"

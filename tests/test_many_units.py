@@ -17,7 +17,7 @@ from nsysmap.many.rank_ids import DECLARED, FILE_ORDER, PROCESS, assign_ranks
 from nsysmap.many.rank_overlap import exposed_communication
 from nsysmap.many.task import FAILED, OK, Outcome, Unit
 from nsysmap.read.nsys_env import rank_facts
-from tests.test_many import invoke
+from tests.cli_runner import invoke
 
 GiB = 1 << 30
 

@@ -20,8 +20,8 @@ from nsysmap.many.collect import output_tables
 from nsysmap.many.one_job import MIN_SHARED_KERNEL_TIME, doubts
 from nsysmap.many.rank_ids import RankOf, assign_ranks
 from nsysmap.many.task import OK, Outcome, Unit, attribute_one
+from tests.cli_runner import invoke
 from tests.corpus import corpus_path
-from tests.test_many import invoke
 
 V100_DDP = "hta_ddp_ns_resolution_rank0_v100.json.gz"
 A100_MOE = "switchtransformer_moe_fwd_with_modules_a100.json"

@@ -12,25 +12,22 @@ On the training sample (tests/test_report.py has the timeline), per block and st
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import polars as pl
 import pytest
 
 from nsysmap.attribution.module_names import with_block
-from nsysmap.pipeline import analyse_file
 from nsysmap.report.blocks import block_totals, part_of
 from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run
+from tests.samples import attributed_sample
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_reports"
 MS = 1_000_000
 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("blocks") / "train"
-    analyse_file(SAMPLES / "gpt2_tiny_train.sqlite", out)
+    attributed_sample("train", out)
     return build_report(read_run(out))
 
 

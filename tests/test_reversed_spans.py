@@ -11,12 +11,14 @@ outputs.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
 
+from nsysmap.by_process import split_processes
 from nsysmap.errors import ExitCode
 from nsysmap.synth import SynthExport
 from tests.cli_runner import nsysmap_cli
@@ -30,6 +32,7 @@ DLRM = "param_dlrm_ddp_rank0of8_nccl_alltoall_v100.pt.trace.json"
 SWAP = 'UPDATE "{table}" SET start = "end", "end" = start WHERE rowid % 2 = 0'
 RANGES = "NVTX_EVENTS"
 CALLS = "CUPTI_ACTIVITY_KIND_RUNTIME"
+TINY_GB = 1e-6  # a memory budget below any export: read one process at a time
 
 
 def _swapped(source: Path, target: Path, table: str) -> int:
@@ -55,17 +58,22 @@ def _refused(argv: list[object], capsys: pytest.CaptureFixture[str], out: Path) 
     return err
 
 
-def _synthetic(path: Path) -> Path:
+def _synthetic(path: Path, processes: int = 1) -> Path:
+    """One step of three kernels per process (process p on GPU p)."""
     b = SynthExport()
-    b.thread(10, 11, "python")
-    b.range(10, 11, 0, 20, "nsysmap:step:0")
-    for i, at in enumerate([2, 6, 10]):
-        b.range(10, 11, at, at + 3, f"nsysmap:fwd:Linear:fc{i}")
-        b.launch(10, 11, at + 1, at + 1.5, corr=i + 1)
-        b.kernel(10, 0, 7, at + 2, at + 4, corr=i + 1, name=f"void k{i}()")
+    for p in range(processes):
+        pid, tid = 10 * (p + 1), 10 * (p + 1) + 1
+        b.thread(pid, tid, "python")
+        b.range(pid, tid, 0, 20, "nsysmap:step:0")
+        for i, at in enumerate([2, 6, 10]):
+            corr = 10 * p + i + 1
+            b.range(pid, tid, at, at + 3, f"nsysmap:fwd:Linear:fc{i}")
+            b.launch(pid, tid, at + 1, at + 1.5, corr=corr)
+            b.kernel(pid, p, 7, at + 2, at + 4, corr=corr, name=f"void k{i}()")
     return b.write(path)
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize(("table", "what"), [(RANGES, "NVTX range"), (CALLS, "runtime API call")])
 def test_a_real_export_with_reversed_spans_is_refused(tmp_path, capsys, table, what):
     source = tmp_path / "swapped.sqlite"
@@ -77,6 +85,7 @@ def test_a_real_export_with_reversed_spans_is_refused(tmp_path, capsys, table, w
     assert err.strip().endswith("the export is damaged")
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize(("table", "what"), [(RANGES, "NVTX range"), (CALLS, "runtime API call")])
 def test_reversed_spans_read_one_process_at_a_time_are_refused_too(tmp_path, capsys, table, what):
     source = tmp_path / "swapped.sqlite"
@@ -94,6 +103,19 @@ def test_a_synthetic_export_with_reversed_spans_is_refused(tmp_path, capsys, tab
     err = _refused(["attribute", source, "-o", out], capsys, out)
     count = f"{n} {what}s end before they start" if n > 1 else f"1 {what} ends before it starts"
     assert count in err
+
+
+@pytest.mark.parametrize(("table", "what"), [(RANGES, "NVTX range"), (CALLS, "runtime API call")])
+def test_reversed_spans_of_a_synthetic_export_read_one_process_at_a_time_are_refused(
+    tmp_path, capsys, table, what
+):
+    source = tmp_path / "swapped.sqlite"
+    _swapped(_synthetic(tmp_path / "made.sqlite", processes=2), source, table)
+    assert split_processes(source, TINY_GB) == [10, 20]  # read one process at a time
+    out = tmp_path / "out"
+    argv: list[object] = ["attribute", source, "-o", out, "--quiet", "--memory-gb", TINY_GB]
+    err = _refused(argv, capsys, out)  # refused at the first process that has one
+    assert re.search(rf": \d+ {what}(s end before they start| ends before it starts) ", err), err
 
 
 def test_spans_of_no_length_and_open_ranges_are_not_reversed(tmp_path, capsys):
@@ -127,6 +149,7 @@ def test_a_trace_event_with_a_negative_dur_is_refused(tmp_path, capsys, index):
     )
 
 
+@pytest.mark.corpus
 def test_a_real_trace_with_negative_durations_is_refused(tmp_path, capsys):
     doc = json.loads(corpus_path(DLRM).read_text())
     kinds = {"kernel", "cpu_op", "user_annotation"}

@@ -9,6 +9,7 @@ the warm-up steps' operations keep phases forward and backward and are marked
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import polars as pl
@@ -67,14 +68,23 @@ def _attributed(tmp_path: Path, *rules: str) -> tuple[pl.DataFrame, list[dict]]:
     return pl.read_parquet(out / "ops.parquet").sort("launch_start_ns"), launched
 
 
-def test_warm_up_steps_keep_their_phases_and_are_marked(tmp_path):
-    ops, launched = _attributed(tmp_path)
+@pytest.fixture(scope="module")
+def built_in(tmp_path_factory) -> tuple[Path, pl.DataFrame, list[dict]]:
+    """The export attributed with the built-in rules (read, never changed, by the tests):
+    its output folder, operations and launches."""
+    root = tmp_path_factory.mktemp("warmup")
+    ops, launched = _attributed(root)
+    return root / "out", ops, launched
+
+
+def test_warm_up_steps_keep_their_phases_and_are_marked(built_in):
+    _, ops, launched = built_in
     assert ops.select("step", "phase", "warmup").to_dicts() == launched
     assert ops["warmup"].sum() == 2 * WARM_STEPS
 
 
-def test_forward_passes_are_the_measured_steps(tmp_path):
-    ops, _ = _attributed(tmp_path)
+def test_forward_passes_are_the_measured_steps(built_in):
+    _, ops, _ = built_in
     measured = ops.filter(~pl.col("warmup"))
     forward = measured.filter(pl.col("phase") == "forward")
     assert forward["step"].n_unique() == STEPS
@@ -119,16 +129,16 @@ def test_param_forward_passes_in_warm_up_and_measure_ranges():
     assert rest["phase"].is_null().all() and not rest["warmup"].any()
 
 
-def test_the_report_leaves_warm_up_work_out_of_per_step_figures(tmp_path):
-    ops, _ = _attributed(tmp_path)
+def test_the_report_leaves_warm_up_work_out_of_per_step_figures(built_in):
+    _, ops, _ = built_in
     forward = scope_filter(ops, "forward")
     assert passes(forward) == STEPS and forward.height == STEPS
 
 
-def test_an_older_output_reads_its_warm_up_phase_as_the_mark(tmp_path):
+def test_an_older_output_reads_its_warm_up_phase_as_the_mark(built_in, tmp_path):
     """Before output schema 1.5 warm-up work had phase `warmup` and no `warmup` column."""
-    ops, _ = _attributed(tmp_path)
-    run = tmp_path / "out"
+    out, ops, _ = built_in
+    run = shutil.copytree(out, tmp_path / "out")
     old = ops.with_columns(
         pl.when(pl.col("warmup")).then(pl.lit("warmup")).otherwise(pl.col("phase")).alias("phase")
     ).drop("warmup")

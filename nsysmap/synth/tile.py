@@ -28,11 +28,13 @@ VARIANTS = 4
 STEPS_PER_CHUNK = 100
 FIRST_PID = 4100
 AUTOGRAD_TID_OFFSET = 17  # the autograd thread's id, relative to the process id
+# Thread slot k of a template (0: main, 1: autograd, 2...: others) has thread id
+# pid + thread_offset(k).
 PROCESS_SKEW_NS = 1_370  # process p runs p * this behind process 0
 FIRST_STEP_NS = 1_000_000
 NSYS_VERSION = "2026.2.1.210"
 TWIN_CLASS = 67  # backtrace twins of API rows (see docs/reading.md)
-THREAD_NAMES = ("python", "pt_autograd_0")
+THREAD_NAMES = ("python", "pt_autograd_0")  # by thread slot
 _DEVICE = "NVIDIA H100 80GB HBM3"
 
 
@@ -47,6 +49,7 @@ class Plan:
         n_layer: int,
         processes: int,
         template: Callable[[int, random.Random], gpt.Template] = gpt.step_template,
+        thread_names: tuple[str, ...] = THREAD_NAMES,
     ) -> None:
         rnd = random.Random(seed)
         seeds = [rnd.random() for _ in range(VARIANTS)]
@@ -66,7 +69,8 @@ class Plan:
         )
         self.n_seq, self.n_op_ids, self.n_calls = first.n_seq, first.n_op_ids, len(first.calls)
         values = [name for key in gpt.KERNELS for name in gpt.KERNELS[key][:2]]
-        values += [*gpt.APIS, *(api.split("_v")[0] for api in gpt.APIS), *THREAD_NAMES]
+        apis = list(dict.fromkeys([*gpt.APIS, *(call["api"] for call in first.calls)]))
+        values += [*apis, *(api.split("_v")[0] for api in apis), *thread_names]
         values += [r["text"] for r in first.ranges if r.get("registered")]
         self.strings = {value: i for i, value in enumerate(dict.fromkeys(values))}
         self.step_text_id = len(self.strings)  # "nsysmap:step:N" has id step_text_id + N
@@ -100,10 +104,15 @@ class Plan:
             )
 
 
+def thread_offset(slot: int) -> int:
+    """The thread id of thread slot `slot`, relative to the process id."""
+    return 0 if slot == gpt.MAIN else AUTOGRAD_TID_OFFSET + slot - gpt.AUTOGRAD
+
+
 def _thread_gtid(thread: pl.Expr) -> pl.Expr:
-    """globalTid of the main or autograd thread of process `pid`."""
-    tid = pl.col("pid") + pl.when(thread == gpt.AUTOGRAD).then(AUTOGRAD_TID_OFFSET).otherwise(0)
-    return global_pid(0) + pl.col("pid") * (1 << 24) + tid
+    """globalTid of thread slot `thread` of process `pid`."""
+    offset = pl.when(thread == gpt.MAIN).then(0).otherwise(AUTOGRAD_TID_OFFSET - 1 + thread)
+    return global_pid(0) + pl.col("pid") * (1 << 24) + pl.col("pid") + offset
 
 
 def _inline_name(plan: Plan) -> pl.Expr:
@@ -220,18 +229,27 @@ def gpt_tables(
     processes: int = 2,
     twins: bool = False,
     template: Callable[[int, random.Random], gpt.Template] = gpt.step_template,
+    thread_names: tuple[str, ...] = THREAD_NAMES,
 ) -> dict[str, Frame | Iterator[pl.DataFrame]]:
     """The tables of a GPT-2-like export with about `n_kernels` kernels (whole steps).
 
     `template` builds one step of one process (variants of the step draw
-    their costs from the random generator it is given).
+    their costs from the random generator it is given); `thread_names` names
+    its thread slots (gpt.MAIN, gpt.AUTOGRAD, then any others it uses).
     """
-    plan = Plan(n_kernels, seed=seed, n_layer=n_layer, processes=processes, template=template)
+    plan = Plan(
+        n_kernels,
+        seed=seed,
+        n_layer=n_layer,
+        processes=processes,
+        template=template,
+        thread_names=thread_names,
+    )
     strings = [*plan.strings, *(f"nsysmap:step:{s}" for s in range(plan.steps))]
     threads = [
-        (plan.strings[name], global_tid(FIRST_PID + p, FIRST_PID + p + offset))
+        (plan.strings[name], global_tid(FIRST_PID + p, FIRST_PID + p + thread_offset(slot)))
         for p in range(processes)
-        for name, offset in zip(THREAD_NAMES, (0, AUTOGRAD_TID_OFFSET), strict=True)
+        for slot, name in enumerate(thread_names)
     ]
     return {
         "StringIds": pl.DataFrame({"id": range(len(strings)), "value": strings}),
