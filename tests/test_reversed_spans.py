@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from nsysmap.by_process import split_processes
+from nsysmap.by_process import processes_read_apart
 from nsysmap.errors import ExitCode
 from nsysmap.synth import SynthExport
 from tests.cli_runner import nsysmap_cli
@@ -111,7 +111,7 @@ def test_reversed_spans_of_a_synthetic_export_read_one_process_at_a_time_are_ref
 ):
     source = tmp_path / "swapped.sqlite"
     _swapped(_synthetic(tmp_path / "made.sqlite", processes=2), source, table)
-    assert split_processes(source, TINY_GB) == [10, 20]  # read one process at a time
+    assert processes_read_apart(source, TINY_GB) == [10, 20]  # read one process at a time
     out = tmp_path / "out"
     argv: list[object] = ["attribute", source, "-o", out, "--quiet", "--memory-gb", TINY_GB]
     err = _refused(argv, capsys, out)  # refused at the first process that has one
