@@ -1,17 +1,20 @@
 """Periodicity in a sequence of integer kernel codes (pure NumPy, no per-kernel loop).
 
-Two questions about a sequence `codes` (kernel names hashed to integers, in
-execution order):
+Two questions about a sequence `codes` (normalised kernel keys hashed to
+integers, in execution order):
 
 * `step_period`: the lag P at which the whole sequence repeats (a training
-  step or an inference batch), and the offset within P where a period starts.
-* `motif_regions`: within one period, the stretches where a subsequence of B
-  kernels repeats L times back to back (the blocks of a transformer's forward,
-  and the mirrored blocks of its backward).
+  step or an inference batch) with a long launch gap before each repeat, and
+  the code that starts each period.
+* `stacks` / `motif_regions`: the stretches where a motif of B kernels
+  repeats back to back (the blocks of a transformer's forward, and the
+  mirrored blocks of its backward), allowing a few inserted or dropped
+  kernels: kernel i matches when its code recurs B kernels later within
+  MATCH_WINDOW kernels, and short breaks in a run of matches are bridged.
 
 Candidate lags are the most common gaps between repeats of the same code;
-each candidate is scored with one vectorised comparison of the sequence with
-itself shifted by the lag, so the cost is O(n x candidates).
+each candidate is scored with a few vectorised comparisons of the sequence
+with itself shifted by the lag, so the cost is O(n x candidates).
 """
 
 from __future__ import annotations
@@ -32,21 +35,32 @@ MIN_REPEATS = 2
 MIN_MOTIF = 2
 # Kernels by which two repeats of a step may be out of line (inserted or missing kernels).
 PERIOD_WINDOW = 2
+# The same for two neighbouring blocks, and the longest break bridged in a run of matches.
+MATCH_WINDOW = 2
+BRIDGE = 3
 # How many of the longest launch gaps propose step periods.
 GAP_CANDIDATES = 64
+# The block motif is the shortest lag covering this share of what the best lag covers
+# (a whole pass repeated covers a little more than its blocks do).
+COVER_SHARE = 0.5
 
 
 @dataclass(frozen=True)
 class Region:
-    """`repeats` copies of a motif of `length` kernels starting at `start`."""
+    """`repeats` copies of a motif of `length` kernels from `start` to `end` (exclusive).
+
+    With inserted or dropped kernels, `end - start` differs a little from
+    `length * repeats`; blocks are spread evenly over the span.
+    """
 
     start: int
     length: int
     repeats: int
+    stop: int = -1  # the end when it differs from start + length * repeats
 
     @property
     def end(self) -> int:
-        return self.start + self.length * self.repeats
+        return self.stop if self.stop >= 0 else self.start + self.length * self.repeats
 
 
 def candidate_lags(codes: np.ndarray, limit: int) -> np.ndarray:
@@ -72,7 +86,7 @@ def candidate_lags(codes: np.ndarray, limit: int) -> np.ndarray:
     pair_owner, pair_gap = pairs // width, pairs % width
     by_code = np.lexsort((-pair_counts, pair_owner))
     first = np.concatenate(([True], pair_owner[by_code][1:] != pair_owner[by_code][:-1]))
-    modal = pair_gap[by_code][first]
+    modal = pair_gap[by_code][first][: MAX_CANDIDATES * 2]
     lags, seen = np.unique(np.concatenate([common, modal]), return_index=True)
     return lags[np.argsort(seen)].astype(np.int64)
 
@@ -147,72 +161,104 @@ def _anchor(
     return anchor, float(np.min(gaps_ns[longest])), spaced
 
 
-def longest_run(codes: np.ndarray, lag: int, allowed: np.ndarray) -> tuple[int, int]:
-    """(start, length) of the longest run of i with codes[i] == codes[i+lag], both allowed."""
-    if not 0 < lag < codes.size:
-        return 0, 0
-    match = (codes[:-lag] == codes[lag:]) & allowed[:-lag] & allowed[lag:]
-    if not match.any():
-        return 0, 0
+def recurs(codes: np.ndarray, lag: int, window: int = MATCH_WINDOW) -> np.ndarray:
+    """For i < n - lag: whether codes[i] recurs at i + lag (+- window)."""
+    n = codes.size
+    hit = codes[: n - lag] == codes[lag:]
+    for d in range(1, window + 1):
+        hit[: n - lag - d] |= codes[: n - lag - d] == codes[lag + d :]
+        hit[d:] |= codes[d : n - lag] == codes[lag : n - d]
+    return hit
+
+
+def runs(match: np.ndarray, bridge: int = BRIDGE) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the runs of True, breaks of up to `bridge` False bridged."""
     edges = np.diff(np.concatenate(([0], match.astype(np.int8), [0])))
     starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
-    best = int(np.argmax(ends - starts))
-    return int(starts[best]), int(ends[best] - starts[best])
+    if starts.size > 1:
+        keep = np.concatenate(([True], starts[1:] - ends[:-1] > bridge))
+        starts, ends = starts[keep], ends[np.concatenate((keep[1:], [True]))]
+    return starts, ends
 
 
-def best_region(codes: np.ndarray, allowed: np.ndarray) -> Region | None:
-    """The repeated motif covering the most kernels among the allowed positions.
+def stacks(codes: np.ndarray, lag: int, allowed: np.ndarray, tolerant: bool = True) -> list[Region]:
+    """Every stretch where a motif of `lag` kernels repeats at least MIN_REPEATS times.
 
-    A run of R matches at lag B covers R + B kernels: L = (R + B) // B whole
-    repeats, and the kernels left over are split evenly before and after them
-    (the context around a stack of blocks tends to resemble both its first and
-    its last block). Ties go to the shorter motif, so 2B never beats B.
+    A run of R matches at lag B covers R + B kernels: L = (R + B) // B
+    repeats, and the kernels left over are split evenly before and after
+    them (the context around a stack of blocks tends to resemble both its
+    first and its last block). `tolerant`: a kernel matches within
+    MATCH_WINDOW and breaks of up to BRIDGE kernels are bridged (motifs of
+    under ten kernels get no slack: it would match them by chance).
     """
-    masked = np.where(allowed, codes, -1 - np.arange(codes.size))
-    best: tuple[int, int, int] | None = None  # (-covered, lag, start)
-    for lag in candidate_lags(masked, codes.size // MIN_REPEATS):
-        start, run = longest_run(masked, int(lag), allowed)
-        covered = run + int(lag)
-        if run > 0 and lag >= MIN_MOTIF and covered // lag >= MIN_REPEATS:
-            key = (-covered, int(lag), start)
-            best = key if best is None or key < best else best
-    if best is None:
-        return None
-    covered, lag, start = -best[0], best[1], best[2]
+    if not MIN_MOTIF <= lag < codes.size:
+        return []
+    slack = min(MATCH_WINDOW, lag // 10) if tolerant else 0
+    match = recurs(codes, lag, slack) & allowed[:-lag] & allowed[lag:]
+    starts, ends = runs(match, min(BRIDGE, lag // 10) if tolerant else 0)
+    covered = ends - starts + lag
     repeats = covered // lag
-    return Region(start + (covered - repeats * lag) // 2, lag, repeats)
+    keep = repeats >= MIN_REPEATS
+    found = []
+    for s, c, r in zip(starts[keep], covered[keep], repeats[keep], strict=True):
+        left = int(c - r * lag)
+        end = min(int(s + c) - (left - left // 2), codes.size)
+        found.append(Region(int(s) + left // 2, lag, int(r), end))
+    return found
+
+
+def coverage(found: list[Region]) -> int:
+    return sum(r.end - r.start for r in found)
+
+
+def block_lag(codes: np.ndarray, allowed: np.ndarray) -> int | None:
+    """The block motif's length: the shortest lag whose exact repeats cover COVER_SHARE
+    of the most any lag covers (a repeated pass covers a little more than its blocks)."""
+    masked = np.where(allowed, codes, -1 - np.arange(codes.size))
+    lags = candidate_lags(masked, codes.size // MIN_REPEATS)
+    lags = np.sort(lags[lags >= MIN_MOTIF])
+    covers = np.array([coverage(stacks(masked, int(lag), allowed, False)) for lag in lags])
+    if not covers.size or covers.max() == 0:
+        return None
+    return int(lags[np.argmax(covers >= COVER_SHARE * covers.max())])
+
+
+def best_stacks(codes: np.ndarray, allowed: np.ndarray, tolerant: bool = True) -> list[Region]:
+    """The stacks of the block motif among the allowed positions."""
+    lag = block_lag(codes, allowed)
+    if lag is None:
+        return []
+    masked = np.where(allowed, codes, -1 - np.arange(codes.size))
+    return stacks(masked, lag, allowed, tolerant)
 
 
 def motif_regions(codes: np.ndarray) -> list[Region]:
     """Up to two non-overlapping repeated motifs, in sequence order.
 
-    The first found covers the most kernels; the second is searched among the
-    remaining positions (a training step's backward mirrors its forward with a
-    motif of another length).
+    The first is the largest stack of the block motif; the second is searched
+    among the remaining positions (a training step's backward mirrors its
+    forward with a motif of another length), and kept only with the same
+    number of repeats, give or take one.
     """
     allowed = np.ones(codes.size, bool)
     regions: list[Region] = []
     for _ in range(2):
-        region = best_region(codes, allowed)
-        if region is None:
+        found = best_stacks(codes, allowed)
+        if not found:
             break
+        region = max(found, key=lambda r: (r.end - r.start, -r.start))
         regions.append(region)
         allowed[region.start : region.end] = False
     regions.sort(key=lambda r: r.start)
     if len(regions) == 2 and abs(regions[0].repeats - regions[1].repeats) > 1:
-        return regions[:1] if regions[0].start == min(r.start for r in regions) else regions[1:]
+        return [max(regions, key=lambda r: r.end - r.start)]
     return regions
 
 
-def nested_steps(codes: np.ndarray) -> Region | None:
-    """A repeat of whole steps found without launch gaps: the largest repeated
-    motif, when its own motif holds a repeated block over at least half of it
-    (repeated forward passes of a model with repeated blocks)."""
-    outer = best_region(codes, np.ones(codes.size, bool))
-    if outer is None or outer.repeats < MIN_REPEATS:
-        return None
-    one = codes[outer.start : outer.start + outer.length]
-    inner = best_region(one, np.ones(one.size, bool))
-    if inner is None or inner.length * inner.repeats * 2 < one.size:
-        return None
-    return outer
+def block_index(region: Region, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(repeat, position in the motif) of positions inside the region, spread evenly."""
+    scale = (region.end - region.start) / region.repeats
+    rel = pos - region.start
+    order = np.minimum((rel / scale).astype(np.int64), region.repeats - 1)
+    part = np.clip(np.round(rel - order * scale).astype(np.int64), 0, region.length - 1)
+    return order, part
