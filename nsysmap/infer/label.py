@@ -100,13 +100,18 @@ def _sequences(ops: pl.DataFrame) -> pl.DataFrame:
 
 
 def _label_sequence(seq: pl.DataFrame) -> tuple[pl.DataFrame, Found]:
-    codes, gaps = seq["code"].to_numpy(), seq["gap_ns"].to_numpy()
-    steps, period = passes(codes, gaps)
+    codes = seq["code"].to_numpy()
+    # Passes and blocks are read on the stream with most kernels; others follow it in
+    # launch order.
+    main = (seq["stream_id"] == seq["stream_id"].mode().sort()[0]).to_numpy()
+    on_main = np.flatnonzero(main)
+    order = seq["order_ns"].to_numpy()[on_main]
+    steps_main, period = passes(codes[on_main], np.diff(order, prepend=order[:1]))
+    last = np.maximum.accumulate(np.where(main, np.cumsum(main) - 1, -1)).clip(min=0)
+    steps = steps_main[last]
     special = _special_phases(seq)
     backish = seq["name"].fill_null("").str.contains(BACKWARD_KERNEL).to_numpy()
     tid = seq["tid"].fill_null(-1).to_numpy()
-    # Blocks are read on the stream with most kernels; others follow it in launch order.
-    main = (seq["stream_id"] == seq["stream_id"].mode().sort()[0]).to_numpy()
     n = codes.size
     phase, block, part = (np.full(n, v, np.int64) for v in (_OTHER, -1, -1))
     region, explained = np.full(n, -1, np.int64), np.zeros(n, bool)

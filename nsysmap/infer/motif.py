@@ -164,7 +164,7 @@ def _anchor(
 def recurs(codes: np.ndarray, lag: int, window: int = MATCH_WINDOW) -> np.ndarray:
     """For i < n - lag: whether codes[i] recurs at i + lag (+- window)."""
     n = codes.size
-    hit = codes[: n - lag] == codes[lag:]
+    hit: np.ndarray = codes[: n - lag] == codes[lag:]
     for d in range(1, window + 1):
         hit[: n - lag - d] |= codes[: n - lag - d] == codes[lag + d :]
         hit[d:] |= codes[d : n - lag] == codes[lag : n - d]

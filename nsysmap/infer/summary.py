@@ -165,8 +165,8 @@ def _usual(steps: pl.DataFrame, by: str, other: str) -> pl.DataFrame:
 
 def _line(found: Found, blocks: pl.DataFrame, agree: pl.DataFrame) -> str:
     device = blocks.filter(pl.col("device_id").eq_missing(found.device_id))
-    in_blocks = device.filter(pl.col("inferred_block").is_not_null())["time_share"].sum()
-    placed = device.filter(pl.col("inferred_region").is_not_null())["time_share"].sum()
+    in_blocks = float(device.filter(pl.col("inferred_block").is_not_null())["time_share"].sum())
+    placed = float(device.filter(pl.col("inferred_region").is_not_null())["time_share"].sum())
     weak = not found.regions or found.confidence < CONFIDENCE_WEAK or placed < PLACED_WEAK
     head = f"device {'unknown' if found.device_id is None else found.device_id} (inferred"
     passes = f"{found.steps} pass{'es' if found.steps != 1 else ''}"
