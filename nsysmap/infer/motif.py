@@ -38,11 +38,13 @@ PERIOD_WINDOW = 2
 # The same for two neighbouring blocks, and the longest break bridged in a run of matches.
 MATCH_WINDOW = 2
 BRIDGE = 3
+# A match one or two kernels out of line counts inside a run of this many such matches.
+ALIGNED_RUN = 6
 # How many of the longest launch gaps propose step periods.
 GAP_CANDIDATES = 64
 # The block motif is the shortest lag covering this share of what the best lag covers
 # (a whole pass repeated covers a little more than its blocks do).
-COVER_SHARE = 0.5
+COVER_SHARE = 0.8
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,24 @@ def recurs(codes: np.ndarray, lag: int, window: int = MATCH_WINDOW) -> np.ndarra
     return hit
 
 
+def aligned(codes: np.ndarray, lag: int, window: int) -> np.ndarray:
+    """Like `recurs`, but a match at lag + d counts only inside a run of at least
+    ALIGNED_RUN such matches at the same d (an inserted kernel shifts what follows
+    by one; a low-entropy stream matches a kernel or two at any lag by chance)."""
+    n = codes.size
+    hit: np.ndarray = codes[: n - lag] == codes[lag:]
+    for d in (d for k in range(1, window + 1) for d in (k, -k)):
+        lo, hi = max(0, -d), min(n - lag, n - lag - d)
+        same = codes[lo:hi] == codes[lo + lag + d : hi + lag + d]
+        starts, ends = runs(same, 0)
+        long = ends - starts >= ALIGNED_RUN
+        mark = np.zeros(same.size + 1, np.int64)
+        np.add.at(mark, starts[long], 1)
+        np.add.at(mark, ends[long], -1)
+        hit[lo:hi] |= np.cumsum(mark[:-1]) > 0
+    return hit
+
+
 def runs(match: np.ndarray, bridge: int = BRIDGE) -> tuple[np.ndarray, np.ndarray]:
     """(starts, ends) of the runs of True, breaks of up to `bridge` False bridged."""
     edges = np.diff(np.concatenate(([0], match.astype(np.int8), [0])))
@@ -194,7 +214,7 @@ def stacks(codes: np.ndarray, lag: int, allowed: np.ndarray, tolerant: bool = Tr
     if not MIN_MOTIF <= lag < codes.size:
         return []
     slack = min(MATCH_WINDOW, lag // 10) if tolerant else 0
-    match = recurs(codes, lag, slack) & allowed[:-lag] & allowed[lag:]
+    match = aligned(codes, lag, slack) & allowed[:-lag] & allowed[lag:]
     starts, ends = runs(match, min(BRIDGE, lag // 10) if tolerant else 0)
     covered = ends - starts + lag
     repeats = covered // lag
@@ -211,21 +231,31 @@ def coverage(found: list[Region]) -> int:
     return sum(r.end - r.start for r in found)
 
 
-def block_lag(codes: np.ndarray, allowed: np.ndarray) -> int | None:
+def block_lag(codes: np.ndarray, allowed: np.ndarray, whole: bool = True) -> int | None:
     """The block motif's length: the shortest lag whose exact repeats cover COVER_SHARE
-    of the most any lag covers (a repeated pass covers a little more than its blocks)."""
+    of the most any lag covers (a repeated pass covers a little more than its blocks).
+
+    `whole`: what all stacks of a lag cover (passes of blocks); else what its largest
+    stack covers (within one pass, where scattered short repeats are no blocks)."""
     masked = np.where(allowed, codes, -1 - np.arange(codes.size))
     lags = candidate_lags(masked, codes.size // MIN_REPEATS)
     lags = np.sort(lags[lags >= MIN_MOTIF])
-    covers = np.array([coverage(stacks(masked, int(lag), allowed, False)) for lag in lags])
+    measure = coverage if whole else _largest
+    covers = np.array([measure(stacks(masked, int(lag), allowed, False)) for lag in lags])
     if not covers.size or covers.max() == 0:
         return None
     return int(lags[np.argmax(covers >= COVER_SHARE * covers.max())])
 
 
-def best_stacks(codes: np.ndarray, allowed: np.ndarray, tolerant: bool = True) -> list[Region]:
+def _largest(found: list[Region]) -> int:
+    return max((r.end - r.start for r in found), default=0)
+
+
+def best_stacks(
+    codes: np.ndarray, allowed: np.ndarray, tolerant: bool = True, whole: bool = True
+) -> list[Region]:
     """The stacks of the block motif among the allowed positions."""
-    lag = block_lag(codes, allowed)
+    lag = block_lag(codes, allowed, whole)
     if lag is None:
         return []
     masked = np.where(allowed, codes, -1 - np.arange(codes.size))
@@ -243,7 +273,7 @@ def motif_regions(codes: np.ndarray) -> list[Region]:
     allowed = np.ones(codes.size, bool)
     regions: list[Region] = []
     for _ in range(2):
-        found = best_stacks(codes, allowed)
+        found = best_stacks(codes, allowed, whole=False)
         if not found:
             break
         region = max(found, key=lambda r: (r.end - r.start, -r.start))

@@ -18,11 +18,15 @@ Otherwise the sequence is one pass.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from nsysmap.infer.motif import (
     MIN_PERIOD_SCORE,
+    Region,
     best_stacks,
+    coverage,
     lag_score,
     step_period,
 )
@@ -44,9 +48,17 @@ def passes(codes: np.ndarray, gaps_ns: np.ndarray) -> tuple[np.ndarray, int | No
 
 def _by_stacks(codes: np.ndarray, gaps_ns: np.ndarray) -> np.ndarray:
     found = best_stacks(codes, np.ones(codes.size, bool), tolerant=False)
-    if len(found) < 2:
+    if not found:
         return np.zeros(codes.size, np.int64)
     lag = found[0].length
+    if _holds_blocks(codes, max(found, key=lambda r: r.end - r.start)):
+        # The motif is a whole pass (two training steps back to back): each repeat is one.
+        inner = [r.start + k * lag for r in found for k in range(1, r.repeats)]
+        between = [_cut(gaps_ns, a.end, b.start) for a, b in itertools.pairwise(found)]
+        cuts = np.sort(np.array(inner + between, np.int64))
+        return np.searchsorted(cuts, np.arange(codes.size), side="right").astype(np.int64)
+    if len(found) < 2:
+        return np.zeros(codes.size, np.int64)
     start = np.array([r.start for r in found])
     end = np.array([r.end for r in found])
     repeats = (end - start) / lag
@@ -64,6 +76,12 @@ def _by_stacks(codes: np.ndarray, gaps_ns: np.ndarray) -> np.ndarray:
     if lag_score(codes, length) < MIN_PERIOD_SCORE or (end - start).sum() < 0.5 * codes.size:
         return np.zeros(codes.size, np.int64)
     return np.searchsorted(cuts, np.arange(codes.size), side="right").astype(np.int64)
+
+
+def _holds_blocks(codes: np.ndarray, stack: Region) -> bool:
+    """Whether one repeat of the stack's motif is itself mostly repeated blocks."""
+    one = codes[stack.start : stack.start + stack.length]
+    return 2 * coverage(best_stacks(one, np.ones(one.size, bool), tolerant=False)) >= one.size
 
 
 def _cut(gaps_ns: np.ndarray, lo: int, hi: int) -> int:
