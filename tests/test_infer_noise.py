@@ -109,8 +109,10 @@ def _check(ops: pl.DataFrame, passes: int, layers: int) -> None:
     assert agree >= 0.9 * in_layer.height
     # Nothing of the prefix and suffix is taken for a block.
     outside = joined.filter(pl.col("short_name").str.contains("embedding|head"))
-    assert outside["inferred_block"].null_count() >= 0.9 * outside.height
-    assert set(outside["inferred_region"].drop_nulls()) <= {"prefix", "suffix"}
+    assert outside["inferred_block"].null_count() >= outside.height - passes
+    # ... and they are labelled prefix and suffix (a kernel per pass may drift into a block).
+    labelled = outside.filter(pl.col("inferred_region").is_in(["prefix", "suffix"]))
+    assert labelled.height >= outside.height - passes
 
 
 @pytest.mark.parametrize(
@@ -155,7 +157,8 @@ def test_a_repeated_forward_is_not_taken_for_a_backward_pass():
 def test_weak_inference_says_so():
     """Kernels that do not repeat: the line says weak, and gives no block counts as fact."""
     rnd = random.Random(2)
-    rows = [(i * 1000, "other", f"k{rnd.randrange(10**6)}", "k", 7, None) for i in range(400)]
+    names = ["".join(rnd.choices("abcdefghij", k=6)) for _ in range(400)]
+    rows = [(i * 1000, "other", name, name, 7, None) for i, name in enumerate(names)]
     line = infer_ops(_ops(rows)).lines()[0]
     assert "(inferred, weak)" in line
     assert "treat as a guess" in line

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 MAX_CANDIDATES = 48
+# Candidate block lags are gaps between a code and its next this many repeats.
+NEXT_REPEATS = 3
 # A lag is a step period when this share of kernels equals the kernel one lag later.
 MIN_PERIOD_SCORE = 0.5
 # Lags whose score is this close to the best count as equally good (the smallest wins).
@@ -38,8 +40,10 @@ PERIOD_WINDOW = 2
 # The same for two neighbouring blocks, and the longest break bridged in a run of matches.
 MATCH_WINDOW = 2
 BRIDGE = 3
-# A match one or two kernels out of line counts inside a run of this many such matches.
-ALIGNED_RUN = 6
+# A match one or two kernels out of line counts inside a run of this many such matches,
+# and a run of matches needs this share of them exactly in line.
+ALIGNED_RUN = 4
+IN_LINE = 0.3
 # How many of the longest launch gaps propose step periods.
 GAP_CANDIDATES = 64
 # The block motif is the shortest lag covering this share of what the best lag covers
@@ -65,7 +69,7 @@ class Region:
         return self.stop if self.stop >= 0 else self.start + self.length * self.repeats
 
 
-def candidate_lags(codes: np.ndarray, limit: int) -> np.ndarray:
+def candidate_lags(codes: np.ndarray, limit: int, next_repeats: int = 1) -> np.ndarray:
     """Lags (<= limit) that separate repeats of a code, the most common first.
 
     The most common gaps overall, and each code's own most common gap (a
@@ -74,9 +78,15 @@ def candidate_lags(codes: np.ndarray, limit: int) -> np.ndarray:
     if codes.size < 2 or limit < 1:
         return np.empty(0, np.int64)
     order = np.lexsort((np.arange(codes.size), codes))
-    same = codes[order][1:] == codes[order][:-1]
-    gaps = (order[1:] - order[:-1])[same]
-    owner = codes[order][1:][same]
+    sorted_codes = codes[order]
+    # Gaps to the next three repeats of a code: a code launched two or three times per
+    # block recurs one block later only at its second or third next launch.
+    gaps_list, owner_list = [], []
+    for k in range(1, next_repeats + 1):
+        same = sorted_codes[k:] == sorted_codes[:-k]
+        gaps_list.append((order[k:] - order[:-k])[same])
+        owner_list.append(sorted_codes[k:][same])
+    gaps, owner = np.concatenate(gaps_list), np.concatenate(owner_list)
     keep = (gaps >= 1) & (gaps <= limit)
     gaps, owner = gaps[keep], owner[keep]
     if gaps.size == 0:
@@ -125,7 +135,15 @@ def step_period(codes: np.ndarray, gaps_ns: np.ndarray) -> tuple[int, int, float
     the anchor, starts each period.
     """
     lags = np.union1d(candidate_lags(codes, codes.size // 2), _gap_lags(gaps_ns))
-    lags = lags[(lags > PERIOD_WINDOW) & (lags <= codes.size // 2)]
+    lags = lags[lags > PERIOD_WINDOW]
+    # Two passes of unequal length: the first may be a little over half of them.
+    found = _period(codes, gaps_ns, lags[lags <= codes.size // 2])
+    return found or _period(codes, gaps_ns, lags[lags <= 2 * codes.size // 3])
+
+
+def _period(
+    codes: np.ndarray, gaps_ns: np.ndarray, lags: np.ndarray
+) -> tuple[int, int, float, float] | None:
     if lags.size == 0:
         return None
     scores = np.array([lag_score(codes, int(k), PERIOD_WINDOW) for k in lags])
@@ -147,7 +165,10 @@ def step_period(codes: np.ndarray, gaps_ns: np.ndarray) -> tuple[int, int, float
 def _gap_lags(gaps_ns: np.ndarray) -> np.ndarray:
     """Distances between the longest launch gaps (where steps tend to start)."""
     longest = np.sort(np.argsort(-gaps_ns, kind="stable")[:GAP_CANDIDATES])
-    return np.unique(np.diff(longest)).astype(np.int64)
+    typical = max(float(np.median(gaps_ns)), 1.0)
+    longest = longest[gaps_ns[longest] >= MIN_BOUNDARY_GAP_RATIO * typical]
+    # From the start too: two passes have one gap between them.
+    return np.unique(np.diff(np.concatenate(([0], longest)))).astype(np.int64)
 
 
 def _anchor(
@@ -205,7 +226,8 @@ def stacks(codes: np.ndarray, lag: int, allowed: np.ndarray, tolerant: bool = Tr
     """Every stretch where a motif of `lag` kernels repeats at least MIN_REPEATS times.
 
     A run of R matches at lag B covers R + B kernels: L = (R + B) // B
-    repeats, and the kernels left over are split evenly before and after
+    repeats (with `tolerant`, the median count in the stretch of the codes
+    found once in one copy), and the kernels left over are split evenly before and after
     them (the context around a stack of blocks tends to resemble both its
     first and its last block). `tolerant`: a kernel matches within
     MATCH_WINDOW and breaks of up to BRIDGE kernels are bridged (motifs of
@@ -216,15 +238,35 @@ def stacks(codes: np.ndarray, lag: int, allowed: np.ndarray, tolerant: bool = Tr
     slack = min(MATCH_WINDOW, lag // 10) if tolerant else 0
     match = aligned(codes, lag, slack) & allowed[:-lag] & allowed[lag:]
     starts, ends = runs(match, min(BRIDGE, lag // 10) if tolerant else 0)
+    if tolerant and starts.size:
+        # Mostly in line: a motif of B + 2 kernels matches at B with every kernel out by two.
+        exact = np.concatenate(([0], np.cumsum(codes[:-lag] == codes[lag:])))
+        line = (exact[ends] - exact[starts]) >= IN_LINE * (ends - starts)
+        starts, ends = starts[line], ends[line]
     covered = ends - starts + lag
     repeats = covered // lag
-    keep = repeats >= MIN_REPEATS
+    keep = (repeats >= MIN_REPEATS) | (tolerant & (covered >= MIN_REPEATS * lag - lag // 4))
     found = []
     for s, c, r in zip(starts[keep], covered[keep], repeats[keep], strict=True):
-        left = int(c - r * lag)
+        if np.unique(codes[s : s + lag]).size < MIN_MOTIF:
+            continue  # one kernel launched over and over is no block
+        if tolerant:  # inserted and dropped kernels change the length: count the motif
+            r = _copies(codes[s : s + c], lag, int(r))
+        left = max(int(c - r * lag), 0)  # short of whole repeats: dropped kernels
         end = min(int(s + c) - (left - left // 2), codes.size)
         found.append(Region(int(s) + left // 2, lag, int(r), end))
     return found
+
+
+def _copies(span: np.ndarray, lag: int, guess: int) -> int:
+    """How many copies of the motif (span's first `lag` kernels) the span holds: the
+    median count of the codes found once in one copy (the guess without such codes)."""
+    low = int(span.min())
+    once = np.flatnonzero(np.bincount(span[:lag] - low) == 1)
+    if once.size == 0:
+        return guess
+    counts = np.bincount(span - low, minlength=once.max() + 1)[once]
+    return max(int(np.median(counts)), MIN_REPEATS)
 
 
 def coverage(found: list[Region]) -> int:
@@ -235,20 +277,30 @@ def block_lag(codes: np.ndarray, allowed: np.ndarray, whole: bool = True) -> int
     """The block motif's length: the shortest lag whose exact repeats cover COVER_SHARE
     of the most any lag covers (a repeated pass covers a little more than its blocks).
 
-    `whole`: what all stacks of a lag cover (passes of blocks); else what its largest
-    stack covers (within one pass, where scattered short repeats are no blocks)."""
+    `whole`: what all stacks of exact repeats cover (passes of blocks); else what the
+    largest stack found with inserted and dropped kernels tolerated covers in line
+    (within one pass, where scattered short repeats are no blocks)."""
     masked = np.where(allowed, codes, -1 - np.arange(codes.size))
-    lags = candidate_lags(masked, codes.size // MIN_REPEATS)
+    lags = candidate_lags(masked, codes.size // MIN_REPEATS, NEXT_REPEATS)
     lags = np.sort(lags[lags >= MIN_MOTIF])
-    measure = coverage if whole else _largest
-    covers = np.array([measure(stacks(masked, int(lag), allowed, False)) for lag in lags])
+    if whole:
+        covers = np.array([coverage(stacks(masked, int(lag), allowed, False)) for lag in lags])
+    else:
+        covers = np.array([_in_line(masked, int(lag), allowed) for lag in lags])
     if not covers.size or covers.max() == 0:
         return None
     return int(lags[np.argmax(covers >= COVER_SHARE * covers.max())])
 
 
-def _largest(found: list[Region]) -> int:
-    return max((r.end - r.start for r in found), default=0)
+def _in_line(codes: np.ndarray, lag: int, allowed: np.ndarray) -> int:
+    """Kernels of the lag's largest tolerant stack that equal the kernel one lag on, plus
+    the lag (what an exact stack of the same kernels would cover)."""
+    found = stacks(codes, lag, allowed, True)
+    if not found:
+        return 0
+    top = max(found, key=lambda r: r.end - r.start)
+    span = codes[top.start : top.end]
+    return int(np.sum(span[:-lag] == span[lag:])) + lag if span.size > lag else 0
 
 
 def best_stacks(
