@@ -252,21 +252,24 @@ def stacks(codes: np.ndarray, lag: int, allowed: np.ndarray, tolerant: bool = Tr
             continue  # one kernel launched over and over is no block
         if tolerant:  # inserted and dropped kernels change the length: count the motif
             r = _copies(codes[s : s + c], lag, int(r))
-        left = max(int(c - r * lag), 0)  # short of whole repeats: dropped kernels
-        end = min(int(s + c) - (left - left // 2), codes.size)
+        # Short of whole repeats (the run stopped inside the last block): r whole blocks.
+        left = max(int(c - r * lag), 0)
+        end = min(int(s + max(c, r * lag)) - (left - left // 2), codes.size)
         found.append(Region(int(s) + left // 2, lag, int(r), end))
     return found
 
 
 def _copies(span: np.ndarray, lag: int, guess: int) -> int:
     """How many copies of the motif (span's first `lag` kernels) the span holds: the
-    median count of the codes found once in one copy (the guess without such codes)."""
+    median count of the codes found once in one copy, the guess (the floor of the span
+    over the lag) or one more."""
     low = int(span.min())
     once = np.flatnonzero(np.bincount(span[:lag] - low) == 1)
     if once.size == 0:
         return guess
     counts = np.bincount(span - low, minlength=once.max() + 1)[once]
-    return max(int(np.median(counts)), MIN_REPEATS)
+    # Dropped kernels cost the floor at most the last block.
+    return int(np.clip(np.median(counts), max(guess, MIN_REPEATS), guess + 1))
 
 
 def coverage(found: list[Region]) -> int:

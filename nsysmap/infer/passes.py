@@ -26,7 +26,6 @@ from nsysmap.infer.motif import (
     MIN_PERIOD_SCORE,
     Region,
     best_stacks,
-    coverage,
     lag_score,
     step_period,
 )
@@ -79,9 +78,10 @@ def _by_stacks(codes: np.ndarray, gaps_ns: np.ndarray) -> np.ndarray:
 
 
 def _holds_blocks(codes: np.ndarray, stack: Region) -> bool:
-    """Whether one repeat of the stack's motif is itself mostly repeated blocks."""
+    """Whether one repeat of the stack's motif is itself mostly one stack of blocks."""
     one = codes[stack.start : stack.start + stack.length]
-    return 2 * coverage(best_stacks(one, np.ones(one.size, bool), tolerant=False)) >= one.size
+    inner = best_stacks(one, np.ones(one.size, bool), tolerant=False, whole=False)
+    return 2 * max((r.end - r.start for r in inner), default=0) >= one.size
 
 
 def _cut(gaps_ns: np.ndarray, lo: int, hi: int) -> int:
