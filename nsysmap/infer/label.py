@@ -134,8 +134,8 @@ def _label_sequence(seq: pl.DataFrame) -> tuple[pl.DataFrame, Found]:
     confidence = _confidence(codes, steps, block, explained)
     frame = seq.select("op_id", "device_id").with_columns(
         inferred_step=pl.Series(steps),
-        inferred_phase=pl.Series(np.array(PHASES)[phase]),
-        inferred_region=pl.Series(np.array([*REGIONS, ""])[region]).replace("", None),
+        inferred_phase=_named(phase, PHASES),
+        inferred_region=_named(region, REGIONS),
         inferred_block=pl.Series(block).replace(-1, None),
         inferred_part=pl.Series(part).replace(-1, None),
         inferred_confidence=pl.Series(confidence),
@@ -143,6 +143,13 @@ def _label_sequence(seq: pl.DataFrame) -> tuple[pl.DataFrame, Found]:
     sure = float(confidence.mean()) if n else 0.0
     what = Found(seq["device_id"][0], int(steps[-1]) + 1, period, modal, backward, sure)
     return frame, what
+
+
+def _named(index: np.ndarray, names: tuple[str, ...]) -> pl.Series:
+    """Names by index (-1: null), made by Polars (faster than NumPy string arrays)."""
+    return pl.Series(index).replace_strict(
+        dict(enumerate(names)), default=None, return_dtype=pl.String
+    )
 
 
 def _special_phases(seq: pl.DataFrame) -> np.ndarray:
