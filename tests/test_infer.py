@@ -250,5 +250,5 @@ def test_report_shows_inferred_blocks_when_no_module_names_them(tmp_path):
     text = build_report(read_run(tmp_path / "out"), options=ReportOptions()).markdown
     section = text.split("## Per block, inferred from the repeating kernel sequence")[1]
     rows = [line for line in section.splitlines() if line.startswith("| forward | ")]
-    blocks = [row.split(" | ")[1] for row in rows if row.split(" | ")[1].isdigit()]
-    assert blocks[:3] == ["0", "1", "2"]
+    blocks = [row.split(" | ")[1:3] for row in rows if row.split(" | ")[1] == "block"]
+    assert blocks[:3] == [["block", "0"], ["block", "1"], ["block", "2"]]

@@ -205,6 +205,7 @@ def inferred_section(answer: dict[str, Any]) -> list[str]:
         cells = [
             [
                 r["inferred_phase"] or "–",
+                r.get("inferred_region") or "–",
                 "–" if r["inferred_block"] is None else str(r["inferred_block"]),
                 f"{r['ops']:,}",
                 ms(r["time_ns"]),
@@ -213,7 +214,7 @@ def inferred_section(answer: dict[str, Any]) -> list[str]:
             ]
             for r in device["rows"]
         ]
-        header = ["inferred phase", "inferred block", "ops", "ms", "share", "top kernel"]
+        header = ["inferred phase", "region", "inferred block", "ops", "ms", "share", "top kernel"]
         lines += [*table(header, cells), ""]
     return lines
 
