@@ -252,11 +252,36 @@ def stacks(codes: np.ndarray, lag: int, allowed: np.ndarray, tolerant: bool = Tr
             continue  # one kernel launched over and over is no block
         if tolerant:  # inserted and dropped kernels change the length: count the motif
             r = _copies(codes[s : s + c], lag, int(r))
-        # Short of whole repeats (the run stopped inside the last block): r whole blocks.
-        left = max(int(c - r * lag), 0)
-        end = min(int(s + max(c, r * lag)) - (left - left // 2), codes.size)
-        found.append(Region(int(s) + left // 2, lag, int(r), end))
+        if c < r * lag:  # the run stopped inside the first or the last block
+            found.append(_whole(codes, int(s), int(c), int(r), lag, slack))
+            continue
+        left = int(c - r * lag)
+        found.append(Region(int(s) + left // 2, lag, int(r), int(s + c) - (left - left // 2)))
     return found
+
+
+def _whole(codes: np.ndarray, s: int, c: int, r: int, lag: int, slack: int) -> Region:
+    """A stack of r blocks whose run of matches covered only c < r * lag kernels from s:
+    extended before or after, whichever side repeats its neighbouring block better."""
+    need, n = r * lag - c, codes.size
+    lo, hi = max(s - need, 0), min(s + c + need, n)
+    before = _similar(codes, np.arange(lo, s), lag, slack)
+    after = _similar(codes, np.arange(s + c, hi), -lag, slack)
+    if before > after:
+        return Region(lo, lag, r, s + c)
+    return Region(s, lag, r, hi)
+
+
+def _similar(codes: np.ndarray, pos: np.ndarray, lag: int, slack: int) -> float:
+    """Share of the positions whose code recurs `lag` (+- slack) away (0 for none)."""
+    if pos.size == 0:
+        return 0.0
+    hit = np.zeros(pos.size, bool)
+    for d in range(-slack, slack + 1):
+        other = pos + lag + d
+        inside = (other >= 0) & (other < codes.size)
+        hit |= inside & (codes[pos] == codes[np.clip(other, 0, codes.size - 1)])
+    return float(hit.mean())
 
 
 def _copies(span: np.ndarray, lag: int, guess: int) -> int:
