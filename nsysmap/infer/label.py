@@ -1,13 +1,16 @@
-"""Inferred step, phase and block of every operation, from the kernel sequence alone.
+"""Inferred pass, phase and block of every operation, from the kernel sequence alone.
 
 Pure: an OPS frame in, an INFERRED frame out (one row per op, keyed by
 op_id). Ranges, steps, phases and modules the profile measured are never
-read here and never overwritten; `nsysmap.infer.agree` compares the two.
+read here and never overwritten; `nsysmap.infer.summary` compares the two.
 
-Per device and process, the ops in execution order are hashed to integer
-codes (one per distinct kernel name); `nsysmap.infer.motif` finds the step
-period and, once per distinct step, its repeated block motifs. The Python
-loops run over sequences and over distinct steps, never over kernels.
+Per device and process, the ops in execution order get one integer code per
+normalised kernel key (`KEY`: the category for GEMMs, attention and
+convolutions, whose kernel the library picks per shape; else the short name
+with its digits dropped); `nsysmap.infer.passes` splits the sequence into
+passes and `nsysmap.infer.motif` finds, once per distinct pass, its
+repeated block motifs. The Python loops run over sequences, candidate lags
+and distinct passes, never over kernels.
 """
 
 from __future__ import annotations
@@ -19,12 +22,23 @@ import numpy as np
 import polars as pl
 
 from instrument.phase_vocabulary import INFERRED_PHASES
-from nsysmap.infer.motif import Region, motif_regions, nested_steps, step_period
+from nsysmap.infer.motif import Region, block_index, motif_regions, recurs
+from nsysmap.infer.passes import passes
 from nsysmap.schemas import INFERRED
 
 # forward, backward, optimizer, data, other (instrument/phase_vocabulary.py)
 PHASES = INFERRED_PHASES
 _FWD, _BWD, _OPT, _DATA, _OTHER = range(len(PHASES))
+# Where an op lies in its pass: before its first block, in one, between the forward
+# and the backward blocks (head, loss), after the last block (final projection, optimizer).
+REGIONS = ("prefix", "block", "between", "suffix")
+_PREFIX, _BLOCK, _BETWEEN, _SUFFIX = range(len(REGIONS))
+# Categories whose kernel the library picks per shape: matched on the category alone.
+BY_CATEGORY = ("gemm", "attention", "convolution")
+# Kernels that only a backward pass launches.
+BACKWARD_KERNEL = r"(?i)backward|_bwd|bwd_|dgrad|wgrad"
+# A second motif is a backward one when this share of it runs on another launching thread.
+OTHER_THREAD_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -32,9 +46,28 @@ class Found:
     """What was found in one sequence (device and process), for the summary line."""
 
     device_id: int | None  # null where the export lacks a device id
-    steps: int
-    period: int | None  # kernels per step when the sequence repeats
-    regions: tuple[Region, ...]  # in the most common step
+    steps: int  # passes found
+    period: int | None  # kernels per step when host gaps mark the steps
+    regions: tuple[Region, ...]  # in the most common pass
+    backward: bool = False  # a mirrored motif with backward evidence was found
+    confidence: float = 0.0  # share of the sequence's kernels explained by repetition
+
+
+@dataclass(frozen=True)
+class _Pass:
+    phase: np.ndarray
+    block: np.ndarray
+    part: np.ndarray
+    region: np.ndarray
+    explained: np.ndarray  # the kernel recurs one motif length away
+    regions: tuple[Region, ...]
+    backward: bool
+
+
+def key_expr() -> pl.Expr:
+    """The normalised kernel key that motifs are matched on."""
+    short = pl.coalesce("short_name", "name").fill_null("").str.replace_all(r"\d+", "#")
+    return pl.when(pl.col("category").is_in(BY_CATEGORY)).then(pl.col("category")).otherwise(short)
 
 
 def infer(ops: pl.DataFrame) -> tuple[pl.DataFrame, list[Found]]:
@@ -52,26 +85,15 @@ def infer(ops: pl.DataFrame) -> tuple[pl.DataFrame, list[Found]]:
 
 def _sequences(ops: pl.DataFrame) -> pl.DataFrame:
     by = ["device_id", "pid"]
+    if "tid" not in ops.columns:
+        ops = ops.with_columns(tid=pl.lit(None, pl.Int64))
+    columns = ("op_id", "device_id", "pid", "tid", "stream_id", "kind", "category", "name")
     return (
-        ops.select(
-            "op_id",
-            "device_id",
-            "pid",
-            "stream_id",
-            "kind",
-            "category",
-            "name",
-            "start_ns",
-            "end_ns",
-        )
-        .with_columns(
-            pl.col("pid").fill_null(-1),
-            pl.col("stream_id").fill_null(-1),
-            order_ns=pl.coalesce(ops["launch_start_ns"], ops["start_ns"]),
-        )
+        ops.select(*columns, key=key_expr(), order_ns=pl.coalesce("launch_start_ns", "start_ns"))
+        .with_columns(pl.col("pid").fill_null(-1), pl.col("stream_id").fill_null(-1))
         .sort([*by, "order_ns", "op_id"])
         .with_columns(
-            code=pl.col("name").fill_null("").rank("dense").cast(pl.Int64),
+            code=pl.col("key").rank("dense").cast(pl.Int64),
             gap_ns=(pl.col("order_ns") - pl.col("order_ns").shift(1).over(by))
             .clip(lower_bound=0)
             .fill_null(0),
@@ -80,62 +102,56 @@ def _sequences(ops: pl.DataFrame) -> pl.DataFrame:
 
 
 def _label_sequence(seq: pl.DataFrame) -> tuple[pl.DataFrame, Found]:
-    codes, gaps = seq["code"].to_numpy(), seq["gap_ns"].to_numpy()
-    periodic = step_period(codes, gaps)
-    steps = _steps(codes, gaps, periodic)
-    special = _special_phases(seq)
-    # Blocks are read on the stream with most kernels; others follow it in launch order.
+    codes = seq["code"].to_numpy()
+    # Passes and blocks are read on the stream with most kernels; others follow it in
+    # launch order.
     main = (seq["stream_id"] == seq["stream_id"].mode().sort()[0]).to_numpy()
-    phase = np.full(codes.size, _OTHER, np.int64)
-    block = np.full(codes.size, -1, np.int64)
-    part = np.full(codes.size, -1, np.int64)
+    on_main = np.flatnonzero(main)
+    order = seq["order_ns"].to_numpy()[on_main]
+    steps_main, period = passes(codes[on_main], np.diff(order, prepend=order[:1]))
+    last = np.maximum.accumulate(np.where(main, np.cumsum(main) - 1, -1)).clip(min=0)
+    steps = steps_main[last]
+    special = _special_phases(seq)
+    backish = seq["name"].fill_null("").str.contains(BACKWARD_KERNEL).to_numpy()
+    tid = seq["tid"].fill_null(-1).to_numpy()
+    n = codes.size
+    phase, block, part = (np.full(n, v, np.int64) for v in (_OTHER, -1, -1))
+    region, explained = np.full(n, -1, np.int64), np.zeros(n, bool)
     bounds = np.flatnonzero(np.diff(np.concatenate(([-1], steps, [steps[-1] + 1]))))
-    labelled: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray, tuple[Region, ...]]] = {}
+    labelled: dict[bytes, _Pass] = {}
     counts: dict[bytes, int] = {}
+    backward = False
     for lo, hi in itertools.pairwise(bounds):
-        key = codes[lo:hi].tobytes() + special[lo:hi].tobytes() + main[lo:hi].tobytes()
+        # The thread that launched the pass's first kernel is its forward thread.
+        parts = (codes[lo:hi], special[lo:hi], main[lo:hi], backish[lo:hi], tid[lo:hi] != tid[lo])
+        key = b"|".join(a.tobytes() for a in parts)
         if key not in labelled:
-            labelled[key] = _label_step(codes[lo:hi], special[lo:hi], main[lo:hi])
+            labelled[key] = _label_pass(*parts)
         counts[key] = counts.get(key, 0) + 1
-        phase[lo:hi], block[lo:hi], part[lo:hi], _ = labelled[key]
-    modal = labelled[max(counts, key=counts.__getitem__)][3]
-    confidence = _confidence(codes, steps, block, periodic[0] if periodic else None)
+        done = labelled[key]
+        phase[lo:hi], block[lo:hi], part[lo:hi] = done.phase, done.block, done.part
+        region[lo:hi], explained[lo:hi] = done.region, done.explained
+        backward |= done.backward
+    modal = labelled[max(counts, key=counts.__getitem__)].regions
+    confidence = _confidence(codes, steps, block, explained)
     frame = seq.select("op_id", "device_id").with_columns(
         inferred_step=pl.Series(steps),
-        inferred_phase=pl.Series(np.array(PHASES)[phase]),
+        inferred_phase=_named(phase, PHASES),
+        inferred_region=_named(region, REGIONS),
         inferred_block=pl.Series(block).replace(-1, None),
         inferred_part=pl.Series(part).replace(-1, None),
-        inferred_confidence=pl.Series(confidence[steps]),
+        inferred_confidence=pl.Series(confidence),
     )
-    n_steps = int(steps[-1]) + 1
-    what = Found(seq["device_id"][0], n_steps, periodic[0] if periodic else None, modal)
+    sure = float(confidence.mean()) if n else 0.0
+    what = Found(seq["device_id"][0], int(steps[-1]) + 1, period, modal, backward, sure)
     return frame, what
 
 
-def _steps(
-    codes: np.ndarray, gaps: np.ndarray, periodic: tuple[int, int, float, float] | None
-) -> np.ndarray:
-    """Step index per position: a step starts at the anchor kernel after a long gap.
-
-    Steps of slightly different lengths still split where they should: a
-    boundary is any occurrence of the anchor after a launch gap at least half
-    the median gap before the anchor's occurrences.
-    """
-    if periodic is None:
-        return _nested(codes)
-    _, anchor, _, least_gap = periodic
-    starts = (codes == anchor) & (gaps >= 0.5 * least_gap)
-    starts[0] = False
-    return np.cumsum(starts).astype(np.int64)
-
-
-def _nested(codes: np.ndarray) -> np.ndarray:
-    """Steps as the repeats of the largest motif that itself holds blocks (else one step)."""
-    outer = nested_steps(codes)
-    if outer is None:
-        return np.zeros(codes.size, np.int64)
-    bounds = outer.start + outer.length * np.arange(1 if outer.start == 0 else 0, outer.repeats + 1)
-    return np.searchsorted(bounds, np.arange(codes.size), side="right").astype(np.int64)
+def _named(index: np.ndarray, names: tuple[str, ...]) -> pl.Series:
+    """Names by index (-1: null), made by Polars (faster than NumPy string arrays)."""
+    return pl.Series(index).replace_strict(
+        dict(enumerate(names)), default=None, return_dtype=pl.String
+    )
 
 
 def _special_phases(seq: pl.DataFrame) -> np.ndarray:
@@ -154,55 +170,99 @@ def _special_phases(seq: pl.DataFrame) -> np.ndarray:
     )
 
 
-def _label_step(
-    codes: np.ndarray, special: np.ndarray, main: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[Region, ...]]:
-    """Phase, block and part per position of one step (blocks on the main stream only)."""
+def _label_pass(
+    codes: np.ndarray, special: np.ndarray, main: np.ndarray, backish: np.ndarray, other: np.ndarray
+) -> _Pass:
+    """Phase, block, part, region and repetition per position of one pass."""
     on_main = np.flatnonzero(main)
-    phase_main, block_main, part_main, regions = _label_main(codes[on_main])
-    # Every position takes the phase of the last main-stream kernel launched before it.
+    found = _label_main(codes[on_main], backish[on_main], other[on_main], special[on_main])
+    # Every position takes the phase and region of the last main-stream kernel before it.
     last = np.maximum.accumulate(np.where(main, np.cumsum(main) - 1, -1)).clip(min=0)
-    phase = phase_main[last] if on_main.size else np.full(codes.size, _OTHER, np.int64)
-    block, part = np.full(codes.size, -1, np.int64), np.full(codes.size, -1, np.int64)
-    block[on_main], part[on_main] = block_main, part_main
-    first = on_main[regions[0].start] if regions else codes.size
-    pos = np.arange(codes.size)
+    n = codes.size
+    phase = found.phase[last] if on_main.size else np.full(n, _OTHER, np.int64)
+    region = found.region[last] if on_main.size else np.full(n, -1, np.int64)
+    region = np.where(region == _BLOCK, _BETWEEN if found.backward else _SUFFIX, region)
+    block, part = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+    explained = np.zeros(n, bool)
+    block[on_main], part[on_main], explained[on_main] = found.block, found.part, found.explained
+    region[on_main] = found.region
+    first = on_main[found.regions[0].start] if found.regions else n
+    pos = np.arange(n)
     phase[(special == _DATA) & (pos < first)] = _DATA
     phase[special == _OPT] = _OPT
-    return phase, block, part, regions
+    return _Pass(phase, block, part, region, explained, found.regions, found.backward)
 
 
-def _label_main(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[Region, ...]]:
-    """Phase (forward, backward, other), block and part per position of one stream."""
+def _label_main(
+    codes: np.ndarray, backish: np.ndarray, other: np.ndarray, special: np.ndarray
+) -> _Pass:
+    """Phase (forward, backward, other), block, part and region per position of one stream."""
     n = codes.size
     regions = tuple(motif_regions(codes))
+    backward = len(regions) == 2 and _backward_evidence(regions[1], backish, other, special)
+    if len(regions) == 2 and not backward:
+        regions = regions[:1]  # no evidence of a backward pass: no invented one
     phase = np.full(n, _OTHER if not regions else _FWD, np.int64)
-    block, part = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+    block, part, explained = np.full(n, -1, np.int64), np.full(n, -1, np.int64), np.zeros(n, bool)
+    region = np.full(n, -1, np.int64)
     pos = np.arange(n)
-    for index, region in enumerate(regions):
-        inside = (pos >= region.start) & (pos < region.end)
-        rel = pos[inside] - region.start
-        order = rel // region.length
-        mirrored = index == 1  # the second motif of a step is its backward
-        block[inside] = region.repeats - 1 - order if mirrored else order
-        part[inside] = rel % region.length
-    if len(regions) == 2:
+    for index, found in enumerate(regions):
+        inside = (pos >= found.start) & (pos < found.end)
+        order, where = block_index(found, pos[inside])
+        block[inside] = found.repeats - 1 - order if index == 1 else order
+        part[inside] = where
+        lag = found.length
+        span = codes[found.start : found.end]
+        if span.size > lag:
+            hit = recurs(span, lag)
+            both = np.zeros(span.size, bool)
+            both[:-lag] |= hit
+            both[lag:] |= hit
+            explained[inside] = both
+    if regions:
+        region[pos < regions[0].start] = _PREFIX
+        region[pos >= regions[-1].end] = _SUFFIX
+        region[(pos >= regions[0].end) & (pos < regions[-1].start)] = _BETWEEN
+        region[block >= 0] = _BLOCK
+    if backward:
         phase[pos >= (regions[0].end + regions[1].start) // 2] = _BWD
-    return phase, block, part, regions
+    return _Pass(phase, block, part, region, explained, regions, backward)
+
+
+def _backward_evidence(
+    second: Region, backish: np.ndarray, other: np.ndarray, special: np.ndarray
+) -> bool:
+    """A second motif is a backward pass only with evidence: most of it launched by
+    another thread (autograd's), a backward kernel in it, or optimizer work after it."""
+    span = slice(second.start, second.end)
+    return bool(
+        other[span].mean() >= OTHER_THREAD_SHARE
+        or backish[span].any()
+        or (special[second.start :] == _OPT).any()
+    )
 
 
 def _confidence(
-    codes: np.ndarray, steps: np.ndarray, block: np.ndarray, period: int | None
+    codes: np.ndarray, steps: np.ndarray, block: np.ndarray, explained: np.ndarray
 ) -> np.ndarray:
-    """Per step: the share of its kernels explained by repetition.
-
-    A kernel is explained when it lies in a repeated block, or equals the
-    kernel one step period before or after it.
-    """
-    explained = block >= 0
-    if period is not None and period < codes.size:
-        same = codes[:-period] == codes[period:]
-        explained[:-period] |= same
-        explained[period:] |= same
-    total = np.bincount(steps).astype(np.float64)
-    return np.bincount(steps, weights=explained.astype(np.float64)) / np.maximum(total, 1.0)
+    """Per op: in a block, the share of the block's kernels that recur one motif away;
+    elsewhere, the share of its pass's kernels that lie in such blocks or recur one
+    (median) pass length away."""
+    n = codes.size
+    passes = int(steps[-1]) + 1
+    across = np.zeros(n, bool)
+    period = int(np.median(np.bincount(steps))) if passes > 1 else 0
+    if 0 < period < n:
+        hit = recurs(codes, period)
+        across[:-period] |= hit
+        across[period:] |= hit
+    whole = (block >= 0) & explained | across
+    per_pass = np.bincount(steps, weights=whole.astype(np.float64)) / np.maximum(
+        np.bincount(steps), 1
+    )
+    # A layer's forward and backward blocks in one pass count as one.
+    key = np.where(block >= 0, steps * (int(block.max()) + 2) + block, -1)
+    _, inverse = np.unique(key, return_inverse=True)
+    sums = np.bincount(inverse, weights=explained.astype(np.float64))
+    per_block = sums / np.maximum(np.bincount(inverse), 1)
+    return np.where(key >= 0, per_block[inverse], per_pass[steps])

@@ -21,8 +21,13 @@ PHASE_MAP = INFERRED_OF  # a named phase as the inferred one (instrument/phase_v
 AGREEMENT = pl.Schema(
     {"device_id": pl.Int64, "what": pl.String, "measured_ns": pl.Int64, "agreeing_ns": pl.Int64}
 )
-# A layer index in a module path: transformer.h.3.attn, model.layers.10, blocks.0.mlp
-LAYER_INDEX = r"(?:^|\.)(?:h|layers?|blocks?)\.(\d+)(?:\.|$)"
+# A layer index in a module path: transformer.h.3.attn, model.layers.10, blocks.0.mlp,
+# or a module instance of torch.profiler's module tree: BertEncoder_0.BertLayer_3.
+LAYER_INDEX = r"(?:(?:^|\.)(?:h|layers?|blocks?)\.|(?:Layer|Block)_)(\d+)(?:\.|$)"
+# Below this confidence, or with less than PLACED_WEAK of the time placed, the line says
+# the inference is weak and gives no exact-looking numbers.
+CONFIDENCE_WEAK = 0.8
+PLACED_WEAK = 0.5
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,7 @@ class Inferred:
 INFER_COLUMNS: tuple[str, ...]
 INFER_COLUMNS = ("op_id", "device_id", "pid", "stream_id", "kind", "category", "name")
 INFER_COLUMNS += ("start_ns", "end_ns", "launch_start_ns", "dur_ns", "short_name")
-INFER_COLUMNS += ("step", "phase", "module")
+INFER_COLUMNS += ("step", "phase", "module", "tid")
 
 
 def infer_ops(ops: pl.DataFrame) -> Inferred:
@@ -74,7 +79,7 @@ def combined(parts: list[Inferred]) -> Inferred:
 
 
 def by_inferred_block(joined: pl.DataFrame) -> pl.DataFrame:
-    keys = ["device_id", "inferred_phase", "inferred_block"]
+    keys = ["device_id", "inferred_phase", "inferred_region", "inferred_block"]
     top = (
         joined.group_by([*keys, "short_name"])
         .agg(pl.col("dur_ns").sum())
@@ -83,7 +88,10 @@ def by_inferred_block(joined: pl.DataFrame) -> pl.DataFrame:
         .agg(pl.col("short_name").first().alias("top_kernel"))
     )
     table = joined.group_by(keys).agg(
-        pl.len().cast(pl.Int64).alias("ops"), pl.col("dur_ns").sum().alias("time_ns")
+        pl.len().cast(pl.Int64).alias("ops"),
+        pl.col("dur_ns").sum().alias("time_ns"),
+        confidence=(pl.col("inferred_confidence") * pl.col("dur_ns")).sum()
+        / pl.col("dur_ns").sum().clip(lower_bound=1),
     )
     total = pl.col("time_ns").sum().over("device_id")
     return (
@@ -91,7 +99,7 @@ def by_inferred_block(joined: pl.DataFrame) -> pl.DataFrame:
         .with_columns(time_share=pl.col("time_ns") / total)
         .select(BY_INFERRED_BLOCK.names())
         .cast(BY_INFERRED_BLOCK)
-        .sort(["device_id", "inferred_phase", "inferred_block"], nulls_last=True)
+        .sort(keys, nulls_last=True)
     )
 
 
@@ -157,20 +165,35 @@ def _usual(steps: pl.DataFrame, by: str, other: str) -> pl.DataFrame:
 
 def _line(found: Found, blocks: pl.DataFrame, agree: pl.DataFrame) -> str:
     device = blocks.filter(pl.col("device_id").eq_missing(found.device_id))
-    placed = device.filter(pl.col("inferred_block").is_not_null())["time_share"].sum()
-    names = ("found in forward", "mirrored in backward")
-    found_blocks = [
-        f"{r.repeats} repeating blocks of {r.length} kernels {names[i]}"
-        for i, r in enumerate(found.regions)
-    ]
-    what = ", ".join(found_blocks) or "no repeating blocks"
-    steps = f"{found.steps} step{'s' if found.steps != 1 else ''}"
-    line = (
-        f"device {'unknown' if found.device_id is None else found.device_id}"
-        f" (inferred): {what}, {steps}; {placed:.0%} of GPU time in blocks"
-    )
+    in_blocks = float(device.filter(pl.col("inferred_block").is_not_null())["time_share"].sum())
+    placed = float(device.filter(pl.col("inferred_region").is_not_null())["time_share"].sum())
+    weak = not found.regions or found.confidence < CONFIDENCE_WEAK or placed < PLACED_WEAK
+    head = f"device {'unknown' if found.device_id is None else found.device_id} (inferred"
+    passes = f"{found.steps} pass{'es' if found.steps != 1 else ''}"
+    if weak:
+        line = (
+            f"{head}, weak): no clear repeating structure ({passes} and"
+            f" {_blocks(found)} at best, confidence {found.confidence:.1f}); treat as a guess"
+        )
+    else:
+        kind = "forward and backward" if found.backward else "forward only"
+        line = (
+            f"{head}): {passes}, {kind}; {_blocks(found)} per pass;"
+            f" {in_blocks:.0%} of GPU time in blocks, {placed - in_blocks:.0%} before,"
+            f" between or after them; confidence {found.confidence:.2f}"
+        )
     rows = agree.filter(pl.col("device_id").eq_missing(found.device_id), pl.col("measured_ns") > 0)
     shares = [
         f"{r['what']} {r['agreeing_ns'] / r['measured_ns']:.0%}" for r in rows.iter_rows(named=True)
     ]
     return line + (f"; agrees with the profile's ranges: {', '.join(shares)}" if shares else "")
+
+
+def _blocks(found: Found) -> str:
+    if not found.regions:
+        return "no repeating blocks"
+    names = ("forward", "mirrored backward") if found.backward else ("repeating",)
+    return " and ".join(
+        f"{r.repeats} {name} blocks of {r.length} kernels"
+        for r, name in zip(found.regions, names, strict=False)
+    )

@@ -206,6 +206,7 @@ def inferred_section(answer: dict[str, Any]) -> list[str]:
         cells = [
             [
                 r["inferred_phase"] or "–",
+                r.get("inferred_region") or "–",
                 "–" if r["inferred_block"] is None else str(r["inferred_block"]),
                 f"{r['ops']:,}",
                 ms(r["time_ns"]),
@@ -214,7 +215,8 @@ def inferred_section(answer: dict[str, Any]) -> list[str]:
             ]
             for r in device["rows"]
         ]
-        header = ["inferred phase", "inferred block", "ops", "time", "share", "top kernel"]
+        header = ["inferred phase", "region", "inferred block", "ops", "time", "share"]
+        header.append("top kernel")
         lines += [*table(header, cells), ""]
     return lines
 

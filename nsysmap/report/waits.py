@@ -94,6 +94,7 @@ def waits_answer(tables: Mapping[str, pl.DataFrame] | None) -> dict[str, Any]:
         streams_left_out=max(per_stream.height - STREAM_ROWS, 0),
         phases=phases.to_dicts(),
         modules=modules.head(MODULE_ROWS).to_dicts(),
+        module_rows=MODULE_ROWS,
         totals=_totals(cost),
     )
 
@@ -126,6 +127,7 @@ def _answer(unknown: str | None, **found: Any) -> dict[str, Any]:
         "streams_left_out": 0,
         "phases": [],
         "modules": [],
+        "module_rows": MODULE_ROWS,
         "totals": {},
     }
     return {"id": ID, "question": QUESTION, "unknown": unknown, **empty, **found}
@@ -144,7 +146,7 @@ def waits_section(answer: dict[str, Any]) -> list[str]:
               " GPU time and idle time together.", ""]  # fmt: skip
     lines += _cost_table(answer["phases"], ["phase"])
     if answer["modules"]:
-        lines += [f"The modules the GPU waited for most (top {MODULE_ROWS}):", ""]
+        lines += [f"The modules the GPU waited for most (top {answer['module_rows']}):", ""]
         lines += _cost_table(answer["modules"], ["module", "phase"])
     lines.append(
         "Launch-bound: the host started the next launch call after the previous operation on"

@@ -1,0 +1,89 @@
+"""Passes (steps) of one kernel sequence: where the whole sequence repeats.
+
+Two ways, the first that finds something wins:
+
+1. Host gaps: the sequence repeats at a step period with a long launch gap
+   before each repeat (`motif.step_period`); a pass starts at every launch
+   of the kernel after those gaps.
+2. Stacks of blocks: passes run back to back (a forward benchmark), so no
+   gap marks them, but every pass holds one stack of the block motif. The
+   stacks of exact repeats of the block motif over the whole sequence,
+   those of at least half the most repeats, each mark a pass; consecutive
+   passes split at the longest launch gap between their stacks. (Exact: an
+   inserted kernel would join two passes' stacks as readily as it bridges
+   noise.)
+
+Otherwise the sequence is one pass.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from nsysmap.infer.motif import (
+    MIN_PERIOD_SCORE,
+    Region,
+    best_stacks,
+    lag_score,
+    step_period,
+)
+
+# A stack marks a pass when it has at least this share of the most repeats.
+PASS_STACK_SHARE = 0.5
+
+
+def passes(codes: np.ndarray, gaps_ns: np.ndarray) -> tuple[np.ndarray, int | None]:
+    """Pass index per position (0, 1, ...), and the step period when host gaps gave it."""
+    periodic = step_period(codes, gaps_ns)
+    if periodic is not None:
+        _, anchor, _, least_gap = periodic
+        starts = (codes == anchor) & (gaps_ns >= 0.5 * least_gap)
+        starts[0] = False
+        return np.cumsum(starts).astype(np.int64), periodic[0]
+    return _by_stacks(codes, gaps_ns), None
+
+
+def _by_stacks(codes: np.ndarray, gaps_ns: np.ndarray) -> np.ndarray:
+    found = best_stacks(codes, np.ones(codes.size, bool), tolerant=False)
+    if not found:
+        return np.zeros(codes.size, np.int64)
+    lag = found[0].length
+    if _holds_blocks(codes, max(found, key=lambda r: r.end - r.start)):
+        # The motif is a whole pass (two training steps back to back): each repeat is one.
+        inner = [r.start + k * lag for r in found for k in range(1, r.repeats)]
+        between = [_cut(gaps_ns, a.end, b.start) for a, b in itertools.pairwise(found)]
+        cuts = np.sort(np.array(inner + between, np.int64))
+        return np.searchsorted(cuts, np.arange(codes.size), side="right").astype(np.int64)
+    if len(found) < 2:
+        return np.zeros(codes.size, np.int64)
+    start = np.array([r.start for r in found])
+    end = np.array([r.end for r in found])
+    repeats = (end - start) / lag
+    keep = repeats >= PASS_STACK_SHARE * repeats.max()
+    start, end = start[keep], end[keep]
+    if start.size < 2:
+        return np.zeros(codes.size, np.int64)
+    cuts = np.array(
+        [_cut(gaps_ns, int(lo), int(hi)) for lo, hi in zip(end[:-1], start[1:], strict=True)]
+    )
+    # The passes must themselves repeat: stacks of a short motif scattered over one
+    # pass (a training step's few blocks, a mixture of experts) are no passes.
+    # and their blocks must make up most of them (else the stacks are parts of blocks).
+    length = int(np.median(np.diff(start)))
+    if lag_score(codes, length) < MIN_PERIOD_SCORE or (end - start).sum() < 0.5 * codes.size:
+        return np.zeros(codes.size, np.int64)
+    return np.searchsorted(cuts, np.arange(codes.size), side="right").astype(np.int64)
+
+
+def _holds_blocks(codes: np.ndarray, stack: Region) -> bool:
+    """Whether one repeat of the stack's motif is itself mostly one stack of blocks."""
+    one = codes[stack.start : stack.start + stack.length]
+    inner = best_stacks(one, np.ones(one.size, bool), tolerant=False, whole=False)
+    return 2 * max((r.end - r.start for r in inner), default=0) >= one.size
+
+
+def _cut(gaps_ns: np.ndarray, lo: int, hi: int) -> int:
+    """Where the next pass starts between two stacks: after the longest launch gap."""
+    return hi if hi <= lo else lo + int(np.argmax(gaps_ns[lo : hi + 1]))
