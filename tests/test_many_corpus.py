@@ -45,7 +45,12 @@ def test_two_process_export_gives_a_rank_per_process(tmp_path) -> None:
     ops = pl.scan_parquet(tmp_path / "ops", hive_partitioning=True)
     per_rank = ops.group_by("rank", "device_id").agg(pl.len()).sort("rank").collect()
     assert per_rank.rows() == [(0, 0, expected[0][0]), (1, 1, expected[1][0])]
+    # The waits are per GPU: each rank's rows are its own GPU's.
+    for name in ("idle", "stream_idle", "launch_cost"):
+        owners = pl.read_parquet(tmp_path / f"{name}.parquet").select("rank", "device_id")
+        assert owners.unique().sort("rank").rows() == [(0, 0), (1, 1)], name
     manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert {"idle", "stream_idle", "launch_cost"} <= set(manifest["tables"])
     assert manifest["cluster"]["scheduler"] == "local" and manifest["cluster"]["workers"] == 1
     assert "holds 2 processes" in manifest["rank_rule"]
     assert "Slowest rank:" in stdout

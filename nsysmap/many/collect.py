@@ -2,8 +2,10 @@
 
 The summary tables of one report (coverage, by_phase, ..., by_category) come
 back per rank with a leading `rank` column, so each rank's rows add up to
-that rank's GPU time; then the cross-rank tables (nsysmap.many.across) and
-`ranks`, which says which input and process each rank is.
+that rank's GPU time; the waits tables (idle, stream_idle, launch_cost) per
+rank too, each rank with its own GPUs' rows; then the cross-rank tables
+(nsysmap.many.across) and `ranks`, which says which input and process each
+rank is.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from nsysmap.many.rank_ids import RankOf
 from nsysmap.many.rank_overlap import EXPOSED_COMM
 from nsysmap.many.task import OK, UNIT_KEY, Outcome
 from nsysmap.output.summarise import SUMMARY_TABLES
+from nsysmap.waits.tables import SCHEMAS as WAITS_SCHEMAS
 
 STEPS = pl.Schema(
     {
@@ -74,6 +77,8 @@ def output_tables(outcomes: Sequence[Outcome], ranks: Sequence[RankOf]) -> dict[
     for table in SUMMARY_TABLES:
         labels = labelled(outcomes, ranks, table.name)
         tables[table.name] = _typed(labels, schemas.with_rank(table.schema), table.name)
+    for name, schema in WAITS_SCHEMAS.items():  # per device, as for one report
+        tables[name] = _typed(labelled(outcomes, ranks, name), schemas.with_rank(schema), name)
     steps = _typed(labelled(outcomes, ranks, "steps"), STEPS, "steps")
     overlap = _typed(labelled(outcomes, ranks, "exposed_comm"), RANK_EXPOSED_COMM, "exposed_comm")
     per_step = across.rank_steps(steps)

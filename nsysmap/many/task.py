@@ -20,6 +20,7 @@ import os
 import resource
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -144,6 +145,7 @@ def rank_units(
         summaries.append(_with_pid(summary.tables(), row["pid"]))
     tables = {name: pl.concat([s[name] for s in summaries]) for name in summaries[0]}
     tables.update(unit_tables(ops))
+    tables.update(by_device_owner(analysis.summaries.waits, units))
     (target / "ops.parquet").unlink(missing_ok=True)
     return tuple(units), tables
 
@@ -151,6 +153,33 @@ def rank_units(
 def _with_pid(tables: dict[str, pl.DataFrame], pid: int) -> dict[str, pl.DataFrame]:
     return {
         name: frame.select(pl.lit(pid, pl.Int64).alias(UNIT_KEY), pl.all())
+        for name, frame in tables.items()
+    }
+
+
+def by_device_owner(
+    tables: dict[str, pl.DataFrame], units: Sequence[Unit]
+) -> dict[str, pl.DataFrame]:
+    """Tables kept per device (the waits: idle, stream_idle, launch_cost), each row
+    given the pid of the unit whose GPU it is.
+
+    The waits of a device are those of its operations alone, so where every
+    process has GPUs of its own, a unit's rows are its waits as a report of
+    that process alone would give them. A GPU that several processes share
+    (rare: MPS) goes to the first of them, in unit (rank) order.
+    """
+    owners: dict[int, int] = {}
+    for unit in units:
+        for device in unit.devices:
+            owners.setdefault(device, unit.pid)
+    owner = pl.DataFrame(
+        {"device_id": list(owners), UNIT_KEY: list(owners.values())},
+        schema={"device_id": pl.Int64, UNIT_KEY: pl.Int64},
+    )
+    return {
+        name: frame.join(owner, on="device_id", how="inner", maintain_order="left").select(
+            UNIT_KEY, pl.exclude(UNIT_KEY)
+        )
         for name, frame in tables.items()
     }
 
