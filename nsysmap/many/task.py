@@ -28,6 +28,7 @@ from typing import Any
 
 import polars as pl
 
+from nsysmap import schemas
 from nsysmap.attribution.rules import BUILTIN, NameRules
 from nsysmap.errors import ExitCode, NsysmapError
 from nsysmap.many.rank_overlap import COMMUNICATION, exposed_communication
@@ -37,6 +38,18 @@ from nsysmap.stages import Stages
 
 OK, FAILED = "ok", "failed"
 UNIT_KEY = "pid"  # the column that says which unit a row of a unit table belongs to
+# Per unit and step: its operations, their time and communication, their extent.
+UNIT_STEPS = pl.Schema(
+    {
+        UNIT_KEY: pl.Int64,
+        "step": pl.Int64,
+        "ops": pl.Int64,
+        "time_ns": pl.Int64,
+        "comm_ns": pl.Int64,
+        "first_start_ns": pl.Int64,
+        "last_end_ns": pl.Int64,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -199,4 +212,5 @@ def unit_tables(ops: pl.LazyFrame) -> dict[str, pl.DataFrame]:
         .sort("pid", "step", nulls_last=True)
         .collect()
     )
+    steps = schemas.conform(steps, UNIT_STEPS, "steps")
     return {"steps": steps, "exposed_comm": exposed_communication(ops)}
