@@ -20,7 +20,7 @@ from nsysmap.many.rank_ids import FILE_ORDER, RankOf
 from nsysmap.many.task import OK, Outcome, Unit
 from nsysmap.many.write import RankParts, ranks_manifest
 from nsysmap.output.ops_sinks import HeldOps
-from nsysmap.output.writer import ACROSS_RANKS, PER_DEVICE, write_outputs
+from nsysmap.output.writer import ACROSS_RANKS, PER_DEVICE, read_outputs, write_outputs
 
 OPS = pl.DataFrame({"op_id": [1, 2, 3], "dur_ns": [5, 6, 7]})
 
@@ -69,6 +69,9 @@ def test_ranks_are_written_by_the_one_writer(tmp_path: Path) -> None:
         }
     idle = pl.read_parquet(out / "idle.parquet")
     assert idle.schema == schemas.with_rank(schemas.IDLE)
+    read = read_outputs(out)  # the one reader reads either layout
+    assert set(read) == set(manifest["tables"])
+    assert read["ops"].group_by("rank").len().sort("rank").rows() == [(0, 3), (1, 2)]
     assert not list((tmp_path / "work").iterdir())  # the parts were moved, not copied
 
 

@@ -161,8 +161,13 @@ def declared(name: str, df: pl.DataFrame, *, ranked: bool = False) -> pl.DataFra
 
 
 def read_outputs(out_dir: Path) -> dict[str, pl.DataFrame]:
-    """Read back every table a manifest in `out_dir` lists."""
+    """Read back every table a manifest in `out_dir` lists (of either layout: the
+    operations of several ranks as one frame, with their `rank`)."""
     manifest = json.loads((out_dir / MANIFEST).read_text())
-    return {
-        name: pl.read_parquet(out_dir / info["file"]) for name, info in manifest["tables"].items()
-    }
+    return {name: _read_table(out_dir, info) for name, info in manifest["tables"].items()}
+
+
+def _read_table(out_dir: Path, info: dict[str, Any]) -> pl.DataFrame:
+    if "dir" in info:  # a Hive dataset (several ranks' operations)
+        return pl.read_parquet(out_dir / info["dir"], hive_partitioning=True)
+    return pl.read_parquet(out_dir / info["file"])
