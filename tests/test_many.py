@@ -19,8 +19,11 @@ import pytest
 from distributed import LocalCluster
 
 from nsysmap.errors import ExitCode
+from nsysmap.load import load_profile
 from nsysmap.output.summarise import SUMMARY_SCHEMAS
+from nsysmap.pipeline import analyse
 from nsysmap.synth.ddp_ranks import Job, rank_file, write_rank_exports
+from nsysmap.waits.tables import SCHEMAS as WAITS_SCHEMAS
 from tests.cli_runner import invoke
 from tests.corpus import independent_gpu_totals
 
@@ -128,6 +131,22 @@ def test_time_is_conserved_per_rank(result: dict[str, Any], rank_dir: Path) -> N
     )
     keys = ["rank", "comm_ns", "overlapped_ns", "exposed_ns"]
     assert overlap.select(keys).sort("rank").rows() == comm.select(keys).sort("rank").rows()
+
+
+@pytest.mark.parametrize("rank", [0, SLOW_RANK])
+def test_each_ranks_waits_are_those_of_its_report_alone(
+    result: dict[str, Any], rank_dir: Path, rank: int
+) -> None:
+    """idle, stream_idle and launch_cost: one rank's rows are what its report gives alone."""
+    alone = analyse(load_profile(rank_file(rank_dir, rank)), infer=False).summaries.waits
+    for name in WAITS_SCHEMAS:
+        assert result["manifest"]["tables"][name]["file"] == f"{name}.parquet"
+        written = pl.read_parquet(result["out"] / f"{name}.parquet")
+        assert written.columns[0] == "rank"
+        assert sorted(written["rank"].unique().to_list()) == GOOD_RANKS
+        mine = written.filter(pl.col("rank") == rank).drop("rank")
+        assert not mine.is_empty(), name
+        assert mine.equals(alone[name]), name
 
 
 def test_hive_dataset_reads_as_one_table(result: dict[str, Any]) -> None:

@@ -14,6 +14,8 @@ import json
 import polars as pl
 import pytest
 
+from nsysmap.load import load_profile
+from nsysmap.pipeline import analyse
 from nsysmap.read.nsys_sqlite import read_sqlite
 from tests.cli_runner import invoke
 from tests.corpus import corpus_path, independent_gpu_totals, needs_corpus
@@ -35,7 +37,8 @@ def test_two_process_export_gives_a_rank_per_process(tmp_path) -> None:
         (1, 145, [1], "process"),
     ]
     expected = independent_gpu_totals(path)  # device -> (ops, ns)
-    for name in ("by_phase", "by_module", "rank_steps", "rank_comm"):
+    # by_range too: each process is read and attributed alone, its ranges with it.
+    for name in ("by_phase", "by_module", "by_range", "rank_steps", "rank_comm"):
         sums = (
             pl.read_parquet(tmp_path / f"{name}.parquet")
             .group_by("rank")
@@ -45,7 +48,22 @@ def test_two_process_export_gives_a_rank_per_process(tmp_path) -> None:
     ops = pl.scan_parquet(tmp_path / "ops", hive_partitioning=True)
     per_rank = ops.group_by("rank", "device_id").agg(pl.len()).sort("rank").collect()
     assert per_rank.rows() == [(0, 0, expected[0][0]), (1, 1, expected[1][0])]
+    # The waits are per GPU: each rank's rows are its own GPU's, as the whole export gives them.
+    whole = analyse(load_profile(path), infer=False).summaries.waits
+    for name in ("idle", "stream_idle", "launch_cost"):
+        written = pl.read_parquet(tmp_path / f"{name}.parquet")
+        assert written.select("rank", "device_id").unique().sort("rank").rows() == [(0, 0), (1, 1)]
+        for rank in (0, 1):
+            # op_id is counted per process read (nsysmap.by_process): next_op_id apart
+            mine = written.filter(pl.col("rank") == rank).drop("rank", "next_op_id", strict=False)
+            alone = whole[name].filter(pl.col("device_id") == rank)
+            assert mine.equals(alone.drop("next_op_id", strict=False)), name
+    idle = pl.read_parquet(tmp_path / "idle.parquet").drop_nulls("next_op_id")
+    ended = ops.select("rank", next_op_id="op_id", next_start_ns="start_ns").collect()
+    ended = idle.join(ended.with_columns(pl.col("rank").cast(pl.Int64)), on=["rank", "next_op_id"])
+    assert ended.height == idle.height and (ended["end_ns"] <= ended["next_start_ns"]).all()
     manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert {"idle", "stream_idle", "launch_cost"} <= set(manifest["tables"])
     assert manifest["cluster"]["scheduler"] == "local" and manifest["cluster"]["workers"] == 1
     assert "holds 2 processes" in manifest["rank_rule"]
     assert "Slowest rank:" in stdout

@@ -15,7 +15,7 @@ from nsysmap.many.input_files import expand_inputs
 from nsysmap.many.progress import Progress, progress_line
 from nsysmap.many.rank_ids import DECLARED, FILE_ORDER, PROCESS, assign_ranks
 from nsysmap.many.rank_overlap import exposed_communication
-from nsysmap.many.task import FAILED, OK, Outcome, Unit
+from nsysmap.many.task import FAILED, OK, Outcome, Unit, by_device_owner
 from nsysmap.read.nsys_env import rank_facts
 from tests.cli_runner import invoke
 
@@ -106,6 +106,17 @@ def test_exposed_communication_by_hand() -> None:
     # busy [5, 20) + [0, 4) = 19; each kernel its own time: hidden [5, 10) = 5;
     # exposed [10, 15) + [12, 20) + [0, 4) = 17, so hidden + exposed = 10 + 8 + 4
     assert got == {"pid": 1, "comm_busy_ns": 19, "overlapped_ns": 5, "exposed_ns": 17}
+
+
+# ------------------------------------------------------------------- waits
+def test_waits_rows_go_to_the_process_whose_gpu_it_is() -> None:
+    """Per-device tables (the waits) are parted by device: process 7 drives GPUs 0 and 2,
+    process 5 GPU 1 and, shared, GPU 2 again (its rows stay with process 7, listed first)."""
+    units = (Unit(7, (0, 2), 1, 1, "a"), Unit(5, (1, 2), 1, 1, "b"))
+    idle = pl.DataFrame({"device_id": [2, 0, 1, 2], "gap_ns": [1, 2, 3, 4]})
+    got = by_device_owner({"idle": idle}, units)["idle"]
+    assert got.columns == ["pid", "device_id", "gap_ns"]
+    assert got.rows() == [(7, 2, 1), (7, 0, 2), (5, 1, 3), (7, 2, 4)]
 
 
 # ------------------------------------------------------------ across ranks

@@ -2,8 +2,10 @@
 
 The summary tables of one report (coverage, by_phase, ..., by_category) come
 back per rank with a leading `rank` column, so each rank's rows add up to
-that rank's GPU time; then the cross-rank tables (nsysmap.many.across) and
-`ranks`, which says which input and process each rank is.
+that rank's GPU time; the waits tables (idle, stream_idle, launch_cost) per
+rank too, each rank with its own GPUs' rows; then the cross-rank tables
+(nsysmap.many.across) and `ranks`, which says which input and process each
+rank is.
 """
 
 from __future__ import annotations
@@ -16,23 +18,13 @@ from nsysmap import schemas
 from nsysmap.many import across
 from nsysmap.many.rank_ids import RankOf
 from nsysmap.many.rank_overlap import EXPOSED_COMM
-from nsysmap.many.task import OK, UNIT_KEY, Outcome
-from nsysmap.output.summarise import SUMMARY_TABLES
+from nsysmap.many.task import OK, UNIT_KEY, UNIT_STEPS, Outcome
+from nsysmap.output.writer import PER_DEVICE
 
-STEPS = pl.Schema(
-    {
-        "rank": pl.Int64,
-        "step": pl.Int64,
-        "ops": pl.Int64,
-        "time_ns": pl.Int64,
-        "comm_ns": pl.Int64,
-        "first_start_ns": pl.Int64,
-        "last_end_ns": pl.Int64,
-    }
-)
-RANK_EXPOSED_COMM = schemas.with_rank(
-    pl.Schema({k: v for k, v in EXPOSED_COMM.items() if k != "pid"})
-)
+
+def by_rank(unit_schema: pl.Schema) -> pl.Schema:
+    """A unit table's schema (keyed by pid, nsysmap.many.task) keyed by rank instead."""
+    return schemas.with_rank(pl.Schema({k: v for k, v in unit_schema.items() if k != UNIT_KEY}))
 
 
 def labelled(outcomes: Sequence[Outcome], ranks: Sequence[RankOf], name: str) -> pl.DataFrame:
@@ -71,11 +63,11 @@ def ranks_table(ranks: Sequence[RankOf]) -> pl.DataFrame:
 def output_tables(outcomes: Sequence[Outcome], ranks: Sequence[RankOf]) -> dict[str, pl.DataFrame]:
     """Name -> frame of every table written next to the ops dataset."""
     tables = {"ranks": ranks_table(ranks)}
-    for table in SUMMARY_TABLES:
-        labels = labelled(outcomes, ranks, table.name)
-        tables[table.name] = _typed(labels, schemas.with_rank(table.schema), table.name)
-    steps = _typed(labelled(outcomes, ranks, "steps"), STEPS, "steps")
-    overlap = _typed(labelled(outcomes, ranks, "exposed_comm"), RANK_EXPOSED_COMM, "exposed_comm")
+    for name, schema in PER_DEVICE.items():  # the summaries and the waits, as for one report
+        tables[name] = _typed(labelled(outcomes, ranks, name), schemas.with_rank(schema), name)
+    steps = _typed(labelled(outcomes, ranks, "steps"), by_rank(UNIT_STEPS), "steps")
+    exposed = labelled(outcomes, ranks, "exposed_comm")
+    overlap = _typed(exposed, by_rank(EXPOSED_COMM), "exposed_comm")
     per_step = across.rank_steps(steps)
     tables["rank_steps"] = per_step
     tables["stragglers"] = across.stragglers(per_step)

@@ -1,10 +1,11 @@
 """`run_many`: attribute several reports on Dask and write one multi-rank output.
 
 One task per report (nsysmap.many.task.attribute_one) on a Dask cluster;
-the client gathers the small outcomes, numbers the ranks, moves each rank's
-operations into the Hive dataset, and writes the per-rank and cross-rank
-tables and the manifest. A report that fails is listed with its error; the
-others are written all the same.
+the client gathers the small outcomes, numbers the ranks, and writes the
+per-rank and cross-rank tables, each rank's operations (moved into the Hive
+dataset) and the manifest through the one writer (nsysmap.output.writer).
+A report that fails is listed with its error; the others are written all
+the same.
 """
 
 from __future__ import annotations
@@ -29,15 +30,9 @@ from nsysmap.many.progress import Progress
 from nsysmap.many.rank_ids import assign_ranks
 from nsysmap.many.ranks_text import findings, terminal_summary
 from nsysmap.many.task import FAILED, OK, Outcome, attribute_one
-from nsysmap.many.write import (
-    WORK_DIR,
-    clear_previous,
-    place_ops,
-    ranks_manifest,
-    write_manifest,
-    write_tables,
-)
+from nsysmap.many.write import WORK_DIR, RankParts, clear_previous, ranks_manifest
 from nsysmap.output.placement import check_output_dir, write_failed
+from nsysmap.output.writer import write_outputs
 
 if TYPE_CHECKING:
     from distributed import Client, Future
@@ -91,14 +86,12 @@ def run_many(
         described = clusters.describe(client, where.scheduler, plan)
         outcomes = _attribute_all(client, paths, out / WORK_DIR, (options or {}, rules), progress)
     ranks, rule = assign_ranks(outcomes)
-    place_ops(out, ranks)
     tables = output_tables(outcomes, ranks)
-    write_tables(out, tables)
     manifest = ranks_manifest(
         outcomes, ranks, tables, rank_rule=rule, options=options or {}, cluster=described
     )
     manifest[ONE_JOB_DOUBTS] = doubts(outcomes, ranks, tables)
-    write_manifest(out, manifest)
+    write_outputs(tables, manifest, out, ops=RankParts(ranks), ranked=True)
     shutil.rmtree(out / WORK_DIR, ignore_errors=True)
     text = terminal_summary(findings(manifest, tables))
     return ManyResult(out, tuple(outcomes), tables, manifest, text)

@@ -1,13 +1,14 @@
-"""The work done for one report on a Dask worker: attribute it, split it by process.
+"""The work done for one report on a Dask worker: its ranks through the one flow.
 
-`attribute_one` runs the single-report flow (`nsysmap.pipeline.analyse_file`,
-on the one flow of nsysmap.flow: streamed, and one process at a time past
-the memory budget) into a work directory on the shared output path, then
-parts what it made into ranks (`rank_units`): each process with GPU
-operations is one rank (`Unit`), with its operations in its own Parquet
-part and its summary tables in the returned `Outcome`. Ranks are numbered
-later, on the client, once every report has said what it knows
-(nsysmap.many.rank_ids).
+`attribute_one` drives the one flow (nsysmap.flow) with the report's
+sources (`rank_sources`): each process with GPU operations of an nsys
+export read and attributed on its own (nsysmap.by_process), else the whole
+report. A flow's OPS rows are held, or streamed into the work directory
+past STREAM_OPS; `rank_units` then gives each process its rank's `Unit`,
+with its operations in its own Parquet part and its summary and waits
+tables (the flow's) in the returned `Outcome`. Nothing is written as one
+report's output and read back. Ranks are numbered later, on the client,
+once every report has said what it knows (nsysmap.many.rank_ids).
 
 It never raises for a bad report: the failure comes back in the `Outcome`
 (message and exit code), so that one corrupt file costs only its own result.
@@ -19,7 +20,11 @@ from __future__ import annotations
 import os
 import resource
 import socket
+import threading
 import time
+import uuid
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -27,15 +32,37 @@ from typing import Any
 
 import polars as pl
 
+from nsysmap import schemas
+from nsysmap.analysis import Analysis
 from nsysmap.attribution.rules import BUILTIN, NameRules
+from nsysmap.by_process import merged_meta, process_profiles
 from nsysmap.errors import ExitCode, NsysmapError
+from nsysmap.flow import Settings, Source, file_source, flow, whole
+from nsysmap.input_kinds import called, kind_of
 from nsysmap.many.rank_overlap import COMMUNICATION, exposed_communication
+from nsysmap.output.ops_sinks import HoldOps, OpsFile, OpsSink, StreamOps
 from nsysmap.output.summarise import summarise
-from nsysmap.pipeline import Analysis, analyse_file
+from nsysmap.output.writer import input_identity
+from nsysmap.pipeline import STREAM_OPS
+from nsysmap.profile import NestedProfile
+from nsysmap.read.nsys_sqlite import gpu_processes
+from nsysmap.read.regular_file import regular_file
 from nsysmap.stages import Stages
 
 OK, FAILED = "ok", "failed"
 UNIT_KEY = "pid"  # the column that says which unit a row of a unit table belongs to
+# Per unit and step: its operations, their time and communication, their extent.
+UNIT_STEPS = pl.Schema(
+    {
+        UNIT_KEY: pl.Int64,
+        "step": pl.Int64,
+        "ops": pl.Int64,
+        "time_ns": pl.Int64,
+        "comm_ns": pl.Int64,
+        "first_start_ns": pl.Int64,
+        "last_end_ns": pl.Int64,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -78,18 +105,8 @@ def attribute_one(
     try:
         target = Path(work_dir) / f"{index:06d}"
         # Several reports at once are not inferred (docs/inference.md, Limits).
-        analysis = analyse_file(
-            path, target, options=options, rules=rules, stages=Stages(progress=False), infer=False
-        )
-        units, tables = rank_units(analysis, target)
-        outcome = common(
-            status=OK,
-            units=units,
-            tables=tables,
-            meta=analysis.manifest.get("report_meta", {}),
-            source=analysis.manifest.get("input", {}),
-            device_names=_device_names(analysis.manifest.get("devices") or []),
-        )
+        settings = Settings(rules, infer=False, options=options, release=True)
+        outcome = common(status=OK, **_attributed(Path(path), target, settings))
     except NsysmapError as exc:
         outcome = common(status=FAILED, error=str(exc), exit_code=int(exc.exit_code))
     except Exception as exc:  # one report's bug must not lose the others
@@ -97,6 +114,65 @@ def attribute_one(
         outcome = common(status=FAILED, error=message, exit_code=ExitCode.INTERNAL)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return _finished(outcome, time.perf_counter() - start, peak)
+
+
+def rank_sources(path: Path, stages: Stages) -> Iterator[Source]:
+    """The sources of the one flow (nsysmap.flow) for report `path`, one flow each:
+    every process with GPU work read alone, where the report's kind can be read by
+    process (nsysmap.input_kinds) and it holds several; else the whole report.
+
+    The processes are read in turn, op_id and range_id counting on from one to
+    the next (nsysmap.by_process), and each is let go before the next is read.
+    """
+    processes = gpu_processes(path) if kind_of(path).by_process else None
+    if processes is None or len(processes) < 2:
+        yield file_source(path, None, stages)
+        return
+    for profile in process_profiles(path, processes, stages=stages):
+        yield whole(profile)
+        del profile
+
+
+def _attributed(path: Path, target: Path, settings: Settings) -> dict[str, Any]:
+    """The Outcome's fields of report `path`: each source of `rank_sources` through
+    the one flow, its ranks' parts in `target`; the input's SHA-256 meanwhile."""
+    path = regular_file(path, called(path))
+    stop = threading.Event()
+    with ThreadPoolExecutor(1) as pool:
+        hashed = pool.submit(input_identity, path, stop)
+        try:
+            units: list[Unit] = []
+            tables: list[dict[str, pl.DataFrame]] = []
+            metas: list[pl.DataFrame] = []
+            devices: dict[int, str] = {}
+            for source in rank_sources(path, settings.stages):
+                analysis = flow(source, partial(_sink, target), settings)
+                found, made = rank_units(analysis, target)
+                if isinstance(analysis.store, OpsFile):
+                    analysis.store.path.unlink()  # its ranks' parts are written
+                units += found
+                tables.append(made)
+                metas.append(analysis.profile.meta)
+                devices |= _device_names(analysis.manifest.get("devices") or [])
+        except BaseException:
+            stop.set()  # do not make a failure wait for the hash
+            raise
+        source_identity = hashed.result()
+    meta = metas[0] if len(metas) == 1 else merged_meta(metas, len(metas))
+    return {
+        "units": tuple(units),
+        "tables": {name: pl.concat([t[name] for t in tables]) for name in tables[0]},
+        "meta": dict(zip(meta["key"], meta["value"], strict=True)),
+        "source": source_identity,
+        "device_names": devices,
+    }
+
+
+def _sink(target: Path, profile: NestedProfile) -> OpsSink:
+    """The OPS rows held, or above STREAM_OPS streamed into the work directory."""
+    if profile.ops.height <= STREAM_OPS:
+        return HoldOps()
+    return StreamOps(target / f"ops-{uuid.uuid4().hex[:8]}.parquet")
 
 
 def _device_names(devices: list[Any]) -> dict[int, str]:
@@ -115,12 +191,16 @@ def _finished(outcome: Outcome, seconds: float, peak: int) -> Outcome:
 def rank_units(
     analysis: Analysis, target: Path
 ) -> tuple[tuple[Unit, ...], dict[str, pl.DataFrame]]:
-    """The report's ranks: one unit per process with GPU operations, its operations
+    """The ranks of one flow: one unit per process with GPU operations, its operations
     written to its own part in `target`, and the units' tables (each with a pid).
 
-    Not `nsysmap.by_process`, which reads an input one process at a time to
-    save memory: this parts the attributed operations into ranks."""
+    A flow of one process (`rank_sources`) is one unit with the flow's own
+    summaries. Only a flow over several processes (a report whose kind is
+    not read by process: a torch.profiler trace, an export whose tables do
+    not say every row's process) is parted here, each part summarised anew
+    and without by_range (the ranges are the flow's, not kept)."""
     ops = analysis.store.scan()
+    target.mkdir(parents=True, exist_ok=True)
     found = (
         ops.group_by("pid")
         .agg(
@@ -144,13 +224,40 @@ def rank_units(
         summaries.append(_with_pid(summary.tables(), row["pid"]))
     tables = {name: pl.concat([s[name] for s in summaries]) for name in summaries[0]}
     tables.update(unit_tables(ops))
-    (target / "ops.parquet").unlink(missing_ok=True)
+    tables.update(by_device_owner(analysis.summaries.waits, units))
     return tuple(units), tables
 
 
 def _with_pid(tables: dict[str, pl.DataFrame], pid: int) -> dict[str, pl.DataFrame]:
     return {
         name: frame.select(pl.lit(pid, pl.Int64).alias(UNIT_KEY), pl.all())
+        for name, frame in tables.items()
+    }
+
+
+def by_device_owner(
+    tables: dict[str, pl.DataFrame], units: Sequence[Unit]
+) -> dict[str, pl.DataFrame]:
+    """Tables kept per device (the waits: idle, stream_idle, launch_cost), each row
+    given the pid of the unit whose GPU it is.
+
+    The waits of a device are those of its operations alone, so where every
+    process has GPUs of its own, a unit's rows are its waits as a report of
+    that process alone would give them. A GPU that several processes share
+    (rare: MPS) goes to the first of them, in unit (rank) order.
+    """
+    owners: dict[int, int] = {}
+    for unit in units:
+        for device in unit.devices:
+            owners.setdefault(device, unit.pid)
+    owner = pl.DataFrame(
+        {"device_id": list(owners), UNIT_KEY: list(owners.values())},
+        schema={"device_id": pl.Int64, UNIT_KEY: pl.Int64},
+    )
+    return {
+        name: frame.join(owner, on="device_id", how="inner", maintain_order="left").select(
+            UNIT_KEY, pl.exclude(UNIT_KEY)
+        )
         for name, frame in tables.items()
     }
 
@@ -170,4 +277,5 @@ def unit_tables(ops: pl.LazyFrame) -> dict[str, pl.DataFrame]:
         .sort("pid", "step", nulls_last=True)
         .collect()
     )
+    steps = schemas.conform(steps, UNIT_STEPS, "steps")
     return {"steps": steps, "exposed_comm": exposed_communication(ops)}

@@ -1,18 +1,20 @@
-"""Writing several reports' outputs: the ops dataset, the tables and the manifest.
+"""Several reports' outputs, through the one writer (nsysmap.output.writer).
 
-The operations form one Hive-partitioned Parquet dataset,
-`OUT/ops/rank=N/part-0.parquet` (the rank is in the path, not in the files),
-which Polars, pandas, PyArrow and DuckDB read as one table with a `rank`
-column. Each part is moved there from the work directory its worker wrote
-it to, so the operations are written once.
+The layout is one report's, with ranks: the operations form one
+Hive-partitioned Parquet dataset, `OUT/ops/rank=N/part-0.parquet` (the rank
+is in the path, not in the files), which Polars, pandas, PyArrow and DuckDB
+read as one table with a `rank` column. Each part is moved there from the
+work directory its worker wrote it to (`RankParts`), so the operations are
+written once. What this module adds to the writer is only what several
+reports have and one has not: the parts, and the manifest's inputs,
+cluster and rank rule.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +24,11 @@ from nsysmap import schemas
 from nsysmap._version import __version__
 from nsysmap.many.rank_ids import RankOf
 from nsysmap.many.task import Outcome
-from nsysmap.output.writer import MANIFEST, PARQUET
+from nsysmap.output.writer import OPS_DIR, RANKS_LAYOUT, table_entries
 
-OPS_DIR = "ops"
 PART = "part-0.parquet"
 WORK_DIR = ".nsysmap-work"  # per-report work directories, removed at the end
-LAYOUT = "ranks"  # the manifest's `layout` for several reports
+LAYOUT = RANKS_LAYOUT  # the manifest's `layout` for several reports
 
 
 def rank_dir(out_dir: Path, rank: int) -> Path:
@@ -45,17 +46,22 @@ def clear_previous(out_dir: Path) -> None:
     shutil.rmtree(out_dir / WORK_DIR, ignore_errors=True)
 
 
-def place_ops(out_dir: Path, ranks: Sequence[RankOf]) -> None:
-    """Move each rank's operations into its partition."""
-    for r in ranks:
-        target = rank_dir(out_dir, r.rank)
-        target.mkdir(parents=True, exist_ok=True)
-        os.replace(r.unit.part, target / PART)
+@dataclass(frozen=True)
+class RankParts:
+    """The operations of several ranks, each in the part its worker wrote
+    (nsysmap.output.writer.PlacesOps): placed by moving each into its partition."""
 
+    ranks: Sequence[RankOf]
 
-def write_tables(out_dir: Path, tables: dict[str, pl.DataFrame]) -> None:
-    for name, frame in tables.items():
-        frame.write_parquet(out_dir / f"{name}.parquet", **PARQUET)
+    @property
+    def rows(self) -> int:
+        return sum(r.unit.ops for r in self.ranks)
+
+    def place(self, folder: Path) -> None:
+        for r in self.ranks:
+            target = rank_dir(folder, r.rank)
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.move(r.unit.part, target / PART)  # renamed; copied across file systems
 
 
 def ranks_manifest(
@@ -67,16 +73,12 @@ def ranks_manifest(
     options: dict[str, Any],
     cluster: dict[str, Any],
 ) -> dict[str, Any]:
-    """The manifest of several reports (not `output.writer.build_manifest`, one
-    report's): versions, the cluster, every input with its status and ranks, the tables."""
+    """The manifest of several reports: versions, the cluster, every input with its
+    status and ranks, and the tables (the writer's entries, `ops` a dataset)."""
     ranks_of: dict[int, list[int]] = {}
     for r in ranks:
         ranks_of.setdefault(r.index, []).append(r.rank)
-    n_ops = sum(r.unit.ops for r in ranks)
-    listed = {
-        OPS_DIR: {"dir": OPS_DIR, "partitioning": "hive", "key": "rank", "rows": n_ops},
-        **{name: {"file": f"{name}.parquet", "rows": f.height} for name, f in tables.items()},
-    }
+    listed = table_entries({"ops": RankParts(ranks).rows, **tables}, ranked=True)
     return {
         "nsysmap_version": __version__,
         "output_schema_version": schemas.OUTPUT_SCHEMA_VERSION,
@@ -110,7 +112,3 @@ def _input_entry(o: Outcome, ranks: list[int]) -> dict[str, Any]:
     else:
         entry |= {"error": o.error, "exit_code": o.exit_code}
     return entry
-
-
-def write_manifest(out_dir: Path, manifest: dict[str, Any]) -> None:
-    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")

@@ -130,22 +130,27 @@ def commit(folder: Path, out_dir: Path) -> Path:
 
 
 def remove_outputs(out_dir: Path) -> None:
-    """Remove the outputs of a previous run in `out_dir`: its manifest first, then its tables."""
+    """Remove the outputs of a previous run in `out_dir`: its manifest first, then its
+    tables (files, and the directory of a multi-rank output's operations)."""
     manifest = out_dir / MANIFEST
-    listed = _listed_files(manifest)
+    files, dirs = _listed(manifest, "file"), _listed(manifest, "dir")
     manifest.unlink(missing_ok=True)
-    for name in listed:
+    for name in files:
         (out_dir / name).unlink(missing_ok=True)
+    for name in dirs:
+        shutil.rmtree(out_dir / name, ignore_errors=True)
 
 
-def _listed_files(manifest: Path) -> list[str]:
-    """The table files a manifest lists (plain names only; [] when there is none)."""
+def _listed(manifest: Path, key: str) -> list[str]:
+    """The table files (`key` "file") or directories ("dir") a manifest lists
+    (plain names only; [] when there is none)."""
     try:
         tables = json.loads(manifest.read_text())["tables"]
-        files = [info["file"] for info in tables.values()]
+        names = [info.get(key) for info in tables.values()]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return []
-    return [f for f in files if isinstance(f, str) and f == Path(f).name and f != MANIFEST]
+    plain = [f for f in names if isinstance(f, str) and f == Path(f).name]
+    return [f for f in plain if f not in (MANIFEST, ".", "..")]
 
 
 def write_failed(out_dir: Path, exc: OSError) -> OutputFailed:

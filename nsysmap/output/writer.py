@@ -1,4 +1,14 @@
-"""Writing outputs: one Parquet file per table and a manifest.json describing them."""
+"""Writing outputs: one Parquet file per table and a manifest.json describing them.
+
+The one writer of both layouts: one report's output directory, and that of
+several reports (the ranks of one job, nsysmap.many), which is the same
+directory with a leading `rank` column in every per-device table, the
+operations as a Hive-partitioned dataset (`ops/rank=N/part-0.parquet`) and
+the tables that compare ranks. Every table with a declared schema is
+written in it (`declared`): the summaries (SUMMARY_TABLES) and the waits
+per device, each declared once and given its `rank` here, and the
+cross-rank tables (ACROSS_RANKS).
+"""
 
 from __future__ import annotations
 
@@ -16,11 +26,25 @@ from nsysmap._version import __version__
 from nsysmap.output.placement import MANIFEST, commit, staging, write_failed
 from nsysmap.output.summarise import SUMMARY_SCHEMAS
 from nsysmap.profile import Profile
+from nsysmap.waits.tables import SCHEMAS as WAITS_SCHEMAS
 
 # zstd level 1: as small as the default level here, and faster to write.
 PARQUET: dict[str, Any] = {"compression": "zstd", "compression_level": 1, "statistics": True}
 _HASH_CHUNK = 1 << 20
 OPS_FILE = "ops.parquet"
+OPS_DIR = "ops"  # several ranks: the operations as a Hive dataset, ops/rank=N/part-0.parquet
+RANKS_LAYOUT = "ranks"  # the manifest's `layout` of several ranks (one report's has none)
+# The tables kept per device: in the multi-rank layout each gains a leading `rank`.
+PER_DEVICE: dict[str, pl.Schema] = {**SUMMARY_SCHEMAS, **WAITS_SCHEMAS}
+# The tables only several ranks have: they compare the ranks (nsysmap.many.across).
+ACROSS_RANKS: dict[str, pl.Schema] = {
+    "ranks": schemas.RANKS,
+    "rank_steps": schemas.RANK_STEPS,
+    "stragglers": schemas.STRAGGLERS,
+    "rank_module_phase": schemas.RANK_MODULE_PHASE,
+    "rank_module": schemas.RANK_MODULE,
+    "rank_comm": schemas.RANK_COMM,
+}
 
 
 class PlacesOps(Protocol):
@@ -75,30 +99,47 @@ def build_manifest(
     }
 
 
-def table_entries(tables: Mapping[str, pl.DataFrame | int]) -> dict[str, dict[str, Any]]:
-    """The manifest's `tables`: each table's file and row count (a count: written elsewhere)."""
-    return {
+def table_entries(
+    tables: Mapping[str, pl.DataFrame | int], *, ranked: bool = False
+) -> dict[str, dict[str, Any]]:
+    """The manifest's `tables`: each table's file and row count (a count: written elsewhere).
+
+    `ranked`: the multi-rank layout, whose `ops` is a Hive dataset (a directory
+    partitioned by rank), not a file."""
+    entries = {
         name: {"file": f"{name}.parquet", "rows": df if isinstance(df, int) else df.height}
         for name, df in tables.items()
     }
+    if ranked and "ops" in entries:
+        rows = entries["ops"]["rows"]
+        entries["ops"] = {"dir": OPS_DIR, "partitioning": "hive", "key": "rank", "rows": rows}
+    return entries
 
 
 def write_outputs(
-    tables: dict[str, pl.DataFrame], manifest: dict[str, Any], out_dir: Path, *, ops: PlacesOps
+    tables: dict[str, pl.DataFrame],
+    manifest: dict[str, Any],
+    out_dir: Path,
+    *,
+    ops: PlacesOps,
+    ranked: bool = False,
 ) -> Path:
     """Write `ops`, each table as `<name>.parquet` and the manifest, replacing `out_dir`'s outputs.
 
-    Summary tables are checked against their declarations first (`declared`).
-    Everything is written into a staging folder and then moved into place as
-    a whole (`nsysmap.output.placement`). `ops` puts ops.parquet there itself
-    (`nsysmap.output.ops_sinks`: written from memory, or moved or copied).
+    Tables with a declared schema are checked against it first (`declared`;
+    `ranked`: the multi-rank layout). Everything is written into a staging
+    folder and then moved into place as a whole (`nsysmap.output.placement`).
+    `ops` puts the operations there itself (`nsysmap.output.ops_sinks`:
+    ops.parquet written from memory, or moved or copied; nsysmap.many: each
+    rank's part moved into the ops dataset).
     """
     out_dir = Path(out_dir)
     with staging(out_dir) as folder:
         try:
             ops.place(folder)
             for name, df in tables.items():
-                declared(name, df).write_parquet(folder / f"{name}.parquet", **PARQUET)
+                written = declared(name, df, ranked=ranked)
+                written.write_parquet(folder / f"{name}.parquet", **PARQUET)
             text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
             (folder / MANIFEST).write_text(text)
         except OSError as exc:
@@ -107,16 +148,26 @@ def write_outputs(
     return out_dir
 
 
-def declared(name: str, df: pl.DataFrame) -> pl.DataFrame:
-    """`df` as written: a summary table exactly in its declared schema (SUMMARY_TABLES;
-    schemas.SchemaMismatch otherwise), any other table as it is."""
-    schema = SUMMARY_SCHEMAS.get(name)
+def declared(name: str, df: pl.DataFrame, *, ranked: bool = False) -> pl.DataFrame:
+    """`df` as written: a table of PER_DEVICE exactly in its declared schema, with a
+    leading `rank` when `ranked`, one of ACROSS_RANKS in its own (schemas.SchemaMismatch
+    otherwise); any other table as it is."""
+    schema = PER_DEVICE.get(name)
+    if schema is not None and ranked:
+        schema = schemas.with_rank(schema)
+    if schema is None and ranked:
+        schema = ACROSS_RANKS.get(name)
     return df if schema is None else schemas.conform(df, schema, name)
 
 
 def read_outputs(out_dir: Path) -> dict[str, pl.DataFrame]:
-    """Read back every table a manifest in `out_dir` lists."""
+    """Read back every table a manifest in `out_dir` lists (of either layout: the
+    operations of several ranks as one frame, with their `rank`)."""
     manifest = json.loads((out_dir / MANIFEST).read_text())
-    return {
-        name: pl.read_parquet(out_dir / info["file"]) for name, info in manifest["tables"].items()
-    }
+    return {name: _read_table(out_dir, info) for name, info in manifest["tables"].items()}
+
+
+def _read_table(out_dir: Path, info: dict[str, Any]) -> pl.DataFrame:
+    if "dir" in info:  # a Hive dataset (several ranks' operations)
+        return pl.read_parquet(out_dir / info["dir"], hive_partitioning=True)
+    return pl.read_parquet(out_dir / info["file"])
