@@ -4,7 +4,7 @@ The same sentences open the Markdown (nsysmap.report.markdown) and the HTML
 page (nsysmap.report.html.page), so the two never say different things::
 
     Matrix multiplication: 75.9 % of the forward, 72.4 % of all phases.
-    Top kernel of the forward: ampere_sgemm_128x32_tn (31.2 % of its time), 24.00 calls per
+    Top kernel of the forward: ampere_sgemm_128x32_tn (31.2 % of its time), 24 calls per
     forward pass; with backward included the top kernel is another: ampere_sgemm_64x32_...
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nsysmap.report.format import ms, num, pct, ratio
+from nsysmap.report.format import ms, pct, per, ratio
 from nsysmap.report.waits import waits_lead
 
 # Work left out below this share of all time is in the report's table, not in the brief.
@@ -59,7 +59,7 @@ def _top(doc: dict[str, Any], answer: dict[str, Any]) -> list[str]:
         )
         if entry.get("calls_per_forward_pass") is not None:
             text += (
-                f", {num(entry['calls_per_forward_pass'])} calls per forward pass"
+                f", {per(entry['calls_per_forward_pass'])} calls per forward pass"
                 if entry["forward_calls"]
                 else ", not launched in the forward pass"
             )

@@ -35,6 +35,14 @@ def num(x: float | None, digits: int = 2) -> str:
     return "–" if x is None else f"{x:,.{digits}f}"
 
 
+def per(x: float | None) -> str:
+    """A count per something (calls per pass): whole counts without decimals (24), others
+    with two (24.50)."""
+    if x is None:
+        return "–"
+    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.2f}"
+
+
 def ratio(x: float | None) -> str:
     """A ratio to three significant digits (0.851, 0.0156, 0.750), 2 decimals from 1 on."""
     if x is None:

@@ -20,7 +20,7 @@ from nsysmap.report.doc_sections import (
     ranges_section,
     shapes_section,
 )
-from nsysmap.report.format import devices_text, flop, kernel, ms, num, pct, ratio, table
+from nsysmap.report.format import devices_text, flop, kernel, ms, pct, per, ratio, table
 from nsysmap.report.questions import present_scopes
 from nsysmap.report.waits import waits_section
 
@@ -237,8 +237,8 @@ def _top_kernel(doc: dict[str, Any]) -> list[str]:
                     kernel(e["label"], 90),
                     e["category"] or "–",
                     f"{e['calls']:,}",
-                    num(e["calls_per_pass"]),
-                    num(e["calls_per_forward_pass"]),
+                    per(e["calls_per_pass"]),
+                    per(e["calls_per_forward_pass"]),
                     ms(e["time_ns"]),
                     pct(e["share"]),
                 ]

@@ -1,0 +1,49 @@
+"""The report's wording on what real profiles showed: whole counts, scopes said as they
+are, work outside every phase named, singular and plural, several devices."""
+
+from __future__ import annotations
+
+from nsysmap.pipeline import analyse
+from nsysmap.report.answers import RunData
+from nsysmap.report.build import build_report
+from nsysmap.report.format import per
+from tests.frames import Frames
+
+
+def _report(f: Frames):
+    analysis = analyse(f.profile())
+    run = RunData("run", analysis.ops, analysis.manifest, by_range=analysis.summaries.by_range)
+    return build_report(run)
+
+
+def _section(markdown: str, title: str) -> str:
+    return markdown.split(f"## {title}\n")[1].split("\n## ")[0]
+
+
+def _two_steps(kernels_per_forward: int) -> Frames:
+    f = Frames()
+    for step in range(2):
+        at = 100 * step
+        f.range(1, f"step {step}", at, at + 90)
+        f.range(1, "forward", at, at + 40)
+        for i in range(kernels_per_forward):
+            f.kernel(1, at + 1 + i, "ampere_sgemm_128x64_tn", dur=1)
+        f.range(1, "backward", at + 40, at + 80)
+        f.kernel(1, at + 41, "elementwise_kernel", dur=1)
+    return f
+
+
+def test_whole_calls_per_pass_print_without_decimals():
+    """24 calls in each forward pass are 24, not 24.00; a fraction keeps two decimals."""
+    result = _report(_two_steps(3))
+    top = result.answers["answers"]["top_kernel"]["scopes"]["forward"]
+    assert top["calls_per_forward_pass"] == 3
+    brief = _section(result.markdown, "Answers in brief")
+    assert "3 calls per forward pass" in brief and "3.00" not in brief
+    row = next(
+        line
+        for line in _section(result.markdown, "Top kernel by cumulative time").splitlines()
+        if line.startswith("| this run | forward")
+    )
+    assert "| 6 | 3 | 3 |" in row
+    assert per(2.5) == "2.50" and per(1350.0) == "1,350" and per(None) == "–"
