@@ -3,10 +3,15 @@ are, work outside every phase named, singular and plural, several devices."""
 
 from __future__ import annotations
 
-from nsysmap.pipeline import analyse
+import polars as pl
+import pytest
+
+from nsysmap.pipeline import analyse, analyse_file
 from nsysmap.report.answers import RunData
 from nsysmap.report.build import build_report
 from nsysmap.report.format import per
+from nsysmap.report.io import read_run
+from tests.corpus import corpus_path
 from tests.frames import Frames
 
 
@@ -47,3 +52,26 @@ def test_whole_calls_per_pass_print_without_decimals():
     )
     assert "| 6 | 3 | 3 |" in row
     assert per(2.5) == "2.50" and per(1350.0) == "1,350" and per(None) == "–"
+
+
+@pytest.mark.corpus
+def test_implicit_gemm_convolutions_count_as_matrix_multiplication(tmp_path):
+    """mmagic on A100: the CUTLASS and xmma implicit-GEMM convolutions (tf32, tensor cores)
+    are matmul work, not the largest non-matmul kernels; the FFT transforms and im2col
+    lowering of the other convolutions are not; the definition line says so."""
+    analyse_file(corpus_path("mmagic_vsr_pyprof_dict_nvtx_markers_a100.sqlite"), tmp_path)
+    ops = pl.read_parquet(tmp_path / "ops.parquet", columns=["name", "category", "dur_ns"])
+    conv_gemm = ops.filter(pl.col("name").str.contains("s1688fprop|fprop_implicit_gemm"))
+    assert conv_gemm.height == 12 and set(conv_gemm["category"]) == {"gemm"}
+    others = ops.filter(pl.col("name").str.contains("fft2d_|im2col|flip_filter"))
+    assert others.height and set(others["category"]) == {"convolution"}
+    result = build_report(read_run(tmp_path))
+    share = result.answers["answers"]["matmul_share"]["scopes"]["step"]
+    gemm = ops.filter(pl.col("category").is_in(["gemm", "attention"]))["dur_ns"].sum()
+    assert share["matmul_time_ns"] == gemm and gemm >= conv_gemm["dur_ns"].sum()
+    section = _section(result.markdown, "Matrix multiplication's share of time")
+    assert "Matrix multiplication = gemm kernels (convolutions run as implicit or explicit " in (
+        section
+    )
+    non_matmul = _section(result.markdown, "Non-matmul kernels above 1.0 % of the time")
+    assert "fprop" not in non_matmul and "fft2d_r2c_32x32" in non_matmul
