@@ -75,3 +75,28 @@ def test_implicit_gemm_convolutions_count_as_matrix_multiplication(tmp_path):
     )
     non_matmul = _section(result.markdown, "Non-matmul kernels above 1.0 % of the time")
     assert "fprop" not in non_matmul and "fft2d_r2c_32x32" in non_matmul
+
+
+def test_shapes_of_an_export_without_modules_take_their_direction_from_the_phase():
+    """emit_nvtx exports (cs336): no module calls, yet forward and backward phase ranges;
+    the shapes table says each call's direction from them, and opens by saying which
+    operators it lists and where the direction comes from."""
+    f = Frames()
+    f.range(1, "forward", 0, 10)
+    f.range(1, "aten::addmm, seq = 1, op_id = 1, sizes = [[4], [2, 3], [3, 4], [], []]", 1, 3)
+    f.kernel(1, 2, "ampere_sgemm_128x64_tn", dur=1)
+    f.range(1, "loss", 10, 15)
+    f.range(1, "aten::sum, seq = 2, op_id = 2, sizes = [[2, 4], []]", 11, 13)
+    f.kernel(1, 12, "reduce_kernel", dur=1)
+    f.range(1, "backward", 20, 30)
+    f.range(1, "aten::mm, seq = 3, op_id = 3, sizes = [[2, 4], [4, 3]]", 21, 23)
+    f.kernel(1, 22, "ampere_sgemm_64x32_sliced1x4_nt", dur=1)
+    section = _section(_report(f).markdown, "Input shapes")
+    assert "| addmm / linear | `aten::addmm` | forward | `[[4], [2, 3], [3, 4], [], []]` |" in (
+        section
+    )
+    assert "| addmm / linear | `aten::mm` | backward | `[[2, 4], [4, 3]]` |" in section
+    assert "| sum | `aten::sum` | – |" in section  # the loss: neither direction
+    opening = section.split("\n\n")[0]
+    assert "addmm / linear (with mm, matmul, bmm and baddbmm)" in opening
+    assert "else the phase the call ran in" in opening

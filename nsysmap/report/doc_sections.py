@@ -11,6 +11,7 @@ from typing import Any
 
 from nsysmap.report.blocks import part_label
 from nsysmap.report.format import flop, kernel, ms, num, pct, sentence, table
+from nsysmap.report.operator_shapes import families_text
 
 
 def denominator(total: int, everything: int, scope: str) -> str:
@@ -257,6 +258,14 @@ def shapes_section(answer: dict[str, Any], full: bool) -> list[str]:
     lines = ["## Input shapes", ""]
     if answer["unknown"]:
         return [*lines, sentence(answer["unknown"]), ""]
+    lines += [
+        f"The operators of these families: {families_text()}; one row per operator,",
+        "direction and input shapes as PyTorch recorded them, calls inside modules only where",
+        "the profile has modules. Calls are operator calls, not kernels. Direction: the",
+        "module call's, else the phase the call ran in (forward or backward); – where neither",
+        "says it (the loss, work outside those phases).",
+        "",
+    ]
     rows = [
         [
             r["family"],
