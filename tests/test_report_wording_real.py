@@ -100,3 +100,27 @@ def test_shapes_of_an_export_without_modules_take_their_direction_from_the_phase
     opening = section.split("\n\n")[0]
     assert "addmm / linear (with mm, matmul, bmm and baddbmm)" in opening
     assert "else the phase the call ran in" in opening
+
+
+def test_attention_ranges_of_the_forward_pass_only_say_so():
+    """cs336: the ranges around attention mark only the forward pass, while the softmax
+    section's scope is the whole step; the brief and the section say what they cover."""
+    f = Frames()
+    f.range(1, "forward", 0, 20)
+    f.range(1, "attention", 1, 10)
+    f.range(1, "scores matmul", 1, 4)
+    f.kernel(1, 2, "ampere_sgemm_128x64_tn", dur=2)
+    f.range(1, "softmax", 5, 8)
+    f.kernel(1, 6, "softmax_warp_forward", dur=1)
+    f.range(1, "backward", 20, 40)
+    f.kernel(1, 21, "ampere_sgemm_64x32_sliced1x4_nt", dur=4)
+    f.kernel(1, 26, "softmax_warp_backward", dur=1)
+    result = _report(f)
+    answer = result.answers["answers"]["softmax_vs_matmul"]
+    assert answer["attention_source"] == "ranges"
+    assert answer["attention_phases"] == ["forward"]
+    assert answer["step_phases"] == ["forward", "backward"]
+    brief = _section(result.markdown, "Answers in brief")
+    assert "- Softmax, in the forward phase only (what the attention ranges hold): " in brief
+    section = _section(result.markdown, "Softmax versus the attention matmuls")
+    assert "The attention ranges hold work of the forward phase only" in section

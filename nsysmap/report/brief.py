@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from nsysmap.report.format import ms, pct, per, ratio
+from nsysmap.report.softmax_answer import attention_coverage
 from nsysmap.report.waits import waits_lead
 
 # Work left out below this share of all time is in the report's table, not in the brief.
@@ -122,7 +123,10 @@ def _softmax(answers: dict[str, Any]) -> str:
     elif flops["ratio"] is not None:
         subject = "softmax" if time["unknown"] else "it"
         said += f"; {subject} does {ratio(flops['ratio'])} times the attention matmuls' FLOPs"
-    return f"Softmax: {said}."
+    covered = attention_coverage(answer)
+    where = f", in {covered} only (what the attention {answer['attention_source']} hold)"
+    where = where if covered else ""
+    return f"Softmax{where}: {said}."
 
 
 def _communication(answer: dict[str, Any]) -> str:

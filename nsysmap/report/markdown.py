@@ -22,6 +22,7 @@ from nsysmap.report.doc_sections import (
 )
 from nsysmap.report.format import devices_text, flop, kernel, ms, pct, per, ratio, table
 from nsysmap.report.questions import present_scopes
+from nsysmap.report.softmax_answer import attention_coverage
 from nsysmap.report.waits import waits_section
 
 if TYPE_CHECKING:
@@ -348,6 +349,12 @@ def _softmax(doc: dict[str, Any]) -> list[str]:
         rows.append([f"FLOPs, {label}", softmax_flop, matmul_flop, ratio(fl["ratio"])])
     lines = ["## Softmax versus the attention matmuls", ""]
     lines.append(f"{_scope_name(doc, 'step').capitalize()}; {_ATTENTION_FROM[source]}")
+    covered = attention_coverage(answer)
+    if covered:
+        lines.append(
+            f"The {where} hold work of {covered} only, so the two rows of the {where} cover it; "
+            f"the two kernel-category rows cover the whole {_scope_name(doc, 'step')}."
+        )
     lines.append("By kernel category: `softmax` kernels against every matmul kernel.")
     lines.append("Softmax FLOPs are estimates (5 per element forward, 4 backward).")
     lines += ["", *table(["", "softmax", "matmul", "softmax / matmul"], rows)]
