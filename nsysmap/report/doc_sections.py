@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from nsysmap.report.blocks import part_label
-from nsysmap.report.format import flop, kernel, ms, num, pct, sentence, table
+from nsysmap.report.format import OUTSIDE_PHASES, flop, kernel, ms, num, pct, sentence, table
 from nsysmap.report.operator_shapes import families_text
 
 
@@ -28,7 +28,7 @@ def phases_section(doc: dict[str, Any]) -> list[str]:
     answer = doc["answers"]["phase_time"]
     rows = [
         [
-            r["phase"] or "(outside every phase)",
+            r["phase"] or OUTSIDE_PHASES,
             f"{r['ops']:,}",
             ms(r["time_ns"]),
             pct(r["time_share"]),

@@ -7,6 +7,8 @@ from typing import Any
 
 import polars as pl
 
+# How every table of the report names work outside every phase.
+OUTSIDE_PHASES = "(outside every phase)"
 _UNITS = ((1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP"), (1e6, "MFLOP"), (1e3, "kFLOP"))
 
 

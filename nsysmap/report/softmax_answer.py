@@ -22,10 +22,9 @@ from typing import Any
 import polars as pl
 
 from nsysmap.report import scope_tables as rt
+from nsysmap.report.format import OUTSIDE_PHASES
 from nsysmap.report.operator_shapes import softmax_flops
 from nsysmap.report.range_answers import attention_parts
-
-OUTSIDE_PHASES = "(outside every phase)"
 
 NO_ATTENTION = (
     "no module whose class names attention and no range named for softmax or the attention matmuls"
