@@ -17,7 +17,10 @@ from tests.frames import Frames
 
 def _report(f: Frames):
     analysis = analyse(f.profile())
-    run = RunData("run", analysis.ops, analysis.manifest, by_range=analysis.summaries.by_range)
+    summaries = analysis.summaries
+    run = RunData(
+        "run", analysis.ops, analysis.manifest, by_range=summaries.by_range, waits=summaries.waits
+    )
     return build_report(run)
 
 
@@ -124,3 +127,36 @@ def test_attention_ranges_of_the_forward_pass_only_say_so():
     assert "- Softmax, in the forward phase only (what the attention ranges hold): " in brief
     section = _section(result.markdown, "Softmax versus the attention matmuls")
     assert "The attention ranges hold work of the forward phase only" in section
+
+
+def _waits_brief(f: Frames) -> str:
+    brief = _section(_report(f).markdown, "Answers in brief")
+    return next(line for line in brief.splitlines() if line.startswith("- Where the GPU waits"))
+
+
+def test_the_waits_sentence_says_one_step_and_one_launch_call_in_the_singular():
+    """ "Over 1 step window ... in 1 launch calls; 1 operations ran": singular where one."""
+    f = Frames()
+    f.range(1, "step 1", 0, 10)
+    f.kernel(1, 1, "ampere_sgemm_128x64_tn", dur=3)
+    said = _waits_brief(f)
+    assert "Over the step's window, the busiest stream (device 0, stream 7) was busy" in said
+    assert "in 1 launch call;" in said and "1 operation ran" not in said
+    f.range(1, "step 2", 20, 30)
+    f.kernel(1, 21, "ampere_sgemm_128x64_tn", dur=3)
+    f.kernel(1, 27, "elementwise_kernel", dur=1)
+    assert "Over the 2 steps' windows, the busiest stream" in _waits_brief(f)
+
+
+def test_the_waits_sentence_names_the_busiest_stream_of_each_device():
+    """fastvideo on 2 GPUs: the brief named device 0's busiest stream as if it were the only
+    one; it names each device's, and says how many devices there are."""
+    f = Frames()
+    f.kernel(1, 1, "ampere_sgemm_128x64_tn", dur=3)
+    f.kernel(2, 1, "ampere_sgemm_128x64_tn", dur=5, device=1, pid=2)
+    f.kernel(2, 9, "elementwise_kernel", dur=1, device=1, pid=2)
+    said = _waits_brief(f)
+    assert "Over the capture (2 devices, the busiest stream of each): device 0, stream 7, was" in (
+        said
+    )
+    assert ". Device 1, stream 7, was busy" in said

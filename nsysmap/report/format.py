@@ -45,6 +45,11 @@ def per(x: float | None) -> str:
     return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.2f}"
 
 
+def plural(n: int, noun: str) -> str:
+    """ "1 launch call", "5,268 launch calls": a count and its noun, singular or plural."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
 def ratio(x: float | None) -> str:
     """A ratio to three significant digits (0.851, 0.0156, 0.750), 2 decimals from 1 on."""
     if x is None:
