@@ -12,7 +12,7 @@ from nsysmap.report.build import build_report
 from nsysmap.report.format import per
 from nsysmap.report.io import read_run
 from tests.corpus import corpus_path
-from tests.frames import Frames
+from tests.frames import MS, Frames
 
 
 def _report(f: Frames):
@@ -160,3 +160,19 @@ def test_the_waits_sentence_names_the_busiest_stream_of_each_device():
         said
     )
     assert ". Device 1, stream 7, was busy" in said
+
+
+def test_a_graph_launch_of_many_kernels_is_one_launch_call():
+    """vLLM on MI300X: 421 kernels of one hipGraphLaunch each counted that call, so the
+    brief said the host spent 213 ms in 434 launch calls (one call of 0.5 ms, really)."""
+    f = Frames()
+    nodes = [f.kernel(None, 0, f"node_{i}", dur=1, run_at=6 + 2 * i) for i in range(3)]
+    for op_id in nodes:
+        f.ops[op_id]["correlation_id"] = 999
+    launch = dict(pid=1, tid=1, correlation_id=999, api_name="cudaGraphLaunch_v10000")
+    f.calls.append({**launch, "start_ns": 0, "end_ns": 5 * MS})
+    f.kernel(1, 20, "elementwise_kernel", dur=1)
+    cost = analyse(f.profile()).summaries.waits["launch_cost"]
+    totals = cost.select(pl.col("ops", "launches", "launch_cpu_ns", "shorter_than_launch").sum())
+    assert totals.row(0) == (4, 2, 5 * MS + 1000, 0)
+    assert "The host spent 5.001 ms in 2 launch calls;" in _waits_brief(f)

@@ -99,12 +99,20 @@ def launch_cost(gpu: pl.DataFrame, api_calls: pl.DataFrame, idle: pl.DataFrame) 
     )
     if launched.height != gpu.height:  # calls sharing an op's key: the first one counts
         launched = launched.unique("op_id", keep="first", maintain_order=True)
+    # One call may launch many operations (a CUDA graph launch, its nodes traced one by
+    # one): it counts once, with its first operation, and no operation is compared with it.
+    launched = launched.with_columns(
+        call_first=pl.col("op_id") == pl.col("op_id").min().over(key),
+        call_alone=pl.len().over(key) == 1,
+    )
+    once = pl.col("launch_ns").filter("call_first")
+    alone = pl.col("call_alone")
     own = launched.group_by(OWNER).agg(
         ops=pl.len().cast(pl.Int64),
         busy_ns=pl.col("dur_ns").sum(),
-        launches=pl.col("launch_ns").is_not_null().sum().cast(pl.Int64),
-        launch_cpu_ns=pl.col("launch_ns").sum(),
-        shorter_than_launch=(pl.col("dur_ns") < pl.col("launch_ns")).sum().cast(pl.Int64),
+        launches=once.is_not_null().sum().cast(pl.Int64),
+        launch_cpu_ns=once.sum(),
+        shorter_than_launch=(alone & (pl.col("dur_ns") < pl.col("launch_ns"))).sum().cast(pl.Int64),
     )
     dur = pl.col("dur_ns")
     before = (
