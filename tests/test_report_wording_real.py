@@ -176,3 +176,22 @@ def test_a_graph_launch_of_many_kernels_is_one_launch_call():
     totals = cost.select(pl.col("ops", "launches", "launch_cpu_ns", "shorter_than_launch").sum())
     assert totals.row(0) == (4, 2, 5 * MS + 1000, 0)
     assert "The host spent 5.001 ms in 2 launch calls;" in _waits_brief(f)
+
+
+@pytest.mark.corpus
+def test_a_category_without_counted_flops_has_no_flop_share(tmp_path):
+    """vLLM on MI300X: one GEMM carries shapes, the attention kernels none; attention's FLOP
+    share was 0.0 % beside unknown (–) FLOPs."""
+    analyse_file(
+        corpus_path("tracelens_vllm_gptoss_fullgraph_decode_hipgraph_mi300x.json.gz"), tmp_path
+    )
+    result = build_report(read_run(tmp_path))
+    rows = {r["category"]: r for r in result.answers["answers"]["categories"]["rows"]}
+    assert rows["attention"]["matmul_flop"] is None and rows["attention"]["flop_share"] is None
+    assert rows["gemm"]["flop_share"] > 0
+    section = _section(result.markdown, "Kernel categories: share of time and share of FLOPs")
+    assert "FLOP shares are of the FLOPs counted" in section
+    assert any(
+        line.startswith("| attention |") and line.endswith("| – | – | – |")
+        for line in (section.splitlines())
+    )

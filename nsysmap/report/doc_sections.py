@@ -246,6 +246,12 @@ def categories_section(doc: dict[str, Any]) -> list[str]:
     lines = ["## Kernel categories: share of time and share of FLOPs", ""]
     scope = doc["scopes"]["step"]["label"]
     lines += [denominator(answer["time_ns"], answer["all_time_ns"], scope), ""]
+    if any(r["flop_share"] is not None for r in answer["rows"]):
+        lines += [
+            "FLOP shares are of the FLOPs counted (operations whose operator's FLOPs are",
+            "known); – where none of a category's FLOPs could be counted.",
+            "",
+        ]
     return [*lines, *table(header, rows)]
 
 
