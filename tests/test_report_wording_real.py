@@ -195,3 +195,9 @@ def test_a_category_without_counted_flops_has_no_flop_share(tmp_path):
         line.startswith("| attention |") and line.endswith("| – | – | – |")
         for line in (section.splitlines())
     )
+
+
+def test_one_call_per_forward_pass_is_singular():
+    """DLRM: "1 calls per forward pass"."""
+    brief = _section(_report(_two_steps(1)).markdown, "Answers in brief")
+    assert "1 call per forward pass" in brief and "1 calls" not in brief

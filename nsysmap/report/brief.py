@@ -58,9 +58,10 @@ def _top(doc: dict[str, Any], answer: dict[str, Any]) -> list[str]:
             f"Top kernel of the {_label(doc, scope)}: {entry['label']} "
             f"({pct(entry['share'])} of its time)"
         )
-        if entry.get("calls_per_forward_pass") is not None:
+        calls = entry.get("calls_per_forward_pass")
+        if calls is not None:
             text += (
-                f", {per(entry['calls_per_forward_pass'])} calls per forward pass"
+                f", {per(calls)} call{'' if calls == 1 else 's'} per forward pass"
                 if entry["forward_calls"]
                 else ", not launched in the forward pass"
             )
