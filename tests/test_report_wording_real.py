@@ -9,7 +9,7 @@ import pytest
 from nsysmap.pipeline import analyse, analyse_file
 from nsysmap.report.answers import RunData
 from nsysmap.report.build import build_report
-from nsysmap.report.format import per
+from nsysmap.report.format import ms, pct, per
 from nsysmap.report.io import read_run
 from tests.corpus import corpus_path
 from tests.frames import MS, Frames
@@ -201,3 +201,21 @@ def test_one_call_per_forward_pass_is_singular():
     """DLRM: "1 calls per forward pass"."""
     brief = _section(_report(_two_steps(1)).markdown, "Answers in brief")
     assert "1 call per forward pass" in brief and "1 calls" not in brief
+
+
+@pytest.mark.corpus
+def test_the_brief_names_a_copy_as_a_copy_and_the_largest_kind_of_wait(tmp_path):
+    """vecAdd on a T4, 4 streams: the top 'kernel' is a host-to-device copy, and the busiest
+    stream's idle time is mostly waiting on the other streams, which the sentence left out
+    (it gave launch-bound 0 and synchronisations 0 of 12 ms idle)."""
+    analyse_file(corpus_path("vecadd_streams_t4_gpu4.sqlite"), tmp_path)
+    result = build_report(read_run(tmp_path))
+    brief = _section(result.markdown, "Answers in brief")
+    assert (
+        "- Top kernel of the whole capture: [CUDA memcpy HtoD] (62.7 % of its time, a memcpy,"
+        in (brief)
+    )
+    top = result.answers["answers"]["waits"]["busiest"][0]
+    assert top["idle_other_stream_ns"] > top["idle_ns"] / 2
+    said = f"; the most, {ms(top['idle_other_stream_ns'])} ({pct(top['idle_other_stream_share'])}"
+    assert said + " of wall time), waiting on other streams or communication." in brief

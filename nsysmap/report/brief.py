@@ -54,9 +54,11 @@ def _top(doc: dict[str, Any], answer: dict[str, Any]) -> list[str]:
         entry = answer["scopes"].get(scope) or {}
         if entry.get("name") is None or same_as_forward(answer["scopes"], scope, "scope_time_ns"):
             continue
+        kind = entry.get("kind") or "kernel"
+        copy = "" if kind == "kernel" else f", a {kind}, not a kernel"
         text = (
             f"Top kernel of the {_label(doc, scope)}: {entry['label']} "
-            f"({pct(entry['share'])} of its time)"
+            f"({pct(entry['share'])} of its time{copy})"
         )
         calls = entry.get("calls_per_forward_pass")
         if calls is not None:

@@ -45,6 +45,14 @@ KIND_NAMES = {
     "before_first": "before the stream's first",
     "after_last": "after the stream's last",
 }
+# The other kinds, as the first sentence names the largest when it outweighs those two.
+LEAD_KINDS = {
+    "other_stream": "waiting on other streams or communication",
+    "latency": "GPU latency",
+    "unknown": "of unknown cause",
+    "before_first": "before the stream's first operation",
+    "after_last": "after the stream's last operation",
+}
 IDLE = [f"idle_{kind}_ns" for kind in WAIT_KINDS]
 IDLE_BEFORE = [f"idle_{kind}_ns" for kind in WAIT_INTERIOR]
 COST = ["ops", "launches", "launch_cpu_ns", "shorter_than_launch", "busy_ns", "idle_before_ns"]
@@ -205,12 +213,20 @@ def waits_lead(answer: dict[str, Any]) -> str:
 
 def _stream_text(row: dict[str, Any]) -> str:
     """ "91.3 % of its wall time (299.849 ms); idle ..., of which ...": one stream's waits."""
-    return (
+    text = (
         f"{pct(row['busy_share'])} of its wall time ({ms(row['wall_ns'])}); idle"
         f" {ms(row['idle_ns'])}, of which launch-bound {ms(row['idle_launch_ns'])}"
         f" ({pct(row['idle_launch_share'])} of wall time) and waiting on synchronisations"
         f" {ms(row['idle_sync_ns'])}"
     )
+    said = max(row["idle_launch_ns"], row["idle_sync_ns"])
+    kind = max(LEAD_KINDS, key=lambda k: row[f"idle_{k}_ns"])
+    if row[f"idle_{kind}_ns"] > said:
+        text += (
+            f"; the most, {ms(row[f'idle_{kind}_ns'])} ({pct(row[f'idle_{kind}_share'])} of"
+            f" wall time), {LEAD_KINDS[kind]}"
+        )
+    return text
 
 
 def _stream_table(answer: dict[str, Any]) -> list[str]:
