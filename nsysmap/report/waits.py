@@ -47,11 +47,11 @@ KIND_NAMES = {
 }
 # The other kinds, as the first sentence names the largest when it outweighs those two.
 LEAD_KINDS = {
-    "other_stream": "waiting on other streams or communication",
-    "latency": "GPU latency",
-    "unknown": "of unknown cause",
-    "before_first": "before the stream's first operation",
-    "after_last": "after the stream's last operation",
+    "other_stream": "was waiting on other streams or communication",
+    "latency": "was GPU latency",
+    "unknown": "has no known cause",
+    "before_first": "came before the stream's first operation",
+    "after_last": "came after the stream's last operation",
 }
 IDLE = [f"idle_{kind}_ns" for kind in WAIT_KINDS]
 IDLE_BEFORE = [f"idle_{kind}_ns" for kind in WAIT_INTERIOR]
@@ -223,8 +223,8 @@ def _stream_text(row: dict[str, Any]) -> str:
     kind = max(LEAD_KINDS, key=lambda k: row[f"idle_{k}_ns"])
     if row[f"idle_{kind}_ns"] > said:
         text += (
-            f"; the most, {ms(row[f'idle_{kind}_ns'])} ({pct(row[f'idle_{kind}_share'])} of"
-            f" wall time), {LEAD_KINDS[kind]}"
+            f"; the largest part, {ms(row[f'idle_{kind}_ns'])} ({pct(row[f'idle_{kind}_share'])}"
+            f" of wall time), {LEAD_KINDS[kind]}"
         )
     return text
 
