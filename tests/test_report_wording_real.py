@@ -220,3 +220,14 @@ def test_the_brief_names_a_copy_as_a_copy_and_the_largest_kind_of_wait(tmp_path)
     ns, share = ms(top["idle_other_stream_ns"]), pct(top["idle_other_stream_share"])
     said = f"; the largest part, {ns} ({share} of wall time), was waiting on other streams or"
     assert said + " communication." in brief
+
+
+def test_a_synchronous_copy_is_not_an_operation_shorter_than_its_launch():
+    """saxpy with MPI: cudaMemcpy calls wait for their copy, so every copy 'ran for less time
+    than its launch call took'; only asynchronous calls can say the host was too slow."""
+    f = Frames()
+    for i, api in enumerate(("cudaMemcpy_v3020", "cudaMemcpyAsync_v3020")):
+        f.kernel(1, 20 * i, "[CUDA memcpy HtoD]", dur=1, kind="memcpy")
+        f.calls[-1].update(api_name=api, end_ns=(20 * i + 5) * MS)
+    cost = analyse(f.profile()).summaries.waits["launch_cost"]
+    assert cost.select(pl.col("launches", "shorter_than_launch").sum()).row(0) == (2, 1)
