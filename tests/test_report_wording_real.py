@@ -6,6 +6,9 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
+from nsysmap.attribution.attribute import attribute
+from nsysmap.output.summarise import summarise
+from nsysmap.output.summary_text import render_summary
 from nsysmap.pipeline import analyse, analyse_file
 from nsysmap.report.answers import RunData
 from nsysmap.report.build import build_report
@@ -231,3 +234,23 @@ def test_a_synchronous_copy_is_not_an_operation_shorter_than_its_launch():
         f.calls[-1].update(api_name=api, end_ns=(20 * i + 5) * MS)
     cost = analyse(f.profile()).summaries.waits["launch_cost"]
     assert cost.select(pl.col("launches", "shorter_than_launch").sum()).row(0) == (2, 1)
+
+
+def test_the_terminal_names_generic_kernels_by_what_tells_them_apart():
+    """mmagic: CUTLASS's `Kernel<...>` kernels of a convolution and of an SGEMM shared the
+    terminal row 'Kernel (gemm)'; each is named by its template argument."""
+    f = Frames()
+    conv = (
+        "void cutlass_cudnn_infer::Kernel<cutlass_tensorop_s1688fprop_optimized_tf32>(T1::Params)"
+    )
+    sgemm = "void cutlass::Kernel<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>(T1::Params)"
+    for at, name in ((1, conv), (5, sgemm), (9, sgemm)):
+        f.kernel(1, at, name, dur=1)
+        f.ops[-1]["short_name"] = "Kernel"
+    report = f.profile()
+    text = render_summary(summarise(attribute(report), report.ranges), {"backend": "nsys"})
+    assert (
+        "  cutlass_cudnn_infer::Kernel<cutlass_tensorop_s1688fprop_optimized_tf32> (gemm)" in text
+    )
+    assert "  cutlass::Kernel<cutlass_80_simt_sgemm_128x32_8x5_nn_align1> (gemm)" in text
+    assert "  Kernel (gemm)" not in text
