@@ -254,3 +254,23 @@ def test_the_terminal_names_generic_kernels_by_what_tells_them_apart():
     )
     assert "  cutlass::Kernel<cutlass_80_simt_sgemm_128x32_8x5_nn_align1> (gemm)" in text
     assert "  Kernel (gemm)" not in text
+
+
+def test_attention_in_both_directions_needs_no_note_about_other_phases():
+    """GPT-2 on B200: attention modules hold forward and backward work; that they hold no
+    optimizer work says nothing, so the answer carries no coverage note."""
+    f = Frames()
+    for phase, at in (("forward", 0), ("backward", 20)):
+        f.range(1, phase, at, at + 20)
+        f.range(1, "attention", at + 1, at + 10)
+        f.range(1, "softmax", at + 2, at + 5)
+        f.kernel(1, at + 3, "softmax_warp_forward", dur=1)
+        f.range(1, "scores matmul", at + 5, at + 9)
+        f.kernel(1, at + 6, "ampere_sgemm_128x64_tn", dur=2)
+    f.range(1, "optimizer", 40, 50)
+    f.kernel(1, 41, "multi_tensor_apply_kernel", dur=1)
+    result = _report(f)
+    answer = result.answers["answers"]["softmax_vs_matmul"]
+    assert answer["attention_phases"] == ["forward", "backward"]
+    assert "optimizer" in answer["step_phases"]
+    assert " hold" not in result.markdown

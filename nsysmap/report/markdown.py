@@ -353,7 +353,7 @@ def _softmax(doc: dict[str, Any]) -> list[str]:
     if covered:
         lines.append(
             f"The {where} hold work of {covered} only, so the two rows of the {where} cover it; "
-            f"the two kernel-category rows cover the whole {_scope_name(doc, 'step')}."
+            f"the two kernel-category rows cover all of the {_scope_name(doc, 'step')}."
         )
     lines.append("By kernel category: `softmax` kernels against every matmul kernel.")
     lines.append("Softmax FLOPs are estimates (5 per element forward, 4 backward).")

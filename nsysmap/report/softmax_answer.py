@@ -73,10 +73,12 @@ def _flop_why(no_flops: str | None, fused: bool, softmax_flop: int | None) -> st
 
 
 def attention_coverage(answer: dict[str, Any]) -> str | None:
-    """ "the forward phase": the phases the attention work was found in, when they are not
-    every phase of the scope (cs336's attention ranges mark only the forward pass)."""
+    """ "the forward phase": the phases the attention work was found in, when the scope has
+    a forward or backward phase they lack (cs336's attention ranges mark only the forward
+    pass; attention never runs in the optimizer)."""
     covered, every = answer.get("attention_phases") or [], answer.get("step_phases") or []
-    if not answer["attention_source"] or not covered or set(covered) >= set(every):
+    lacking = [p for p in ("forward", "backward") if p in every and p not in covered]
+    if not answer["attention_source"] or not covered or not lacking:
         return None
     named = [p if p == OUTSIDE_PHASES else f"{p} phase" for p in covered]
     return "the " + " and the ".join(named)
