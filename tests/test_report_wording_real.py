@@ -244,16 +244,20 @@ def test_the_terminal_names_generic_kernels_by_what_tells_them_apart():
         "void cutlass_cudnn_infer::Kernel<cutlass_tensorop_s1688fprop_optimized_tf32>(T1::Params)"
     )
     sgemm = "void cutlass::Kernel<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>(T1::Params)"
-    for at, name in ((1, conv), (5, sgemm), (9, sgemm)):
+    gemv = "std::enable_if<!T7, void>::type internal::gemvx::kernel<int, int, float>(T13)"
+    for at, name, short in ((1, conv, "Kernel"), (5, sgemm, "Kernel"), (9, sgemm, "Kernel")):
         f.kernel(1, at, name, dur=1)
-        f.ops[-1]["short_name"] = "Kernel"
+        f.ops[-1]["short_name"] = short
+    f.kernel(1, 13, gemv, dur=1)
+    f.ops[-1]["short_name"] = "enable_if"  # GPT-2 on B200: cuBLAS's gemv, so shortened
     report = f.profile()
     text = render_summary(summarise(attribute(report), report.ranges), {"backend": "nsys"})
     assert (
         "  cutlass_cudnn_infer::Kernel<cutlass_tensorop_s1688fprop_optimized_tf32> (gemm)" in text
     )
     assert "  cutlass::Kernel<cutlass_80_simt_sgemm_128x32_8x5_nn_align1> (gemm)" in text
-    assert "  Kernel (gemm)" not in text
+    assert "  internal::gemvx::kernel<int…> (gemm)" in text
+    assert "  Kernel (gemm)" not in text and "enable_if" not in text
 
 
 def test_attention_in_both_directions_needs_no_note_about_other_phases():

@@ -18,9 +18,10 @@ from nsysmap.waits.text import waits_line
 
 TOP = 10
 MAX_LABEL = 72
-# Short names that say nothing (CUTLASS's `Kernel<...>`, cuBLAS's `gemvx::kernel<...>`): such
+# Short names that say nothing (CUTLASS's `Kernel<...>`, cuBLAS's `gemvx::kernel<...>`, its
+# `std::enable_if<...>::type gemvx::kernel<...>` shortened to `enable_if`): such
 # kernels are named by their qualified name and first template argument instead.
-GENERIC_SHORT = r"^(?i:kernel\d*|device_kernel)$"
+GENERIC_SHORT = r"^(?i:kernel\d*|device_kernel|enable_if)$"
 _QUALIFIED = r"((?:\w+::)*(?i:kernel\d*|device_kernel)<[^<>,(]*)([>,<(])"
 _NONE = "(none)"
 # The row of operations without a phase or a module, named as the report names it.
