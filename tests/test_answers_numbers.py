@@ -5,7 +5,7 @@
 every real profile with GPU work: each number token of report.md's prose and
 table bodies (code spans and table header lines left out) must be a value of
 answers.json as the report's formatters write it (nsysmap.report.format: ms,
-pct, flop, num with 2, 3 or 4 digits, ratio, integers with and without thousands
+pct, flop, num with 2, 3 or 4 digits, per, ratio, integers with and without thousands
 commas), or such a value per step (layers, blocks) or per step and module
 (FLOPs of a layer), or a constant of the text (CONSTANT_TEXT). Numbers inside
 a text of answers.json (a reason, a name) count as that text's.
@@ -23,7 +23,7 @@ import polars as pl
 import pytest
 
 from nsysmap.report.build import build_report
-from nsysmap.report.format import flop, kernel, ms, num, pct, ratio
+from nsysmap.report.format import flop, kernel, ms, num, pct, per, ratio
 from nsysmap.report.io import read_run
 from nsysmap.report.markdown import render
 from tests.answers_profiles import Reported, attributed, profile_params, reported
@@ -57,7 +57,7 @@ def values(value: Any, numbers: list[float], texts: list[str]) -> None:
 
 def formatted(x: float) -> set[str]:
     """`x` as each of the report's formatters writes it."""
-    out = {ms(x), pct(x), flop(x), num(x, 2), num(x, 3), num(x, 4), ratio(x)}
+    out = {ms(x), pct(x), flop(x), num(x, 2), num(x, 3), num(x, 4), per(x), ratio(x)}
     if isinstance(x, int):  # counts: never a float that happens to be whole
         out |= {f"{x:,}", str(x)}
     return out

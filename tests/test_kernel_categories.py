@@ -108,14 +108,11 @@ KERNELS = [
     ("triton_per_fused_addmm_mean_0", "reduction", "TorchInductor"),
     # convolutions and the layout transforms around them
     ("void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true", "layout", _ALEXNET),
-    (
-        "sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw",
-        "convolution",
-        _ALEXNET,
-    ),
-    ("void cudnn::detail::implicit_convolve_sgemm<float, float, (int)1024", "convolution", _CNN),
+    # a convolution run as an implicit or explicit GEMM is a GEMM; its offset tables are not
+    ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw", "gemm", _ALEXNET),
+    ("void cudnn::detail::implicit_convolve_sgemm<float, float, (int)1024", "gemm", _CNN),
     ("void cask_cudnn_infer::computeOffsetsKernel<false, false>", "convolution", _DDP),
-    ("igemm_fwd_gtcx_nhwc_fp32_bx0_bt64x64x16", "convolution", "MIOpen"),
+    ("igemm_fwd_gtcx_nhwc_fp32_bx0_bt64x64x16", "gemm", "MIOpen"),
     # attention
     (
         "void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<64",

@@ -165,26 +165,36 @@ def test_category(kind, name, expected):
 
 
 _CNN = "nsys/dlprof_pytorch_small_cnn_rtx2070.sqlite"
+_MMAGIC = "real2/mmagic_vsr_pyprof_dict_nvtx_markers_a100.sqlite"
 # (kind, name or the start of a demangled name, category, corpus file it comes from).
-CONVOLUTION_CASES = [
+# Convolutions run as GEMMs (implicit or explicit): GEMM kernels, matrix multiplication work.
+CONVOLUTION_GEMM_CASES = [
     ("kernel", "void cudnn::detail::implicit_convolve_sgemm<float, float, (int)1024", _CNN),
     ("kernel", "void cudnn::detail::explicit_convolve_sgemm<float, int, (int)1024", _CNN),
     ("kernel", "volta_scudnn_128x32_relu_interior_nn_v1", _CNN),
     ("kernel", "volta_scudnn_winograd_128x128_ldg1_ldg4_relu_tile148t_nt_v1", _CNN),
-    ("kernel", "void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>", _CNN),
-    ("kernel", "void cudnn::winograd::generateWinogradTilesKernel<(int)0, float, float>", _CNN),
-    ("kernel", "void fft2d_r2c_32x32<float, (bool)0, (unsigned int)0, (bool)0>", _CNN),
-    ("kernel", "void im2col4d_kernel<float, int>(im2col4d_params, cudnnConvolutionStruct", _CNN),
-    ("kernel", "void flip_filter<float, float>(T2 *, const T1 *, int, int, int, int)", _CNN),
-    ("kernel", "cudnn::gemm::computeOffsetsKernel(cudnn::gemm::ComputeOffsetsParams)", _CNN),
-    ("kernel", "void cudnn::detail::dgrad_engine<float, 128, 6, 7, 3, 3, 5, false>", None),
-    ("kernel", "void cudnn::detail::wgrad_alg0_engine<float, 128, 6, 8, 3, 3, 5, false>", None),
-    ("kernel", "void cudnn::detail::dgrad2d_alg1_1<float, 0, 4, 6, 3, 2, 4, false, true>", None),
     ("kernel", "void cutlass::conv::kernel::ImplicitGemmConvolution<cutlass::conv::x>", None),
     ("kernel", "cutlass_tensorop_s1688fprop_optimized_tf32_64x64_16x10_nhwc_align4", None),
     ("kernel", "sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw", None),
     ("kernel", "sm86_xmma_dgrad_implicit_gemm_indexed_f16f16_f16f32_f32_nhwckrsc_nhwc", None),
     ("kernel", "turing_fp16_s1688cudnn_fp16_256x128_ldg8_relu_f2f_exp_small_nhwc_tn_v1", None),
+    (
+        "kernel",
+        "void cutlass_cudnn_infer::Kernel<cutlass_tensorop_s1688fprop_optimized_tf32_64x64_32x5",
+        _MMAGIC,
+    ),
+]
+CONVOLUTION_CASES = [
+    ("kernel", "void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>", _CNN),
+    ("kernel", "void cudnn::winograd::generateWinogradTilesKernel<(int)0, float, float>", _CNN),
+    ("kernel", "void fft2d_r2c_32x32<float, (bool)0, (unsigned int)0, (bool)0>", _CNN),
+    ("kernel", "void im2col4d_kernel<float, int>(im2col4d_params, cudnnConvolutionStruct", _CNN),
+    ("kernel", "void flip_filter<float, float>(T2 *, const T1 *, int, int, int, int)", _CNN),
+    ("kernel", "void deformable_im2col_gpu_kernel<float>(int, const T1 *, const T1 *", _MMAGIC),
+    ("kernel", "cudnn::gemm::computeOffsetsKernel(cudnn::gemm::ComputeOffsetsParams)", _CNN),
+    ("kernel", "void cudnn::detail::dgrad_engine<float, 128, 6, 7, 3, 3, 5, false>", None),
+    ("kernel", "void cudnn::detail::wgrad_alg0_engine<float, 128, 6, 8, 3, 3, 5, false>", None),
+    ("kernel", "void cudnn::detail::dgrad2d_alg1_1<float, 0, 4, 6, 3, 2, 4, false, true>", None),
     ("kernel", "void at::native::conv_depthwise2d_forward_kernel<0, float, int>", None),
     ("cpu_op", "aten::conv2d", None),
     ("cpu_op", "aten::cudnn_convolution", None),
@@ -198,6 +208,7 @@ LAYOUT_CASES = [
 ]
 CNN_CASES = [(k, n, "convolution", s) for k, n, s in CONVOLUTION_CASES]
 CNN_CASES += [(k, n, "layout", s) for k, n, s in LAYOUT_CASES]
+CNN_CASES += [(k, n, "gemm", s) for k, n, s in CONVOLUTION_GEMM_CASES]
 CNN_CASES += [("kernel", "void gemmSN_NN_kernel<float, (int)128, (int)2, (int)4", "gemm", _CNN)]
 
 

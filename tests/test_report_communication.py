@@ -90,6 +90,9 @@ def test_planted_one_off_broadcast_and_hidden_all_reduces(tmp_path: Path) -> Non
     text = "\n".join(communication_section(answer))
     assert "One-off communication before the first step" in text and "broadcast 8.000 ms" in text
     assert "| `all_reduce` | backward | in steps | 2 | 16.000 ms | 6.000 ms | 10.000 ms |" in text
+    # In a step but before its backward range: named as every table names it (DLRM had –).
+    assert "| `send_recv` | (outside every phase) | in steps | 1 |" in text
+    assert "| – |" not in text
 
 
 def _numbers_of(answer: dict) -> set[str]:

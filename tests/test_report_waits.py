@@ -55,7 +55,8 @@ def test_the_section_is_rendered_from_the_answer_alone(answer):
     text = "\n".join(waits_section(answer))
     assert text.startswith("## Where the GPU waits")
     assert "device 0, stream 7" in text and "`d` | forward | 2.000 ms | 11.000 ms" in text
-    changed = {**answer, "streams": [{**answer["streams"][0], "idle_launch_ns": 123 * MS}]}
+    # The first sentence names the busiest stream of each device (`busiest`).
+    changed = {**answer, "busiest": [{**answer["busiest"][0], "idle_launch_ns": 123 * MS}]}
     assert "launch-bound 123.000 ms" in "\n".join(waits_section(changed))
 
 

@@ -19,8 +19,11 @@ The order is deliberate; each block says why it comes where it does:
    attention rule their names would match;
 4. MoE routing, before softmax and GEMM (`topkGatingSoftmax`);
 5. attention, then softmax and normalization, then layout transforms and
-   convolutions, before GEMM: cuDNN convolutions and fused attention are
-   GEMMs underneath, but the work is the convolution or the attention;
+   convolutions, before GEMM: fused attention runs GEMMs underneath, but the
+   work is the attention (the report's matmul share counts it); a
+   convolution run as a GEMM (implicit or explicit) is a gemm kernel, the
+   convolution's other kernels (FFT, Winograd transforms, im2col, direct and
+   depthwise kernels) are convolution;
 6. GEMM libraries (cuBLAS/cuBLASLt, CUTLASS, hipBLASLt/Tensile, TensorRT-LLM,
    Triton matmuls, Marlin) and every kernel they launch for one matmul call
    (cuBLAS split-K reduction, cuBLASLt epilogue, matmul_ogs's finalize);
@@ -109,17 +112,25 @@ RULES: tuple[tuple[str, str], ...] = (
     ),
     # Data layout transforms around cuDNN convolutions (NCHW <-> NHWC).
     ("layout", r"nchw_?to_?nhwc|nhwc_?to_?nchw|nchw_?to_?nchw_?\d*c\b"),
-    # Convolutions: cuDNN's implicit/explicit GEMM, FFT, Winograd and im2col
-    # algorithms and their data/weight-gradient and offset kernels, cuDNN's own
-    # (`scudnn`, `cudnn::gemm::`, `cask_cudnn*`), CUTLASS/xmma
-    # fprop/dgrad/wgrad kernels, MIOpen's igemm, PyTorch's native and CPU
-    # convolution operators.
+    # Convolutions run as GEMMs are GEMM kernels, matrix multiplication work:
+    # implicit-GEMM kernels (xmma `*_implicit_gemm_*`, CUTLASS `ImplicitGemm*`
+    # and `cutlass_tensorop_*fprop/dgrad/wgrad*`, MIOpen's igemm), cuDNN's
+    # implicit/explicit `convolve_sgemm` and its GEMM-based kernels (`scudnn`,
+    # `s1688cudnn`, fused Winograd among them).
+    (
+        "gemm",
+        r"implicit_?gemm|(?:implicit|explicit)_?convolve_?sgemm|[shd\d]cudnn"
+        r"|(?:cutlass|xmma)\w*(?:fprop|dgrad|wgrad)|igemm_(?:fwd|bwd|wrw)_gtc",
+    ),
+    # The rest of a convolution's kernels are no GEMMs: FFT and non-fused
+    # Winograd transforms, im2col lowering (its GEMM is a gemm kernel), filter
+    # flips, offset tables, cuDNN's direct data/weight-gradient engines,
+    # depthwise kernels; and PyTorch's convolution operators.
     (
         "convolution",
-        r"conv(?:olution|olve|[123]d|_depthwise|_transpose|_tbc)|implicit_?gemm_?conv"
+        r"conv(?:olution|olve|[123]d|_depthwise|_transpose|_tbc)"
         r"|depthwise|winograd|fft2d|im2col|col2im|vol2col|col2vol|dgrad|wgrad|fprop"
-        r"|flip_filter|[shd\d]cudnn|cudnn::gemm::|cask_cudnn\w*::compute\w*offsets"
-        r"|igemm_(?:fwd|bwd|wrw)_gtc",
+        r"|flip_filter|cudnn::gemm::|cask_cudnn\w*::compute\w*offsets",
     ),
     # 6. GEMM and GEMV: cuBLAS (sgemm, gemmSN, gemv*, dot, sm90_xmma, nvjet,
     # split-K reduction), cuBLASLt's epilogue kernel, CUTLASS (2.x and 3.x),

@@ -18,6 +18,11 @@ from nsysmap.waits.text import waits_line
 
 TOP = 10
 MAX_LABEL = 72
+# Short names that say nothing (CUTLASS's `Kernel<...>`, cuBLAS's `gemvx::kernel<...>`, its
+# `std::enable_if<...>::type gemvx::kernel<...>` shortened to `enable_if`): such
+# kernels are named by their qualified name and first template argument instead.
+GENERIC_SHORT = r"^(?i:kernel\d*|device_kernel|enable_if)$"
+_QUALIFIED = r"((?:\w+::)*(?i:kernel\d*|device_kernel)<[^<>,(]*)([>,<(])"
 _NONE = "(none)"
 # The row of operations without a phase or a module, named as the report names it.
 NO_PHASE = "(outside every phase)"
@@ -55,7 +60,9 @@ def render_summary(summaries: Summaries, meta: dict[str, str], *, top: int = TOP
         _section(f"{unit} by phase", summaries.by_phase, ["phase"], top, NO_PHASE),
         _section("Top modules", summaries.by_module, ["module", "module_class"], top, NO_MODULE),
         _ranges(summaries.by_range, top),
-        _section(f"Top {op_word}", summaries.by_kernel, ["short_name", "category"], top),
+        _section(
+            f"Top {op_word}", _kernel_names(summaries.by_kernel), ["short_name", "category"], top
+        ),
         _section("Categories", summaries.by_category, ["category"], top),
         graph_line(meta, int(summaries.coverage["time_ns"].sum())),
         overlap_line(summaries.overlap),
@@ -257,6 +264,18 @@ def _section(
     more = merged.height - top
     text = _grid(title, ["ops", "ms", "share"], rows)
     return text + (f"\n  ... {more} more" if more > 0 else "")
+
+
+def _kernel_names(by_kernel: pl.DataFrame) -> pl.DataFrame:
+    """by_kernel with generic short names (`Kernel`) replaced by what tells the kernels
+    apart: `cutlass::Kernel<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>`."""
+    head = pl.col("name").str.extract(_QUALIFIED, 1)
+    closed = pl.col("name").str.extract(_QUALIFIED, 2) == ">"
+    label = head + pl.when(closed).then(pl.lit(">")).otherwise(pl.lit("…>"))
+    generic = pl.col("short_name").str.contains(GENERIC_SHORT) & head.is_not_null()
+    return by_kernel.with_columns(
+        short_name=pl.when(generic).then(label).otherwise(pl.col("short_name"))
+    )
 
 
 def _grid(title: str, headers: list[str], rows: list[list[str]]) -> str:

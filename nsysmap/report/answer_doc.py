@@ -3,7 +3,7 @@
 `answers_document(findings, compare)` returns a JSON-able dict, versioned by
 ANSWERS_SCHEMA_VERSION and documented in docs/report.md::
 
-    {"schema": "nsysmap.answers", "schema_version": "1.0",
+    {"schema": "nsysmap.answers", "schema_version": "1.1",
      "run": {...}, "compare": {...} | None,
      "scopes": {"forward": {"label", "source", "ops", "time_ns"}, ...},
      "left_out": [{"what", "time_ns", "share", "why"}],
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from nsysmap.report.answers import Findings
 
 ANSWERS_SCHEMA = "nsysmap.answers"
-ANSWERS_SCHEMA_VERSION = "1.0"
+ANSWERS_SCHEMA_VERSION = "1.1"
 LAYER_ROWS = 20  # layers listed, by time
 RANGE_ROWS = 15  # ranges by time inside them
 OWN_ROWS = 10  # range paths by own time

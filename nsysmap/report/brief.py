@@ -4,7 +4,7 @@ The same sentences open the Markdown (nsysmap.report.markdown) and the HTML
 page (nsysmap.report.html.page), so the two never say different things::
 
     Matrix multiplication: 75.9 % of the forward, 72.4 % of all phases.
-    Top kernel of the forward: ampere_sgemm_128x32_tn (31.2 % of its time), 24.00 calls per
+    Top kernel of the forward: ampere_sgemm_128x32_tn (31.2 % of its time), 24 calls per
     forward pass; with backward included the top kernel is another: ampere_sgemm_64x32_...
 """
 
@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from nsysmap.report.format import ms, num, pct, ratio
+from nsysmap.report.format import ms, pct, per, ratio
+from nsysmap.report.softmax_answer import attention_coverage
 from nsysmap.report.waits import waits_lead
 
 # Work left out below this share of all time is in the report's table, not in the brief.
@@ -53,13 +54,16 @@ def _top(doc: dict[str, Any], answer: dict[str, Any]) -> list[str]:
         entry = answer["scopes"].get(scope) or {}
         if entry.get("name") is None or same_as_forward(answer["scopes"], scope, "scope_time_ns"):
             continue
+        kind = entry.get("kind") or "kernel"
+        copy = "" if kind == "kernel" else f", a {kind}, not a kernel"
         text = (
             f"Top kernel of the {_label(doc, scope)}: {entry['label']} "
-            f"({pct(entry['share'])} of its time)"
+            f"({pct(entry['share'])} of its time{copy})"
         )
-        if entry.get("calls_per_forward_pass") is not None:
+        calls = entry.get("calls_per_forward_pass")
+        if calls is not None:
             text += (
-                f", {num(entry['calls_per_forward_pass'])} calls per forward pass"
+                f", {per(calls)} call{'' if calls == 1 else 's'} per forward pass"
                 if entry["forward_calls"]
                 else ", not launched in the forward pass"
             )
@@ -122,7 +126,10 @@ def _softmax(answers: dict[str, Any]) -> str:
     elif flops["ratio"] is not None:
         subject = "softmax" if time["unknown"] else "it"
         said += f"; {subject} does {ratio(flops['ratio'])} times the attention matmuls' FLOPs"
-    return f"Softmax: {said}."
+    covered = attention_coverage(answer)
+    where = f", in {covered} only (what the attention {answer['attention_source']} hold)"
+    where = where if covered else ""
+    return f"Softmax{where}: {said}."
 
 
 def _communication(answer: dict[str, Any]) -> str:

@@ -28,7 +28,7 @@ import polars as pl
 
 from nsysmap.output.comm_overlap import COMM, hidden_communication, same_keys
 from nsysmap.report.collectives import collective
-from nsysmap.report.format import ms, pct, table
+from nsysmap.report.format import OUTSIDE_PHASES, ms, pct, table
 
 ID = "communication"
 QUESTION = (
@@ -200,7 +200,7 @@ def _one_off_text(one_off: list[dict[str, Any]]) -> list[str]:
 def _cells(r: dict[str, Any], where: str) -> list[str]:
     return [
         f"`{r['collective']}`",
-        r["phase"] or "–",
+        r["phase"] or OUTSIDE_PHASES,
         where,
         f"{r['calls']:,}",
         ms(r["time_ns"]),

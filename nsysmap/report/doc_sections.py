@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from nsysmap.report.blocks import part_label
-from nsysmap.report.format import flop, kernel, ms, num, pct, sentence, table
+from nsysmap.report.format import OUTSIDE_PHASES, flop, kernel, ms, num, pct, sentence, table
+from nsysmap.report.operator_shapes import families_text
 
 
 def denominator(total: int, everything: int, scope: str) -> str:
@@ -27,7 +28,7 @@ def phases_section(doc: dict[str, Any]) -> list[str]:
     answer = doc["answers"]["phase_time"]
     rows = [
         [
-            r["phase"] or "(outside every phase)",
+            r["phase"] or OUTSIDE_PHASES,
             f"{r['ops']:,}",
             ms(r["time_ns"]),
             pct(r["time_share"]),
@@ -247,6 +248,12 @@ def categories_section(doc: dict[str, Any]) -> list[str]:
     lines = ["## Kernel categories: share of time and share of FLOPs", ""]
     scope = doc["scopes"]["step"]["label"]
     lines += [denominator(answer["time_ns"], answer["all_time_ns"], scope), ""]
+    if any(r["flop_share"] is not None for r in answer["rows"]):
+        lines += [
+            "FLOP shares are of the FLOPs counted (operations whose operator's FLOPs are",
+            "known); – where none of a category's FLOPs could be counted.",
+            "",
+        ]
     return [*lines, *table(header, rows)]
 
 
@@ -259,6 +266,14 @@ def shapes_section(answer: dict[str, Any], full: bool) -> list[str]:
     lines = ["## Input shapes", ""]
     if answer["unknown"]:
         return [*lines, sentence(answer["unknown"]), ""]
+    lines += [
+        f"The operators of these families: {families_text()}; one row per operator,",
+        "direction and input shapes as PyTorch recorded them, calls inside modules only where",
+        "the profile has modules. Calls are operator calls, not kernels. Direction: the",
+        "module call's, else the phase the call ran in (forward or backward); – where neither",
+        "says it (the loss, work outside those phases).",
+        "",
+    ]
     rows = [
         [
             r["family"],

@@ -273,10 +273,12 @@ def categories(ops_f: pl.DataFrame, model: pl.DataFrame | None, source: str | No
     out = time.join(flops, on="category", how="full", coalesce=True, nulls_equal=True)
     both = pl.col("matmul_flop").fill_null(0) + pl.col("other_flop_estimate").fill_null(0)
     all_flop = out.select(both.sum()).item()
+    # A category none of whose FLOPs could be counted has no FLOP share, not 0.
+    counted = pl.col("matmul_flop").is_not_null() | pl.col("other_flop_estimate").is_not_null()
     out = out.with_columns(
         pl.col("ops", "time_ns").fill_null(0),
         time_share=pl.col("time_ns") / total if total else None,
-        flop_share=both / all_flop if all_flop and source else None,
+        flop_share=pl.when(counted).then(both / all_flop) if all_flop and source else None,
     )
     ordered = out.sort(["time_ns", "category"], descending=[True, False], nulls_last=True)
     return ordered.select(REPORT_CATEGORY.names()).cast(REPORT_CATEGORY)

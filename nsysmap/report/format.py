@@ -7,6 +7,8 @@ from typing import Any
 
 import polars as pl
 
+# How every table of the report names work outside every phase.
+OUTSIDE_PHASES = "(outside every phase)"
 _UNITS = ((1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP"), (1e6, "MFLOP"), (1e3, "kFLOP"))
 
 
@@ -33,6 +35,19 @@ def flop(x: float | None) -> str:
 def num(x: float | None, digits: int = 2) -> str:
     """A plain number."""
     return "–" if x is None else f"{x:,.{digits}f}"
+
+
+def per(x: float | None) -> str:
+    """A count per something (calls per pass): whole counts without decimals (24), others
+    with two (24.50)."""
+    if x is None:
+        return "–"
+    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.2f}"
+
+
+def plural(n: int, noun: str) -> str:
+    """ "1 launch call", "5,268 launch calls": a count and its noun, singular or plural."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
 def ratio(x: float | None) -> str:

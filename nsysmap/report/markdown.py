@@ -20,8 +20,9 @@ from nsysmap.report.doc_sections import (
     ranges_section,
     shapes_section,
 )
-from nsysmap.report.format import devices_text, flop, kernel, ms, num, pct, ratio, table
+from nsysmap.report.format import devices_text, flop, kernel, ms, pct, per, ratio, table
 from nsysmap.report.questions import present_scopes
+from nsysmap.report.softmax_answer import attention_coverage
 from nsysmap.report.waits import waits_section
 
 if TYPE_CHECKING:
@@ -237,8 +238,8 @@ def _top_kernel(doc: dict[str, Any]) -> list[str]:
                     kernel(e["label"], 90),
                     e["category"] or "–",
                     f"{e['calls']:,}",
-                    num(e["calls_per_pass"]),
-                    num(e["calls_per_forward_pass"]),
+                    per(e["calls_per_pass"]),
+                    per(e["calls_per_forward_pass"]),
                     ms(e["time_ns"]),
                     pct(e["share"]),
                 ]
@@ -348,6 +349,12 @@ def _softmax(doc: dict[str, Any]) -> list[str]:
         rows.append([f"FLOPs, {label}", softmax_flop, matmul_flop, ratio(fl["ratio"])])
     lines = ["## Softmax versus the attention matmuls", ""]
     lines.append(f"{_scope_name(doc, 'step').capitalize()}; {_ATTENTION_FROM[source]}")
+    covered = attention_coverage(answer)
+    if covered:
+        lines.append(
+            f"The {where} hold work of {covered} only, so the two rows of the {where} cover it; "
+            f"the two kernel-category rows cover all of the {_scope_name(doc, 'step')}."
+        )
     lines.append("By kernel category: `softmax` kernels against every matmul kernel.")
     lines.append("Softmax FLOPs are estimates (5 per element forward, 4 backward).")
     lines += ["", *table(["", "softmax", "matmul", "softmax / matmul"], rows)]

@@ -33,7 +33,32 @@ FAMILIES: tuple[tuple[str, str], ...] = (
     ("attention", r"attention"),
     ("sum", r"^aten::sum$"),
 )
+# What each family holds besides its name, as the report says it.
+FAMILY_NOTES = {
+    "layer_norm": "with its backward",
+    "softmax": "with log-softmax and the backward",
+    "addmm / linear": "with mm, matmul, bmm and baddbmm",
+    "attention": "any operator named for attention",
+}
+
+
+def families_text() -> str:
+    """The families, as a phrase: "layer_norm (with its backward), softmax (...), ..."."""
+    return ", ".join(
+        f"{name} ({FAMILY_NOTES[name]})" if name in FAMILY_NOTES else name for name, _ in FAMILIES
+    )
+
+
 SOFTMAX_FLOPS = ("softmax", "matmul", "attention_softmax", "attention_matmul")
+# Phases that say a call's direction where no module call does (emit_nvtx exports).
+DIRECTION_PHASES = ("forward", "backward")
+
+
+def call_direction() -> pl.Expr:
+    """The direction of an operator call: its module call's, else its phase's (forward or
+    backward), else null."""
+    by_phase = pl.when(pl.col("phase").is_in(DIRECTION_PHASES)).then(pl.col("phase"))
+    return pl.coalesce(pl.col("direction").cast(pl.String), by_phase).alias("direction")
 
 
 def shapes_table(ops_f: pl.DataFrame) -> pl.DataFrame:
@@ -41,7 +66,7 @@ def shapes_table(ops_f: pl.DataFrame) -> pl.DataFrame:
     calls = ops_f.filter(pl.col("op_call") & pl.col("input_shapes").is_not_null())
     composite = (pl.col("kind") == "cpu_op") & pl.col("aten_op").is_in(list(CPU_COMPOSITES))
     grouped = calls.group_by(
-        "module", "module_class", pl.col("direction").cast(pl.String), "aten_op", "input_shapes"
+        "module", "module_class", call_direction(), "aten_op", "input_shapes"
     ).agg(pl.len().alias("calls"), (~composite).all().alias("flop_counted"))
     per_call = signature_table(grouped.select("aten_op", "input_shapes").unique()).select(
         "aten_op",

@@ -75,7 +75,7 @@ def matmul_share(ops: pl.DataFrame) -> dict[str, Any]:
     return {
         "question": "What fraction of the time is matrix multiplication, forward only and in "
         "the full step?",
-        "definition": "gemm kernels plus fused attention kernels",
+        "definition": rt.MATMUL_DEFINITION,
         "scopes": scopes,
     }
 

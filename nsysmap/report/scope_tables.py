@@ -32,6 +32,11 @@ SCOPE_LABELS = {
     "step": "full step",
 }
 MATMUL_CATEGORIES = ("gemm", "attention")
+# What the report counts as matrix multiplication, as its readers see it said.
+MATMUL_DEFINITION = (
+    "gemm kernels (convolutions run as implicit or explicit GEMMs among them) "
+    "plus fused attention kernels"
+)
 WARMUP = "warmup"  # ops.parquet's mark of warm-up work, left out of every scope
 ATTENTION_CLASS = r"(?i)attention|attn"
 TOP_N = 5

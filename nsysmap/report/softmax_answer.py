@@ -22,6 +22,7 @@ from typing import Any
 import polars as pl
 
 from nsysmap.report import scope_tables as rt
+from nsysmap.report.format import OUTSIDE_PHASES
 from nsysmap.report.operator_shapes import softmax_flops
 from nsysmap.report.range_answers import attention_parts
 
@@ -56,11 +57,31 @@ def _range_flops(ops_f: pl.DataFrame, parts: pl.Series) -> tuple[int, int]:
     return int(row["softmax"] or 0), int(row["matmul"] or 0)
 
 
+def _phases(rows: pl.DataFrame, counted: pl.Expr | pl.Series) -> list[str]:
+    """The phases of the rows counted, first-run first; work outside every phase as such."""
+    phase = pl.col("phase").fill_null(OUTSIDE_PHASES)
+    picked = rows.filter(counted).select(phase, "start_ns")
+    ordered = picked.group_by("phase").agg(pl.col("start_ns").min()).sort("start_ns", "phase")
+    return ordered["phase"].to_list()
+
+
 def _flop_why(no_flops: str | None, fused: bool, softmax_flop: int | None) -> str | None:
     """Why softmax FLOPs are unknown: no FLOPs at all, or none outside fused kernels."""
     if no_flops:
         return no_flops
     return FUSED_FLOPS if fused and not softmax_flop else None
+
+
+def attention_coverage(answer: dict[str, Any]) -> str | None:
+    """ "the forward phase": the phases the attention work was found in, when the scope has
+    a forward or backward phase they lack (cs336's attention ranges mark only the forward
+    pass; attention never runs in the optimizer)."""
+    covered, every = answer.get("attention_phases") or [], answer.get("step_phases") or []
+    lacking = [p for p in ("forward", "backward") if p in every and p not in covered]
+    if not answer["attention_source"] or not covered or not lacking:
+        return None
+    named = [p if p == OUTSIDE_PHASES else f"{p} phase" for p in covered]
+    return "the " + " and the ".join(named)
 
 
 def softmax_vs_matmul(
@@ -79,11 +100,13 @@ def softmax_vs_matmul(
         source: str | None = "modules"
         soft_ns, mat_ns = times["attention_softmax"], times["attention_matmul"]
         soft_flop, mat_flop = flops["attention_softmax"], flops["attention_matmul"]
+        covered = _phases(rows, rt.in_attention_module() | (pl.col("category") == "attention"))
     else:
         parts = attention_parts(rows)
         source = "ranges" if parts is not None else None
         soft_ns = mat_ns = None  # unknown without attention modules or ranges
         soft_flop = mat_flop = None
+        covered = [] if parts is None else _phases(rows, parts.is_not_null())
         if parts is not None:
             sums = rows.select("dur_ns").with_columns(part=parts)
             soft_ns = int(sums.filter(pl.col("part") == "softmax")["dur_ns"].sum())
@@ -100,6 +123,10 @@ def softmax_vs_matmul(
         "question": "How does softmax compare with the attention matmuls, in time and FLOPs?",
         "scope": "step",
         "attention_source": source,
+        # The phases the attention work counted ran in, and those of the whole scope: ranges
+        # around attention may mark only the forward pass.
+        "attention_phases": covered,
+        "step_phases": _phases(rows, pl.lit(True)),
         "attention": {
             "time": _ratio_entry(soft_ns, mat_ns, "ns", time_why),
             "flops": _ratio_entry(soft_flop, mat_flop, "flop", flop_why),

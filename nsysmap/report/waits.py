@@ -18,7 +18,7 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap.report.format import ms, pct, table
+from nsysmap.report.format import ms, pct, plural, sentence, table
 from nsysmap.schemas import WAIT_INTERIOR, WAIT_KINDS
 from nsysmap.waits.tables import SCHEMAS
 
@@ -34,6 +34,7 @@ NO_TABLES = (
 NO_OPS = "the run has no GPU operations"
 MODULE_ROWS = 10  # modules listed, by idle time before them
 STREAM_ROWS = 8  # streams listed, busiest first
+LEAD_DEVICES = 4  # devices whose busiest stream the first sentence names
 # The kinds as the answer groups them, and how the section names them.
 KIND_NAMES = {
     "launch": "launch-bound",
@@ -43,6 +44,14 @@ KIND_NAMES = {
     "unknown": "unknown",
     "before_first": "before the stream's first",
     "after_last": "after the stream's last",
+}
+# The other kinds, as the first sentence names the largest when it outweighs those two.
+LEAD_KINDS = {
+    "other_stream": "was waiting on other streams or communication",
+    "latency": "was GPU latency",
+    "unknown": "has no known cause",
+    "before_first": "came before the stream's first operation",
+    "after_last": "came after the stream's last operation",
 }
 IDLE = [f"idle_{kind}_ns" for kind in WAIT_KINDS]
 IDLE_BEFORE = [f"idle_{kind}_ns" for kind in WAIT_INTERIOR]
@@ -86,10 +95,14 @@ def waits_answer(tables: Mapping[str, pl.DataFrame] | None) -> dict[str, Any]:
     )
     modules = modules.sort(["idle_before_ns", "module"], descending=[True, False])
     windows = streams.select("device_id", "step").unique().height
+    busiest = per_stream.group_by("device_id", maintain_order=True).first().sort("device_id")
     return _answer(
         None,
         scope="steps" if in_steps else "whole capture",
         steps=windows,
+        step_count=streams["step"].drop_nulls().n_unique(),
+        devices=busiest.height,
+        busiest=busiest.head(LEAD_DEVICES).to_dicts(),
         streams=per_stream.head(STREAM_ROWS).to_dicts(),
         streams_left_out=max(per_stream.height - STREAM_ROWS, 0),
         phases=phases.to_dicts(),
@@ -123,6 +136,9 @@ def _answer(unknown: str | None, **found: Any) -> dict[str, Any]:
     empty: dict[str, Any] = {
         "scope": None,
         "steps": 0,
+        "step_count": 0,
+        "devices": 0,
+        "busiest": [],
         "streams": [],
         "streams_left_out": 0,
         "phases": [],
@@ -158,24 +174,59 @@ def waits_section(answer: dict[str, Any]) -> list[str]:
 
 
 def waits_lead(answer: dict[str, Any]) -> str:
-    """The first sentence: the busiest stream's wall time, busy and launch-bound."""
-    top = answer["streams"][0]
-    windows = f"{answer['steps']} step window" + ("" if answer["steps"] == 1 else "s")
-    where = windows if answer["scope"] == "steps" else "the capture"
-    wall = top["wall_ns"]
-    text = (
-        f"Over {where}, the busiest stream (device {top['device_id']}, stream"
-        f" {top['stream_id']}) was busy {pct(top['busy_share'])} of its wall time"
-        f" ({ms(wall)}); idle {ms(top['idle_ns'])}, of which launch-bound"
-        f" {ms(top['idle_launch_ns'])} ({pct(top['idle_launch_share'])} of wall time)"
-        f" and waiting on synchronisations {ms(top['idle_sync_ns'])}."
+    """The first sentence: the busiest stream's wall time, busy and launch-bound (of each
+    device, where there are several)."""
+    steps = answer.get("step_count", answer["steps"])
+    where = (
+        "the capture"
+        if answer["scope"] != "steps"
+        else "the step's window"
+        if steps == 1
+        else f"the {steps:,} steps' windows"
     )
+    busiest = answer.get("busiest") or answer["streams"][:1]
+    devices = answer.get("devices") or 1
+    if devices == 1:
+        top = busiest[0]
+        text = (
+            f"Over {where}, the busiest stream (device {top['device_id']}, stream"
+            f" {top['stream_id']}) was busy {_stream_text(top)}."
+        )
+    else:
+        each = [
+            f"device {r['device_id']}, stream {r['stream_id']}, was busy {_stream_text(r)}."
+            for r in busiest
+        ]
+        more = devices - len(busiest)
+        if more:
+            each.append(f"{plural(more, 'more device')} not named here.")
+        text = f"Over {where} ({devices:,} devices, the busiest stream of each): "
+        text += " ".join([each[0], *(sentence(e) for e in each[1:])])
     t = answer["totals"]
     if t.get("launches"):
         text += (
-            f" The host spent {ms(t['launch_cpu_ns'])} in {t['launches']:,} launch calls;"
-            f" {t['shorter_than_launch']:,} operations ran for less time than their launch"
-            " call took."
+            f" The host spent {ms(t['launch_cpu_ns'])} in {plural(t['launches'], 'launch call')};"
+            f" {plural(t['shorter_than_launch'], 'operation')}"
+            f" ran for less time than {'its' if t['shorter_than_launch'] == 1 else 'their'}"
+            " launch call took."
+        )
+    return text
+
+
+def _stream_text(row: dict[str, Any]) -> str:
+    """ "91.3 % of its wall time (299.849 ms); idle ..., of which ...": one stream's waits."""
+    text = (
+        f"{pct(row['busy_share'])} of its wall time ({ms(row['wall_ns'])}); idle"
+        f" {ms(row['idle_ns'])}, of which launch-bound {ms(row['idle_launch_ns'])}"
+        f" ({pct(row['idle_launch_share'])} of wall time) and waiting on synchronisations"
+        f" {ms(row['idle_sync_ns'])}"
+    )
+    said = max(row["idle_launch_ns"], row["idle_sync_ns"])
+    kind = max(LEAD_KINDS, key=lambda k: row[f"idle_{k}_ns"])
+    if row[f"idle_{kind}_ns"] > said:
+        text += (
+            f"; the largest part, {ms(row[f'idle_{kind}_ns'])} ({pct(row[f'idle_{kind}_share'])}"
+            f" of wall time), {LEAD_KINDS[kind]}"
         )
     return text
 
@@ -194,7 +245,8 @@ def _stream_table(answer: dict[str, Any]) -> list[str]:
     ]
     lines = table(header, rows)
     if answer["streams_left_out"]:
-        lines.insert(-1, f"({answer['streams_left_out']} less busy streams not shown.)")
+        left = plural(answer["streams_left_out"], "less busy stream")
+        lines.insert(-1, f"({left} not shown.)")
     return lines
 
 

@@ -15,6 +15,7 @@ from nsysmap.waits import gaps as g
 
 SCHEMAS = {"idle": IDLE, "stream_idle": STREAM_IDLE, "launch_cost": LAUNCH_COST}
 OWNER = ["device_id", "step", "phase", "module"]  # launch_cost's keys
+COPY_CALL = r"(?i)^(?:cuda|cu|hip)mem(?:cpy|set)"  # and not `...Async`: synchronous
 
 
 def empty_waits() -> dict[str, pl.DataFrame]:
@@ -92,6 +93,12 @@ def launch_cost(gpu: pl.DataFrame, api_calls: pl.DataFrame, idle: pl.DataFrame) 
         "correlation_id",
         launch_start_ns="start_ns",
         launch_ns=pl.col("end_ns") - pl.col("start_ns"),
+        # A synchronous copy's call (cudaMemcpy, not cudaMemcpyAsync) waits for the copy:
+        # its operation is not one the host could not issue fast enough.
+        sync_copy=(
+            pl.col("api_name").str.contains(COPY_CALL)
+            & ~pl.col("api_name").str.contains("(?i)async")
+        ).fill_null(False),
     )
     key = ["pid", "correlation_id", "launch_start_ns"]
     launched = gpu.join(calls, on=key, how="left").with_columns(
@@ -99,12 +106,20 @@ def launch_cost(gpu: pl.DataFrame, api_calls: pl.DataFrame, idle: pl.DataFrame) 
     )
     if launched.height != gpu.height:  # calls sharing an op's key: the first one counts
         launched = launched.unique("op_id", keep="first", maintain_order=True)
+    # One call may launch many operations (a CUDA graph launch, its nodes traced one by
+    # one): it counts once, with its first operation, and no operation is compared with it.
+    launched = launched.with_columns(
+        call_first=pl.col("op_id") == pl.col("op_id").min().over(key),
+        call_alone=pl.len().over(key) == 1,
+    )
+    once = pl.col("launch_ns").filter("call_first")
+    alone = pl.col("call_alone") & ~pl.col("sync_copy")
     own = launched.group_by(OWNER).agg(
         ops=pl.len().cast(pl.Int64),
         busy_ns=pl.col("dur_ns").sum(),
-        launches=pl.col("launch_ns").is_not_null().sum().cast(pl.Int64),
-        launch_cpu_ns=pl.col("launch_ns").sum(),
-        shorter_than_launch=(pl.col("dur_ns") < pl.col("launch_ns")).sum().cast(pl.Int64),
+        launches=once.is_not_null().sum().cast(pl.Int64),
+        launch_cpu_ns=once.sum(),
+        shorter_than_launch=(alone & (pl.col("dur_ns") < pl.col("launch_ns"))).sum().cast(pl.Int64),
     )
     dur = pl.col("dur_ns")
     before = (

@@ -73,7 +73,7 @@ def matmul_chart(f: Findings, c: Findings | None) -> Chart:
     return Chart(
         "matmul",
         "Matrix multiplication's share of time",
-        "gemm kernels plus fused attention kernels, in each scope.",
+        f"{rt.MATMUL_DEFINITION}, in each scope.",
         {
             "data": data,
             "layout": layout(
