@@ -127,10 +127,12 @@ def _summarised(
 ) -> tuple[OpsStore, Summaries]:
     """The OPS rows in `sink`, and the summary tables: the steps that read the ranges."""
     _require_ops(profile)
-    store, parts = _attributed(profile, sink, stages, rules)
+    launches: list[pl.DataFrame] = []  # the launch calls' durations, from attribution's join
+    store, parts = _attributed(profile, sink, stages, rules, launches)
     with stages.stage("summarise", "summarising"):
         summaries = with_overlap(combine_summaries(parts, profile.ranges), store.scan())
-        summaries = with_waits(summaries, store.scan(), profile.api_calls, profile.ranges)
+        calls, ranges = profile.api_calls, profile.ranges
+        summaries = with_waits(summaries, store.scan(), calls, ranges, launches[0])
     return store, summaries
 
 
@@ -181,10 +183,15 @@ def _flow_tables(summaries: Summaries, inferred: Inferred | None) -> dict[str, p
 
 
 def _attributed(
-    profile: NestedProfile, sink: OpsSink, stages: Stages, rules: NameRules
+    profile: NestedProfile,
+    sink: OpsSink,
+    stages: Stages,
+    rules: NameRules,
+    launches: list[pl.DataFrame],
 ) -> tuple[OpsStore, list[dict[str, pl.DataFrame]]]:
-    """The OPS rows given to `sink` block by block, and each block's partial summaries."""
-    blocks = attribute_blocks(profile, block_rows=sink.block_rows, rules=rules)
+    """The OPS rows given to `sink` block by block, and each block's partial summaries
+    (`launches` gets the launch calls' durations: `attribute_blocks`)."""
+    blocks = attribute_blocks(profile, block_rows=sink.block_rows, rules=rules, launches=launches)
     parts: list[dict[str, pl.DataFrame]] = []
     return _taken(blocks, parts, sink, stages), parts
 

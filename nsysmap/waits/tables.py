@@ -1,9 +1,13 @@
 """The waits tables of an OPS frame: idle, stream_idle and launch_cost (pure).
 
 `waits_tables` takes the attributed operations (held, or scanned from a
-staged ops.parquet), the profile's API calls (launch-call durations and
-synchronisations) and its ranges (`.item()` operator ranges). The gaps and
-their kinds are defined in nsysmap.waits.gaps.
+staged ops.parquet), the profile's API calls (synchronisations, and
+launch-call durations unless given) and its ranges (`.item()` operator
+ranges). The launch calls' durations come from the attribution, which joined
+every operation with its launch call already (`launches`: op_id, launch_ns;
+nsysmap.attribution.attribute.launch_durations); without them they are
+joined again here (`rejoined_launches`). The gaps and their kinds are
+defined in nsysmap.waits.gaps.
 """
 
 from __future__ import annotations
@@ -23,20 +27,45 @@ def empty_waits() -> dict[str, pl.DataFrame]:
 
 
 def waits_tables(
-    ops: pl.DataFrame | pl.LazyFrame, api_calls: pl.DataFrame, ranges: pl.DataFrame
+    ops: pl.DataFrame | pl.LazyFrame,
+    api_calls: pl.DataFrame,
+    ranges: pl.DataFrame,
+    launches: pl.DataFrame | None = None,
 ) -> dict[str, pl.DataFrame]:
-    """idle, stream_idle and launch_cost of the GPU operations of `ops`."""
+    """idle, stream_idle and launch_cost of the GPU operations of `ops`.
+
+    `launches`: each operation's launch-call duration (op_id, launch_ns) as
+    the attribution found it; None: joined again from `api_calls`.
+    """
     gpu = g.gpu_ops(ops)
     if gpu.is_empty():
         return empty_waits()
     reached = g.with_reach(gpu)
     window = g.windows(gpu)
     idle = with_paths(idle_table(reached, window, g.host_waits(api_calls, ranges)), ops)
+    if launches is None:
+        launches = rejoined_launches(gpu, api_calls)
     return {
         "idle": idle,
         "stream_idle": stream_idle(reached, window, idle),
-        "launch_cost": launch_cost(gpu, api_calls, idle),
+        "launch_cost": launch_cost(gpu, launches, idle),
     }
+
+
+def rejoined_launches(gpu: pl.DataFrame, api_calls: pl.DataFrame) -> pl.DataFrame:
+    """(op_id, launch_ns) of the operations of `gpu` with a launch call, joined from
+    `api_calls` on (pid, correlation_id, launch_start_ns); of calls sharing an
+    operation's key, the first one counts."""
+    calls = api_calls.select(
+        "pid",
+        "correlation_id",
+        launch_start_ns="start_ns",
+        launch_ns=pl.col("end_ns") - pl.col("start_ns"),
+    )
+    key = ["pid", "correlation_id", "launch_start_ns"]
+    launched = gpu.select("op_id", *key).join(calls, on=key, how="inner")
+    launched = launched.unique("op_id", keep="first", maintain_order=True)
+    return launched.select("op_id", "launch_ns")
 
 
 def idle_table(reached: pl.DataFrame, window: pl.DataFrame, waits: pl.DataFrame) -> pl.DataFrame:
@@ -84,21 +113,13 @@ def stream_idle(reached: pl.DataFrame, window: pl.DataFrame, idle: pl.DataFrame)
     return out.select(STREAM_IDLE.names()).cast(STREAM_IDLE)
 
 
-def launch_cost(gpu: pl.DataFrame, api_calls: pl.DataFrame, idle: pl.DataFrame) -> pl.DataFrame:
+def launch_cost(gpu: pl.DataFrame, launches: pl.DataFrame, idle: pl.DataFrame) -> pl.DataFrame:
     """LAUNCH_COST rows: per device, step, phase and module, the operations' time, their
-    launch calls, and the idle time before them (the gaps they ended)."""
-    calls = api_calls.select(
-        "pid",
-        "correlation_id",
-        launch_start_ns="start_ns",
-        launch_ns=pl.col("end_ns") - pl.col("start_ns"),
+    launch calls (`launches`: op_id, launch_ns), and the idle time before them (the
+    gaps they ended)."""
+    launched = gpu.select(*OWNER, "op_id", dur_ns=pl.col("end_ns") - pl.col("start_ns")).join(
+        launches, on="op_id", how="left"
     )
-    key = ["pid", "correlation_id", "launch_start_ns"]
-    launched = gpu.join(calls, on=key, how="left").with_columns(
-        dur_ns=pl.col("end_ns") - pl.col("start_ns")
-    )
-    if launched.height != gpu.height:  # calls sharing an op's key: the first one counts
-        launched = launched.unique("op_id", keep="first", maintain_order=True)
     own = launched.group_by(OWNER).agg(
         ops=pl.len().cast(pl.Int64),
         busy_ns=pl.col("dur_ns").sum(),
