@@ -16,9 +16,10 @@ from polars.testing import assert_frame_equal
 
 from nsysmap.attribution.attribute import attribute_blocks
 from nsysmap.pipeline import analyse, load_profile
+from nsysmap.schemas import WaitKind
 from nsysmap.synth import SynthExport
 from nsysmap.waits import gaps
-from nsysmap.waits.tables import rejoined_launches, waits_tables
+from nsysmap.waits.tables import launch_cost, rejoined_launches, waits_tables
 from tests.corpus import REAL, needs_corpus
 
 MS = 1_000_000
@@ -98,3 +99,44 @@ def test_real_profiles_give_the_same_waits_either_way(name):
     assert carried["launch_cost"]["launches"].sum() > 0
     for table, frame in carried.items():
         assert_frame_equal(frame, rejoined[table])
+
+
+def test_launch_cost_sorts_as_by_its_names_with_nulls_last():
+    """launch_cost sorts by ranks of codes, not names: the order must be the names' order
+    (byte order, nulls last), whatever order the names first appear in."""
+    phases = ["zeta", None, "Beta", "alpha", "beta"]
+    modules = ["m.b", "m.a", None, "M.c", "m.a.x", "m"]
+    rows = [
+        (device, step, phase, module)
+        for device in (1, 0)
+        for step in (3, None, 1)
+        for phase in phases
+        for module in modules
+    ]
+    gpu = pl.DataFrame(
+        rows, schema=["device_id", "step", "phase", "module"], orient="row"
+    ).with_columns(
+        op_id=pl.int_range(pl.len(), dtype=pl.Int64),
+        start_ns=pl.int_range(pl.len(), dtype=pl.Int64) * 10,
+        end_ns=pl.int_range(pl.len(), dtype=pl.Int64) * 10 + 5,
+    )
+    # Gaps before a few of the groups, two of them equally long.
+    idle = gpu.filter(pl.col("op_id") % 7 == 0).select(
+        "device_id",
+        "step",
+        "phase",
+        "module",
+        kind=pl.lit("launch", WaitKind),
+        dur_ns=pl.when(pl.col("op_id") % 14 == 0).then(4).otherwise(pl.col("op_id")),
+    )
+    launches = gpu.select("op_id", launch_ns=pl.col("op_id") % 9)
+    cost = launch_cost(gpu, launches, idle)
+    assert cost.height == len(rows)
+    by_names = cost.sort(
+        ["device_id", "step", "idle_before_ns", "phase", "module"],
+        descending=[False, False, True, False, False],
+        nulls_last=True,
+        maintain_order=True,
+    )
+    assert_frame_equal(cost, by_names)
+    assert cost["idle_before_ns"].n_unique() > 3
