@@ -131,6 +131,8 @@ class _Kept:
     by_range: list[pl.DataFrame] = field(default_factory=list)
     totals: list[pl.DataFrame] = field(default_factory=list)  # input_totals per profile
     profiles: list[NestedProfile] = field(default_factory=list)  # parts: without ops, ranges
+    # Each profile's operations' launch calls as attribution joined them (`attribute_blocks`).
+    launches: list[pl.DataFrame] = field(default_factory=list)
 
     def add(self, profile: NestedProfile, ranges_summary: pl.DataFrame) -> None:
         self.by_range.append(ranges_summary)
@@ -145,11 +147,12 @@ class _Kept:
             return merged_profile(self.profiles)
         return self.profiles[0].released() if release else self.profiles[0]
 
-    def waits_context(self) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """The API calls and ranges the waits read: the whole profile's. Read
-        apart, they are gone: no launch-call times nor synchronisations
+    def waits_context(self) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame | None]:
+        """The API calls, ranges and launch calls the waits read: the whole profile's.
+        Read apart, they are gone: no launch-call times nor synchronisations
         (docs/waits.md)."""
-        return self.profiles[0].api_calls, self.profiles[0].ranges
+        first = self.profiles[0]
+        return first.api_calls, first.ranges, None if self.apart else self.launches[0]
 
 
 def _summarised(
@@ -185,7 +188,12 @@ def _blocks(
     while profile is not None:
         _require_ops(profile)
         start = len(parts)
-        yield from attribute_blocks(profile, block_rows=block_rows, rules=settings.rules)
+        yield from attribute_blocks(
+            profile,
+            block_rows=block_rows,
+            rules=settings.rules,
+            launches=None if kept.apart else kept.launches,  # read apart: no waits' launches
+        )
         with settings.stages.stage("summarise", "summarising"):
             leaves = combine_leaves([part.pop(LEAVES) for part in parts[start:]])
             kept.add(profile, by_range(leaves, profile.ranges))

@@ -67,14 +67,23 @@ def attribute(profile: NestedProfile, rules: NameRules = BUILTIN) -> pl.DataFram
 
 
 def attribute_blocks(
-    profile: NestedProfile, *, block_rows: int | None, rules: NameRules = BUILTIN
+    profile: NestedProfile,
+    *,
+    block_rows: int | None,
+    rules: NameRules = BUILTIN,
+    launches: list[pl.DataFrame] | None = None,
 ) -> Iterator[pl.DataFrame]:
     """The OPS rows of `profile` in op_id order, `block_rows` rows at a time (None: one block).
 
     The ranges are searched once for all operations; names, labels and range
-    paths are materialised one block at a time.
+    paths are materialised one block at a time. `launches`, when given, gets
+    the launch-call durations the join with the launch calls found
+    (`launch_durations`) before the first block: the waits tables read them
+    (nsysmap.waits.tables) rather than join the API calls again.
     """
     ops = _with_graphs(_with_launches(profile.ops, profile.api_calls), profile.graph_links)
+    if launches is not None:
+        launches.append(launch_durations(ops))
     if not ops["op_id"].is_sorted():
         ops = ops.sort("op_id")
     n, captures = ops.height, ops.select("pid", tid="capture_tid", launch_start_ns="capture_ns")
@@ -235,8 +244,18 @@ def _categories(ops: pl.DataFrame) -> pl.Series:
     return joined["category"]
 
 
+def launch_durations(ops: pl.DataFrame) -> pl.DataFrame:
+    """(op_id, pid, correlation_id, launch_start_ns, launch_ns, launch_api) of the
+    operations of `ops` (`_with_launches`) with a launch call."""
+    launched = ops.filter(pl.col("launch_end_ns").is_not_null())
+    launch_ns = pl.col("launch_end_ns") - pl.col("launch_start_ns")
+    key = ("pid", "correlation_id", "launch_start_ns")
+    return launched.select("op_id", *key, launch_ns=launch_ns, launch_api="launch_api")
+
+
 def _with_launches(ops: pl.DataFrame, api_calls: pl.DataFrame) -> pl.DataFrame:
-    """`ops` with the launching call's tid, api name and start (left join).
+    """`ops` with the launching call's tid, api name, start and end (left join; the end
+    is not an OPS column: `launch_durations`).
 
     Of calls sharing (pid, correlation_id), the one `first_calls` keeps
     (nsysmap/launch_keys.py: the one that started first).
@@ -252,6 +271,7 @@ def _with_launches(ops: pl.DataFrame, api_calls: pl.DataFrame) -> pl.DataFrame:
         "tid",
         pl.col("api_name").alias("launch_api"),
         pl.col("start_ns").alias("launch_start_ns"),
+        pl.col("end_ns").alias("launch_end_ns"),
     )
     if key is None:
         return ops.join(launches, on=["pid", "correlation_id"], how="left", maintain_order="left")

@@ -206,10 +206,12 @@ def with_waits(
     ops: pl.DataFrame | pl.LazyFrame,
     api_calls: pl.DataFrame,
     ranges: pl.DataFrame,
+    launches: pl.DataFrame | None = None,
 ) -> Summaries:
     """`summaries` with the waits tables of `ops` (nsysmap.waits: the profile's API
-    calls give launch-call times and synchronisations, its ranges `.item()` calls)."""
-    return replace(summaries, waits=waits_tables(ops, api_calls, ranges))
+    calls give launch-call times and synchronisations, its ranges `.item()` calls;
+    `launches` the launch calls the attribution found, when given)."""
+    return replace(summaries, waits=waits_tables(ops, api_calls, ranges, launches))
 
 
 def partial_summaries(
