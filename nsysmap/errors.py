@@ -27,7 +27,6 @@ class ExitCode(IntEnum):
     CLUSTER_FAILED = 12  # several reports: the Dask cluster could not be started or reached
     REGRESSION = 13  # nsysmap diff --fail-above: the step time or a row grew too much
     INTERRUPTED = 130  # Ctrl-C
-    NOT_AN_EXPORT = 4  # the former name of UNUSABLE_INPUT (an alias: other code may still use it)
 
 
 class NsysmapError(Exception):
@@ -50,11 +49,6 @@ class NotAProfile(NsysmapError):
     Nsight Systems export, not a chrome trace, ..."""
 
     exit_code = ExitCode.UNUSABLE_INPUT
-
-
-# The former name of NotAProfile (an nsys export is one kind of profile), kept while
-# other code still raises it.
-NotAnExport = NotAProfile
 
 
 class DamagedTimes(NotAProfile):
@@ -85,9 +79,6 @@ class SomeProfilesFailed(NsysmapError):
     """Of several profiles, some could not be attributed; the others' outputs exist."""
 
     exit_code = ExitCode.SOME_FAILED
-
-
-SomeReportsFailed = SomeProfilesFailed  # its former name, kept while other code still uses it
 
 
 class OutputFailed(NsysmapError):

@@ -12,7 +12,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from nsysmap import input_kinds
-from nsysmap.errors import ExitCode, NotAnExport
+from nsysmap.errors import ExitCode, NotAProfile
 from nsysmap.input_kinds import KINDS, NSYS_REPORT, NSYS_SQLITE, TORCH_TRACE, kind_of
 from nsysmap.many.input_files import expand_inputs, is_report
 from nsysmap.pipeline import load_profile
@@ -87,10 +87,10 @@ def test_what_no_probe_knows_gets_the_named_kinds_one_line_error(
 ):
     path = tmp_path / name
     path.write_bytes(content)
-    with pytest.raises(NotAnExport, match=message):
+    with pytest.raises(NotAProfile, match=message):
         load_profile(path)
     assert (
-        nsysmap_cli(["attribute", str(path), "-o", str(tmp_path / "o")]) == ExitCode.NOT_AN_EXPORT
+        nsysmap_cli(["attribute", str(path), "-o", str(tmp_path / "o")]) == ExitCode.UNUSABLE_INPUT
     )
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1

@@ -15,16 +15,16 @@ import polars as pl
 
 from instrument import compiled_doc, contract
 from nsysmap import schemas
-from nsysmap.errors import NotAnExport
+from nsysmap.errors import NotAProfile
 from nsysmap.profile import NestedProfile
 
 
 def read_compiled(path: Path) -> pl.DataFrame:
-    """COMPILED_KERNELS rows of a compiled.json; NotAnExport when it is not one."""
+    """COMPILED_KERNELS rows of a compiled.json; NotAProfile when it is not one."""
     try:
         rows = compiled_doc.kernel_rows(json.loads(path.read_text()))
     except (OSError, ValueError, TypeError, AttributeError) as exc:
-        raise NotAnExport(f"{path}: not an nsysmap compiled-kernel document ({exc})") from exc
+        raise NotAProfile(f"{path}: not an nsysmap compiled-kernel document ({exc})") from exc
     return pl.DataFrame(rows, schema=schemas.COMPILED_KERNELS, strict=False)
 
 

@@ -9,7 +9,7 @@ read as NULL there, and the nsys version number is never consulted.
 
 Also defined here, once, for the probe and the queries alike: the storage
 errors that mean "not a readable export" (`BACKEND_ERRORS`, turned into
-NotAnExport by `unreadable`), and how a statement's rows come back (`arrow`)
+NotAProfile by `unreadable`), and how a statement's rows come back (`arrow`)
 and how SQLite text arrives (`decode`: UTF-8 bytes to strings, invalid
 sequences replaced).
 """
@@ -26,7 +26,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from nsysmap.errors import InputNotFound, NotAnExport
+from nsysmap.errors import InputNotFound, NotAProfile
 from nsysmap.read.regular_file import regular_file
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -38,7 +38,7 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 BATCH_ROWS = 1 << 20
 
 # Errors the storage stack raises for bad input; the reader turns them into
-# NotAnExport. (The driver reports some type problems as OSError.)
+# NotAProfile. (The driver reports some type problems as OSError.)
 BACKEND_ERRORS: tuple[type[BaseException], ...] = (
     adbc_driver_manager.Error,
     OSError,
@@ -90,17 +90,17 @@ def open_export(path: str | os.PathLike[str]) -> Export:
         raise unreadable(file, exc) from None
     names = [t.lower() for t in tables]
     if "stringids" not in names and not any(t.startswith(_NSYS_PREFIXES) for t in names):
-        raise NotAnExport(
+        raise NotAProfile(
             f"{file}: an SQLite database but not an Nsight Systems export "
             "(no StringIds, CUPTI_* or NVTX_* tables)"
         )
     return Export(file, uri, tables)
 
 
-def unreadable(file: Path, exc: BaseException) -> NotAnExport:
+def unreadable(file: Path, exc: BaseException) -> NotAProfile:
     """The one-line error for a storage failure on `file`."""
     detail = " ".join(str(exc).split())[:200]
-    return NotAnExport(f"{file}: unreadable SQLite database ({detail})")
+    return NotAProfile(f"{file}: unreadable SQLite database ({detail})")
 
 
 def check_file(path: str | os.PathLike[str]) -> Path:
@@ -113,16 +113,16 @@ def check_file(path: str | os.PathLike[str]) -> Path:
     except OSError as exc:
         raise InputNotFound(f"{file}: cannot read it ({exc.strerror})") from None
     if size == 0:
-        raise NotAnExport(f"{file}: empty file, not an SQLite export")
+        raise NotAProfile(f"{file}: empty file, not an SQLite export")
     if not header.startswith(SQLITE_MAGIC):
-        raise NotAnExport(
+        raise NotAProfile(
             f"{file}: not an SQLite file (export an nsys report first: "
             "nsys export --type sqlite REPORT.nsys-rep)"
         )
     expected = _expected_size(header)
     if expected is None or size < expected:
         got = f"{size} of {expected} bytes" if expected else "incomplete header"
-        raise NotAnExport(f"{file}: truncated SQLite file ({got})")
+        raise NotAProfile(f"{file}: truncated SQLite file ({got})")
     return file
 
 

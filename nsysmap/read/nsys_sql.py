@@ -20,7 +20,7 @@ and every text as `CAST(coalesce(col, x'') AS BLOB)`: always binary, never
 NULL (an empty text means unset). Binary becomes String in Arrow's C++ cast,
 which validates UTF-8; a column that fails takes a slow path that decodes its
 distinct values with U+FFFD replacement (`nsys_probe.decode`). Every failure
-of the storage stack on bad input becomes NotAnExport.
+of the storage stack on bad input becomes NotAProfile.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import adbc_driver_sqlite.dbapi as adbc
 import polars as pl
 import pyarrow as pa
 
-from nsysmap.errors import NotAnExport
+from nsysmap.errors import NotAProfile
 from nsysmap.read.nsys_probe import BACKEND_ERRORS, BATCH_ROWS, Export, arrow, decode, unreadable
 from nsysmap.read.nsys_specs import ID_MASK, KERNEL, NVTX, RUNTIME, TableSpec
 from nsysmap.scalars import opt_int
@@ -219,7 +219,7 @@ def has_process_column(spec: TableSpec, present: set[str]) -> bool:
 def _quoted(identifier: str) -> str:
     """A table name from the probe, quoted (names with a quote are refused)."""
     if '"' in identifier:
-        raise NotAnExport(f"unexpected table name {identifier!r}")
+        raise NotAProfile(f"unexpected table name {identifier!r}")
     return f'"{identifier}"'
 
 

@@ -65,7 +65,7 @@ def read_sqlite(
     `process`: only that process's rows (see `gpu_processes`), with op_id and
     range_id counting from `first_ids` (operations, ranges).
 
-    Raises InputNotFound, NotAnExport, or (with require_gpu, when the export
+    Raises InputNotFound, NotAProfile, or (with require_gpu, when the export
     holds no kernel, memcpy, memset or graph replay) NoGpuData, each with a
     one-line message.
     """

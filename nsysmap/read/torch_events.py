@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nsysmap.errors import DamagedTimes, InputNotFound, NotAnExport
+from nsysmap.errors import DamagedTimes, InputNotFound, NotAProfile
 
 # Event category (lower-cased) -> family. Older torch releases wrote
 # "Operator", "Runtime", "Kernel", "Memcpy", "Memset". gpu_user_annotation
@@ -84,7 +84,7 @@ def paused_gc() -> Iterator[None]:
 def load_events(path: Path) -> tuple[dict[str, Any], list[Any]]:
     """The trace's header fields and its event list (plain or gzipped JSON).
 
-    Raises InputNotFound or NotAnExport with a one-line message.
+    Raises InputNotFound or NotAProfile with a one-line message.
     """
     raw = _read_bytes(path)
     try:
@@ -92,16 +92,16 @@ def load_events(path: Path) -> tuple[dict[str, Any], list[Any]]:
             raw = gzip.decompress(raw)
         doc = json.loads(raw, parse_float=Number)  # decimal text: see ns_from_us
     except RecursionError as exc:
-        raise NotAnExport(f"{path}: JSON nested too deeply to be a chrome trace") from exc
+        raise NotAProfile(f"{path}: JSON nested too deeply to be a chrome trace") from exc
     except zlib.error as exc:  # a corrupt deflate stream inside a valid gzip header
-        raise NotAnExport(f"{path}: a corrupt gzip stream, not a readable chrome trace") from exc
+        raise NotAProfile(f"{path}: a corrupt gzip stream, not a readable chrome trace") from exc
     except (OSError, EOFError, ValueError) as exc:
-        raise NotAnExport(f"{path}: not a JSON chrome trace ({type(exc).__name__})") from exc
+        raise NotAProfile(f"{path}: not a JSON chrome trace ({type(exc).__name__})") from exc
     if isinstance(doc, list):  # the bare-array form of the trace event format
         return {}, doc
     if isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list):
         return doc, doc["traceEvents"]
-    raise NotAnExport(f"{path}: JSON without a traceEvents list, not a chrome trace")
+    raise NotAProfile(f"{path}: JSON without a traceEvents list, not a chrome trace")
 
 
 def _read_bytes(path: Path) -> bytes:

@@ -61,10 +61,10 @@ _BASE = ["name", "pid", "tid", "start_ns", "end_ns", "kind"]
 def read_trace(path: str | Path) -> Profile:
     """Read a torch.profiler chrome trace (.json, or gzipped) into a Profile.
 
-    Raises InputNotFound for a missing file, NotAnExport for anything that is
+    Raises InputNotFound for a missing file, NotAProfile for anything that is
     not a chrome trace, NoGpuData for a trace without a single operator.
     Events with unreadable fields are skipped and counted in `meta`; an event
-    with a negative `dur` makes the trace NotAnExport (it ends before it starts).
+    with a negative `dur` makes the trace NotAProfile (it ends before it starts).
     """
     path = Path(path)
     with paused_gc():  # millions of acyclic objects: collections would find nothing
