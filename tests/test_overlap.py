@@ -83,7 +83,7 @@ def test_known_overlap_through_an_export(tmp_path):
     assert overlap["exposed_share"].to_list() == [14 / 32, 6 / 10, 1.0]
     line = next(x for x in result.stdout.splitlines() if x.startswith("Communication"))
     assert line == (
-        "Communication 52.000 ms: 22.000 ms (42.3%) overlapped by compute on other streams,"
+        "Communication 52.000 ms: 22.000 ms (42.3%) hidden behind compute on other streams,"
         " 30.000 ms (57.7%) exposed (exposed: device 0 47.6%, device 1 100.0%)."
     )
 

@@ -21,6 +21,7 @@ from thread 70 and a side stream 8 launched from thread 71:
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import polars as pl
@@ -243,7 +244,21 @@ def test_the_terminal_line_names_the_busiest_stream_and_its_waits(out):
     line = waits_line(pl.read_parquet(out / "stream_idle.parquet"))
     wall = 43 + 8.5  # the two step windows, ms
     shares = {"busy": 20, "launch-bound": 3, "synchronisations": 5, "other streams": 11}
-    assert line.startswith("Where the GPU waits (in steps, busiest stream): device 0 stream 7")
+    assert line.startswith("Where the GPU waits (in steps, busiest stream; shares of the window")
+    assert "device 0 stream 7 busy" in line
     for name, ms in shares.items():
         assert f"{name} {100 * ms / wall:.1f}%" in line
     assert waits_line(pl.read_parquet(out / "stream_idle.parquet").clear()) == ""
+
+
+def test_the_terminal_line_says_every_idle_kind_with_time_so_its_shares_add_up(out):
+    """Stream 7 sat idle 12 ms after its last kernel of step 0 (the side stream still ran):
+    the line says so, and busy and idle add up to its wall time; a kind without time
+    beyond the four causes (unknown, before the first operation) is not listed."""
+    line = waits_line(pl.read_parquet(out / "stream_idle.parquet"))
+    wall = 43 + 8.5
+    assert f"after its last {100 * 12 / wall:.1f}%" in line
+    assert "before its first" not in line and "unknown" not in line
+    body = line.split("busy ", 1)[1]
+    shares = [float(x) for x in re.findall(r"(\d+\.\d)%", body)]
+    assert sum(shares) == pytest.approx(100, abs=0.3)

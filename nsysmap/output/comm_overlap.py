@@ -83,7 +83,8 @@ def _share(column: str) -> pl.Expr:
 
 
 def overlap_line(overlap: pl.DataFrame) -> str:
-    """One line: communication time, how much compute on other streams hid, what was exposed.
+    """One line: communication time, how much of it was hidden behind compute on other
+    streams (the report's word and definition: `hidden_communication`), what was exposed.
 
     Empty when the profile has no communication kernels.
     """
@@ -93,7 +94,7 @@ def overlap_line(overlap: pl.DataFrame) -> str:
     hidden, exposed = int(overlap["overlapped_ns"].sum()), int(overlap["exposed_ns"].sum())
     line = (
         f"Communication {comm / 1e6:,.3f} ms: {hidden / 1e6:,.3f} ms ({100 * hidden / comm:.1f}%)"
-        f" overlapped by compute on other streams, {exposed / 1e6:,.3f} ms"
+        f" hidden behind compute on other streams, {exposed / 1e6:,.3f} ms"
         f" ({100 * exposed / comm:.1f}%) exposed"
     )
     devices = overlap.group_by("device_id").agg(pl.col("comm_ns", "exposed_ns").sum())
