@@ -236,6 +236,35 @@ def test_a_synchronous_copy_is_not_an_operation_shorter_than_its_launch():
     assert cost.select(pl.col("launches", "shorter_than_launch").sum()).row(0) == (2, 1)
 
 
+def test_the_launch_calls_host_time_says_it_holds_synchronous_copies_waits():
+    """A cudaMemcpy call lasts until its copy is done: 'the host spent X in launch calls'
+    holds that wait, and says so; only the other calls are compared with their operation."""
+    f = Frames()
+    for i, api in enumerate(("cudaMemcpy_v3020", "cudaMemcpyAsync_v3020")):
+        f.kernel(1, 20 * i, "[CUDA memcpy HtoD]", dur=1, kind="memcpy")
+        f.calls[-1].update(api_name=api, end_ns=(20 * i + 5) * MS)
+    result = _report(f)
+    totals = result.answers["answers"]["waits"]["totals"]
+    assert (totals["launches"], totals["sync_copy_calls"]) == (2, 1)
+    brief = _section(result.markdown, "Answers in brief")
+    assert "in 2 launch calls (1 of them synchronous copy or set, such as cudaMemcpy," in brief
+    assert "of the others, 1 operation ran for less time than its launch call took." in brief
+
+
+@pytest.mark.corpus
+def test_saxpy_launch_calls_are_mostly_synchronous_copies(tmp_path):
+    """saxpy with MPI on Perlmutter: 15 of its 20 launch calls are cudaMemcpy, waiting for
+    copies of 285 ms; the host time in launch calls (374 ms) says it holds them."""
+    analyse_file(corpus_path("pipit_saxpy_mpi_cuda_rank0_perlmutter.sqlite"), tmp_path)
+    ops = pl.read_parquet(tmp_path / "ops.parquet", columns=["launch_api"])
+    copies = ops.filter(pl.col("launch_api").str.starts_with("cudaMemcpy_")).height
+    result = build_report(read_run(tmp_path))
+    totals = result.answers["answers"]["waits"]["totals"]
+    assert totals["sync_copy_calls"] == copies == 15 and totals["launches"] == 20
+    brief = _section(result.markdown, "Answers in brief")
+    assert "in 20 launch calls (15 of them synchronous copies or sets" in brief
+
+
 def test_the_terminal_names_generic_kernels_by_what_tells_them_apart():
     """mmagic: CUTLASS's `Kernel<...>` kernels of a convolution and of an SGEMM shared the
     terminal row 'Kernel (gemm)'; each is named by its template argument."""

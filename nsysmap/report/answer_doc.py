@@ -3,7 +3,7 @@
 `answers_document(findings, compare)` returns a JSON-able dict, versioned by
 ANSWERS_SCHEMA_VERSION and documented in docs/report.md::
 
-    {"schema": "nsysmap.answers", "schema_version": "1.1",
+    {"schema": "nsysmap.answers", "schema_version": "1.2",
      "run": {...}, "compare": {...} | None,
      "scopes": {"forward": {"label", "source", "ops", "time_ns"}, ...},
      "left_out": [{"what", "time_ns", "share", "why"}],
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from nsysmap.report.answers import Findings
 
 ANSWERS_SCHEMA = "nsysmap.answers"
-ANSWERS_SCHEMA_VERSION = "1.1"
+ANSWERS_SCHEMA_VERSION = "1.2"
 LAYER_ROWS = 20  # layers listed, by time
 RANGE_ROWS = 15  # ranges by time inside them
 OWN_ROWS = 10  # range paths by own time
@@ -58,7 +58,7 @@ def answers_document(f: Findings, c: Findings | None = None) -> dict[str, Any]:
         "phase_time": phase_time(f),
         "layer_time": layer_time(f),
         "communication": communication_answer(f.run.ops),
-        "waits": waits_answer(f.run.waits),
+        "waits": waits_answer(f.run.waits, f.run.ops),
         "ranges": ranges(f),
         "blocks": blocks(f),
         "inferred_blocks": inferred_blocks(f),

@@ -20,7 +20,7 @@ import polars as pl
 
 from nsysmap.report.format import ms, pct, plural, sentence, table
 from nsysmap.schemas import WAIT_INTERIOR, WAIT_KINDS
-from nsysmap.waits.tables import SCHEMAS
+from nsysmap.waits.tables import SCHEMAS, is_sync_copy
 
 ID = "waits"
 QUESTION = (
@@ -69,8 +69,11 @@ def read_waits(run_dir: str | Path, manifest: Mapping[str, Any]) -> dict[str, pl
     }
 
 
-def waits_answer(tables: Mapping[str, pl.DataFrame] | None) -> dict[str, Any]:
-    """The waits answer from the tables `read_waits` gives (see the module)."""
+def waits_answer(
+    tables: Mapping[str, pl.DataFrame] | None, ops: pl.DataFrame | None = None
+) -> dict[str, Any]:
+    """The waits answer from the tables `read_waits` gives (see the module); `ops`, the
+    run's operations, tell which launch calls were synchronous copies."""
     if tables is None:
         return _answer(NO_TABLES)
     streams, cost = _scoped(tables["stream_idle"]), _scoped(tables["launch_cost"])
@@ -108,7 +111,7 @@ def waits_answer(tables: Mapping[str, pl.DataFrame] | None) -> dict[str, Any]:
         phases=phases.to_dicts(),
         modules=modules.head(MODULE_ROWS).to_dicts(),
         module_rows=MODULE_ROWS,
-        totals=_totals(cost),
+        totals=_totals(cost, _sync_copies(ops, in_steps=bool(in_steps))),
     )
 
 
@@ -126,10 +129,21 @@ def _cost_rows(cost: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     return rows.with_columns(launch_bound_share=share)
 
 
-def _totals(cost: pl.DataFrame) -> dict[str, int]:
-    """The launches over the scope: counts and the host time spent in launch calls."""
+def _totals(cost: pl.DataFrame, sync_copies: int) -> dict[str, int]:
+    """The launches over the scope: counts and the host time spent in launch calls, and
+    how many of those calls were synchronous copies or sets."""
     sums = cost.select(pl.col("ops", "launches", "launch_cpu_ns", "shorter_than_launch").sum())
-    return {k: int(v or 0) for k, v in sums.row(0, named=True).items()}
+    totals = {k: int(v or 0) for k, v in sums.row(0, named=True).items()}
+    return {**totals, "sync_copy_calls": sync_copies}
+
+
+def _sync_copies(ops: pl.DataFrame | None, *, in_steps: bool) -> int:
+    """The operations of the scope launched by a synchronous copy or set call (cudaMemcpy,
+    not Async): each its own call, whose host time includes waiting for the copy."""
+    if ops is None or "launch_api" not in ops.columns:
+        return 0
+    scoped = ops.filter(pl.col("step").is_not_null()) if in_steps else ops
+    return int(scoped.select(is_sync_copy(pl.col("launch_api")).sum()).item())
 
 
 def _answer(unknown: str | None, **found: Any) -> dict[str, Any]:
@@ -202,15 +216,30 @@ def waits_lead(answer: dict[str, Any]) -> str:
             each.append(f"{plural(more, 'more device')} not named here.")
         text = f"Over {where} ({devices:,} devices, the busiest stream of each): "
         text += " ".join([each[0], *(sentence(e) for e in each[1:])])
-    t = answer["totals"]
-    if t.get("launches"):
+    return text + _launch_text(answer["totals"])
+
+
+def _launch_text(t: dict[str, Any]) -> str:
+    """The launch calls' host time, what it holds besides launching (synchronous copies'
+    waits), and the operations shorter than their call (the others)."""
+    if not t.get("launches"):
+        return ""
+    calls, copies = t["launches"], t.get("sync_copy_calls", 0)
+    text = f" The host spent {ms(t['launch_cpu_ns'])} in {plural(calls, 'launch call')}"
+    if copies:
+        which = "all of them" if copies == calls else f"{copies:,} of them"
+        copy = "copy or set" if copies == 1 else "copies or sets"
         text += (
-            f" The host spent {ms(t['launch_cpu_ns'])} in {plural(t['launches'], 'launch call')};"
-            f" {plural(t['shorter_than_launch'], 'operation')}"
-            f" ran for less time than {'its' if t['shorter_than_launch'] == 1 else 'their'}"
-            " launch call took."
+            f" ({which} synchronous {copy}, such as cudaMemcpy, whose call lasts until the"
+            " copy is done: that waiting is in this time)"
         )
-    return text
+    if copies == calls:
+        return text + "."
+    shorter = t["shorter_than_launch"]
+    return text + (
+        f"; {'of the others, ' if copies else ''}{plural(shorter, 'operation')}"
+        f" ran for less time than {'its' if shorter == 1 else 'their'} launch call took."
+    )
 
 
 def _stream_text(row: dict[str, Any]) -> str:

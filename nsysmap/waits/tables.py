@@ -83,16 +83,19 @@ def call_facts(launches: pl.DataFrame) -> pl.DataFrame:
     not cudaMemcpyAsync) waits for the copy: its operation is not one the host
     could not issue fast enough, so it is not compared either (`compared`).
     """
-    sync_copy = (
-        pl.col("launch_api").str.contains(COPY_CALL)
-        & ~pl.col("launch_api").str.contains("(?i)async")
-    ).fill_null(False)
+    sync_copy = is_sync_copy(pl.col("launch_api"))
     return launches.select(
         "op_id",
         "launch_ns",
         call_first=pl.col("op_id") == pl.col("op_id").min().over(CALL_KEY),
         compared=(pl.len().over(CALL_KEY) == 1) & ~sync_copy,
     )
+
+
+def is_sync_copy(api: pl.Expr) -> pl.Expr:
+    """Whether a launch call `api` is a synchronous copy or set (COPY_CALL, not Async):
+    its call lasts until the copy is done (false for null)."""
+    return (api.str.contains(COPY_CALL) & ~api.str.contains("(?i)async")).fill_null(False)
 
 
 def idle_table(reached: pl.DataFrame, window: pl.DataFrame, waits: pl.DataFrame) -> pl.DataFrame:
