@@ -65,7 +65,10 @@ WARMUP_NAME = re.compile(
 )
 FORWARD_MODULE_NAME = re.compile(r"^nsysmap:fwd:[^:]+:|^FSDP forward \(.*\)$|^nn\.Module: \S+ \(")
 OPERATOR_FIELDS = re.compile(r", (?:stashed seq|seq|op_id|sizes|input_op_ids) = .*$", re.S)
-OPERATOR_NAME = re.compile(r"^(?:[A-Za-z_]\w*::|\w+Backward\d*$)")
+OPERATOR_NAME = re.compile(
+    r"^(?:FSDP::|(?:[a-z_]\w*::)+(?:[A-Z_]|[a-z0-9](?:[a-z0-9_]|[0-9_][A-Z]+)*"
+    r"(?:[^\w:]|:[^:]|$))|\w+Backward\d*$)"
+)
 ATTENTION_RANGE = re.compile(ATTENTION_CLASS)
 SOFTMAX_RANGE = re.compile(r"(?i)softmax")
 MATMUL_RANGE = re.compile(r"(?i)mat[ _-]?mul|\bscores?\b")

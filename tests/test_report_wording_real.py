@@ -7,9 +7,10 @@ import polars as pl
 import pytest
 
 from nsysmap.attribution.attribute import attribute
+from nsysmap.output.by_range import is_user_range
 from nsysmap.output.summarise import summarise
 from nsysmap.output.summary_text import render_summary
-from nsysmap.pipeline import analyse, analyse_file
+from nsysmap.pipeline import analyse, analyse_file, load_profile
 from nsysmap.report.answers import RunData
 from nsysmap.report.build import build_report
 from nsysmap.report.format import ms, pct, per
@@ -307,3 +308,33 @@ def test_attention_in_both_directions_needs_no_note_about_other_phases():
     assert answer["attention_phases"] == ["forward", "backward"]
     assert "optimizer" in answer["step_phases"]
     assert " hold" not in result.markdown
+
+
+@pytest.mark.corpus
+def test_nvfuser_ranges_are_not_pytorch_operator_ranges():
+    """nvFuser's C++ ranges on H100 (`KernelExecutor::runFusion`,
+    `ExecutorRunFusion::cuLaunchKernel`, `fusion_executor::allocations::allocateOutputs`)
+    were said to be PyTorch operator ranges; PyTorch's own names still are."""
+    profile = load_profile(corpus_path("nvfuser_gtest_hopper_matmul_h100.sqlite"))
+    analysis = analyse(profile, infer=False)
+    text = render_summary(analysis.summaries, {"backend": "nsys"})
+    said = next(line for line in text.splitlines() if line.startswith("Profile: "))
+    assert said.startswith("Profile: user ranges; no steps") and "PyTorch operator" not in said
+    assert "`emit_nvtx` (operator ranges)" in said
+    names = pl.Series(
+        [
+            "KernelExecutor::runFusion",
+            "ExecutorRunFusion::cuLaunchKernel",
+            "fusion_executor::allocations::allocateOutputs",
+            "ExecutionContext::execute",
+            "aten::addmm",
+            "aten::_to_copy",
+            "autograd::engine::evaluate_function: MmBackward0",
+            "torch::autograd::AccumulateGrad",
+            "fbgemm::permute_2D_sparse_data",
+            "FSDP::pre_forward (blocks.0)",
+            "MmBackward0",
+        ]
+    )
+    user = pl.select(is_user_range(pl.lit(names))).to_series().to_list()
+    assert user == [True] * 4 + [False] * 7

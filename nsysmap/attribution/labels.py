@@ -61,8 +61,16 @@ OPERATOR_CALL_FIELDS = rf"(?s){OPERATOR_CALL_START}.*$"
 # by_range paths write it as `*`, so that the ranges of every step group.
 STEP_NUMBER = r"\d+(\D*)$"
 # PyTorch's operator ranges once OPERATOR_CALL_FIELDS is removed: `aten::addmm`,
-# `autograd::engine::evaluate_function: BmmBackward0`, `BmmBackward0`.
-OPERATOR_RANGE = r"^(?:[A-Za-z_]\w*::|\w+Backward\d*$)"
+# `autograd::engine::evaluate_function: BmmBackward0`, `torch::autograd::AccumulateGrad`,
+# `fbgemm::permute_2D_sparse_data`, `BmmBackward0`, FSDP's `FSDP::pre_forward (...)`.
+# Namespaces are lowercase and an operator's own name snake_case (or a class's
+# CamelCase): a CamelCase namespace or a lowerCamelCase last name is a C++ function's
+# range of another library (nvFuser's `KernelExecutor::runFusion`,
+# `fusion_executor::allocations::allocateOutputs`; TensorRT's `ExecutionContext::execute`).
+OPERATOR_RANGE = (
+    r"^(?:FSDP::|(?:[a-z_]\w*::)+(?:[A-Z_]|[a-z0-9](?:[a-z0-9_]|[0-9_][A-Z]+)*"
+    r"(?:[^\w:]|:[^:]|$))|\w+Backward\d*$)"
+)
 # The ranges PyTorch's autograd engine opens around the nodes it runs (on nsys
 # exports with emit_nvtx and in torch.profiler traces alike): the engine's
 # `autograd::engine::evaluate_function: MmBackward0` (also for
