@@ -12,7 +12,7 @@ from nsysmap.report.build import build_report
 from nsysmap.report.format import ratio
 from nsysmap.report.io import read_run
 from tests.corpus import corpus_path
-from tests.frames import Frames
+from tests.frames import MS, Frames
 
 
 def _report(f: Frames):
@@ -134,3 +134,29 @@ def test_the_brief_does_not_call_a_copy_a_kernel():
         brief
     )
     assert "non-matmul kernels" not in brief
+
+
+def test_the_matmul_definition_says_which_convolution_kernels_count():
+    """cuDNN's direct backward engines (dgrad_engine, wgrad_alg0_engine) stay convolution
+    while implicit-GEMM convolutions are gemm: the definition line names both sides, and
+    the matmul time the report gives is that of the ones it says count."""
+    f = Frames()
+    f.range(1, "backward", 0, 40)
+    names = {
+        "void cudnn::detail::dgrad_engine<float, 128, 6, 7, 3, 3, 5, false>": 2,
+        "void cudnn::detail::wgrad_alg0_engine<float, 128, 6, 8, 3, 3, 5, false>": 3,
+        "void implicit_convolve_sgemm<float, float, 128, 5, 5, 3, 3, 3, 1, false>": 5,
+    }
+    for i, (name, dur) in enumerate(names.items()):
+        f.kernel(1, 1 + 10 * i, name, dur=dur)
+    result = _report(f)
+    share = result.answers["answers"]["matmul_share"]
+    assert share["scopes"]["step"]["matmul_time_ns"] == 5 * MS
+    line = next(
+        x
+        for x in _section(result.markdown, "Matrix multiplication's share of time").splitlines()
+        if x.startswith("Matrix multiplication = ")
+    )
+    counted, left = line.split("; a convolution's other kernels")
+    assert "implicit_convolve_sgemm" in counted and "dgrad_engine" not in counted
+    assert "dgrad_engine" in left and "wgrad_alg0_engine" in left and "not counted" in left

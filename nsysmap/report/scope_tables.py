@@ -34,8 +34,11 @@ SCOPE_LABELS = {
 MATMUL_CATEGORIES = ("gemm", "attention")
 # What the report counts as matrix multiplication, as its readers see it said.
 MATMUL_DEFINITION = (
-    "gemm kernels (convolutions run as implicit or explicit GEMMs among them) "
-    "plus fused attention kernels"
+    "gemm kernels (convolutions run as implicit or explicit GEMMs among them: cuDNN's"
+    " implicit_convolve_sgemm and scudnn kernels, xmma and CUTLASS implicit-GEMM fprop, dgrad"
+    " and wgrad kernels) plus fused attention kernels; a convolution's other kernels"
+    " (cuDNN's direct dgrad_engine and wgrad_alg0_engine, FFT and Winograd transforms,"
+    " im2col) are category convolution and not counted"
 )
 WARMUP = "warmup"  # ops.parquet's mark of warm-up work, left out of every scope
 ATTENTION_CLASS = r"(?i)attention|attn"
