@@ -42,6 +42,7 @@ def test_a_profile_without_nsysmaps_ranges_says_what_it_has_and_lacks():
         "`with_modules=True` (modules)."
     ]
     assert "Of all time" not in text
+    assert "\nShares below are of all GPU time, devices together.\n" in text  # their base
     assert "Top modules" not in text and "(none)" not in text  # only the null group
     assert "GPU time by phase" in text  # the phase is known
 

@@ -55,7 +55,10 @@ def render_summary(summaries: Summaries, meta: dict[str, str], *, top: int = TOP
     op_word = "operators" if cpu else "kernels"
     parts = [
         _header(summaries, meta, unit) + _notes(meta),
-        _coverage(summaries.coverage, unit) + "\n" + _contents(summaries, meta) + _closed(meta),
+        _coverage(summaries.coverage, unit)
+        + "\n"
+        + _contents(summaries, meta, unit)
+        + _closed(meta),
         _compilation(meta, unit, int(summaries.coverage["time_ns"].sum())),
         _section(f"{unit} by phase", summaries.by_phase, ["phase"], top, NO_PHASE),
         _section("Top modules", summaries.by_module, ["module", "module_class"], top, NO_MODULE),
@@ -135,9 +138,10 @@ def _compilation(meta: dict[str, str], unit: str, total: int) -> str:
     )
 
 
-def _contents(summaries: Summaries, meta: dict[str, str]) -> str:
+def _contents(summaries: Summaries, meta: dict[str, str], unit: str) -> str:
     """How much of the time has a step, a phase and a module; or, when the profile
-    lacks one of them, what it carries and how to get the rest (one line)."""
+    lacks one of them, what it carries and how to get the rest (one line); then what
+    the tables' shares are of."""
     shares = {}
     for label, table, key in (
         ("step", summaries.by_step, "step"),
@@ -164,7 +168,10 @@ def _contents(summaries: Summaries, meta: dict[str, str]) -> str:
     if "PyTorch operator ranges" not in kinds:
         how.append(_HOW["operators"])
     carried = ", ".join(has) if has else "no ranges"
-    return f"Profile: {carried}; no {', no '.join(lacks)}. To get them: {', '.join(how)}."
+    return (
+        f"Profile: {carried}; no {', no '.join(lacks)}. To get them: {', '.join(how)}.\n"
+        f"Shares below are of all {unit}, devices together."
+    )
 
 
 def _modules_without_stack(meta: dict[str, str]) -> bool:
