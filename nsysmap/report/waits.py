@@ -53,6 +53,10 @@ LEAD_KINDS = {
     "before_first": "came before the stream's first operation",
     "after_last": "came after the stream's last operation",
 }
+# The other kinds the sentence names too, when one holds this share of the idle time
+# (at most REST_KINDS of them, largest first): else its parts would not add up.
+REST = 0.05
+REST_KINDS = 2
 IDLE = [f"idle_{kind}_ns" for kind in WAIT_KINDS]
 IDLE_BEFORE = [f"idle_{kind}_ns" for kind in WAIT_INTERIOR]
 COST = ["ops", "launches", "launch_cpu_ns", "shorter_than_launch", "busy_ns", "idle_before_ns"]
@@ -251,12 +255,18 @@ def _stream_text(row: dict[str, Any]) -> str:
         f" {ms(row['idle_sync_ns'])}"
     )
     said = max(row["idle_launch_ns"], row["idle_sync_ns"])
-    kind = max(LEAD_KINDS, key=lambda k: row[f"idle_{k}_ns"])
-    if row[f"idle_{kind}_ns"] > said:
+    idle = row["idle_ns"]
+    rest = [k for k in LEAD_KINDS if row[f"idle_{k}_ns"] and row[f"idle_{k}_ns"] >= REST * idle]
+    rest.sort(key=lambda k: -row[f"idle_{k}_ns"])
+    if rest and row[f"idle_{rest[0]}_ns"] > said:
+        kind = rest.pop(0)
         text += (
             f"; the largest part, {ms(row[f'idle_{kind}_ns'])} ({pct(row[f'idle_{kind}_share'])}"
             f" of wall time), {LEAD_KINDS[kind]}"
         )
+    if rest[:REST_KINDS]:
+        parts = [f"{ms(row[f'idle_{k}_ns'])} {LEAD_KINDS[k]}" for k in rest[:REST_KINDS]]
+        text += "; besides, " + " and ".join(parts)
     return text
 
 
