@@ -73,7 +73,7 @@ def matmul_chart(f: Findings, c: Findings | None) -> Chart:
     return Chart(
         "matmul",
         "Matrix multiplication's share of time",
-        f"{rt.MATMUL_DEFINITION}, in each scope.",
+        f"In each scope, matrix multiplication = {rt.MATMUL_DEFINITION}.",
         {
             "data": data,
             "layout": layout(
