@@ -3,6 +3,8 @@ no claim the profile cannot make."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from nsysmap.flops.peaks import peak_tflops
@@ -10,6 +12,7 @@ from nsysmap.pipeline import analyse, analyse_file
 from nsysmap.report.answers import RunData
 from nsysmap.report.build import build_report
 from nsysmap.report.format import ratio
+from nsysmap.report.html.page import report_page
 from nsysmap.report.io import read_run
 from nsysmap.report.waits import waits_lead
 from tests.corpus import corpus_path
@@ -187,3 +190,16 @@ def test_the_waits_sentence_names_the_rest_of_the_idle_time_when_it_is_not_small
         " operation and 0.679 ms came after the stream's last operation."
     )
     assert "0.003 ms" not in text  # GPU latency, a sliver of the idle time
+
+
+def test_the_html_says_no_step_ranges_once():
+    """cs336 (phase ranges, no steps): the HTML's list of what the data cannot answer said
+    'No step ranges: ...' twice, the report's note and the charts' note; one note holds both."""
+    result = _report(_forward_only())
+    page = report_page(result.findings)
+    limits = page.split('<section class="limits">')[1].split("</section>")[0]
+    items = re.findall(r"<li>(.*?)</li>", limits)
+    said = [item for item in items if item.startswith("No step ranges")]
+    assert len(said) == 1
+    assert said[0].endswith("; phases over the whole run, no step-to-step spread.")
+    assert "per-step counts unknown" in said[0]

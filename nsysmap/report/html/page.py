@@ -145,9 +145,23 @@ def report_page(f: Findings, c: Findings | None = None) -> str:
     from nsysmap.report.html.charts import missing_charts, report_charts
 
     notes = [*f.notes, *(f"Compared run: {n}" for n in (c.notes if c else []))]
-    notes += missing_charts(f)
+    notes = merged_notes(notes, missing_charts(f))
     answers = brief(f.answers) if f.answers else None
     return page("nsysmap report", report_facts(f, c), notes, report_charts(f, c), answers=answers)
+
+
+def merged_notes(notes: list[str], more: list[str]) -> list[str]:
+    """`notes` then `more`, a note of `more` on the same subject as one of `notes` (the
+    words before ': ', such as 'No step ranges') told in that note, not once more."""
+    out = list(notes)
+    for note in more:
+        subject, _, rest = note.partition(": ")
+        same = next((i for i, n in enumerate(out) if rest and n.startswith(subject + ": ")), None)
+        if same is None:
+            out.append(note)
+        else:
+            out[same] = out[same].removesuffix(".") + "; " + rest
+    return out
 
 
 def write_page(text: str, target: Path) -> Path:
