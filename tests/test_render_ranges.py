@@ -185,3 +185,15 @@ def test_work_outside_every_phase_is_named_as_the_report_names_it():
     f.kernel(1, 20, "elementwise_kernel", dur=1)
     phases = _text(f).split("GPU time by phase")[1].split("\n\n")[0]
     assert "\n  (outside every phase)" in phases and "(none)" not in phases
+
+
+def test_the_top_kernels_title_says_when_it_lists_copies():
+    """vecAdd on a T4: the 'Top kernels' were two copies and one kernel; the title says
+    the table holds copies (and sets) too, and a table of kernels only is 'Top kernels'."""
+    f = Frames()
+    f.kernel(1, 1, "vecAdd", dur=1)
+    assert "\nTop kernels  " in _text(f)
+    f.kernel(1, 3, "[CUDA memcpy HtoD]", dur=2, kind="memcpy")
+    f.kernel(1, 6, "[CUDA memset]", dur=1, kind="memset")
+    text = _text(f)
+    assert "\nTop kernels, copies and memsets  " in text and "\nTop kernels  " not in text

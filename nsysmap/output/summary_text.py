@@ -24,6 +24,8 @@ MAX_LABEL = 72
 GENERIC_SHORT = r"^(?i:kernel\d*|device_kernel|enable_if)$"
 _QUALIFIED = r"((?:\w+::)*(?i:kernel\d*|device_kernel)<[^<>,(]*)([>,<(])"
 _NONE = "(none)"
+# The operations of by_kernel that are no kernels, as the table's title names them.
+_NOT_KERNELS = {"memcpy": "copies", "memset": "memsets", "graph": "CUDA graph replays"}
 # The row of operations without a phase or a module, named as the report names it.
 NO_PHASE = "(outside every phase)"
 NO_MODULE = "(no module)"
@@ -64,7 +66,10 @@ def render_summary(summaries: Summaries, meta: dict[str, str], *, top: int = TOP
         _section("Top modules", summaries.by_module, ["module", "module_class"], top, NO_MODULE),
         _ranges(summaries.by_range, top),
         _section(
-            f"Top {op_word}", _kernel_names(summaries.by_kernel), ["short_name", "category"], top
+            _kernels_title(summaries.by_kernel, op_word),
+            _kernel_names(summaries.by_kernel),
+            ["short_name", "category"],
+            top,
         ),
         _section("Categories", summaries.by_category, ["category"], top),
         graph_line(meta, int(summaries.coverage["time_ns"].sum())),
@@ -271,6 +276,13 @@ def _section(
     more = merged.height - top
     text = _grid(title, ["ops", "ms", "share"], rows)
     return text + (f"\n  ... {more} more" if more > 0 else "")
+
+
+def _kernels_title(by_kernel: pl.DataFrame, op_word: str) -> str:
+    """ "Top kernels", or what else the table lists (copies and sets are no kernels)."""
+    kinds = set(by_kernel["kind"].cast(pl.String).unique().to_list())
+    words = [op_word, *(word for kind, word in _NOT_KERNELS.items() if kind in kinds)]
+    return "Top " + (f"{', '.join(words[:-1])} and {words[-1]}" if len(words) > 1 else op_word)
 
 
 def _kernel_names(by_kernel: pl.DataFrame) -> pl.DataFrame:
