@@ -11,14 +11,19 @@ SHOWN = {
     "other_stream": "other streams",
     "latency": "GPU latency",
 }
-# ... and the rest of the idle time, listed when there is any: with them, busy and idle
-# add up to the stream's wall time (docs/waits.md).
+# ... and the rest of the idle time, listed when there is any to speak of: with them,
+# busy and idle add up to the stream's wall time (docs/waits.md).
 SHOWN_IF_ANY = {
     "unknown": "unknown",
     "before_first": "before its first operation",
     "after_last": "after its last",
 }
-WALL = "shares of the window from the device's first operation to its last"
+SLIVER = 0.0005  # ... when it holds this share of the wall time (0.1 % once rounded)
+# What the shares are of, with steps and without.
+WALL = {
+    True: "shares of the steps' windows, each from the device's first operation to its last",
+    False: "shares of the window from the device's first operation to its last",
+}
 
 
 def waits_line(stream_idle: pl.DataFrame) -> str:
@@ -40,7 +45,8 @@ def waits_line(stream_idle: pl.DataFrame) -> str:
     parts = []
     for r in busiest.sort("device_id").iter_rows(named=True):
         wall = r["wall_ns"] or 1
-        named = {**SHOWN, **{k: v for k, v in SHOWN_IF_ANY.items() if r[f"idle_{k}_ns"]}}
+        shown = {k: v for k, v in SHOWN_IF_ANY.items() if r[f"idle_{k}_ns"] >= SLIVER * wall}
+        named = {**SHOWN, **shown}
         idle = ", ".join(
             f"{name} {100 * r[f'idle_{k}_ns'] / wall:.1f}%" for k, name in named.items()
         )
@@ -48,4 +54,5 @@ def waits_line(stream_idle: pl.DataFrame) -> str:
             f"device {r['device_id']} stream {r['stream_id']} busy"
             f" {100 * r['busy_ns'] / wall:.1f}% of {r['wall_ns'] / 1e6:,.3f} ms; idle: {idle}"
         )
-    return f"Where the GPU waits ({where}, busiest stream; {WALL}): " + "; ".join(parts) + "."
+    base = WALL[bool(stepped.height)]
+    return f"Where the GPU waits ({where}, busiest stream; {base}): " + "; ".join(parts) + "."
