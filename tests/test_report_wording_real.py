@@ -338,3 +338,16 @@ def test_nvfuser_ranges_are_not_pytorch_operator_ranges():
     )
     user = pl.select(is_user_range(pl.lit(names))).to_series().to_list()
     assert user == [True] * 4 + [False] * 7
+
+
+@pytest.mark.corpus
+def test_one_steps_wall_time_is_the_steps_in_the_singular(tmp_path):
+    """DLRM rank 0 of 8 (one ProfilerStep): 'Over the steps' wall time (13.009 ms, first
+    start to last end per step and device)' spoke of several; one step is the step's."""
+    analyse_file(corpus_path("param_dlrm_ddp_rank0of8_nccl_alltoall_v100.pt.trace.json"), tmp_path)
+    result = build_report(read_run(tmp_path))
+    assert result.answers["run"]["steps"] == 1
+    rate = result.answers["answers"]["flop_rate"]
+    said = f"Over the step's wall time ({ms(rate['step_wall_ns'])}, first start to last end per"
+    assert said + " device): MFU " in result.markdown
+    assert "steps' wall time" not in result.markdown

@@ -43,11 +43,13 @@ def phases_section(doc: dict[str, Any]) -> list[str]:
     if answer["unknown"]:
         lines += [sentence(answer["unknown"]), ""]
     lines += [denominator(answer["time_ns"], answer["all_time_ns"], "phases"), ""]
-    return [*lines, *_utilisation(doc["answers"]["flop_rate"]), *table(header, rows)]
+    utilisation = _utilisation(doc["answers"]["flop_rate"], doc["run"].get("steps"))
+    return [*lines, *utilisation, *table(header, rows)]
 
 
-def _utilisation(rate: dict[str, Any]) -> list[str]:
-    """Totals: FLOPs, achieved rate and MFU over their time and over the steps' wall time."""
+def _utilisation(rate: dict[str, Any], steps: int | None) -> list[str]:
+    """Totals: FLOPs, achieved rate and MFU over their time and over the steps' wall time
+    (the step's, when there is one)."""
     if rate["unknown"]:
         return []
     lines = [
@@ -56,9 +58,11 @@ def _utilisation(rate: dict[str, Any]) -> list[str]:
         f"{num(rate['tflops_per_s'], 3)} TFLOP/s, MFU {pct(rate['mfu'])}.",
     ]
     if rate["step_wall_ns"]:
+        whose = "the step's" if steps == 1 else "the steps'"
+        per = "per device" if steps == 1 else "per step and device"
         lines.append(
-            f"Over the steps' wall time ({ms(rate['step_wall_ns'])}, first start to last end "
-            f"per step and device): MFU {pct(rate['mfu_step_wall'])}."
+            f"Over {whose} wall time ({ms(rate['step_wall_ns'])}, first start to last end "
+            f"{per}): MFU {pct(rate['mfu_step_wall'])}."
         )
     return [*lines, ""]
 
