@@ -176,8 +176,10 @@ def waits_section(answer: dict[str, Any]) -> list[str]:
     lines += [waits_lead(answer), ""]
     lines += _stream_table(answer)
     lines += ["Per phase: the GPU time of its operations and the idle time just before them"
-              " (the gaps they ended), by kind of wait; the launch-bound share is of the"
-              " GPU time and idle time together.", ""]  # fmt: skip
+              " (the gaps they ended), by kind of wait; the rest of the idle time before"
+              " them was GPU latency, of unknown cause, or before their stream's first"
+              " operation. The launch-bound share is of the GPU time and idle time"
+              " together.", ""]  # fmt: skip
     lines += _cost_table(answer["phases"], ["phase"])
     if answer["modules"]:
         lines += [f"The modules the GPU waited for most (top {answer['module_rows']}):", ""]
