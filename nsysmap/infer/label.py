@@ -35,6 +35,10 @@ REGIONS = ("prefix", "block", "between", "suffix")
 _PREFIX, _BLOCK, _BETWEEN, _SUFFIX = range(len(REGIONS))
 # Categories whose kernel the library picks per shape: matched on the category alone.
 BY_CATEGORY = ("gemm", "attention", "convolution")
+# Kernels of a neural network: without any, a repeated motif is no forward pass (a CUDA
+# sample launching vecAdd over and over repeats, nothing more).
+NETWORK: tuple[str, ...] = ("gemm", "attention", "convolution", "normalization", "softmax")
+NETWORK += ("routing", "optimizer")
 # Kernels that only a backward pass launches.
 BACKWARD_KERNEL = r"(?i)backward|_bwd|bwd_|dgrad|wgrad"
 # A second motif is a backward one when this share of it runs on another launching thread.
@@ -51,6 +55,7 @@ class Found:
     regions: tuple[Region, ...]  # in the most common pass
     backward: bool = False  # a mirrored motif with backward evidence was found
     confidence: float = 0.0  # share of the sequence's kernels explained by repetition
+    network: bool = True  # a neural network's kernels (else repeats are no forward pass)
 
 
 @dataclass(frozen=True)
@@ -108,11 +113,12 @@ def _label_sequence(seq: pl.DataFrame) -> tuple[pl.DataFrame, Found]:
     main = (seq["stream_id"] == seq["stream_id"].mode().sort()[0]).to_numpy()
     on_main = np.flatnonzero(main)
     order = seq["order_ns"].to_numpy()[on_main]
-    steps_main, period = passes(codes[on_main], np.diff(order, prepend=order[:1]))
-    last = np.maximum.accumulate(np.where(main, np.cumsum(main) - 1, -1)).clip(min=0)
-    steps = steps_main[last]
     special = _special_phases(seq)
     backish = seq["name"].fill_null("").str.contains(BACKWARD_KERNEL).to_numpy()
+    gaps = np.diff(order, prepend=order[:1])
+    steps_main, period = passes(codes[on_main], gaps, special[on_main] == _OPT)
+    last = np.maximum.accumulate(np.where(main, np.cumsum(main) - 1, -1)).clip(min=0)
+    steps = steps_main[last]
     tid = seq["tid"].fill_null(-1).to_numpy()
     n = codes.size
     phase, block, part = (np.full(n, v, np.int64) for v in (_OTHER, -1, -1))
@@ -134,6 +140,9 @@ def _label_sequence(seq: pl.DataFrame) -> tuple[pl.DataFrame, Found]:
         backward |= done.backward
     modal = labelled[max(counts, key=counts.__getitem__)].regions
     confidence = _confidence(codes, steps, block, explained)
+    network = bool(seq["category"].is_in(NETWORK).any())
+    if not network:  # repeats, but of no forward pass
+        phase[phase == _FWD] = _OTHER
     frame = seq.select("op_id", "device_id").with_columns(
         inferred_step=pl.Series(steps),
         inferred_phase=_named(phase, PHASES),
@@ -143,7 +152,8 @@ def _label_sequence(seq: pl.DataFrame) -> tuple[pl.DataFrame, Found]:
         inferred_confidence=pl.Series(confidence),
     )
     sure = float(confidence.mean()) if n else 0.0
-    what = Found(seq["device_id"][0], int(steps[-1]) + 1, period, modal, backward, sure)
+    device = seq["device_id"][0]
+    what = Found(device, int(steps[-1]) + 1, period, modal, backward, sure, network)
     return frame, what
 
 

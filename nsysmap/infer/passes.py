@@ -11,7 +11,11 @@ Two ways, the first that finds something wins:
    those of at least half the most repeats, each mark a pass; consecutive
    passes split at the longest launch gap between their stacks. (Exact: an
    inserted kernel would join two passes' stacks as readily as it bridges
-   noise.)
+   noise.) When one copy of the motif is itself a pass, each copy is one:
+   it is mostly one stack of blocks (two forward passes back to back), or
+   it holds an optimizer kernel (no block of a model launches one, so the
+   motif is a whole training step repeated, as a CNN's steps are; a
+   backward kernel is no such sign: backward blocks launch them).
 
 Otherwise the sequence is one pass.
 """
@@ -34,24 +38,33 @@ from nsysmap.infer.motif import (
 PASS_STACK_SHARE = 0.5
 
 
-def passes(codes: np.ndarray, gaps_ns: np.ndarray) -> tuple[np.ndarray, int | None]:
-    """Pass index per position (0, 1, ...), and the step period when host gaps gave it."""
+def passes(
+    codes: np.ndarray, gaps_ns: np.ndarray, step_work: np.ndarray | None = None
+) -> tuple[np.ndarray, int | None]:
+    """Pass index per position (0, 1, ...), and the step period when host gaps gave it.
+
+    `step_work`: per position, whether the kernel is one only a training step
+    launches outside its blocks (an optimizer kernel).
+    """
     periodic = step_period(codes, gaps_ns)
     if periodic is not None:
         _, anchor, _, least_gap = periodic
         starts = (codes == anchor) & (gaps_ns >= 0.5 * least_gap)
         starts[0] = False
         return np.cumsum(starts).astype(np.int64), periodic[0]
-    return _by_stacks(codes, gaps_ns), None
+    work = np.zeros(codes.size, bool) if step_work is None else step_work
+    return _by_stacks(codes, gaps_ns, work), None
 
 
-def _by_stacks(codes: np.ndarray, gaps_ns: np.ndarray) -> np.ndarray:
+def _by_stacks(codes: np.ndarray, gaps_ns: np.ndarray, step_work: np.ndarray) -> np.ndarray:
     found = best_stacks(codes, np.ones(codes.size, bool), tolerant=False)
     if not found:
         return np.zeros(codes.size, np.int64)
     lag = found[0].length
-    if _holds_blocks(codes, max(found, key=lambda r: r.end - r.start)):
-        # The motif is a whole pass (two training steps back to back): each repeat is one.
+    top = max(found, key=lambda r: r.end - r.start)
+    if step_work[top.start : top.start + lag].any() or _holds_blocks(codes, top):
+        # The motif is a whole pass (two passes back to back, a training step): each
+        # repeat is one.
         inner = [r.start + k * lag for r in found for k in range(1, r.repeats)]
         between = [_cut(gaps_ns, a.end, b.start) for a, b in itertools.pairwise(found)]
         cuts = np.sort(np.array(inner + between, np.int64))

@@ -1,0 +1,115 @@
+"""Inference of whole training steps repeated, and of repeats that are no network at all.
+
+A CNN's training step has few repeated blocks; repeated back to back without
+long host gaps, the whole step is the motif that covers most. An optimizer
+kernel in one copy of it says the copy is a step (a pass), not a block.
+A sequence without any network kernel (a CUDA sample launching vecAdd over
+and over) repeats, but has no forward pass.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import polars as pl
+import pytest
+
+from nsysmap.infer.passes import passes
+from nsysmap.infer.summary import infer_ops
+from nsysmap.pipeline import analyse, load_profile
+from tests.corpus import corpus_path
+from tests.test_infer import TRUE_PHASE, _hidden, _share
+from tests.test_infer_noise import _ops
+
+FORWARD = [("convolution", "conv"), ("normalization", "bn_fw"), ("elementwise", "relu")]
+BACKWARD = [("elementwise", "relu_bwd"), ("normalization", "bn_bw"), ("convolution", "dgrad")]
+BACKWARD += [("convolution", "wgrad")]
+
+
+def _steps(steps: int, blocks: int, optimizer: bool, seed: int = 0) -> pl.DataFrame:
+    """`steps` training steps back to back, no long host gap between them: a stem,
+    `blocks` forward blocks on thread 1, their backward on thread 2 (autograd's),
+    then (with `optimizer`) an optimizer kernel on thread 1. Launch gaps vary at random."""
+    rnd = random.Random(seed)
+    rows, tids, t = [], [], 0
+    stem = [("convolution", "stem"), ("elementwise", "pool")]
+    head = [("gemm", "fc"), ("softmax", "loss")]
+    for _ in range(steps):
+        plan = [(k, 1) for k in stem + FORWARD * blocks + head]
+        plan += [(k, 2) for k in BACKWARD * blocks + [("elementwise", "fc_bwd")]]
+        plan += [(("optimizer", "multi_tensor_apply_kernel"), 1)] if optimizer else []
+        plan += [(("elementwise", "fill"), 1)]  # zero_grad
+        for (category, short), tid in plan:
+            rows.append((t, category, short, f"void {short}<float>()", 7, None))
+            tids.append(tid)
+            t += rnd.randrange(1_000, 30_000)
+    return _ops(rows).with_columns(tid=pl.Series(tids, dtype=pl.Int64))
+
+
+def test_a_repeated_motif_holding_an_optimizer_kernel_is_a_pass_each_time():
+    """Mechanism: whole steps repeat exactly, without long host gaps; with an optimizer
+    kernel in each, every copy is a pass (with a backward), never a block."""
+    inferred = infer_ops(_steps(5, 3, optimizer=True))
+    (found,) = inferred.found
+    assert found.steps == 5
+    assert found.backward
+    labels = inferred.labels
+    assert labels["inferred_step"].n_unique() == 5
+    assert set(labels["inferred_phase"]) >= {"forward", "backward", "optimizer"}
+    # The same steps without an optimizer kernel: nothing says a copy is a step.
+    assert infer_ops(_steps(5, 3, optimizer=False)).found[0].steps == 1
+
+
+def test_passes_take_the_optimizer_evidence_per_position():
+    # A stem, two blocks, a head, backward, optimizer (8) and zero_grad, four times.
+    codes = np.array(([1, 2, 10, 11, 12] + [3, 4, 5] * 2 + [6, 7, 13, 14, 8, 9]) * 4)
+    gaps = np.full(codes.size, 1_000)
+    optimizer = codes == 8
+    steps, period = passes(codes, gaps, optimizer)
+    assert period is None  # no host gap marks them
+    assert np.array_equal(np.bincount(steps), [codes.size // 4] * 4)
+    assert passes(codes, gaps)[0].max() == 0
+
+
+@pytest.mark.corpus
+def test_ddp_resnet_steps_come_out_as_passes_with_their_phases():
+    """The DDP ResNet trace (torch.profiler, five training steps, each repeated whole and
+    separated by irregular host gaps), its ranges hidden: five passes, one to one with
+    the five measured steps, forward, backward and optimizer; no step taken for a block."""
+    ops = analyse(load_profile(corpus_path("hta_ddp_ns_resolution_rank0_v100.json.gz")))
+    ops = ops.ops
+    inferred = infer_ops(_hidden(ops))
+    (found,) = inferred.found
+    assert found.steps == 5 and found.backward
+    assert all(r.length < 1000 for r in found.regions)  # a step has ~1,200 kernels
+    joined = ops.join(inferred.labels, on=["op_id", "device_id"])
+    pairs = joined.group_by("step", "inferred_step").len()
+    assert pairs.height == pairs["step"].n_unique() == pairs["inferred_step"].n_unique() == 5
+    true_phase = pl.col("phase").replace_strict(TRUE_PHASE, default=None)
+    agree = _share(joined, true_phase == pl.col("inferred_phase"), true_phase.is_not_null())
+    assert agree >= 0.95
+
+
+def _no_network(rows: int) -> pl.DataFrame:
+    """A CUDA sample: copy in, copy in, vecAdd, copy out, over and over."""
+    plan = [("memcpy", "[CUDA memcpy HtoD]")] * 2 + [("other", "vecAdd")]
+    plan += [("memcpy", "[CUDA memcpy DtoH]")]
+    return _ops([(i * 1_000, *plan[i % 4], plan[i % 4][1], 7, None) for i in range(rows)])
+
+
+def test_repeats_without_network_kernels_are_not_called_forward():
+    inferred = infer_ops(_no_network(400))
+    (found,) = inferred.found
+    assert not found.network
+    assert "forward" not in set(inferred.labels["inferred_phase"])
+    line = inferred.lines()[0]
+    assert "repeats of 4 kernels" in line and "forward" not in line and "block" not in line
+
+
+@pytest.mark.corpus
+def test_the_vecadd_sample_repeats_and_has_no_forward():
+    ops = analyse(load_profile(corpus_path("vecadd_streams_t4_gpu4.sqlite"))).ops
+    inferred = infer_ops(ops)
+    assert "forward" not in set(inferred.labels["inferred_phase"])
+    assert all("forward" not in line and "repeats of" in line for line in inferred.lines())
