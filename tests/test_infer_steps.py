@@ -16,7 +16,7 @@ import polars as pl
 import pytest
 
 from nsysmap.infer.passes import passes
-from nsysmap.infer.summary import infer_ops
+from nsysmap.infer.summary import LAYER_INDEX, infer_ops
 from nsysmap.pipeline import analyse, load_profile
 from tests.corpus import corpus_path
 from tests.test_infer import TRUE_PHASE, _hidden, _share
@@ -113,3 +113,75 @@ def test_the_vecadd_sample_repeats_and_has_no_forward():
     inferred = infer_ops(ops)
     assert "forward" not in set(inferred.labels["inferred_phase"])
     assert all("forward" not in line and "repeats of" in line for line in inferred.lines())
+
+
+LAYER = [("normalization", "layer_norm"), ("gemm", "qkv"), ("softmax", "softmax_fw")]
+LAYER += [("gemm", "proj"), ("elementwise", "add"), ("gemm", "router"), ("sort", "topk")]
+AFTER_SYNC = [("elementwise", "cat_copy"), ("gemm", "expert_up"), ("elementwise", "gelu")]
+AFTER_SYNC += [("gemm", "expert_down"), ("reduction", "reduce"), ("elementwise", "add")]
+DTOH = ("memcpy", "[CUDA memcpy DtoH]")
+
+
+def _host_waits(passes_: int, layers: int, in_layer: bool, copy: bool = True) -> pl.DataFrame:
+    """`passes_` forward passes of `layers` layers; the host waits 30 ms for a device-to-host
+    copy (`copy`) in every layer (`in_layer`: a mixture of experts reading its routing)
+    or once at the end of each pass (a decoding step reading its token)."""
+    rows, t = [], 0
+    wait = [DTOH] if copy else []
+    for _ in range(passes_):
+        plan = [(("elementwise", "embedding"), None)]
+        for layer in range(layers):
+            plan += [(k, layer) for k in LAYER + (wait if in_layer else [])]
+            plan += [(("wait", ""), None)] if in_layer else []
+            plan += [(k, layer) for k in AFTER_SYNC]
+        plan += [(("gemm", "lm_head"), None)] + [(k, None) for k in wait]
+        plan += [(("wait", ""), None)]
+        for (category, short), layer in plan:
+            if category == "wait":
+                t += 30_000_000
+                continue
+            rows.append((t, category, short, f"void {short}<float>()", 7, layer))
+            t += 5_000
+    return _ops(rows)
+
+
+def test_host_waits_inside_every_layer_are_no_pass_boundaries():
+    """Mechanism: a device-to-host copy, then a long host gap, inside every layer (and
+    no optimizer kernel, no stack of blocks between two gaps): the gaps are the host
+    reading the GPU's routing, not passes; one pass of as many blocks as layers."""
+    ops = _host_waits(1, 8, in_layer=True)
+    inferred = infer_ops(ops)
+    (found,) = inferred.found
+    assert found.steps == 1 and found.period is None
+    joined = ops.join(inferred.labels, on=["op_id", "device_id"])
+    assert joined["inferred_block"].drop_nulls().n_unique() == 8
+    layer = pl.col("layer").is_not_null()
+    assert _share(joined, pl.col("layer") == pl.col("inferred_block"), layer) >= 0.9
+    # The same gaps without the copy before them still mark passes.
+    assert infer_ops(_host_waits(1, 8, in_layer=True, copy=False)).found[0].steps >= 8
+
+
+def test_host_waits_between_passes_of_blocks_stay_pass_boundaries():
+    """A decoding loop reads each token back (a copy, then a long gap) after a whole
+    stack of layers: those gaps are passes."""
+    inferred = infer_ops(_host_waits(4, 6, in_layer=False))
+    (found,) = inferred.found
+    assert found.steps == 4 and found.period is not None
+    assert inferred.labels["inferred_block"].drop_nulls().n_unique() == 6
+
+
+@pytest.mark.corpus
+def test_switch_transformer_layers_are_blocks_not_passes():
+    """The Switch-Transformer forward (torch.profiler, 10 `SwitchTransformerBlock_N`, each
+    reading its routing back to the host), modules hidden: one pass of 10 blocks that
+    agree with the modules for at least 90 % of their time, 80 % of the time placed."""
+    name = "switchtransformer_moe_fwd_with_modules_a100.json"
+    ops = analyse(load_profile(corpus_path(name))).ops
+    inferred = infer_ops(_hidden(ops))
+    (found,) = inferred.found
+    assert found.steps == 1 and not found.backward
+    joined = ops.join(inferred.labels, on=["op_id", "device_id"])
+    assert joined["inferred_block"].drop_nulls().n_unique() == 10
+    layer = pl.col("module").str.extract(LAYER_INDEX).cast(pl.Int64)
+    assert _share(joined, layer == pl.col("inferred_block"), layer.is_not_null()) >= 0.9
+    assert _share(joined, pl.col("inferred_region").is_not_null(), pl.lit(True)) >= 0.8

@@ -39,6 +39,8 @@ BY_CATEGORY = ("gemm", "attention", "convolution")
 # sample launching vecAdd over and over repeats, nothing more).
 NETWORK: tuple[str, ...] = ("gemm", "attention", "convolution", "normalization", "softmax")
 NETWORK += ("routing", "optimizer")
+# A device-to-host copy (nsys: `[CUDA memcpy DtoH]`; torch.profiler: `Memcpy DtoH`).
+DEVICE_TO_HOST = r"DtoH|Device -> Host"
 # Kernels that only a backward pass launches.
 BACKWARD_KERNEL = r"(?i)backward|_bwd|bwd_|dgrad|wgrad"
 # A second motif is a backward one when this share of it runs on another launching thread.
@@ -116,7 +118,9 @@ def _label_sequence(seq: pl.DataFrame) -> tuple[pl.DataFrame, Found]:
     special = _special_phases(seq)
     backish = seq["name"].fill_null("").str.contains(BACKWARD_KERNEL).to_numpy()
     gaps = np.diff(order, prepend=order[:1])
-    steps_main, period = passes(codes[on_main], gaps, special[on_main] == _OPT)
+    steps_main, period = passes(
+        codes[on_main], gaps, special[on_main] == _OPT, _synced(seq, on_main)
+    )
     last = np.maximum.accumulate(np.where(main, np.cumsum(main) - 1, -1)).clip(min=0)
     steps = steps_main[last]
     tid = seq["tid"].fill_null(-1).to_numpy()
@@ -162,6 +166,16 @@ def _named(index: np.ndarray, names: tuple[str, ...]) -> pl.Series:
     return pl.Series(index).replace_strict(
         dict(enumerate(names)), default=None, return_dtype=pl.String
     )
+
+
+def _synced(seq: pl.DataFrame, on_main: np.ndarray) -> np.ndarray:
+    """Per main-stream kernel: whether a device-to-host copy was launched since the
+    previous main-stream kernel (itself included)."""
+    copy = (seq["kind"].cast(pl.String) == "memcpy") & seq["name"].str.contains(DEVICE_TO_HOST)
+    count = np.concatenate(([0], np.cumsum(copy.fill_null(False).to_numpy())))
+    since = count[on_main] - count[np.concatenate(([0], on_main[:-1]))]
+    synced: np.ndarray = since > 0
+    return synced
 
 
 def _special_phases(seq: pl.DataFrame) -> np.ndarray:

@@ -28,7 +28,6 @@ import numpy as np
 
 from nsysmap.infer.motif import (
     MIN_PERIOD_SCORE,
-    Region,
     best_stacks,
     lag_score,
     step_period,
@@ -39,21 +38,41 @@ PASS_STACK_SHARE = 0.5
 
 
 def passes(
-    codes: np.ndarray, gaps_ns: np.ndarray, step_work: np.ndarray | None = None
+    codes: np.ndarray,
+    gaps_ns: np.ndarray,
+    step_work: np.ndarray | None = None,
+    synced: np.ndarray | None = None,
 ) -> tuple[np.ndarray, int | None]:
     """Pass index per position (0, 1, ...), and the step period when host gaps gave it.
 
     `step_work`: per position, whether the kernel is one only a training step
-    launches outside its blocks (an optimizer kernel).
+    launches outside its blocks (an optimizer kernel). `synced`: whether a
+    device-to-host copy was launched just before the kernel (the host waited
+    for a result of the GPU).
     """
+    work = np.zeros(codes.size, bool) if step_work is None else step_work
     periodic = step_period(codes, gaps_ns)
     if periodic is not None:
         _, anchor, _, least_gap = periodic
         starts = (codes == anchor) & (gaps_ns >= 0.5 * least_gap)
         starts[0] = False
-        return np.cumsum(starts).astype(np.int64), periodic[0]
-    work = np.zeros(codes.size, bool) if step_work is None else step_work
+        if not _synced_layers(codes, np.flatnonzero(starts), work, synced):
+            return np.cumsum(starts).astype(np.int64), periodic[0]
     return _by_stacks(codes, gaps_ns, work), None
+
+
+def _synced_layers(
+    codes: np.ndarray, starts: np.ndarray, work: np.ndarray, synced: np.ndarray | None
+) -> bool:
+    """Whether the periods that host gaps mark are layers that wait for the GPU, not
+    passes: most gaps follow a device-to-host copy (a mixture of experts reading its
+    routing), no optimizer kernel, and a period holds no stack of blocks of its own
+    (each token of a model's decoding does)."""
+    if synced is None or starts.size < 2 or work.any():
+        return False
+    if synced[starts].mean() < 0.5:
+        return False
+    return not _holds_blocks(codes[starts[0] : starts[1]])
 
 
 def _by_stacks(codes: np.ndarray, gaps_ns: np.ndarray, step_work: np.ndarray) -> np.ndarray:
@@ -62,7 +81,8 @@ def _by_stacks(codes: np.ndarray, gaps_ns: np.ndarray, step_work: np.ndarray) ->
         return np.zeros(codes.size, np.int64)
     lag = found[0].length
     top = max(found, key=lambda r: r.end - r.start)
-    if step_work[top.start : top.start + lag].any() or _holds_blocks(codes, top):
+    one = codes[top.start : top.start + lag]
+    if step_work[top.start : top.start + lag].any() or _holds_blocks(one):
         # The motif is a whole pass (two passes back to back, a training step): each
         # repeat is one.
         inner = [r.start + k * lag for r in found for k in range(1, r.repeats)]
@@ -90,9 +110,8 @@ def _by_stacks(codes: np.ndarray, gaps_ns: np.ndarray, step_work: np.ndarray) ->
     return np.searchsorted(cuts, np.arange(codes.size), side="right").astype(np.int64)
 
 
-def _holds_blocks(codes: np.ndarray, stack: Region) -> bool:
-    """Whether one repeat of the stack's motif is itself mostly one stack of blocks."""
-    one = codes[stack.start : stack.start + stack.length]
+def _holds_blocks(one: np.ndarray) -> bool:
+    """Whether one pass (one repeat of a motif) is itself mostly one stack of blocks."""
     inner = best_stacks(one, np.ones(one.size, bool), tolerant=False, whole=False)
     return 2 * max((r.end - r.start for r in inner), default=0) >= one.size
 
