@@ -170,7 +170,7 @@ def _named(index: np.ndarray, names: tuple[str, ...]) -> pl.Series:
 
 def _synced(seq: pl.DataFrame, on_main: np.ndarray) -> np.ndarray:
     """Per main-stream kernel: whether a device-to-host copy was launched since the
-    previous main-stream kernel (itself included)."""
+    previous main-stream kernel (that one included, this one not)."""
     copy = (seq["kind"].cast(pl.String) == "memcpy") & seq["name"].str.contains(DEVICE_TO_HOST)
     count = np.concatenate(([0], np.cumsum(copy.fill_null(False).to_numpy())))
     since = count[on_main] - count[np.concatenate(([0], on_main[:-1]))]
@@ -222,7 +222,9 @@ def _label_main(
 ) -> _Pass:
     """Phase (forward, backward, other), block, part and region per position of one stream."""
     n = codes.size
-    regions = tuple(motif_regions(codes))
+    # A block is launched by one thread: the same kernel launched by autograd's thread is
+    # another (a forward motif never runs on into the backward pass).
+    regions = tuple(motif_regions(codes * 2 + other))
     backward = len(regions) == 2 and _backward_evidence(regions[1], backish, other, special)
     if len(regions) == 2 and not backward:
         regions = regions[:1]  # no evidence of a backward pass: no invented one
