@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from nsysmap.infer.passes import passes
+from nsysmap.infer.passes import Evidence, passes
 from nsysmap.infer.summary import LAYER_INDEX, infer_ops
 from nsysmap.pipeline import analyse, load_profile
 from tests.corpus import corpus_path
@@ -27,10 +27,13 @@ BACKWARD = [("elementwise", "relu_bwd"), ("normalization", "bn_bw"), ("convoluti
 BACKWARD += [("convolution", "wgrad")]
 
 
-def _steps(steps: int, blocks: int, optimizer: bool, seed: int = 0) -> pl.DataFrame:
+def _steps(
+    steps: int, blocks: int, optimizer: bool, tail: bool = True, seed: int = 0
+) -> pl.DataFrame:
     """`steps` training steps back to back, no long host gap between them: a stem,
     `blocks` forward blocks on thread 1, their backward on thread 2 (autograd's),
-    then (with `optimizer`) an optimizer kernel on thread 1. Launch gaps vary at random."""
+    then (with `optimizer`) an optimizer kernel on thread 1; with `tail`, a kernel of
+    other work after the last step. Launch gaps vary at random."""
     rnd = random.Random(seed)
     rows, tids, t = [], [], 0
     stem = [("convolution", "stem"), ("elementwise", "pool")]
@@ -44,6 +47,9 @@ def _steps(steps: int, blocks: int, optimizer: bool, seed: int = 0) -> pl.DataFr
             rows.append((t, category, short, f"void {short}<float>()", 7, None))
             tids.append(tid)
             t += rnd.randrange(1_000, 30_000)
+    if tail:
+        rows.append((t, "reduction", "metric", "void metric<float>()", 7, None))
+        tids.append(1)
     return _ops(rows).with_columns(tid=pl.Series(tids, dtype=pl.Int64))
 
 
@@ -61,12 +67,18 @@ def test_a_repeated_motif_holding_an_optimizer_kernel_is_a_pass_each_time():
     assert infer_ops(_steps(5, 3, optimizer=False)).found[0].steps == 1
 
 
+def test_passes_back_to_back_that_end_the_sequence_are_passes():
+    """Mechanism: the only stack runs to the end of the sequence (no head after it, as a
+    model's blocks have): its copies are passes (a warm-up and a measured pass)."""
+    assert infer_ops(_steps(2, 3, optimizer=False, tail=False)).found[0].steps == 2
+
+
 def test_passes_take_the_optimizer_evidence_per_position():
     # A stem, two blocks, a head, backward, optimizer (8) and zero_grad, four times.
     codes = np.array(([1, 2, 10, 11, 12] + [3, 4, 5] * 2 + [6, 7, 13, 14, 8, 9]) * 4)
     gaps = np.full(codes.size, 1_000)
     optimizer = codes == 8
-    steps, period = passes(codes, gaps, optimizer)
+    steps, period = passes(codes, gaps, Evidence(optimizer))
     assert period is None  # no host gap marks them
     assert np.array_equal(np.bincount(steps), [codes.size // 4] * 4)
     assert passes(codes, gaps)[0].max() == 0
@@ -245,3 +257,19 @@ def test_gpt2_training_step_gets_its_two_blocks():
     true_phase = pl.col("phase").replace_strict(TRUE_PHASE, default=None)
     agree = _share(joined, true_phase == pl.col("inferred_phase"), true_phase.is_not_null())
     assert agree >= 0.95
+
+
+@pytest.mark.corpus
+def test_alexnet_warmup_and_measured_pass_are_two_passes():
+    """The AlexNet benchmark (torch.profiler, a warm-up and a measured forward pass back
+    to back, each in its own `...|warmup|forward` / `...|measure|forward` range), ranges
+    hidden: two passes, each the whole of one range, no backward."""
+    name = "hta_param_alexnet_warmup_measure_annotations_a100.json.gz"
+    ops = analyse(load_profile(corpus_path(name))).ops
+    inferred = infer_ops(_hidden(ops))
+    (found,) = inferred.found
+    assert found.steps == 2 and not found.backward
+    which = pl.col("range_path").str.extract(r"\|(warmup|measure)\|forward\]")
+    joined = ops.join(inferred.labels, on=["op_id", "device_id"]).with_columns(which=which)
+    pairs = joined.filter(pl.col("which").is_not_null()).group_by("which", "inferred_step").len()
+    assert pairs.height == 2 and set(pairs["inferred_step"]) == {0, 1}

@@ -23,7 +23,7 @@ import polars as pl
 
 from instrument.phase_vocabulary import INFERRED_PHASES
 from nsysmap.infer.motif import Region, block_index, motif_regions, recurs
-from nsysmap.infer.passes import passes
+from nsysmap.infer.passes import Evidence, passes
 from nsysmap.schemas import INFERRED
 
 # forward, backward, optimizer, data, other (instrument/phase_vocabulary.py)
@@ -118,9 +118,8 @@ def _label_sequence(seq: pl.DataFrame) -> tuple[pl.DataFrame, Found]:
     special = _special_phases(seq)
     backish = seq["name"].fill_null("").str.contains(BACKWARD_KERNEL).to_numpy()
     gaps = np.diff(order, prepend=order[:1])
-    steps_main, period = passes(
-        codes[on_main], gaps, special[on_main] == _OPT, _synced(seq, on_main)
-    )
+    network = bool(seq["category"].is_in(NETWORK).any())
+    steps_main, period = passes(codes[on_main], gaps, _evidence(seq, special, on_main, network))
     last = np.maximum.accumulate(np.where(main, np.cumsum(main) - 1, -1)).clip(min=0)
     steps = steps_main[last]
     tid = seq["tid"].fill_null(-1).to_numpy()
@@ -144,7 +143,6 @@ def _label_sequence(seq: pl.DataFrame) -> tuple[pl.DataFrame, Found]:
         backward |= done.backward
     modal = labelled[max(counts, key=counts.__getitem__)].regions
     confidence = _confidence(codes, steps, block, explained)
-    network = bool(seq["category"].is_in(NETWORK).any())
     if not network:  # repeats, but of no forward pass
         phase[phase == _FWD] = _OTHER
     frame = seq.select("op_id", "device_id").with_columns(
@@ -166,6 +164,14 @@ def _named(index: np.ndarray, names: tuple[str, ...]) -> pl.Series:
     return pl.Series(index).replace_strict(
         dict(enumerate(names)), default=None, return_dtype=pl.String
     )
+
+
+def _evidence(
+    seq: pl.DataFrame, special: np.ndarray, on_main: np.ndarray, network: bool
+) -> Evidence:
+    """What the main stream's ops say about passes beyond their codes."""
+    data = special[on_main] == _DATA
+    return Evidence(special[on_main] == _OPT, _synced(seq, on_main), data if network else None)
 
 
 def _synced(seq: pl.DataFrame, on_main: np.ndarray) -> np.ndarray:
