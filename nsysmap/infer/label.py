@@ -131,8 +131,7 @@ def _label_sequence(seq: pl.DataFrame) -> tuple[pl.DataFrame, Found]:
     counts: dict[bytes, int] = {}
     backward = False
     for lo, hi in itertools.pairwise(bounds):
-        # The thread that launched the pass's first kernel is its forward thread.
-        parts = (codes[lo:hi], special[lo:hi], main[lo:hi], backish[lo:hi], tid[lo:hi] != tid[lo])
+        parts = (codes[lo:hi], special[lo:hi], main[lo:hi], backish[lo:hi], _other(tid[lo:hi]))
         key = b"|".join(a.tobytes() for a in parts)
         if key not in labelled:
             labelled[key] = _label_pass(*parts)
@@ -157,6 +156,17 @@ def _label_sequence(seq: pl.DataFrame) -> tuple[pl.DataFrame, Found]:
     device = seq["device_id"][0]
     what = Found(device, int(steps[-1]) + 1, period, modal, backward, sure, network)
     return frame, what
+
+
+def _other(tid: np.ndarray) -> np.ndarray:
+    """Per op of a pass: launched by another thread than its forward one, the thread
+    that launched its first op with a known launch (ops launched before the capture
+    began have none, -1, and count as the forward thread's)."""
+    known = np.flatnonzero(tid >= 0)
+    if known.size == 0:
+        return np.zeros(tid.size, bool)
+    other: np.ndarray = (tid != tid[known[0]]) & (tid >= 0)
+    return other
 
 
 def _named(index: np.ndarray, names: tuple[str, ...]) -> pl.Series:
@@ -258,7 +268,23 @@ def _label_main(
         region[block >= 0] = _BLOCK
     if backward:
         phase[pos >= (regions[0].end + regions[1].start) // 2] = _BWD
+    elif (start := _autograd_start(other, special)) is not None:
+        # No mirrored motif, but autograd's thread launches the rest: backward from there.
+        backward = True
+        phase[pos < start], phase[pos >= start] = _FWD, _BWD
     return _Pass(phase, block, part, region, explained, regions, backward)
+
+
+def _autograd_start(other: np.ndarray, special: np.ndarray) -> int | None:
+    """The first kernel launched by another thread than the pass's first when, from it
+    on, most kernels (copies, fills and optimizer kernels aside) are (autograd's)."""
+    kernel = special < 0
+    launched = other & kernel
+    if not launched.any() or not kernel[0] or other[0]:
+        return None
+    start = int(np.argmax(launched))
+    rest = launched[start:][kernel[start:]]
+    return start if rest.mean() >= OTHER_THREAD_SHARE else None
 
 
 def _backward_evidence(
