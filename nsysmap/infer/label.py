@@ -23,7 +23,7 @@ import polars as pl
 
 from instrument.phase_vocabulary import INFERRED_PHASES
 from nsysmap.infer.motif import Region, block_index, motif_regions, recurs
-from nsysmap.infer.passes import passes
+from nsysmap.infer.passes import Evidence, passes
 from nsysmap.schemas import INFERRED
 
 # forward, backward, optimizer, data, other (instrument/phase_vocabulary.py)
@@ -35,6 +35,12 @@ REGIONS = ("prefix", "block", "between", "suffix")
 _PREFIX, _BLOCK, _BETWEEN, _SUFFIX = range(len(REGIONS))
 # Categories whose kernel the library picks per shape: matched on the category alone.
 BY_CATEGORY = ("gemm", "attention", "convolution")
+# Kernels of a neural network: without any, a repeated motif is no forward pass (a CUDA
+# sample launching vecAdd over and over repeats, nothing more).
+NETWORK: tuple[str, ...] = ("gemm", "attention", "convolution", "normalization", "softmax")
+NETWORK += ("routing", "optimizer")
+# A device-to-host copy (nsys: `[CUDA memcpy DtoH]`; torch.profiler: `Memcpy DtoH`).
+DEVICE_TO_HOST = r"DtoH|Device -> Host"
 # Kernels that only a backward pass launches.
 BACKWARD_KERNEL = r"(?i)backward|_bwd|bwd_|dgrad|wgrad"
 # A second motif is a backward one when this share of it runs on another launching thread.
@@ -51,6 +57,7 @@ class Found:
     regions: tuple[Region, ...]  # in the most common pass
     backward: bool = False  # a mirrored motif with backward evidence was found
     confidence: float = 0.0  # share of the sequence's kernels explained by repetition
+    network: bool = True  # a neural network's kernels (else repeats are no forward pass)
 
 
 @dataclass(frozen=True)
@@ -108,11 +115,13 @@ def _label_sequence(seq: pl.DataFrame) -> tuple[pl.DataFrame, Found]:
     main = (seq["stream_id"] == seq["stream_id"].mode().sort()[0]).to_numpy()
     on_main = np.flatnonzero(main)
     order = seq["order_ns"].to_numpy()[on_main]
-    steps_main, period = passes(codes[on_main], np.diff(order, prepend=order[:1]))
-    last = np.maximum.accumulate(np.where(main, np.cumsum(main) - 1, -1)).clip(min=0)
-    steps = steps_main[last]
     special = _special_phases(seq)
     backish = seq["name"].fill_null("").str.contains(BACKWARD_KERNEL).to_numpy()
+    gaps = np.diff(order, prepend=order[:1])
+    network = bool(seq["category"].is_in(NETWORK).any())
+    steps_main, period = passes(codes[on_main], gaps, _evidence(seq, special, on_main, network))
+    last = np.maximum.accumulate(np.where(main, np.cumsum(main) - 1, -1)).clip(min=0)
+    steps = steps_main[last]
     tid = seq["tid"].fill_null(-1).to_numpy()
     n = codes.size
     phase, block, part = (np.full(n, v, np.int64) for v in (_OTHER, -1, -1))
@@ -122,8 +131,7 @@ def _label_sequence(seq: pl.DataFrame) -> tuple[pl.DataFrame, Found]:
     counts: dict[bytes, int] = {}
     backward = False
     for lo, hi in itertools.pairwise(bounds):
-        # The thread that launched the pass's first kernel is its forward thread.
-        parts = (codes[lo:hi], special[lo:hi], main[lo:hi], backish[lo:hi], tid[lo:hi] != tid[lo])
+        parts = (codes[lo:hi], special[lo:hi], main[lo:hi], backish[lo:hi], _other(tid[lo:hi]))
         key = b"|".join(a.tobytes() for a in parts)
         if key not in labelled:
             labelled[key] = _label_pass(*parts)
@@ -134,6 +142,8 @@ def _label_sequence(seq: pl.DataFrame) -> tuple[pl.DataFrame, Found]:
         backward |= done.backward
     modal = labelled[max(counts, key=counts.__getitem__)].regions
     confidence = _confidence(codes, steps, block, explained)
+    if not network:  # repeats, but of no forward pass
+        phase[phase == _FWD] = _OTHER
     frame = seq.select("op_id", "device_id").with_columns(
         inferred_step=pl.Series(steps),
         inferred_phase=_named(phase, PHASES),
@@ -143,8 +153,20 @@ def _label_sequence(seq: pl.DataFrame) -> tuple[pl.DataFrame, Found]:
         inferred_confidence=pl.Series(confidence),
     )
     sure = float(confidence.mean()) if n else 0.0
-    what = Found(seq["device_id"][0], int(steps[-1]) + 1, period, modal, backward, sure)
+    device = seq["device_id"][0]
+    what = Found(device, int(steps[-1]) + 1, period, modal, backward, sure, network)
     return frame, what
+
+
+def _other(tid: np.ndarray) -> np.ndarray:
+    """Per op of a pass: launched by another thread than its forward one, the thread
+    that launched its first op with a known launch (ops launched before the capture
+    began have none, -1, and count as the forward thread's)."""
+    known = np.flatnonzero(tid >= 0)
+    if known.size == 0:
+        return np.zeros(tid.size, bool)
+    other: np.ndarray = (tid != tid[known[0]]) & (tid >= 0)
+    return other
 
 
 def _named(index: np.ndarray, names: tuple[str, ...]) -> pl.Series:
@@ -152,6 +174,24 @@ def _named(index: np.ndarray, names: tuple[str, ...]) -> pl.Series:
     return pl.Series(index).replace_strict(
         dict(enumerate(names)), default=None, return_dtype=pl.String
     )
+
+
+def _evidence(
+    seq: pl.DataFrame, special: np.ndarray, on_main: np.ndarray, network: bool
+) -> Evidence:
+    """What the main stream's ops say about passes beyond their codes."""
+    data = special[on_main] == _DATA
+    return Evidence(special[on_main] == _OPT, _synced(seq, on_main), data if network else None)
+
+
+def _synced(seq: pl.DataFrame, on_main: np.ndarray) -> np.ndarray:
+    """Per main-stream kernel: whether a device-to-host copy was launched since the
+    previous main-stream kernel (that one included, this one not)."""
+    copy = (seq["kind"].cast(pl.String) == "memcpy") & seq["name"].str.contains(DEVICE_TO_HOST)
+    count = np.concatenate(([0], np.cumsum(copy.fill_null(False).to_numpy())))
+    since = count[on_main] - count[np.concatenate(([0], on_main[:-1]))]
+    synced: np.ndarray = since > 0
+    return synced
 
 
 def _special_phases(seq: pl.DataFrame) -> np.ndarray:
@@ -198,7 +238,9 @@ def _label_main(
 ) -> _Pass:
     """Phase (forward, backward, other), block, part and region per position of one stream."""
     n = codes.size
-    regions = tuple(motif_regions(codes))
+    # A block is launched by one thread: the same kernel launched by autograd's thread is
+    # another (a forward motif never runs on into the backward pass).
+    regions = tuple(motif_regions(codes * 2 + other))
     backward = len(regions) == 2 and _backward_evidence(regions[1], backish, other, special)
     if len(regions) == 2 and not backward:
         regions = regions[:1]  # no evidence of a backward pass: no invented one
@@ -226,7 +268,23 @@ def _label_main(
         region[block >= 0] = _BLOCK
     if backward:
         phase[pos >= (regions[0].end + regions[1].start) // 2] = _BWD
+    elif (start := _autograd_start(other, special)) is not None:
+        # No mirrored motif, but autograd's thread launches the rest: backward from there.
+        backward = True
+        phase[pos < start], phase[pos >= start] = _FWD, _BWD
     return _Pass(phase, block, part, region, explained, regions, backward)
+
+
+def _autograd_start(other: np.ndarray, special: np.ndarray) -> int | None:
+    """The first kernel launched by another thread than the pass's first when, from it
+    on, most kernels (copies, fills and optimizer kernels aside) are (autograd's)."""
+    kernel = special < 0
+    launched = other & kernel
+    if not launched.any() or not kernel[0] or other[0]:
+        return None
+    start = int(np.argmax(launched))
+    rest = launched[start:][kernel[start:]]
+    return start if rest.mean() >= OTHER_THREAD_SHARE else None
 
 
 def _backward_evidence(

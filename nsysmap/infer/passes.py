@@ -11,7 +11,13 @@ Two ways, the first that finds something wins:
    those of at least half the most repeats, each mark a pass; consecutive
    passes split at the longest launch gap between their stacks. (Exact: an
    inserted kernel would join two passes' stacks as readily as it bridges
-   noise.)
+   noise.) When one copy of the motif is itself a pass, each copy is one:
+   it is mostly one stack of blocks (two forward passes back to back), or
+   it holds an optimizer kernel (no block of a model launches one, so the
+   motif is a whole training step repeated, as a CNN's steps are; a
+   backward kernel is no such sign: backward blocks launch them), or it is
+   the only stack and nothing but copies follows it (a model's blocks are
+   followed by its head: a warm-up and a measured pass of a CNN).
 
 Otherwise the sequence is one pass.
 """
@@ -19,6 +25,7 @@ Otherwise the sequence is one pass.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -34,24 +41,60 @@ from nsysmap.infer.motif import (
 PASS_STACK_SHARE = 0.5
 
 
-def passes(codes: np.ndarray, gaps_ns: np.ndarray) -> tuple[np.ndarray, int | None]:
+@dataclass(frozen=True)
+class Evidence:
+    """What the ops say beyond their kernel codes, per position of the sequence.
+
+    `optimizer`: an optimizer kernel (only a training step launches one,
+    outside its blocks). `synced`: a device-to-host copy was launched just
+    before the kernel (the host waited for a result of the GPU). `data`: a
+    copy or a fill, which may precede the passes; None where a stack filling
+    all the rest is no sign of passes (a sequence without network kernels).
+    """
+
+    optimizer: np.ndarray
+    synced: np.ndarray | None = None
+    data: np.ndarray | None = None
+
+
+def passes(
+    codes: np.ndarray, gaps_ns: np.ndarray, evidence: Evidence | None = None
+) -> tuple[np.ndarray, int | None]:
     """Pass index per position (0, 1, ...), and the step period when host gaps gave it."""
+    seen = evidence or Evidence(np.zeros(codes.size, bool))
     periodic = step_period(codes, gaps_ns)
     if periodic is not None:
         _, anchor, _, least_gap = periodic
         starts = (codes == anchor) & (gaps_ns >= 0.5 * least_gap)
         starts[0] = False
-        return np.cumsum(starts).astype(np.int64), periodic[0]
-    return _by_stacks(codes, gaps_ns), None
+        if not _synced_layers(codes, np.flatnonzero(starts), seen):
+            return np.cumsum(starts).astype(np.int64), periodic[0]
+    return _by_stacks(codes, gaps_ns, seen), None
 
 
-def _by_stacks(codes: np.ndarray, gaps_ns: np.ndarray) -> np.ndarray:
+def _synced_layers(codes: np.ndarray, starts: np.ndarray, seen: Evidence) -> bool:
+    """Whether the periods that host gaps mark are layers that wait for the GPU, not
+    passes: most gaps follow a device-to-host copy (a mixture of experts reading its
+    routing), no optimizer kernel, and a period holds no stack of blocks of its own
+    (each token of a model's decoding does)."""
+    if seen.synced is None or starts.size < 2 or seen.optimizer.any():
+        return False
+    if seen.synced[starts].mean() < 0.5:
+        return False
+    return not _holds_blocks(codes[starts[0] : starts[1]])
+
+
+def _by_stacks(codes: np.ndarray, gaps_ns: np.ndarray, seen: Evidence) -> np.ndarray:
     found = best_stacks(codes, np.ones(codes.size, bool), tolerant=False)
     if not found:
         return np.zeros(codes.size, np.int64)
     lag = found[0].length
-    if _holds_blocks(codes, max(found, key=lambda r: r.end - r.start)):
-        # The motif is a whole pass (two training steps back to back): each repeat is one.
+    top = max(found, key=lambda r: r.end - r.start)
+    one = codes[top.start : top.start + lag]
+    whole = seen.optimizer[top.start : top.start + lag].any() or _fills(top, found, seen)
+    if whole or _holds_blocks(one):
+        # The motif is a whole pass (two passes back to back, a training step): each
+        # repeat is one.
         inner = [r.start + k * lag for r in found for k in range(1, r.repeats)]
         between = [_cut(gaps_ns, a.end, b.start) for a, b in itertools.pairwise(found)]
         cuts = np.sort(np.array(inner + between, np.int64))
@@ -77,9 +120,17 @@ def _by_stacks(codes: np.ndarray, gaps_ns: np.ndarray) -> np.ndarray:
     return np.searchsorted(cuts, np.arange(codes.size), side="right").astype(np.int64)
 
 
-def _holds_blocks(codes: np.ndarray, stack: Region) -> bool:
-    """Whether one repeat of the stack's motif is itself mostly one stack of blocks."""
-    one = codes[stack.start : stack.start + stack.length]
+def _fills(top: Region, found: list[Region], seen: Evidence) -> bool:
+    """Whether the only stack runs to the end of the sequence, copies and fills aside:
+    forward passes back to back (a warm-up and a measured pass). A model's blocks leave
+    kernels after them (final norm, head); before them, initialisation may run."""
+    if seen.data is None or len(found) != 1:
+        return False
+    return bool(seen.data[top.end :].all())
+
+
+def _holds_blocks(one: np.ndarray) -> bool:
+    """Whether one pass (one repeat of a motif) is itself mostly one stack of blocks."""
     inner = best_stacks(one, np.ones(one.size, bool), tolerant=False, whole=False)
     return 2 * max((r.end - r.start for r in inner), default=0) >= one.size
 

@@ -177,9 +177,11 @@ def _line(found: Found, blocks: pl.DataFrame, agree: pl.DataFrame) -> str:
         )
     else:
         kind = "forward and backward" if found.backward else "forward only"
+        kind = f", {kind}" if found.network else ""
         line = (
-            f"{head}): {passes}, {kind}; {_blocks(found)} per pass;"
-            f" {in_blocks:.0%} of GPU time in blocks, {placed - in_blocks:.0%} before,"
+            f"{head}): {passes}{kind}; {_blocks(found)} per pass;"
+            f" {in_blocks:.0%} of GPU time in {'blocks' if found.network else 'repeats'},"
+            f" {placed - in_blocks:.0%} before,"
             f" between or after them; confidence {found.confidence:.2f}"
         )
     rows = agree.filter(pl.col("device_id").eq_missing(found.device_id), pl.col("measured_ns") > 0)
@@ -192,6 +194,8 @@ def _line(found: Found, blocks: pl.DataFrame, agree: pl.DataFrame) -> str:
 def _blocks(found: Found) -> str:
     if not found.regions:
         return "no repeating blocks"
+    if not found.network:  # no layers: repeats of a motif
+        return " and ".join(f"{r.repeats} repeats of {r.length} kernels" for r in found.regions)
     names = ("forward", "mirrored backward") if found.backward else ("repeating",)
     return " and ".join(
         f"{r.repeats} {name} blocks of {r.length} kernels"

@@ -1,0 +1,328 @@
+"""Inference of whole training steps repeated, and of repeats that are no network at all.
+
+A CNN's training step has few repeated blocks; repeated back to back without
+long host gaps, the whole step is the motif that covers most. An optimizer
+kernel in one copy of it says the copy is a step (a pass), not a block.
+A sequence without any network kernel (a CUDA sample launching vecAdd over
+and over) repeats, but has no forward pass.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import polars as pl
+import pytest
+
+from nsysmap.infer.passes import Evidence, passes
+from nsysmap.infer.summary import LAYER_INDEX, infer_ops
+from nsysmap.pipeline import analyse, load_profile
+from tests.corpus import corpus_path
+from tests.test_infer import TRUE_PHASE, _hidden, _share
+from tests.test_infer_noise import _ops
+
+FORWARD = [("convolution", "conv"), ("normalization", "bn_fw"), ("elementwise", "relu")]
+BACKWARD = [("elementwise", "relu_bwd"), ("normalization", "bn_bw"), ("convolution", "dgrad")]
+BACKWARD += [("convolution", "wgrad")]
+
+
+def _steps(
+    steps: int, blocks: int, optimizer: bool, tail: bool = True, seed: int = 0
+) -> pl.DataFrame:
+    """`steps` training steps back to back, no long host gap between them: a stem,
+    `blocks` forward blocks on thread 1, their backward on thread 2 (autograd's),
+    then (with `optimizer`) an optimizer kernel on thread 1; with `tail`, a kernel of
+    other work after the last step. Launch gaps vary at random."""
+    rnd = random.Random(seed)
+    rows, tids, t = [], [], 0
+    stem = [("convolution", "stem"), ("elementwise", "pool")]
+    head = [("gemm", "fc"), ("softmax", "loss")]
+    for _ in range(steps):
+        plan = [(k, 1) for k in stem + FORWARD * blocks + head]
+        plan += [(k, 2) for k in BACKWARD * blocks + [("elementwise", "fc_bwd")]]
+        plan += [(("optimizer", "multi_tensor_apply_kernel"), 1)] if optimizer else []
+        plan += [(("elementwise", "fill"), 1)]  # zero_grad
+        for (category, short), tid in plan:
+            rows.append((t, category, short, f"void {short}<float>()", 7, None))
+            tids.append(tid)
+            t += rnd.randrange(1_000, 30_000)
+    if tail:
+        rows.append((t, "reduction", "metric", "void metric<float>()", 7, None))
+        tids.append(1)
+    return _ops(rows).with_columns(tid=pl.Series(tids, dtype=pl.Int64))
+
+
+def test_a_repeated_motif_holding_an_optimizer_kernel_is_a_pass_each_time():
+    """Mechanism: whole steps repeat exactly, without long host gaps; with an optimizer
+    kernel in each, every copy is a pass (with a backward), never a block."""
+    inferred = infer_ops(_steps(5, 3, optimizer=True))
+    (found,) = inferred.found
+    assert found.steps == 5
+    assert found.backward
+    labels = inferred.labels
+    assert labels["inferred_step"].n_unique() == 5
+    assert set(labels["inferred_phase"]) >= {"forward", "backward", "optimizer"}
+    # The same steps without an optimizer kernel: nothing says a copy is a step.
+    assert infer_ops(_steps(5, 3, optimizer=False)).found[0].steps == 1
+
+
+def test_passes_back_to_back_that_end_the_sequence_are_passes():
+    """Mechanism: the only stack runs to the end of the sequence (no head after it, as a
+    model's blocks have): its copies are passes (a warm-up and a measured pass)."""
+    assert infer_ops(_steps(2, 3, optimizer=False, tail=False)).found[0].steps == 2
+
+
+def test_passes_take_the_optimizer_evidence_per_position():
+    # A stem, two blocks, a head, backward, optimizer (8) and zero_grad, four times.
+    codes = np.array(([1, 2, 10, 11, 12] + [3, 4, 5] * 2 + [6, 7, 13, 14, 8, 9]) * 4)
+    gaps = np.full(codes.size, 1_000)
+    optimizer = codes == 8
+    steps, period = passes(codes, gaps, Evidence(optimizer))
+    assert period is None  # no host gap marks them
+    assert np.array_equal(np.bincount(steps), [codes.size // 4] * 4)
+    assert passes(codes, gaps)[0].max() == 0
+
+
+@pytest.mark.corpus
+def test_ddp_resnet_steps_come_out_as_passes_with_their_phases():
+    """The DDP ResNet trace (torch.profiler, five training steps, each repeated whole and
+    separated by irregular host gaps), its ranges hidden: five passes, one to one with
+    the five measured steps, forward, backward and optimizer; no step taken for a block."""
+    ops = analyse(load_profile(corpus_path("hta_ddp_ns_resolution_rank0_v100.json.gz")))
+    ops = ops.ops
+    inferred = infer_ops(_hidden(ops))
+    (found,) = inferred.found
+    assert found.steps == 5 and found.backward
+    assert all(r.length < 1000 for r in found.regions)  # a step has ~1,200 kernels
+    joined = ops.join(inferred.labels, on=["op_id", "device_id"])
+    pairs = joined.group_by("step", "inferred_step").len()
+    assert pairs.height == pairs["step"].n_unique() == pairs["inferred_step"].n_unique() == 5
+    true_phase = pl.col("phase").replace_strict(TRUE_PHASE, default=None)
+    agree = _share(joined, true_phase == pl.col("inferred_phase"), true_phase.is_not_null())
+    assert agree >= 0.95
+
+
+def _no_network(rows: int) -> pl.DataFrame:
+    """A CUDA sample: copy in, copy in, vecAdd, copy out, over and over."""
+    plan = [("memcpy", "[CUDA memcpy HtoD]")] * 2 + [("other", "vecAdd")]
+    plan += [("memcpy", "[CUDA memcpy DtoH]")]
+    return _ops([(i * 1_000, *plan[i % 4], plan[i % 4][1], 7, None) for i in range(rows)])
+
+
+def test_repeats_without_network_kernels_are_not_called_forward():
+    inferred = infer_ops(_no_network(400))
+    (found,) = inferred.found
+    assert not found.network
+    assert "forward" not in set(inferred.labels["inferred_phase"])
+    line = inferred.lines()[0]
+    assert "repeats of 4 kernels" in line and "forward" not in line and "block" not in line
+
+
+@pytest.mark.corpus
+def test_the_vecadd_sample_repeats_and_has_no_forward():
+    ops = analyse(load_profile(corpus_path("vecadd_streams_t4_gpu4.sqlite"))).ops
+    inferred = infer_ops(ops)
+    assert "forward" not in set(inferred.labels["inferred_phase"])
+    assert all("forward" not in line and "repeats of" in line for line in inferred.lines())
+
+
+LAYER = [("normalization", "layer_norm"), ("gemm", "qkv"), ("softmax", "softmax_fw")]
+LAYER += [("gemm", "proj"), ("elementwise", "add"), ("gemm", "router"), ("sort", "topk")]
+AFTER_SYNC = [("elementwise", "cat_copy"), ("gemm", "expert_up"), ("elementwise", "gelu")]
+AFTER_SYNC += [("gemm", "expert_down"), ("reduction", "reduce"), ("elementwise", "add")]
+DTOH = ("memcpy", "[CUDA memcpy DtoH]")
+
+
+def _host_waits(passes_: int, layers: int, in_layer: bool, copy: bool = True) -> pl.DataFrame:
+    """`passes_` forward passes of `layers` layers; the host waits 30 ms for a device-to-host
+    copy (`copy`) in every layer (`in_layer`: a mixture of experts reading its routing)
+    or once at the end of each pass (a decoding step reading its token)."""
+    rows, t = [], 0
+    wait = [DTOH] if copy else []
+    for _ in range(passes_):
+        plan = [(("elementwise", "embedding"), None)]
+        for layer in range(layers):
+            plan += [(k, layer) for k in LAYER + (wait if in_layer else [])]
+            plan += [(("wait", ""), None)] if in_layer else []
+            plan += [(k, layer) for k in AFTER_SYNC]
+        plan += [(("gemm", "lm_head"), None)] + [(k, None) for k in wait]
+        plan += [(("wait", ""), None)]
+        for (category, short), layer in plan:
+            if category == "wait":
+                t += 30_000_000
+                continue
+            rows.append((t, category, short, f"void {short}<float>()", 7, layer))
+            t += 5_000
+    return _ops(rows)
+
+
+def test_host_waits_inside_every_layer_are_no_pass_boundaries():
+    """Mechanism: a device-to-host copy, then a long host gap, inside every layer (and
+    no optimizer kernel, no stack of blocks between two gaps): the gaps are the host
+    reading the GPU's routing, not passes; one pass of as many blocks as layers."""
+    ops = _host_waits(1, 8, in_layer=True)
+    inferred = infer_ops(ops)
+    (found,) = inferred.found
+    assert found.steps == 1 and found.period is None
+    joined = ops.join(inferred.labels, on=["op_id", "device_id"])
+    assert joined["inferred_block"].drop_nulls().n_unique() == 8
+    layer = pl.col("layer").is_not_null()
+    assert _share(joined, pl.col("layer") == pl.col("inferred_block"), layer) >= 0.9
+    # The same gaps without the copy before them still mark passes.
+    assert infer_ops(_host_waits(1, 8, in_layer=True, copy=False)).found[0].steps >= 8
+
+
+def test_host_waits_between_passes_of_blocks_stay_pass_boundaries():
+    """A decoding loop reads each token back (a copy, then a long gap) after a whole
+    stack of layers: those gaps are passes."""
+    inferred = infer_ops(_host_waits(4, 6, in_layer=False))
+    (found,) = inferred.found
+    assert found.steps == 4 and found.period is not None
+    assert inferred.labels["inferred_block"].drop_nulls().n_unique() == 6
+
+
+@pytest.mark.corpus
+def test_switch_transformer_layers_are_blocks_not_passes():
+    """The Switch-Transformer forward (torch.profiler, 10 `SwitchTransformerBlock_N`, each
+    reading its routing back to the host), modules hidden: one pass of 10 blocks that
+    agree with the modules for at least 90 % of their time, 80 % of the time placed."""
+    name = "switchtransformer_moe_fwd_with_modules_a100.json"
+    ops = analyse(load_profile(corpus_path(name))).ops
+    inferred = infer_ops(_hidden(ops))
+    (found,) = inferred.found
+    assert found.steps == 1 and not found.backward
+    joined = ops.join(inferred.labels, on=["op_id", "device_id"])
+    assert joined["inferred_block"].drop_nulls().n_unique() == 10
+    layer = pl.col("module").str.extract(LAYER_INDEX).cast(pl.Int64)
+    assert _share(joined, layer == pl.col("inferred_block"), layer.is_not_null()) >= 0.9
+    assert _share(joined, pl.col("inferred_region").is_not_null(), pl.lit(True)) >= 0.8
+
+
+MOTIF = [("normalization", "layer_norm"), ("gemm", "qkv"), ("elementwise", "split")]
+MOTIF += [("attention", "flash_fwd"), ("gemm", "proj"), ("elementwise", "add")]
+MOTIF += [("normalization", "layer_norm"), ("gemm", "fc"), ("elementwise", "gelu")]
+MOTIF += [("gemm", "fc2"), ("elementwise", "add"), ("elementwise", "copy")]
+MOTIF_BACK = [("gemm", "fc2_dgrad"), ("elementwise", "gelu_bwd"), ("gemm", "fc_dgrad")]
+MOTIF_BACK += [("normalization", "layer_norm_bwd"), ("attention", "flash_bwd")]
+MOTIF_BACK += [("gemm", "qkv_dgrad"), ("reduction", "sum")]
+
+
+def _one_step(layers: int) -> pl.DataFrame:
+    """One training step: `layers` forward blocks, a head whose kernels begin like a
+    block, a loss backward (on autograd's thread) whose kernels go on like one, the
+    backward blocks, the optimizer."""
+    plan = [(("elementwise", "embedding"), 1, None)]
+    plan += [(k, 1, layer) for layer in range(layers) for k in MOTIF]
+    plan += [(k, 1, None) for k in MOTIF[:5]]  # final norm, head, loss
+    plan += [(k, 2, None) for k in MOTIF[5:]]  # the loss's backward
+    plan += [(k, 2, layer) for layer in reversed(range(layers)) for k in MOTIF_BACK]
+    plan += [(("optimizer", "multi_tensor_apply_kernel"), 1, None)] * 3
+    rows = [
+        (i * 20_000, *k, f"void {k[1]}<float>()", 7, layer) for i, (k, _, layer) in enumerate(plan)
+    ]
+    return _ops(rows).with_columns(tid=pl.Series([tid for _, tid, _ in plan], dtype=pl.Int64))
+
+
+def test_a_forward_block_never_runs_on_into_the_backward_thread():
+    """Mechanism: the kernels after the last forward block repeat a block's, half on
+    the forward thread, half on autograd's: no third forward block of those."""
+    ops = _one_step(2)
+    inferred = infer_ops(ops)
+    joined = ops.join(inferred.labels, on=["op_id", "device_id"])
+    forward = joined.filter(pl.col("inferred_phase") == "forward")
+    assert forward["inferred_block"].drop_nulls().n_unique() == 2
+    # No forward block holds autograd's launches; the blocks lie within a few kernels
+    # of the layers (the head's repeat of a block's start shifts them by two).
+    in_block = pl.col("inferred_region") == "block"
+    assert forward.filter(in_block, pl.col("tid") == 2).is_empty()
+    layer = pl.col("layer").is_not_null()
+    assert _share(joined, pl.col("layer") == pl.col("inferred_block"), layer) >= 0.85
+
+
+@pytest.mark.corpus
+def test_gpt2_training_step_gets_its_two_blocks():
+    """The HF GPT-2 training step (torch.profiler, 2 `GPT2Block_N`, one step), modules and
+    phase ranges hidden: 2 forward blocks and their backward, >= 90 % of the layers' time
+    in the right block, >= 95 % of the phased time in the right phase."""
+    name = "aiperf_hf_gpt2_train_step_with_modules_stack_b200.json"
+    ops = analyse(load_profile(corpus_path(name))).ops
+    inferred = infer_ops(_hidden(ops))
+    (found,) = inferred.found
+    assert found.steps == 1 and found.backward
+    assert [r.repeats for r in found.regions] == [2, 2]
+    joined = ops.join(inferred.labels, on=["op_id", "device_id"])
+    layer = pl.col("module").str.extract(LAYER_INDEX).cast(pl.Int64)
+    assert _share(joined, layer == pl.col("inferred_block"), layer.is_not_null()) >= 0.9
+    true_phase = pl.col("phase").replace_strict(TRUE_PHASE, default=None)
+    agree = _share(joined, true_phase == pl.col("inferred_phase"), true_phase.is_not_null())
+    assert agree >= 0.95
+
+
+@pytest.mark.corpus
+def test_alexnet_warmup_and_measured_pass_are_two_passes():
+    """The AlexNet benchmark (torch.profiler, a warm-up and a measured forward pass back
+    to back, each in its own `...|warmup|forward` / `...|measure|forward` range), ranges
+    hidden: two passes, each the whole of one range, no backward."""
+    name = "hta_param_alexnet_warmup_measure_annotations_a100.json.gz"
+    ops = analyse(load_profile(corpus_path(name))).ops
+    inferred = infer_ops(_hidden(ops))
+    (found,) = inferred.found
+    assert found.steps == 2 and not found.backward
+    which = pl.col("range_path").str.extract(r"\|(warmup|measure)\|forward\]")
+    joined = ops.join(inferred.labels, on=["op_id", "device_id"]).with_columns(which=which)
+    pairs = joined.filter(pl.col("which").is_not_null()).group_by("which", "inferred_step").len()
+    assert pairs.height == 2 and set(pairs["inferred_step"]) == {0, 1}
+
+
+def _mlp_step(before_capture: int) -> pl.DataFrame:
+    """One training step of a model without repeated blocks: distinct forward kernels on
+    thread 1, distinct backward kernels on thread 2 (autograd's), the optimizer on
+    thread 1; the first `before_capture` ops were launched before the capture began
+    (no launching thread: -1)."""
+    forward = [("gemm", f"fc{i}") for i in range(4)] + [("softmax", "loss")]
+    backward = [("gemm", f"fc{i}_dgrad") for i in reversed(range(4))]
+    plan = [(k, 1) for k in forward] + [(k, 2) for k in backward]
+    plan += [(("optimizer", "multi_tensor_apply_kernel"), 1)]
+    rows = [(i * 20_000, *k, f"void {k[1]}()", 7, None) for i, (k, _) in enumerate(plan)]
+    tids = [-1 if i < before_capture else tid for i, (_, tid) in enumerate(plan)]
+    return _ops(rows).with_columns(tid=pl.Series(tids, dtype=pl.Int64))
+
+
+@pytest.mark.parametrize("before_capture", [0, 2])
+def test_autograd_thread_marks_backward_without_a_mirrored_motif(before_capture):
+    """Mechanism: no repeated block, but the second half of the pass is launched by
+    another thread than its first launched kernel: backward from there, forward before."""
+    ops = _mlp_step(before_capture)
+    inferred = infer_ops(ops)
+    assert inferred.found[0].backward
+    phases = inferred.labels.sort("op_id")["inferred_phase"].to_list()
+    assert phases == ["forward"] * 5 + ["backward"] * 4 + ["optimizer"]
+
+
+def test_one_thread_alone_gives_no_backward():
+    ops = _mlp_step(0).with_columns(tid=pl.lit(1, pl.Int64))
+    inferred = infer_ops(ops)
+    assert not inferred.found[0].backward
+    assert "backward" not in set(inferred.labels["inferred_phase"])
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize(
+    ("name", "agree"),
+    [
+        ("param_dlrm_ddp_rank0of8_nccl_alltoall_v100.pt.trace.json", 0.75),
+        ("param_dlrm_ddp_rank1of8_nccl_alltoall_v100.pt.trace.json", 0.85),
+    ],
+)
+def test_dlrm_backward_from_autograds_thread(name, agree):
+    """DLRM (no repeated blocks; rank 1 starts with the previous step's optimizer kernels,
+    launched before the capture): one pass, its backward found from the launching thread;
+    phases agree for 76.8 % and 87.1 % of the phased time (docs/inference.md)."""
+    ops = analyse(load_profile(corpus_path(name))).ops
+    inferred = infer_ops(_hidden(ops))
+    (found,) = inferred.found
+    assert found.steps == 1 and found.backward
+    joined = ops.join(inferred.labels, on=["op_id", "device_id"])
+    true_phase = pl.col("phase").replace_strict(TRUE_PHASE, default=None)
+    assert _share(joined, true_phase == pl.col("inferred_phase"), true_phase.is_not_null()) >= agree
