@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+from decimal import Decimal
 
 from nsysmap.read.torch_columns import (
     MAX_DIMS_DEPTH,
@@ -131,3 +132,14 @@ def test_paused_gc_restores_the_collector():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_nanosecond_times_convert_as_the_general_path():
+    """Times written to the nanosecond take the digits-only path; it gives what the
+    value-by-value conversion gives, and any other value sends all to the latter."""
+    texts = ["1712195495519695.812", "0.000", "007.010", "12.999", "9000000000000000.000"]
+    expected = [int(Decimal(v) * 1000) for v in texts]
+    assert ns_from_us([Number(v) for v in texts]).to_list() == expected
+    assert ns_from_us([*map(Number, texts), Number("1.5")]).to_list() == [*expected, 1500]
+    assert ns_from_us([Number("-1.000"), Number("2.000"), 3]).to_list() == [-1000, 2000, 3000]
+    assert ns_from_us([Number("2.000"), None]).to_list() == [2000, None]

@@ -34,6 +34,7 @@ bind to the event of their thread that starts at their time:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import polars as pl
@@ -109,9 +110,15 @@ def autograd_ranges(cpu: pl.DataFrame) -> pl.DataFrame:
     return cpu.with_columns(name.alias("name"))
 
 
-def with_flow_correlation(frame: pl.DataFrame, flows: pl.DataFrame, ph: str) -> pl.DataFrame:
-    """Fill null `correlation` of `frame`'s events from launch flows of phase `ph`."""
-    if flows.is_empty() or not frame["correlation"].null_count():
+def with_flow_correlation(
+    frame: pl.DataFrame, launch_flows: Callable[[], pl.DataFrame], ph: str
+) -> pl.DataFrame:
+    """Fill null `correlation` of `frame`'s events from launch flows of phase `ph`.
+
+    `launch_flows` makes the flows' table (`flow_frame`) when it is called, which is
+    only when an event lacks a correlation (in most traces none does).
+    """
+    if not frame["correlation"].null_count() or (flows := launch_flows()).is_empty():
         return frame
     found = _bound(frame, flows, ph)
     by_flow = pl.repeat(None, frame.height, dtype=pl.Int64, eager=True)

@@ -22,6 +22,8 @@ same. This module never imports torch: it only reads the file.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import cache, partial
 from itertools import repeat
 from pathlib import Path
 from typing import Any
@@ -56,6 +58,7 @@ _EXTERNAL_ID = ("External id", "external id")  # the second spelling: old traces
 _DIMS = ("x", "y", "z")
 _NULL = pl.lit(None, pl.Int64)
 _BASE = ["name", "pid", "tid", "start_ns", "end_ns", "kind"]
+Flows = Callable[[], pl.DataFrame]  # the launch flows' table, made when first asked for
 
 
 def read_trace(path: str | Path) -> Profile:
@@ -86,7 +89,7 @@ def _profile_of(
     cpu, links = link_operators(_cpu_frame(buckets["cpu"]), flow_frame(buckets["fwdbwd"]))
     annotations = _base(event_frame(buckets["range"]), "push_pop")
     modules, module_facts = _modules(buckets["module"], annotations)
-    launch_flows = flow_frame(buckets["launch_flow"])
+    launch_flows = cache(partial(flow_frame, buckets["launch_flow"]))  # made if needed
     if buckets["gpu"]:
         api = _launch_frame(buckets["api"], launch_flows)
         units = _device_ops(buckets["gpu"], api, cpu, launch_flows)
@@ -154,7 +157,7 @@ def _cpu_frame(evs: list[dict[str, Any]]) -> pl.DataFrame:
     )
 
 
-def _launch_frame(evs: list[dict[str, Any]], flows: pl.DataFrame) -> pl.DataFrame:
+def _launch_frame(evs: list[dict[str, Any]], flows: Flows) -> pl.DataFrame:
     """CUDA runtime and driver calls that carry a correlation id (from args, else a flow)."""
     frame = event_frame(evs).with_columns(arg_column(args_of(evs), "correlation"))
     frame = with_flow_correlation(frame, flows, "s")
@@ -175,7 +178,7 @@ def _launch_columns(frame: pl.DataFrame, correlation: pl.Expr, api: pl.Expr) -> 
     )
 
 
-def _device_frame(evs: list[dict[str, Any]], flows: pl.DataFrame) -> pl.DataFrame:
+def _device_frame(evs: list[dict[str, Any]], flows: Flows) -> pl.DataFrame:
     """Kernels, copies and sets with the arguments Kineto records for them."""
     args = args_of(evs)
     frame = event_frame(evs).with_columns(
@@ -192,7 +195,7 @@ def _device_frame(evs: list[dict[str, Any]], flows: pl.DataFrame) -> pl.DataFram
 
 
 def _device_ops(
-    evs: list[dict[str, Any]], api: pl.DataFrame, cpu: pl.DataFrame, flows: pl.DataFrame
+    evs: list[dict[str, Any]], api: pl.DataFrame, cpu: pl.DataFrame, flows: Flows
 ) -> pl.DataFrame:
     """PROFILE_OPS rows: pid from the launch (device events carry the device as pid),
     input shapes from the CPU operator the event is linked to by "External id"."""
@@ -204,6 +207,7 @@ def _device_ops(
         .with_columns(input_shapes=cpu["input_shapes"].gather(operator))
         .sort("start_ns", "end_ns", "device", "stream", "correlation_id", maintain_order=True)
         .with_row_index("op_id")
+        .join(_short_names(gpu["name"]), on="name", how="left", maintain_order="left")
     )
     return ops.select(
         pl.col("op_id").cast(pl.Int64),
@@ -216,7 +220,7 @@ def _device_ops(
         "end_ns",
         (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
         "name",
-        short_kernel_name(pl.col("name")).alias("short_name"),
+        "short_name",
         *(f"grid_{d}" for d in _DIMS),
         *(f"block_{d}" for d in _DIMS),
         "bytes",
@@ -228,6 +232,12 @@ def _host_pid(api: pl.DataFrame, cpu: pl.DataFrame) -> int | None:
     """The process that launched most work: the pid of GPU ops without a launch."""
     pids = pl.concat([api["pid"], cpu["pid"]]).drop_nulls()
     return None if pids.is_empty() else int(pids.mode().sort()[0])
+
+
+def _short_names(names: pl.Series) -> pl.DataFrame:
+    """name -> short_name for each distinct name (a trace repeats a few hundred names)."""
+    distinct = names.unique().to_frame("name")
+    return distinct.with_columns(short_kernel_name(pl.col("name")).alias("short_name"))
 
 
 def short_kernel_name(name: pl.Expr) -> pl.Expr:
