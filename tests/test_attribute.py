@@ -220,3 +220,25 @@ def test_matches_reference_on_random_reports(data, kernels):
         want = expected[row["op_id"]]
         got = {k: row[k] for k in want} | range_given(row)
         assert got == want, row
+
+
+def test_forward_seq_candidates_are_the_names_with_a_wanted_forward_seq():
+    """`_maybe_forward_seq` keeps every name holding a wanted `seq = N` as a forward
+    field (a superset: `seq = 1` also matches `seq = 12`), never a stashed one."""
+    from nsysmap.attribution.locate import _maybe_forward_seq
+
+    names = pl.Series(
+        [
+            "aten::mm, seq = 12, op_id = 3",  # wanted
+            "aten::mm, stashed seq = 12, op_id = 4",  # backward: never
+            "seq = 7",  # a name that starts with the field
+            "aten::add, seq = 9",  # not wanted, not a prefix of a wanted one
+            "aten::add, seq = 123",  # `seq = 12` is a prefix: kept, parsed later
+            "aten::relu, seq = 007",  # leading zeros: kept
+            None,
+            "nsysmap:fwd:Block:h.0",
+            "aten::mm, sequence = 12",  # not the field
+        ]
+    )
+    got = _maybe_forward_seq(names, pl.Series([12, 7])).to_list()
+    assert got == [0, 2, 4, 5]

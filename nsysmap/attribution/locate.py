@@ -216,8 +216,7 @@ def _module_via_seq(scope: Scope, q: Queries, inner: pl.Series, module: pl.Serie
         return out
     names = scope.ranges["name"]
     wanted = nodes["lbl_seq"].unique()
-    maybe = pl.DataFrame({"n": names}).select(_maybe_forward_seq(pl.col("n"), wanted))
-    pos = maybe.to_series().fill_null(False).arg_true()
+    pos = _maybe_forward_seq(names, wanted)
     forward = name_labels(names.gather(pos), ["lbl_seq", "lbl_stashed"]).with_columns(
         pos=pos, pid=scope.ranges["pid"].gather(pos), start=scope.ranges["start_ns"].gather(pos)
     )
@@ -236,13 +235,15 @@ def _module_via_seq(scope: Scope, q: Queries, inner: pl.Series, module: pl.Serie
     return out.scatter(linked["i"], linked["module"])
 
 
-def _maybe_forward_seq(name: pl.Expr, seqs: pl.Series) -> pl.Expr:
-    """True for every name with a forward `seq = N`, N in `seqs` (and for a few others).
+def _maybe_forward_seq(names: pl.Series, seqs: pl.Series) -> pl.Series:
+    """Positions of every name with a forward `seq = N`, N in `seqs` (and of a few others).
 
     Such a name contains "seq = N" as text (or "seq = 0..." with leading
-    zeros), which one multi-pattern scan finds; lbl_seq is parsed only there.
+    zeros), which one multi-pattern scan of all names finds; the forward
+    `seq` field is checked on those alone, and lbl_seq is parsed there.
     """
     texts = pl.select(pl.format("seq = {}", seqs)).to_series().to_list()
-    wanted = name.str.contains_any([*texts, "seq = 0"])
-    seq = name.str.contains(", seq = ", literal=True) | name.str.starts_with("seq = ")
-    return wanted & seq & ~name.str.contains("stashed seq = ", literal=True)
+    pos = names.str.contains_any([*texts, "seq = 0"]).fill_null(False).arg_true()
+    found = names.gather(pos)
+    seq = found.str.contains(", seq = ", literal=True) | found.str.starts_with("seq = ")
+    return pos.filter(seq & ~found.str.contains("stashed seq = ", literal=True))
