@@ -242,3 +242,28 @@ def test_forward_seq_candidates_are_the_names_with_a_wanted_forward_seq():
     )
     got = _maybe_forward_seq(names, pl.Series([12, 7])).to_list()
     assert got == [0, 2, 4, 5]
+
+
+def test_scope_labels_are_those_of_each_range_name():
+    """`Scope.labels` at a range that may give a scope: the labels of its own name
+    (names repeat; their labels are kept once); null at a null position."""
+    from nsysmap.attribution.labels import name_labels
+    from nsysmap.attribution.locate import Scope, thread_keys
+
+    f = Frames()
+    names = ["nsysmap:step:1", "nsysmap:phase:forward", "nsysmap:fwd:Block:h.0", "aten::mm"]
+    for step in range(2):
+        for depth, name in enumerate(names):
+            f.range(1, name.replace(":1", f":{step + 1}"), 100 * step + depth, 100 * step + 90)
+    f.kernel(1, 5)
+    report = f.profile()
+    ranges = report.ranges
+    keys = thread_keys(ranges, ranges.select("pid", "tid"))
+    assert keys is not None
+    scope = Scope.of(ranges, keys[0])
+    columns = ["lbl_step", "lbl_phase", "lbl_module"]
+    scoped = pl.Series([0, 1, 2, 4, 5, 6, None], dtype=pl.UInt32)  # not the aten::mm ranges
+    got = pl.DataFrame(scope.labels(scoped, columns))
+    expected = name_labels(ranges["name"].gather(scoped), columns)
+    assert got.equals(expected)
+    assert got["lbl_step"].to_list() == [1, None, None, 2, None, None, None]
