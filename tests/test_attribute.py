@@ -220,3 +220,50 @@ def test_matches_reference_on_random_reports(data, kernels):
         want = expected[row["op_id"]]
         got = {k: row[k] for k in want} | range_given(row)
         assert got == want, row
+
+
+def test_forward_seq_candidates_are_the_names_with_a_wanted_forward_seq():
+    """`_maybe_forward_seq` keeps every name holding a wanted `seq = N` as a forward
+    field (a superset: `seq = 1` also matches `seq = 12`), never a stashed one."""
+    from nsysmap.attribution.locate import _maybe_forward_seq
+
+    names = pl.Series(
+        [
+            "aten::mm, seq = 12, op_id = 3",  # wanted
+            "aten::mm, stashed seq = 12, op_id = 4",  # backward: never
+            "seq = 7",  # a name that starts with the field
+            "aten::add, seq = 9",  # not wanted, not a prefix of a wanted one
+            "aten::add, seq = 123",  # `seq = 12` is a prefix: kept, parsed later
+            "aten::relu, seq = 007",  # leading zeros: kept
+            None,
+            "nsysmap:fwd:Block:h.0",
+            "aten::mm, sequence = 12",  # not the field
+        ]
+    )
+    got = _maybe_forward_seq(names, pl.Series([12, 7])).to_list()
+    assert got == [0, 2, 4, 5]
+
+
+def test_scope_labels_are_those_of_each_range_name():
+    """`Scope.labels` at a range that may give a scope: the labels of its own name
+    (names repeat; their labels are kept once); null at a null position."""
+    from nsysmap.attribution.labels import name_labels
+    from nsysmap.attribution.locate import Scope, thread_keys
+
+    f = Frames()
+    names = ["nsysmap:step:1", "nsysmap:phase:forward", "nsysmap:fwd:Block:h.0", "aten::mm"]
+    for step in range(2):
+        for depth, name in enumerate(names):
+            f.range(1, name.replace(":1", f":{step + 1}"), 100 * step + depth, 100 * step + 90)
+    f.kernel(1, 5)
+    report = f.profile()
+    ranges = report.ranges
+    keys = thread_keys(ranges, ranges.select("pid", "tid"))
+    assert keys is not None
+    scope = Scope.of(ranges, keys[0])
+    columns = ["lbl_step", "lbl_phase", "lbl_module"]
+    scoped = pl.Series([0, 1, 2, 4, 5, 6, None], dtype=pl.UInt32)  # not the aten::mm ranges
+    got = pl.DataFrame(scope.labels(scoped, columns))
+    expected = name_labels(ranges["name"].gather(scoped), columns)
+    assert got.equals(expected)
+    assert got["lbl_step"].to_list() == [1, None, None, 2, None, None, None]

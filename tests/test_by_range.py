@@ -222,6 +222,33 @@ def test_ranges_nested_deeper_than_the_limit_fold_into_one_row(monkeypatch):
     }
 
 
+@pytest.mark.parametrize("sample", [_nested_sample, _sample, "two threads"])
+def test_windows_by_position_equal_windows_by_key(sample, monkeypatch):
+    """Each thread on one device: a range's leaves are found by counting leaves per
+    position; the general lookup by (device, position) gives the same table."""
+    frames = sample() if callable(sample) else _two_threads()
+    taken = []
+    by_position = range_tree._windows_by_position
+    monkeypatch.setattr(
+        range_tree, "_windows_by_position", lambda *a: taken.append(1) or by_position(*a)
+    )
+    fast = _table(frames)
+    assert bool(taken) == (sample is not _sample)  # _sample's thread 1 launches on two devices
+    monkeypatch.setattr(range_tree, "_windows_by_position", range_tree._windows_by_key)
+    assert_frame_equal(_table(frames), fast)
+
+
+def _two_threads() -> Frames:
+    """`_nested_sample` on thread 1 (device 0), and a nesting on thread 2 launching on device 1."""
+    f = _nested_sample()
+    f.range(2, "s0", 0, 100)
+    f.range(2, "s1", 10, 60)
+    f.range(2, "s2", 20, 30)
+    for at, dur, run_at in ((5, 2, 8), (15, 3, 40), (21, 1, 22), (25, 6, 30), (70, 4, 90)):
+        f.kernel(2, at, dur=dur, device=1, run_at=run_at)
+    return f
+
+
 def test_summarise_without_ranges_leaves_by_range_empty():
     f = _sample()
     assert summarise(attribute(f.profile())).by_range.is_empty()

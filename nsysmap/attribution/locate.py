@@ -44,13 +44,14 @@ class Scope:
     """Nested ranges by position, and the labels of names that may give a scope.
 
     Those names repeat (the same module ranges every step), so their labels
-    are kept once per distinct name: `scoped` holds the position of each such
-    range (ascending) and the index of its name in `table`.
+    are kept once per distinct name: `name_at` holds, per range position, the
+    index of its name in `table` (null: a name that gives no scope), so that a
+    lookup is two gathers.
     """
 
     ranges: pl.DataFrame
     forest: Forest
-    scoped: pl.DataFrame  # pos (ascending), name (index into table)
+    name_at: pl.Series  # per range: index into table (UInt32), null when not scoped
     table: pl.DataFrame  # LABELS per distinct name
     members: dict[str, pl.Series]  # family -> Boolean per range
 
@@ -64,15 +65,16 @@ class Scope:
         code = names.gather(pos).cast(pl.Categorical).to_physical()
         distinct = pl.DataFrame({"code": code}).with_row_index("first").unique("code").sort("code")
         table = name_labels(names.gather(pos.gather(distinct["first"])), rules=rules)
-        scoped = pl.DataFrame({"pos": pos, "name": distinct["code"].search_sorted(code)})
+        name = distinct["code"].search_sorted(code)  # of each scoped range, into table
+        name_at = pl.repeat(None, ranges.height, dtype=name.dtype, eager=True).scatter(pos, name)
         found = {f: table[label].is_not_null() for f, label in SCOPE_FAMILIES.items()}
         found[WARMUP] = table["lbl_warmup"].fill_null(False)
         members = {}
         for family, hit_names in found.items():
-            hit = scoped.filter(hit_names.gather(scoped["name"]))["pos"]
+            hit = pos.filter(hit_names.gather(name))
             members[family] = pl.repeat(False, ranges.height, eager=True).scatter(hit, True)
         members[AUTOGRAD] = names.str.contains(AUTOGRAD_NODE).fill_null(False)
-        return cls(ranges, Forest.of(ranges, thread, "range_id"), scoped, table, members)
+        return cls(ranges, Forest.of(ranges, thread, "range_id"), name_at, table, members)
 
     def label(self, positions: pl.Series, column: str) -> pl.Series:
         """`column` of LABELS at `positions` (which must be scoped names, or null)."""
@@ -80,13 +82,11 @@ class Scope:
 
     def labels(self, positions: pl.Series, columns: list[str]) -> dict[str, pl.Series]:
         """Some LABELS columns at `positions` (scoped names, or null), looked up once."""
-        if self.scoped.is_empty():
+        if self.table.is_empty():
             return {
                 c: pl.repeat(None, positions.len(), dtype=LABELS[c], eager=True) for c in columns
             }
-        index = self.scoped["pos"].search_sorted(positions.fill_null(0))
-        name = self.scoped["name"].gather(index.clip(0, self.scoped.height - 1))
-        name = pl.select(pl.when(positions.is_not_null()).then(name)).to_series()
+        name = self.name_at.gather(positions)
         return {c: self.table[c].gather(name) for c in columns}
 
     def names_match(self, pattern: str) -> Callable[[pl.Series], pl.Series]:
@@ -216,8 +216,7 @@ def _module_via_seq(scope: Scope, q: Queries, inner: pl.Series, module: pl.Serie
         return out
     names = scope.ranges["name"]
     wanted = nodes["lbl_seq"].unique()
-    maybe = pl.DataFrame({"n": names}).select(_maybe_forward_seq(pl.col("n"), wanted))
-    pos = maybe.to_series().fill_null(False).arg_true()
+    pos = _maybe_forward_seq(names, wanted)
     forward = name_labels(names.gather(pos), ["lbl_seq", "lbl_stashed"]).with_columns(
         pos=pos, pid=scope.ranges["pid"].gather(pos), start=scope.ranges["start_ns"].gather(pos)
     )
@@ -236,13 +235,15 @@ def _module_via_seq(scope: Scope, q: Queries, inner: pl.Series, module: pl.Serie
     return out.scatter(linked["i"], linked["module"])
 
 
-def _maybe_forward_seq(name: pl.Expr, seqs: pl.Series) -> pl.Expr:
-    """True for every name with a forward `seq = N`, N in `seqs` (and for a few others).
+def _maybe_forward_seq(names: pl.Series, seqs: pl.Series) -> pl.Series:
+    """Positions of every name with a forward `seq = N`, N in `seqs` (and of a few others).
 
     Such a name contains "seq = N" as text (or "seq = 0..." with leading
-    zeros), which one multi-pattern scan finds; lbl_seq is parsed only there.
+    zeros), which one multi-pattern scan of all names finds; the forward
+    `seq` field is checked on those alone, and lbl_seq is parsed there.
     """
     texts = pl.select(pl.format("seq = {}", seqs)).to_series().to_list()
-    wanted = name.str.contains_any([*texts, "seq = 0"])
-    seq = name.str.contains(", seq = ", literal=True) | name.str.starts_with("seq = ")
-    return wanted & seq & ~name.str.contains("stashed seq = ", literal=True)
+    pos = names.str.contains_any([*texts, "seq = 0"]).fill_null(False).arg_true()
+    found = names.gather(pos)
+    seq = found.str.contains(", seq = ", literal=True) | found.str.starts_with("seq = ")
+    return pos.filter(seq & ~found.str.contains("stashed seq = ", literal=True))

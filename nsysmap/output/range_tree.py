@@ -107,7 +107,8 @@ def _packed_preorder(frame: pl.DataFrame, n_groups: int) -> pl.DataFrame | None:
         lambda at: pl.DataFrame({"k1": -end.gather(at), "k2": frame["range_id"].gather(at)}),
     )
     stop = starts.gather(order).search_sorted(packed("end").gather(order), side="left")
-    ordered = frame[order].with_row_index("pos")
+    kept = frame.select("row", "range_id", "g", "depth", "parent_id")  # not the times
+    ordered = kept[order].with_row_index("pos")
     return ordered.with_columns(stop=pl.max_horizontal("pos", stop))
 
 
@@ -138,20 +139,18 @@ def instances(placed: pl.DataFrame, forest: pl.DataFrame, max_depth: int) -> pl.
 
     `placed`: operations summed per (device, innermost range) with its `pos`
     and thread code `g` (RANGE_LEAVES of nsysmap.output.by_range, placed).
+    Each range's leaves are a window [lo, hi) of them in order: by position
+    when every thread launches on one device (`_windows_by_position`), else
+    by (device, position) (`_windows_by_key`).
     """
     inner = placed.filter(pl.col("pos").is_not_null())
-    devices = inner.select("device_id").unique().sort("device_id").with_row_index("dev")
-    width = forest.height + 1
-    base = (pl.col("dev").cast(pl.Int64) * width).alias("base")
-    inner = inner.join(devices, on="device_id", nulls_equal=True).with_columns(base)
-    inner = inner.with_columns(key=pl.col("base") + pl.col("pos")).sort("key")
-    pairs = inner.select("device_id", "base", "g").unique()
     shallow = forest.filter(pl.col("depth") <= max_depth).select("pos", "g", "stop")
-    asked = _asked(pairs, shallow)
-    keys = inner["key"]
-    lo = keys.search_sorted(asked["base"] + asked["pos"], side="left")
-    hi = keys.search_sorted(asked["base"] + asked["stop"], side="left")
-    asked = asked.with_columns(lo=lo, hi=hi).filter(pl.col("hi") > pl.col("lo"))
+    pairs = inner.select("device_id", "g").unique()
+    if pairs.is_empty() or not pairs["g"].is_unique().all():
+        inner, asked = _windows_by_key(inner, pairs, shallow, forest.height)
+    else:
+        inner, asked = _windows_by_position(inner, pairs, shallow, forest.height)
+    asked = asked.filter(pl.col("hi") > pl.col("lo"))
     lo, hi = asked["lo"], asked["hi"]
     first, last = window_extrema(inner["first_start_ns"], inner["last_end_ns"], lo, hi)
     return asked.select(
@@ -163,13 +162,52 @@ def instances(placed: pl.DataFrame, forest: pl.DataFrame, max_depth: int) -> pl.
     )
 
 
-def _asked(pairs: pl.DataFrame, shallow: pl.DataFrame) -> pl.DataFrame:
-    """Each range of `shallow` once per device whose operations its thread launched.
+_SUMMED = ("ops", "time_ns", "first_start_ns", "last_end_ns")
 
-    Usually a thread launches on one device only: then a range's device and
-    base are gathered by its thread code, and the ranges stay in pre-order
-    (the binary searches that follow then walk the leaves in order), instead
-    of a join of every range on the thread code.
+
+def _windows_by_position(
+    inner: pl.DataFrame, pairs: pl.DataFrame, shallow: pl.DataFrame, n_ranges: int
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(leaves by position; ranges with device, lo, hi) when each thread has one device.
+
+    The ranges inside one are a slice of its thread, so the leaves at
+    positions pos .. stop - 1 are all of the thread's device: the window's
+    ends are counts of leaves below pos and below stop (a prefix sum of the
+    leaves per position), not binary searches.
+    """
+    inner = inner.select("pos", *_SUMMED)[inner["pos"].arg_sort()]
+    runs = inner["pos"].rle().struct.unnest()  # positions ascending, each once
+    below = pl.repeat(0, n_ranges + 2, dtype=pl.Int64, eager=True)
+    below = below.scatter(runs["value"].cast(pl.Int64) + 1, runs["len"].cast(pl.Int64))
+    below = below.cum_sum().cast(pl.get_index_type())
+    asked = _asked(pairs, shallow)
+    return inner, asked.with_columns(lo=below.gather(asked["pos"]), hi=below.gather(asked["stop"]))
+
+
+def _windows_by_key(
+    inner: pl.DataFrame, pairs: pl.DataFrame, shallow: pl.DataFrame, n_ranges: int
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(leaves by device and position; ranges with device, lo, hi): the general case,
+    by binary searches of a (device, position) key."""
+    devices = pairs.select("device_id").unique().sort("device_id").with_row_index("dev")
+    base = (pl.col("dev").cast(pl.Int64) * (n_ranges + 1)).alias("base")
+    inner = inner.join(devices, on="device_id", nulls_equal=True).with_columns(base)
+    inner = inner.with_columns(key=pl.col("base") + pl.col("pos")).sort("key")
+    asked = _asked(inner.select("device_id", "base", "g").unique(), shallow)
+    keys = inner["key"]
+    lo = keys.search_sorted(asked["base"] + asked["pos"], side="left")
+    hi = keys.search_sorted(asked["base"] + asked["stop"], side="left")
+    return inner, asked.with_columns(lo=lo, hi=hi)
+
+
+def _asked(pairs: pl.DataFrame, shallow: pl.DataFrame) -> pl.DataFrame:
+    """Each range of `shallow` once per device whose operations its thread launched,
+    with the other columns of `pairs` (device and thread code g, and more).
+
+    Usually a thread launches on one device only: then a range's device is
+    gathered by its thread code, and the ranges stay in pre-order (the
+    lookups that follow then walk the leaves in order), instead of a join of
+    every range on the thread code.
     """
     if pairs.is_empty() or not pairs["g"].is_unique().all():
         return pairs.join(shallow, on="g")
@@ -178,7 +216,7 @@ def _asked(pairs: pl.DataFrame, shallow: pl.DataFrame) -> pl.DataFrame:
     at = at.scatter(pairs["g"], pl.int_range(pairs.height, dtype=pl.UInt32, eager=True))
     found = at.gather(shallow["g"])
     hit = found.is_not_null()
-    mine = pairs.select("device_id", "base")[found.filter(hit)]
+    mine = pairs.drop("g")[found.filter(hit)]
     return pl.concat([mine, shallow.filter(hit)], how="horizontal")
 
 
@@ -195,17 +233,17 @@ def window_extrema(
 
     A sparse table built one level at a time: at level j, low[i] is the
     minimum of first[i : i + 2^j]; a window of width w (2^j <= w < 2^(j+1)) is
-    covered by the two blocks starting at lo and at hi - 2^j.
+    covered by the two blocks starting at lo and at hi - 2^j. A window of
+    width 1 (most: ranges with one leaf) is its leaf's own values.
     """
     n = lo.len()
-    low_out = pl.repeat(None, n, dtype=pl.Int64, eager=True)
-    high_out = pl.repeat(None, n, dtype=pl.Int64, eager=True)
+    low_out, high_out = first.gather(lo).cast(pl.Int64), last.gather(lo).cast(pl.Int64)
     width = (hi.cast(pl.Int64) - lo.cast(pl.Int64)).alias("w")
     low, high, step = first, last, 1
     widest = to_int(width.max()) if n else 0
     while step <= widest:
         rows = ((width >= step) & (width < 2 * step)).arg_true()
-        if rows.len():
+        if step > 1 and rows.len():
             a, b = lo.gather(rows), hi.gather(rows).cast(pl.Int64) - step
             both = pl.DataFrame({"a1": low.gather(a), "a2": low.gather(b)})
             low_out.scatter(rows, both.select(pl.min_horizontal("a1", "a2")).to_series())
