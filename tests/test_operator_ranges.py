@@ -185,4 +185,7 @@ def test_the_shape_table_shows_each_operator_and_shapes_once_with_its_calls(real
     for shapes, calls in bmm.select("input_shapes", "calls").iter_rows():
         got[shapes] += calls
     assert got == _independent_bmm_calls(path)
-    assert bmm.height <= 12  # a handful of distinct shapes, not one row per call
+    # A handful of distinct shapes per direction (forward or backward, from the
+    # phase where no module says it), not one row per call.
+    assert (bmm.group_by("direction").len()["len"] <= 12).all()
+    assert bmm.height < bmm["calls"].sum() / 10
