@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from nsysmap.cli import cli
 from nsysmap.infer.motif import motif_regions, step_period
-from nsysmap.infer.passes import passes
+from nsysmap.infer.repeats import passes
 from nsysmap.infer.summary import LAYER_INDEX, infer_ops
 from nsysmap.pipeline import analyse, load_profile, write
 from nsysmap.report.answers import ReportOptions

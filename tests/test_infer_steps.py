@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from nsysmap.infer.passes import Evidence, passes
+from nsysmap.infer.repeats import Evidence, passes
 from nsysmap.infer.summary import LAYER_INDEX, infer_ops
 from nsysmap.pipeline import analyse, load_profile
 from tests.corpus import corpus_path

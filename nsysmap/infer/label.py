@@ -7,7 +7,7 @@ read here and never overwritten; `nsysmap.infer.summary` compares the two.
 Per device and process, the ops in execution order get one integer code per
 normalised kernel key (`KEY`: the category for GEMMs, attention and
 convolutions, whose kernel the library picks per shape; else the short name
-with its digits dropped); `nsysmap.infer.passes` splits the sequence into
+with its digits dropped); `nsysmap.infer.repeats` splits the sequence into
 passes and `nsysmap.infer.motif` finds, once per distinct pass, its
 repeated block motifs. The Python loops run over sequences, candidate lags
 and distinct passes, never over kernels.
@@ -23,7 +23,7 @@ import polars as pl
 
 from instrument.phase_vocabulary import INFERRED_PHASES
 from nsysmap.infer.motif import Region, block_index, motif_regions, recurs
-from nsysmap.infer.passes import Evidence, passes
+from nsysmap.infer.repeats import Evidence, passes
 from nsysmap.schemas import INFERRED
 
 # forward, backward, optimizer, data, other (instrument/phase_vocabulary.py)
