@@ -43,7 +43,7 @@ test: $(BIN)/.installed chromium
 	$(BIN)/python -m pytest
 
 check: lint
-	$(BIN)/python -m pytest -q --fast
+	$(BIN)/python -m pytest -q --fast -n auto
 
 # The benchmark's optional engines (connectorx, orjson): the `bench` extra.
 $(BIN)/.bench-installed: $(BIN)/.installed

@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 
 from nsysmap.infer.summary import infer_ops
 
+pytestmark = pytest.mark.slow  # a hundred planted models: seconds, in `make test`
+
 _POOL = [
     ("elementwise", "vectorized_elementwise_kernel"),
     ("elementwise", "elementwise_kernel"),

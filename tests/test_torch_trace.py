@@ -371,7 +371,7 @@ def test_bare_event_array_and_text_ids(tmp_path):
         (b"\x00\x01 not json", NotAProfile, ExitCode.UNUSABLE_INPUT),
         (b'{"schemaVersion": 1}', NotAProfile, ExitCode.UNUSABLE_INPUT),
         (b'"just a string"', NotAProfile, ExitCode.UNUSABLE_INPUT),
-        (gzip.compress(b"{ truncated"), NotAProfile, ExitCode.UNUSABLE_INPUT),
+        (gzip.compress(b"{ truncated", mtime=0), NotAProfile, ExitCode.UNUSABLE_INPUT),
         (b'{"traceEvents": []}', NoGpuData, ExitCode.NO_GPU_DATA),
     ],
 )
