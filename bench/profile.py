@@ -34,11 +34,14 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import nsysmap
 from nsysmap.stages import Stages
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 GB = 1e9
-PACKAGE = f"{os.sep}nsysmap{os.sep}"  # functions whose file is in the package
+# Functions whose file is in the package (not merely below a folder named nsysmap,
+# such as a checkout's own root).
+PACKAGE = str(Path(nsysmap.__file__).resolve().parent) + os.sep
 
 
 def rss_bytes() -> int:
@@ -119,10 +122,9 @@ def functions(profile: cProfile.Profile, top: int) -> list[dict]:
     stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
     rows = []
     for (file, line, name), (_, calls, own, cumulative, _) in stats.items():
-        if PACKAGE in file:
-            module = "nsysmap." + file.rsplit(PACKAGE, 1)[1].removesuffix(".py").replace(
-                os.sep, "."
-            )
+        path = str(Path(file).resolve()) if file.endswith(".py") else file
+        if path.startswith(PACKAGE):
+            module = "nsysmap." + path[len(PACKAGE) :].removesuffix(".py").replace(os.sep, ".")
             rows.append(
                 {"function": f"{module}.{name}", "line": line, "calls": calls}
                 | {"own_s": own, "cumulative_s": cumulative}
