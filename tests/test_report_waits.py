@@ -9,18 +9,14 @@ import pytest
 
 from nsysmap.report.html.waits_chart import waits_chart
 from nsysmap.report.waits import NO_TABLES, read_waits, waits_answer, waits_section
-from tests.cli_runner import nsysmap_cli
-from tests.test_waits import planted_export
+from tests.test_waits import attributed_planted
 
 MS = 1_000_000
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("report_waits")
-    path = planted_export().write(root / "planted.sqlite")
-    assert nsysmap_cli(["attribute", path, "-o", root / "out", "--quiet"]) == 0
-    return root / "out"
+    return attributed_planted(tmp_path_factory.mktemp("report_waits"))
 
 
 @pytest.fixture(scope="module")

@@ -79,12 +79,16 @@ def planted_export() -> SynthExport:
     return b
 
 
-@pytest.fixture(scope="module")
-def out(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("waits")
+def attributed_planted(root: Path) -> Path:
+    """`planted_export` written into `root` and attributed: the output directory."""
     path = planted_export().write(root / "planted.sqlite")
     assert nsysmap_cli(["attribute", path, "-o", root / "out", "--quiet"]) == 0
     return root / "out"
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory) -> Path:
+    return attributed_planted(tmp_path_factory.mktemp("waits"))
 
 
 def _ns(ms: float) -> int:

@@ -34,6 +34,7 @@ from nsysmap.scalars import to_float
 MIN_SHARED_KERNEL_TIME = 0.5
 SHOWN = 3  # values named in one doubt, at most
 ONE_JOB_DOUBTS = "one_job_doubts"  # the manifest key that lists them
+Rule = Callable[[Sequence[Outcome], Sequence[RankOf], dict[str, pl.DataFrame]], str | None]
 
 
 def doubts(
@@ -62,22 +63,22 @@ def _gpu_models(
     return "the ranks run on different GPU models (" + _listed(first, "rank ") + ")"
 
 
-def _profilers(
-    ok: Sequence[Outcome], _ranks: Sequence[RankOf], _tables: dict[str, pl.DataFrame]
-) -> str | None:
-    first = _first_values(ok, "backend")
-    if len(first) < 2:
-        return None
-    return "the reports come from different profilers (" + _listed(first, "") + ")"
+def _differing_meta(key: str, what: str) -> Rule:
+    """The rule: the reports' meta `key` takes more than one value (`what` names it)."""
+
+    def rule(
+        ok: Sequence[Outcome], _ranks: Sequence[RankOf], _tables: dict[str, pl.DataFrame]
+    ) -> str | None:
+        first = _first_values(ok, key)
+        if len(first) < 2:
+            return None
+        return f"the reports {what} (" + _listed(first, "") + ")"
+
+    return rule
 
 
-def _world_sizes(
-    ok: Sequence[Outcome], _ranks: Sequence[RankOf], _tables: dict[str, pl.DataFrame]
-) -> str | None:
-    first = _first_values(ok, "world_size")
-    if len(first) < 2:
-        return None
-    return "the reports declare different world sizes (" + _listed(first, "") + ")"
+_profilers = _differing_meta("backend", "come from different profilers")
+_world_sizes = _differing_meta("world_size", "declare different world sizes")
 
 
 def _first_values(ok: Sequence[Outcome], key: str) -> dict[str, str]:
@@ -172,7 +173,6 @@ def _kernels(
     )
 
 
-Rule = Callable[[Sequence[Outcome], Sequence[RankOf], dict[str, pl.DataFrame]], str | None]
 RULES: tuple[Rule, ...] = (
     _gpu_models,
     _profilers,
