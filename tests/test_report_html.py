@@ -20,7 +20,7 @@ from nsysmap.cli import cli
 from nsysmap.pipeline import analyse_file
 from nsysmap.report.answers import ReportOptions
 from nsysmap.report.build import build_report
-from nsysmap.report.html.chart import MAX_BARS, TOP_ROWS
+from nsysmap.report.html.chart import MAX_BARS, PHASE_COLOURS, TOP_ROWS
 from nsysmap.report.html.charts import missing_charts, report_charts
 from nsysmap.report.html.layers import top_layers
 from nsysmap.report.html.names import distinct_labels, middle
@@ -129,6 +129,15 @@ def test_the_module_tree_holds_all_time(charts):
     c_fc = next(i for i in icicle["ids"] if i.endswith("h\x1f1\x1fmlp\x1fc_fc"))
     assert values[c_fc] == 12.0  # forward 4 + backward 8 per step
     assert all(p in values for p in parents.values() if p)
+
+
+def test_the_tree_s_branch_colours_are_no_phase_s(charts):
+    """The phase charts colour forward blue and backward orange; the icicle beside them
+    must not colour a branch (say, the backward range) in another phase's colour."""
+    colorway = charts["tree"].figure["layout"]["iciclecolorway"]
+    assert colorway and not set(map(str.lower, colorway)) & {
+        c.lower() for c in PHASE_COLOURS.values()
+    }
 
 
 @pytest.mark.slow

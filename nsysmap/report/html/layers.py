@@ -147,6 +147,10 @@ def blocks_parts_chart(f: Findings) -> Chart | None:
     )
 
 
+# The icicle's branch colours: none of them a phase's (instrument/phase_vocabulary.py).
+TREE_COLOURS = ("#5f7d95", "#a08c6e", "#6f9a8d", "#8f7aa3")
+
+
 def tree_chart(f: Findings) -> Chart | None:
     """An icicle of time over the module tree, or the range tree when there are no modules."""
     ops = f.run.ops
@@ -190,6 +194,10 @@ def tree_chart(f: Findings) -> Chart | None:
                 margin={"l": 10, "r": 10, "t": 46, "b": 10},
                 height=620,
                 uniformtext={"minsize": 8, "mode": "hide"},  # no text in slivers
+                # Branches in colours no phase uses: a blue or orange box here must not
+                # read as forward or backward beside the phase charts.
+                iciclecolorway=list(TREE_COLOURS),
+                extendiciclecolors=True,
             ),
         },
         Table(["path", "own", "inclusive"], rows, ["text", "ms", "ms"]),
