@@ -338,6 +338,10 @@ def test_nvfuser_ranges_are_not_pytorch_operator_ranges():
     )
     user = pl.select(is_user_range(pl.lit(names))).to_series().to_list()
     assert user == [True] * 4 + [False] * 7
+    # Nor does a kernel launched inside one get it as its operator: the brief's
+    # "largest non-matmul work, by operator" listed `ExecutorRunFusion::cuLaunchKernel`.
+    operators = set(analysis.ops["aten_op"].drop_nulls())
+    assert not operators & set(names[:4]), operators
 
 
 @pytest.mark.corpus

@@ -127,11 +127,18 @@ def _distinct_labels(frame: pl.DataFrame, columns: list[str], rules: NameRules) 
     return frame.join(labelled, on="name", how="left", maintain_order="left").select(columns)
 
 
+def _aten_op(name: pl.Expr) -> pl.Expr:
+    """The operator a PyTorch operator range names (`aten::addmm`); null for any other
+    `A::b` name, such as another library's C++ function (OPERATOR_RANGE)."""
+    op = name.str.extract(ATEN_OP, 1)
+    return pl.when(op.str.contains(OPERATOR_RANGE)).then(op)
+
+
 def _operator_label_exprs(name: pl.Expr) -> dict[str, pl.Expr]:
     """The labels any name may carry, as `_name_label_exprs` computes them."""
     return {
         "lbl_direction": _aten_direction(name),
-        "lbl_aten_op": name.str.extract(ATEN_OP, 1),
+        "lbl_aten_op": _aten_op(name),
         "lbl_seq": name.str.extract(SEQ, 1).cast(pl.Int64, strict=False),
         "lbl_stashed": _stashed(name),
         "lbl_shapes": name.str.extract(SIZES, 1),
@@ -161,7 +168,7 @@ def _name_label_exprs(name: pl.Expr, rules: NameRules) -> list[pl.Expr]:
             pl.when(trace_module.is_not_null()).then(pl.lit("forward")),
             _aten_direction(name),
         ).alias("lbl_direction"),
-        name.str.extract(ATEN_OP, 1).alias("lbl_aten_op"),
+        _aten_op(name).alias("lbl_aten_op"),
         name.str.extract(SEQ, 1).cast(pl.Int64, strict=False).alias("lbl_seq"),
         _stashed(name).alias("lbl_stashed"),
         name.str.extract(SIZES, 1).alias("lbl_shapes"),
