@@ -4,7 +4,7 @@ Each drives the one flow (nsysmap.flow: a source's profiles -> attribute ->
 summarise -> infer) with its own source and sink: `analyse` a profile
 already read, its OPS rows held in memory; `analyse_file` a file, read
 whole or one process at a time (nsysmap.by_process), its OPS rows held or,
-above STREAM_OPS operations, streamed into ops.parquet (nsysmap.output.ops_sinks).
+above ops_sinks.STREAM_OPS operations, streamed into ops.parquet (nsysmap.output.ops_sinks).
 `nsysmap run` goes through `attribute_file` too, adding the model's FLOPs
 before the write. `load_profile` (nsysmap.load: read, then normalise) and
 `write` are the only steps that touch files. Each step can be timed by a
@@ -28,7 +28,7 @@ from nsysmap.attribution.rules import BUILTIN, NameRules
 from nsysmap.flow import Settings, file_source, flow, whole
 from nsysmap.input_kinds import called
 from nsysmap.load import load_profile
-from nsysmap.output.ops_sinks import HoldOps, OpsSink, StreamOps
+from nsysmap.output.ops_sinks import HoldOps, OpsSink, sink_for
 from nsysmap.output.placement import check_output_dir, staging
 from nsysmap.output.writer import OPS_FILE, input_identity, write_outputs
 from nsysmap.profile import NestedProfile
@@ -36,7 +36,6 @@ from nsysmap.read.regular_file import regular_file
 from nsysmap.stages import Stages
 
 __all__ = [
-    "STREAM_OPS",
     "Analysis",
     "analyse",
     "analyse_file",
@@ -46,10 +45,6 @@ __all__ = [
     "with_tables",
     "write",
 ]
-
-# Profiles with more operations than this are streamed by `analyse_file`:
-# their OPS rows go into ops.parquet as they are made, never all in memory.
-STREAM_OPS = 2_000_000
 
 
 def analyse(
@@ -140,13 +135,13 @@ def attribute_file(
 
             source = file_source(path, memory_gb, stages)
 
-            def sink_for(profile: NestedProfile) -> OpsSink:
-                if not source.apart and profile.ops.height <= STREAM_OPS:
-                    return HoldOps()
-                # Large OPS rows are staged beside out_dir, then moved in.
-                return StreamOps(cleanup.enter_context(staging(out_dir)) / OPS_FILE)
+            def staged() -> Path:  # large OPS rows are staged beside out_dir, then moved in
+                return cleanup.enter_context(staging(out_dir)) / OPS_FILE
 
-            analysis = flow(source, sink_for, settings, on_read=read)
+            def sink(profile: NestedProfile) -> OpsSink:
+                return sink_for(profile.ops.height, staged, stream=source.apart)
+
+            analysis = flow(source, sink, settings, on_read=read)
         except BaseException:
             stop.set()  # do not make a failure wait for the hash
             raise

@@ -8,7 +8,6 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from nsysmap import pipeline
 from nsysmap.output import ops_sinks as streamed
 from nsysmap.output.ops_sinks import HeldOps, OpsFile
 from nsysmap.pipeline import analyse, analyse_file, load_profile
@@ -88,7 +87,7 @@ def test_every_row_agrees_with_a_reference_that_climbs_each_operation(analysed):
 def test_streamed_by_range_equals_the_in_memory_one(tmp_path, monkeypatch):
     path = real_path(FILES[1])
     held = analyse_file(path, tmp_path / "held", stages=Stages(progress=False))
-    monkeypatch.setattr(pipeline, "STREAM_OPS", 100)
+    monkeypatch.setattr(streamed, "STREAM_OPS", 100)
     monkeypatch.setattr(streamed, "BLOCK_ROWS", 97)
     run = analyse_file(path, tmp_path / "streamed", stages=Stages(progress=False))
     assert isinstance(held.store, HeldOps) and isinstance(run.store, OpsFile)

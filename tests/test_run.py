@@ -455,9 +455,10 @@ def test_run_streams_a_large_capture_through_the_file_flow(with_nsys, monkeypatc
     """`nsysmap run` attributes its capture as `nsysmap attribute` does: above
     STREAM_OPS operations the rows are streamed into ops.parquet, never held."""
     from nsysmap import pipeline
+    from nsysmap.output import ops_sinks
     from nsysmap.output.ops_sinks import OpsFile
 
-    monkeypatch.setattr(pipeline, "STREAM_OPS", 4)
+    monkeypatch.setattr(ops_sinks, "STREAM_OPS", 4)
     result = run_mod.run(run_mod.RunRequest(Path("echo_args.py"), backend="nsys"))
     store = result.analysis.store
     assert isinstance(store, OpsFile) and store.path == Path("out/echo_args/ops.parquet")

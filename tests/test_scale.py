@@ -11,7 +11,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from bench import compare, sql_engine
-from nsysmap import flow, pipeline
+from nsysmap import flow
 from nsysmap.attribution.attribute import attribute
 from nsysmap.attribution.rules import BUILTIN
 from nsysmap.by_process import processes_read_apart
@@ -66,7 +66,7 @@ def test_bulk_export_matches_the_reference_op_by_op(tmp_path):
 
 def test_streamed_outputs_equal_the_in_memory_ones(gpt_export, tmp_path, monkeypatch):
     held = analyse_file(gpt_export, tmp_path / "held", stages=Stages(progress=False))
-    monkeypatch.setattr(pipeline, "STREAM_OPS", 100)
+    monkeypatch.setattr(streamed, "STREAM_OPS", 100)
     monkeypatch.setattr(streamed, "BLOCK_ROWS", 333)
     streamed_run = analyse_file(gpt_export, tmp_path / "streamed", stages=Stages(progress=False))
     assert isinstance(held.store, HeldOps) and isinstance(streamed_run.store, OpsFile)

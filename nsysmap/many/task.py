@@ -40,10 +40,9 @@ from nsysmap.errors import ExitCode, NsysmapError
 from nsysmap.flow import Settings, Source, file_source, flow, whole
 from nsysmap.input_kinds import called, kind_of
 from nsysmap.many.rank_overlap import COMMUNICATION, exposed_communication
-from nsysmap.output.ops_sinks import HoldOps, OpsFile, OpsSink, StreamOps
+from nsysmap.output.ops_sinks import OpsFile, OpsSink, sink_for
 from nsysmap.output.summarise import summarise
 from nsysmap.output.writer import input_identity
-from nsysmap.pipeline import STREAM_OPS
 from nsysmap.profile import NestedProfile
 from nsysmap.read.nsys_sqlite import gpu_processes
 from nsysmap.read.regular_file import regular_file
@@ -170,9 +169,7 @@ def _attributed(path: Path, target: Path, settings: Settings) -> dict[str, Any]:
 
 def _sink(target: Path, profile: NestedProfile) -> OpsSink:
     """The OPS rows held, or above STREAM_OPS streamed into the work directory."""
-    if profile.ops.height <= STREAM_OPS:
-        return HoldOps()
-    return StreamOps(target / f"ops-{uuid.uuid4().hex[:8]}.parquet")
+    return sink_for(profile.ops.height, lambda: target / f"ops-{uuid.uuid4().hex[:8]}.parquet")
 
 
 def _device_names(devices: list[Any]) -> dict[int, str]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -34,6 +34,9 @@ from nsysmap.output.placement import STAGING_MARK
 from nsysmap.output.writer import OPS_FILE, PARQUET
 
 BLOCK_ROWS = 250_000  # OPS rows a StreamOps materialises at a time (more: a higher peak, no faster)
+# Profiles with more operations than this have their OPS rows streamed into a
+# Parquet file as they are made, never all in memory (`sink_for`).
+STREAM_OPS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -138,3 +141,11 @@ class StreamOps:
         source = register_io_source(io_source=counted, schema=schemas.OPS)
         source.sink_parquet(self.path, **PARQUET)
         return OpsFile(self.path, rows)
+
+
+def sink_for(operations: int, staged: Callable[[], Path], *, stream: bool = False) -> OpsSink:
+    """HoldOps for a profile of `operations` up to STREAM_OPS, else (or when `stream`)
+    StreamOps into the file `staged()` names (called only then)."""
+    if not stream and operations <= STREAM_OPS:
+        return HoldOps()
+    return StreamOps(staged())
