@@ -66,6 +66,7 @@ class Coverage:
     labelled: float  # share of GPU time with any phase
     unlaunched: float  # share of GPU time without a launch call (in a process with some)
     unlaunched_labelled: float  # share of GPU time without a launch call, with a phase
+    unlaunched_stepped: float  # share of GPU time without a launch call, with a step
     steps: int  # distinct steps found
     true_steps: int  # ProfilerStep#N ranges as delivered
     step_source: str | None  # "range", "records", or None without steps
@@ -119,6 +120,8 @@ def measure(path: Path, strip: str) -> Coverage:
         labelled=labelled / total if total else 0.0,
         unlaunched=unlaunched["dur_ns"].sum() / total if total else 0.0,
         unlaunched_labelled=unlaunched.filter(pl.col("phase").is_not_null())["dur_ns"].sum()
+        / (total or 1),
+        unlaunched_stepped=unlaunched.filter(pl.col("step").is_not_null())["dur_ns"].sum()
         / (total or 1),
         steps=ops["step"].drop_nulls().n_unique(),
         true_steps=raw_steps["name"].n_unique(),

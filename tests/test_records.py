@@ -267,10 +267,11 @@ def test_work_after_the_last_optimizer_stays_in_the_last_step():
 
 def test_work_launched_before_the_capture_gets_no_place():
     """GPU work without a launch call has no place in launch order: work the GPU ran
-    before any captured launch (launched before the capture) gets no step or phase;
-    work between two ops of one step and phase on its stream gets theirs."""
+    before any captured launch (launched before the capture) gets no step, nor a phase
+    unless it repeats a captured step's work (below); work between two ops of one step
+    and phase on its stream gets theirs."""
     f = Frames()
-    earlier = f.kernel(None, 0, "multi_tensor_apply_kernel", run_at=-5)
+    earlier = f.kernel(None, 0, "fill_kernel", run_at=-5)
     fwd = f.kernel(MAIN, 0, "gemm")  # runs at 1
     f.kernel(AUTOGRAD, 2, "gemm")  # runs at 3
     lost = f.kernel(None, 0, "gemm", run_at=5)  # its launch call was not recorded
@@ -281,6 +282,38 @@ def test_work_launched_before_the_capture_gets_no_place():
     assert got == {"earlier": (None, None), "fwd": (0, "forward"), "lost": (0, "backward")}
     sources = _rows(ops, {"lost": lost}, "step_source", "phase_source")
     assert sources == {"lost": ("records", "records")}
+
+
+_STEP = [(MAIN, "gemm"), (MAIN, "relu"), (AUTOGRAD, "relu_bwd"), (AUTOGRAD, "gemm")]
+_STEP += [(MAIN, "multi_tensor_apply_kernel")]
+_STEP_PHASES = ["forward", "forward", "backward", "backward", "optimizer"]
+
+
+@pytest.mark.parametrize("leading", [2, 3, 5])
+def test_work_launched_before_the_capture_takes_the_phases_of_the_step_it_repeats(leading):
+    """The tail of the step before the capture (no launch calls: the GPU ran it as the
+    capture began) repeats the captured steps' tail kernel for kernel: it takes their
+    phases, and no step."""
+    f = Frames()
+    tail = [f.kernel(None, 0, name, run_at=i - 9) for i, (_, name) in enumerate(_STEP[-leading:])]
+    steps = [[f.kernel(tid, 20 * s + 2 * i, name) for i, (tid, name) in enumerate(_STEP)]
+             for s in range(3)]  # fmt: skip
+    ops = attribute(_profile(f))
+    by_id = {r["op_id"]: (r["step"], r["phase"]) for r in ops.iter_rows(named=True)}
+    assert [by_id[i] for i in tail] == [(None, p) for p in _STEP_PHASES[-leading:]]
+    assert [by_id[i] for i in steps[1]] == [(1, p) for p in _STEP_PHASES]
+    assert {by_id[i][1] for i in tail} <= set(_STEP_PHASES)
+
+
+def test_work_before_the_capture_that_repeats_no_step_gets_no_phase():
+    """Leading work whose kernels differ from every captured step's there keeps none."""
+    f = Frames()
+    odd = [f.kernel(None, 0, name, run_at=i - 9) for i, name in enumerate(["fill", "copy"])]
+    for s in range(3):
+        for i, (tid, name) in enumerate(_STEP):
+            f.kernel(tid, 20 * s + 2 * i, name)
+    ops = attribute(_profile(f))
+    assert ops.filter(pl.col("op_id").is_in(odd))["phase"].to_list() == [None, None]
 
 
 def _traced_step(at: int, correlation: int) -> list[dict]:

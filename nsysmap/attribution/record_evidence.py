@@ -44,6 +44,7 @@ EVIDENCE = declare(
         "backward": pl.Boolean,
         "forward": pl.Boolean,
         "optimizer": pl.Boolean,
+        "name": pl.String,  # the kernel's (nsysmap.attribution.record_repeat)
     }
 )
 
@@ -79,6 +80,7 @@ def evidence(
             "backward": backward,
             "forward": forward,
             "optimizer": optimizer,
+            "name": ops["name"],
         }
     )
     return frame.cast(EVIDENCE)

@@ -41,6 +41,7 @@ from __future__ import annotations
 import polars as pl
 
 from nsysmap.attribution.record_evidence import EVIDENCE
+from nsysmap.attribution.record_repeat import from_repeated_step
 from nsysmap.schemas import LabelSource as Source
 from nsysmap.schemas import declare
 
@@ -67,7 +68,7 @@ def record_labels(evidence: pl.DataFrame) -> pl.DataFrame:
         frame = frame.with_columns(steps.scatter(order, _record_steps(frame[order])))
         frame = frame.with_columns(step=pl.coalesce("range_step", "record_step"))
         frame = _with_record_phases(frame, ["pid", "step"])
-        frame = _from_stream_neighbours(frame)
+        frame = from_repeated_step(_from_stream_neighbours(frame))
     out = frame.select(
         pl.coalesce("range_step", "record_step").alias("step"),
         _source("range_step", "record_step").alias("step_source"),

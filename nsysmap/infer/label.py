@@ -45,6 +45,9 @@ DEVICE_TO_HOST = r"DtoH|Device -> Host"
 BACKWARD_KERNEL = r"(?i)backward|_bwd|bwd_|dgrad|wgrad"
 # A second motif is a backward one when this share of it runs on another launching thread.
 OTHER_THREAD_SHARE = 0.5
+# Share of a pass's leading unlaunched kernels equal to its last ones for them to take
+# their phases (`_repeated_tail`).
+TAIL_AGREEMENT = 0.9
 
 
 @dataclass(frozen=True)
@@ -131,7 +134,8 @@ def _label_sequence(seq: pl.DataFrame) -> tuple[pl.DataFrame, Found]:
     counts: dict[bytes, int] = {}
     backward = False
     for lo, hi in itertools.pairwise(bounds):
-        parts = (codes[lo:hi], special[lo:hi], main[lo:hi], backish[lo:hi], _other(tid[lo:hi]))
+        span = tid[lo:hi]
+        parts = (codes[lo:hi], special[lo:hi], main[lo:hi], backish[lo:hi], _other(span), span < 0)
         key = b"|".join(a.tobytes() for a in parts)
         if key not in labelled:
             labelled[key] = _label_pass(*parts)
@@ -211,7 +215,12 @@ def _special_phases(seq: pl.DataFrame) -> np.ndarray:
 
 
 def _label_pass(
-    codes: np.ndarray, special: np.ndarray, main: np.ndarray, backish: np.ndarray, other: np.ndarray
+    codes: np.ndarray,
+    special: np.ndarray,
+    main: np.ndarray,
+    backish: np.ndarray,
+    other: np.ndarray,
+    unlaunched: np.ndarray,
 ) -> _Pass:
     """Phase, block, part, region and repetition per position of one pass."""
     on_main = np.flatnonzero(main)
@@ -230,7 +239,21 @@ def _label_pass(
     pos = np.arange(n)
     phase[(special == _DATA) & (pos < first)] = _DATA
     phase[special == _OPT] = _OPT
+    _repeated_tail(phase, codes, unlaunched)
     return _Pass(phase, block, part, region, explained, found.regions, found.backward)
+
+
+def _repeated_tail(phase: np.ndarray, codes: np.ndarray, unlaunched: np.ndarray) -> None:
+    """Kernels launched before the capture (no launching thread), all at the head of the
+    pass, take the phases of its last as many kernels when they repeat them
+    (`TAIL_AGREEMENT`): the tail of the step before, as
+    nsysmap.attribution.record_repeat reads it."""
+    at = np.flatnonzero(unlaunched)
+    m, n = at.size, codes.size
+    if m == 0 or m == n or at[-1] >= n - m:
+        return  # none, no launching threads at all, or not all before the pass's tail
+    if np.mean(codes[at] == codes[n - m :]) >= TAIL_AGREEMENT:
+        phase[at] = phase[n - m :]
 
 
 def _label_main(
@@ -241,6 +264,9 @@ def _label_main(
     # A block is launched by one thread: the same kernel launched by autograd's thread is
     # another (a forward motif never runs on into the backward pass).
     regions = tuple(motif_regions(codes * 2 + other))
+    after = _after_autograd(other)
+    if regions and regions[0].start >= after:
+        regions = ()  # an optimizer's loop over its parameters repeats; it is no layer
     backward = len(regions) == 2 and _backward_evidence(regions[1], backish, other, special)
     if len(regions) == 2 and not backward:
         regions = regions[:1]  # no evidence of a backward pass: no invented one
@@ -268,16 +294,27 @@ def _label_main(
         region[block >= 0] = _BLOCK
     if backward:
         phase[pos >= (regions[0].end + regions[1].start) // 2] = _BWD
-    elif (start := _autograd_start(other, special)) is not None:
+    elif (start := _autograd_start(other[:after], special[:after])) is not None:
         # No mirrored motif, but autograd's thread launches the rest: backward from there.
         backward = True
         phase[pos < start], phase[pos >= start] = _FWD, _BWD
+    if backward:
+        phase[(pos >= after) & (phase == _BWD)] = _OPT  # the main thread's again: optimizer
     return _Pass(phase, block, part, region, explained, regions, backward)
+
+
+def _after_autograd(other: np.ndarray) -> int:
+    """Where a pass's kernels are its first thread's again for good, after the last one
+    another thread (autograd's) launched: the optimizer's step once backward is done.
+    The pass's length when no other thread launched any."""
+    launched = np.flatnonzero(other)
+    return int(launched[-1]) + 1 if launched.size else other.size
 
 
 def _autograd_start(other: np.ndarray, special: np.ndarray) -> int | None:
     """The first kernel launched by another thread than the pass's first when, from it
-    on, most kernels (copies, fills and optimizer kernels aside) are (autograd's)."""
+    on, most kernels (copies, fills and optimizer kernels aside) are (autograd's); the
+    caller leaves out what follows that thread's last kernel (the optimizer's step)."""
     kernel = special < 0
     launched = other & kernel
     if not launched.any() or not kernel[0] or other[0]:
