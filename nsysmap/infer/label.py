@@ -224,7 +224,9 @@ def _label_pass(
 ) -> _Pass:
     """Phase, block, part, region and repetition per position of one pass."""
     on_main = np.flatnonzero(main)
-    found = _label_main(codes[on_main], backish[on_main], other[on_main], special[on_main])
+    found = _label_main(
+        codes[on_main], backish[on_main], other[on_main], special[on_main], unlaunched[on_main]
+    )
     # Every position takes the phase and region of the last main-stream kernel before it.
     last = np.maximum.accumulate(np.where(main, np.cumsum(main) - 1, -1)).clip(min=0)
     n = codes.size
@@ -257,16 +259,18 @@ def _repeated_tail(phase: np.ndarray, codes: np.ndarray, unlaunched: np.ndarray)
 
 
 def _label_main(
-    codes: np.ndarray, backish: np.ndarray, other: np.ndarray, special: np.ndarray
+    codes: np.ndarray,
+    backish: np.ndarray,
+    other: np.ndarray,
+    special: np.ndarray,
+    unlaunched: np.ndarray,
 ) -> _Pass:
     """Phase (forward, backward, other), block, part and region per position of one stream."""
     n = codes.size
     # A block is launched by one thread: the same kernel launched by autograd's thread is
     # another (a forward motif never runs on into the backward pass).
-    regions = tuple(motif_regions(codes * 2 + other))
     after = _after_autograd(other)
-    if regions and regions[0].start >= after:
-        regions = ()  # an optimizer's loop over its parameters repeats; it is no layer
+    regions = _layers(tuple(motif_regions(codes * 2 + other)), other, unlaunched, after)
     backward = len(regions) == 2 and _backward_evidence(regions[1], backish, other, special)
     if len(regions) == 2 and not backward:
         regions = regions[:1]  # no evidence of a backward pass: no invented one
@@ -301,6 +305,23 @@ def _label_main(
     if backward:
         phase[(pos >= after) & (phase == _BWD)] = _OPT  # the main thread's again: optimizer
     return _Pass(phase, block, part, region, explained, regions, backward)
+
+
+def _layers(
+    regions: tuple[Region, ...], other: np.ndarray, unlaunched: np.ndarray, after: int
+) -> tuple[Region, ...]:
+    """The motifs that are a model's layers: not an optimizer's loop over its parameters
+    (after autograd's thread is done), not mostly work launched before the capture (the
+    step before's tail), and none when the first left is autograd's alone (two backward
+    nodes alike, whose forward did not repeat, are no layers)."""
+    kept = tuple(
+        r
+        for r in regions
+        if r.start < after and unlaunched[r.start : r.end].mean() < OTHER_THREAD_SHARE
+    )
+    if kept and other[kept[0].start : kept[0].end].mean() >= OTHER_THREAD_SHARE:
+        return ()
+    return kept
 
 
 def _after_autograd(other: np.ndarray) -> int:

@@ -175,6 +175,8 @@ def _line(found: Found, blocks: pl.DataFrame, agree: pl.DataFrame) -> str:
             f"{head}, weak): no clear repeating structure ({passes} and"
             f" {_blocks(found)} at best, confidence {found.confidence:.1f}); treat as a guess"
         )
+        if found.backward and not found.regions:  # no mirrored motif: the threads said it
+            line += "; backward: what autograd's thread launched"
     else:
         kind = "forward and backward" if found.backward else "forward only"
         kind = f", {kind}" if found.network else ""
