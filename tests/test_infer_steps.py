@@ -80,8 +80,27 @@ def test_passes_take_the_optimizer_evidence_per_position():
     optimizer = codes == 8
     steps, period = passes(codes, gaps, Evidence(optimizer))
     assert period is None  # no host gap marks them
-    assert np.array_equal(np.bincount(steps), [codes.size // 4] * 4)
+    assert steps.max() == 3
+    # each step ends with its optimizer: the next pass opens with its zero_grad's fill
+    ends = np.flatnonzero(np.diff(steps))
+    assert np.array_equal(codes[ends], [8, 8, 8]) and np.array_equal(codes[ends + 1], [9, 9, 9])
     assert passes(codes, gaps)[0].max() == 0
+
+
+def test_a_host_gap_inside_the_step_does_not_cut_it():
+    """Mechanism: the host's longest gap falls inside each step (a wait for a result in
+    the backward), not between steps; the passes still end with their optimizer bursts,
+    and a first pass launched before the capture (the step before's tail) joins the next."""
+    one = [1, 2, 10, 11, 12] + [3, 4, 5] * 2 + [6, 7, 13, 14, 8, 8, 9]
+    codes = np.array(one[-5:] + one * 4)
+    gaps = np.full(codes.size, 1_000)
+    gaps[np.flatnonzero(codes == 13)] = 5_000_000  # the host waits before code 13
+    unlaunched = np.arange(codes.size) < 5
+    steps, _ = passes(codes, gaps, Evidence(codes == 8, unlaunched=unlaunched))
+    assert steps.max() == 3
+    ends = np.flatnonzero(np.diff(steps))
+    assert np.array_equal(codes[ends], [8, 8, 8])
+    assert steps[:5].tolist() == [0] * 5  # the tail of the step before: in the first pass
 
 
 @pytest.mark.corpus
@@ -366,3 +385,43 @@ def test_dlrm_backward_from_autograds_thread(name, agree):
     assert _share(joined, true_phase == pl.col("inferred_phase"), true_phase.is_not_null()) >= agree
     optimizer = joined.filter(true_phase == "optimizer")
     assert _share(optimizer, pl.col("inferred_phase") == "optimizer", pl.lit(True)) >= 0.99
+
+
+def test_a_metric_update_repeated_per_metric_is_no_block():
+    """Mechanism: a motif without any layer kernel (GEMM, attention, convolution,
+    normalisation, softmax, routing), in a pass that has them, is no layer: eight
+    metrics updated alike after a model's step repeat, and are no blocks."""
+    metric = [("reduction", "sum"), ("elementwise", "div"), ("elementwise", "add")]
+    plan = [(k, 1) for k in [("gemm", "fc0"), ("gemm", "fc1"), ("softmax", "loss")]]
+    plan += [(k, 1) for k in metric * 8]
+    rows = [(i * 20_000, c, k, f"void {k}()", 7, None) for i, ((c, k), _) in enumerate(plan)]
+    inferred = infer_ops(_ops(rows))
+    (found,) = inferred.found
+    assert found.regions == ()
+    assert inferred.labels["inferred_block"].is_null().all()
+    # the same motif with a GEMM in it is a layer: eight blocks
+    layer = [("gemm", "proj"), *metric]
+    plan = [(k, 1) for k in [("gemm", "fc0"), *layer * 8, ("softmax", "loss")]]
+    rows = [(i * 20_000, c, k, f"void {k}()", 7, None) for i, ((c, k), _) in enumerate(plan)]
+    assert [r.repeats for r in infer_ops(_ops(rows)).found[0].regions] == [8]
+
+
+@pytest.mark.corpus
+def test_recsys_steps_come_out_as_passes_that_end_with_their_optimizer():
+    """The TorchRec recommender trace (five ProfilerSteps with `## forward ##`,
+    `## backward ##`, `## optimizer ##` ranges; the tail of the step before the capture
+    first, launched before it), its ranges hidden: five passes, each cut after its
+    FusedAdam burst (the host's longest gap falls inside the step), backward from
+    autograd's thread, no blocks (no layer repeats; eight metric updates do), and
+    phases that agree for 86 % of the time (docs/inference.md)."""
+    ops = analyse(load_profile(corpus_path("hta_recsys_shapes_rank0_a100.json.gz"))).ops
+    inferred = infer_ops(_hidden(ops))
+    (found,) = inferred.found
+    assert found.steps == 5 and found.backward and found.regions == ()
+    joined = ops.join(inferred.labels, on=["op_id", "device_id"])
+    true_phase = pl.col("phase").replace_strict(TRUE_PHASE, default=None)
+    assert _share(joined, true_phase == pl.col("inferred_phase"), true_phase.is_not_null()) >= 0.85
+    # every pass but the last (a metric update follows its burst) ends with optimizer work
+    order = joined.filter(pl.col("stream_id") == 7).sort(pl.coalesce("launch_start_ns", "start_ns"))
+    last = order.group_by("inferred_step", maintain_order=True).last().head(4)
+    assert last["category"].to_list() == ["optimizer"] * 4

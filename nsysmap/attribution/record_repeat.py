@@ -66,24 +66,35 @@ def from_repeated_step(frame: pl.DataFrame) -> pl.DataFrame:
 
 def _taken(stream: pl.DataFrame) -> pl.DataFrame | None:
     """Rows and phases for the leading unlabelled operations of one stream (GPU
-    order), from the first place where what follows them recurs and what precedes
-    that place repeats them."""
+    order), from the captured work they repeat."""
     lead = stream["lead"].to_numpy()
     n = int(lead.sum())
     if n == 0 or stream["phase"].filter(stream["lead"]).is_not_null().any():
         return None  # some leading work already has a phase: no clean tail to match
     codes = stream["name"].fill_null("").rank("dense").to_numpy()
-    head, rest = codes[:n], codes[n:]
+    at = repeated_at(codes[:n], codes[n:], stream["phase"][-1] == "optimizer")
+    if at is None:
+        return None
+    phases = stream["phase"].slice(n + at, n)  # rest begins at n
+    return pl.DataFrame({"row": stream["row"].slice(0, n), "phase": phases})
+
+
+def repeated_at(head: np.ndarray, rest: np.ndarray, ends_a_step: bool) -> int | None:
+    """Where in `rest` (codes of the captured work that follows them) the leading codes
+    `head` repeat: the first place p (head's counterpart is rest[p - len(head) : p]) at
+    which the `ANCHOR` codes that follow `head` recur, or `rest`'s end when
+    `ends_a_step` (the capture ended at a step's end, as it began at one), whose
+    preceding codes equal `head` for at least `REPEAT_AGREEMENT` of them. Returned
+    as the counterpart's first position in `rest` (p - len(head)); None where none
+    does."""
+    n = head.size
     anchor = min(ANCHOR, rest.size)
     at = np.flatnonzero(rest == rest[0]) if anchor else np.empty(0, np.int64)
     at = at[(at >= n) & (at + anchor <= rest.size)]
-    for i in range(anchor):  # the operations after the leading ones recur at `at`
+    for i in range(anchor):  # the codes after the leading ones recur at `at`
         at = at[rest[at + i] == rest[i]]
-    places = at.tolist()
-    if stream["phase"][-1] == "optimizer":  # the capture ended at a step's end, as it began
-        places.append(rest.size)
+    places = [*at.tolist(), rest.size] if ends_a_step else at.tolist()
     for p in places:
         if n <= p and np.mean(rest[p - n : p] == head) >= REPEAT_AGREEMENT:
-            phases = stream["phase"].slice(n + int(p) - n, n)
-            return pl.DataFrame({"row": stream["row"].slice(0, n), "phase": phases})
+            return int(p) - n
     return None

@@ -24,6 +24,14 @@ import polars as pl
 from instrument.phase_vocabulary import INFERRED_PHASES
 from nsysmap.infer.motif import Region, block_index, motif_regions, recurs
 from nsysmap.infer.repeats import Evidence, passes
+from nsysmap.infer.threads import (
+    after_autograd,
+    autograd_start,
+    backward_evidence,
+    layers,
+    other_thread,
+    repeated_work,
+)
 from nsysmap.schemas import INFERRED
 
 # forward, backward, optimizer, data, other (instrument/phase_vocabulary.py)
@@ -39,15 +47,13 @@ BY_CATEGORY = ("gemm", "attention", "convolution")
 # sample launching vecAdd over and over repeats, nothing more).
 NETWORK: tuple[str, ...] = ("gemm", "attention", "convolution", "normalization", "softmax")
 NETWORK += ("routing", "optimizer")
+# Kernels of a model's layers: a repeated motif without any is no layer where the pass
+# has some (a metric's update repeated per metric).
+LAYER_KERNELS = tuple(c for c in NETWORK if c != "optimizer")
 # A device-to-host copy (nsys: `[CUDA memcpy DtoH]`; torch.profiler: `Memcpy DtoH`).
 DEVICE_TO_HOST = r"DtoH|Device -> Host"
 # Kernels that only a backward pass launches.
 BACKWARD_KERNEL = r"(?i)backward|_bwd|bwd_|dgrad|wgrad"
-# A second motif is a backward one when this share of it runs on another launching thread.
-OTHER_THREAD_SHARE = 0.5
-# Share of a pass's leading unlaunched kernels equal to its last ones for them to take
-# their phases (`_repeated_tail`).
-TAIL_AGREEMENT = 0.9
 
 
 @dataclass(frozen=True)
@@ -120,9 +126,11 @@ def _label_sequence(seq: pl.DataFrame) -> tuple[pl.DataFrame, Found]:
     order = seq["order_ns"].to_numpy()[on_main]
     special = _special_phases(seq)
     backish = seq["name"].fill_null("").str.contains(BACKWARD_KERNEL).to_numpy()
+    layer = seq["category"].is_in(LAYER_KERNELS).fill_null(False).to_numpy()
     gaps = np.diff(order, prepend=order[:1])
     network = bool(seq["category"].is_in(NETWORK).any())
-    steps_main, period = passes(codes[on_main], gaps, _evidence(seq, special, on_main, network))
+    seen = _evidence(seq, special, on_main, network)
+    steps_main, period = passes(codes[on_main], gaps, seen)
     last = np.maximum.accumulate(np.where(main, np.cumsum(main) - 1, -1)).clip(min=0)
     steps = steps_main[last]
     tid = seq["tid"].fill_null(-1).to_numpy()
@@ -135,7 +143,8 @@ def _label_sequence(seq: pl.DataFrame) -> tuple[pl.DataFrame, Found]:
     backward = False
     for lo, hi in itertools.pairwise(bounds):
         span = tid[lo:hi]
-        parts = (codes[lo:hi], special[lo:hi], main[lo:hi], backish[lo:hi], _other(span), span < 0)
+        parts: tuple[np.ndarray, ...] = (codes[lo:hi], special[lo:hi], main[lo:hi])
+        parts += (backish[lo:hi], other_thread(span), span < 0, layer[lo:hi])
         key = b"|".join(a.tobytes() for a in parts)
         if key not in labelled:
             labelled[key] = _label_pass(*parts)
@@ -144,6 +153,7 @@ def _label_sequence(seq: pl.DataFrame) -> tuple[pl.DataFrame, Found]:
         phase[lo:hi], block[lo:hi], part[lo:hi] = done.phase, done.block, done.part
         region[lo:hi], explained[lo:hi] = done.region, done.explained
         backward |= done.backward
+    repeated_work(phase, codes, tid < 0, seq["stream_id"].to_numpy())
     modal = labelled[max(counts, key=counts.__getitem__)].regions
     confidence = _confidence(codes, steps, block, explained)
     if not network:  # repeats, but of no forward pass
@@ -162,17 +172,6 @@ def _label_sequence(seq: pl.DataFrame) -> tuple[pl.DataFrame, Found]:
     return frame, what
 
 
-def _other(tid: np.ndarray) -> np.ndarray:
-    """Per op of a pass: launched by another thread than its forward one, the thread
-    that launched its first op with a known launch (ops launched before the capture
-    began have none, -1, and count as the forward thread's)."""
-    known = np.flatnonzero(tid >= 0)
-    if known.size == 0:
-        return np.zeros(tid.size, bool)
-    other: np.ndarray = (tid != tid[known[0]]) & (tid >= 0)
-    return other
-
-
 def _named(index: np.ndarray, names: tuple[str, ...]) -> pl.Series:
     """Names by index (-1: null), made by Polars (faster than NumPy string arrays)."""
     return pl.Series(index).replace_strict(
@@ -185,7 +184,10 @@ def _evidence(
 ) -> Evidence:
     """What the main stream's ops say about passes beyond their codes."""
     data = special[on_main] == _DATA
-    return Evidence(special[on_main] == _OPT, _synced(seq, on_main), data if network else None)
+    unlaunched = seq["tid"].is_null().to_numpy()[on_main]
+    return Evidence(
+        special[on_main] == _OPT, _synced(seq, on_main), data if network else None, unlaunched
+    )
 
 
 def _synced(seq: pl.DataFrame, on_main: np.ndarray) -> np.ndarray:
@@ -221,11 +223,17 @@ def _label_pass(
     backish: np.ndarray,
     other: np.ndarray,
     unlaunched: np.ndarray,
+    layer: np.ndarray,
 ) -> _Pass:
     """Phase, block, part, region and repetition per position of one pass."""
     on_main = np.flatnonzero(main)
     found = _label_main(
-        codes[on_main], backish[on_main], other[on_main], special[on_main], unlaunched[on_main]
+        codes[on_main],
+        backish[on_main],
+        other[on_main],
+        special[on_main],
+        unlaunched[on_main],
+        layer[on_main],
     )
     # Every position takes the phase and region of the last main-stream kernel before it.
     last = np.maximum.accumulate(np.where(main, np.cumsum(main) - 1, -1)).clip(min=0)
@@ -238,24 +246,12 @@ def _label_pass(
     block[on_main], part[on_main], explained[on_main] = found.block, found.part, found.explained
     region[on_main] = found.region
     first = on_main[found.regions[0].start] if found.regions else n
+    backward = np.flatnonzero(phase == _BWD)
+    first = min(first, int(backward[0])) if backward.size else first  # no data in backward
     pos = np.arange(n)
     phase[(special == _DATA) & (pos < first)] = _DATA
     phase[special == _OPT] = _OPT
-    _repeated_tail(phase, codes, unlaunched)
     return _Pass(phase, block, part, region, explained, found.regions, found.backward)
-
-
-def _repeated_tail(phase: np.ndarray, codes: np.ndarray, unlaunched: np.ndarray) -> None:
-    """Kernels launched before the capture (no launching thread), all at the head of the
-    pass, take the phases of its last as many kernels when they repeat them
-    (`TAIL_AGREEMENT`): the tail of the step before, as
-    nsysmap.attribution.record_repeat reads it."""
-    at = np.flatnonzero(unlaunched)
-    m, n = at.size, codes.size
-    if m == 0 or m == n or at[-1] >= n - m:
-        return  # none, no launching threads at all, or not all before the pass's tail
-    if np.mean(codes[at] == codes[n - m :]) >= TAIL_AGREEMENT:
-        phase[at] = phase[n - m :]
 
 
 def _label_main(
@@ -264,14 +260,16 @@ def _label_main(
     other: np.ndarray,
     special: np.ndarray,
     unlaunched: np.ndarray,
+    layer: np.ndarray,
 ) -> _Pass:
     """Phase (forward, backward, other), block, part and region per position of one stream."""
     n = codes.size
     # A block is launched by one thread: the same kernel launched by autograd's thread is
     # another (a forward motif never runs on into the backward pass).
-    after = _after_autograd(other)
-    regions = _layers(tuple(motif_regions(codes * 2 + other)), other, unlaunched, after)
-    backward = len(regions) == 2 and _backward_evidence(regions[1], backish, other, special)
+    after = after_autograd(other)
+    motifs = tuple(motif_regions(codes * 2 + other))
+    regions = layers(motifs, other, unlaunched, layer, after)
+    backward = len(regions) == 2 and backward_evidence(regions[1], backish, other, special)
     if len(regions) == 2 and not backward:
         regions = regions[:1]  # no evidence of a backward pass: no invented one
     phase = np.full(n, _OTHER if not regions else _FWD, np.int64)
@@ -298,64 +296,13 @@ def _label_main(
         region[block >= 0] = _BLOCK
     if backward:
         phase[pos >= (regions[0].end + regions[1].start) // 2] = _BWD
-    elif (start := _autograd_start(other[:after], special[:after])) is not None:
+    elif (start := autograd_start(other[:after], special[:after])) is not None:
         # No mirrored motif, but autograd's thread launches the rest: backward from there.
         backward = True
         phase[pos < start], phase[pos >= start] = _FWD, _BWD
     if backward:
         phase[(pos >= after) & (phase == _BWD)] = _OPT  # the main thread's again: optimizer
     return _Pass(phase, block, part, region, explained, regions, backward)
-
-
-def _layers(
-    regions: tuple[Region, ...], other: np.ndarray, unlaunched: np.ndarray, after: int
-) -> tuple[Region, ...]:
-    """The motifs that are a model's layers: not an optimizer's loop over its parameters
-    (after autograd's thread is done), not mostly work launched before the capture (the
-    step before's tail), and none when the first left is autograd's alone (two backward
-    nodes alike, whose forward did not repeat, are no layers)."""
-    kept = tuple(
-        r
-        for r in regions
-        if r.start < after and unlaunched[r.start : r.end].mean() < OTHER_THREAD_SHARE
-    )
-    if kept and other[kept[0].start : kept[0].end].mean() >= OTHER_THREAD_SHARE:
-        return ()
-    return kept
-
-
-def _after_autograd(other: np.ndarray) -> int:
-    """Where a pass's kernels are its first thread's again for good, after the last one
-    another thread (autograd's) launched: the optimizer's step once backward is done.
-    The pass's length when no other thread launched any."""
-    launched = np.flatnonzero(other)
-    return int(launched[-1]) + 1 if launched.size else other.size
-
-
-def _autograd_start(other: np.ndarray, special: np.ndarray) -> int | None:
-    """The first kernel launched by another thread than the pass's first when, from it
-    on, most kernels (copies, fills and optimizer kernels aside) are (autograd's); the
-    caller leaves out what follows that thread's last kernel (the optimizer's step)."""
-    kernel = special < 0
-    launched = other & kernel
-    if not launched.any() or not kernel[0] or other[0]:
-        return None
-    start = int(np.argmax(launched))
-    rest = launched[start:][kernel[start:]]
-    return start if rest.mean() >= OTHER_THREAD_SHARE else None
-
-
-def _backward_evidence(
-    second: Region, backish: np.ndarray, other: np.ndarray, special: np.ndarray
-) -> bool:
-    """A second motif is a backward pass only with evidence: most of it launched by
-    another thread (autograd's), a backward kernel in it, or optimizer work after it."""
-    span = slice(second.start, second.end)
-    return bool(
-        other[span].mean() >= OTHER_THREAD_SHARE
-        or backish[span].any()
-        or (special[second.start :] == _OPT).any()
-    )
 
 
 def _confidence(

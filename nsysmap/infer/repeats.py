@@ -50,11 +50,14 @@ class Evidence:
     before the kernel (the host waited for a result of the GPU). `data`: a
     copy or a fill, which may precede the passes; None where a stack filling
     all the rest is no sign of passes (a sequence without network kernels).
+    `unlaunched`: the kernel has no launch call (the GPU ran it as the capture
+    began: the tail of the step before).
     """
 
     optimizer: np.ndarray
     synced: np.ndarray | None = None
     data: np.ndarray | None = None
+    unlaunched: np.ndarray | None = None  # launched before the capture (no launch call)
 
 
 def passes(
@@ -68,8 +71,33 @@ def passes(
         starts = (codes == anchor) & (gaps_ns >= 0.5 * least_gap)
         starts[0] = False
         if not _synced_layers(codes, np.flatnonzero(starts), seen):
-            return np.cumsum(starts).astype(np.int64), periodic[0]
-    return _by_stacks(codes, gaps_ns, seen), None
+            steps = _at_optimizer_ends(np.cumsum(starts).astype(np.int64), seen)
+            return steps, periodic[0]
+    return _at_optimizer_ends(_by_stacks(codes, gaps_ns, seen), seen), None
+
+
+def _at_optimizer_ends(steps: np.ndarray, seen: Evidence) -> np.ndarray:
+    """`steps` cut after each burst of optimizer kernels instead, where the bursts recur
+    at a steady period: a training step ends with its optimizer, wherever the host's
+    longest gap or a stack of blocks falls in it. What follows the last burst stays in
+    the last pass (a metric update); a first pass mostly launched before the capture
+    (the step before's tail) joins the next.
+
+        found:      |F F B B O O F|F B B O O F F|...     (cut at a host gap in the step)
+        optimizer:  |F F B B O O|F F B B O O|F F ...
+    """
+    n, passes = steps.size, int(steps[-1]) + 1
+    at = np.flatnonzero(seen.optimizer)
+    if passes < 2 or at.size == 0:
+        return steps
+    ends = at[np.append(np.diff(at) > n / passes / 4, True)]  # each burst's last kernel
+    apart = np.diff(ends)[1:]  # the first burst may be a step's tail: not its whole
+    if ends.size < 3 or np.abs(apart - np.median(apart)).max() > 0.25 * np.median(apart):
+        return steps
+    cuts = ends[:-1] + 1
+    if seen.unlaunched is not None and seen.unlaunched[: cuts[0]].mean() >= 0.5:
+        cuts = cuts[1:]
+    return np.searchsorted(cuts, np.arange(n), side="right").astype(np.int64)
 
 
 def _synced_layers(codes: np.ndarray, starts: np.ndarray, seen: Evidence) -> bool:
