@@ -425,3 +425,23 @@ def test_recsys_steps_come_out_as_passes_that_end_with_their_optimizer():
     order = joined.filter(pl.col("stream_id") == 7).sort(pl.coalesce("launch_start_ns", "start_ns"))
     last = order.group_by("inferred_step", maintain_order=True).last().head(4)
     assert last["category"].to_list() == ["optimizer"] * 4
+
+
+@pytest.mark.corpus
+def test_fsdp_blocks_that_wait_on_a_host_copy_are_blocks_not_passes():
+    """fastvideo's window of an FSDP training run (two ranks): 16 checkpointed blocks of
+    157 kernels, each ending in a pageable host-to-device copy the host waits ~10 ms on.
+    Those gaps are no pass boundaries: one forward pass, its blocks one to one with
+    `blocks.N` (rank 0's window opens inside block 2, whose range began before it)."""
+    ops = analyse(load_profile(corpus_path("fastvideo_training_mfu_h100x2_before.sqlite"))).ops
+    inferred = infer_ops(_hidden(ops))
+    assert [(f.steps, f.backward) for f in inferred.found] == [(1, False), (1, False)]
+    joined = ops.join(inferred.labels, on=["op_id", "device_id"])
+    layer = pl.col("module").str.extract(LAYER_INDEX).cast(pl.Int64)
+    for device in (0, 1):
+        on = joined.filter(pl.col("device_id") == device).with_columns(layer=layer)
+        named = on.filter(pl.col("layer").is_not_null() & pl.col("inferred_block").is_not_null())
+        offset = named.select((pl.col("layer") - pl.col("inferred_block")).mode().first()).item()
+        same = (pl.col("layer") - offset) == pl.col("inferred_block")
+        assert _share(on, same, pl.col("layer").is_not_null()) >= 0.9
+        assert on["inferred_block"].drop_nulls().n_unique() in (16, 17)

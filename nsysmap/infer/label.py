@@ -50,8 +50,9 @@ NETWORK += ("routing", "optimizer")
 # Kernels of a model's layers: a repeated motif without any is no layer where the pass
 # has some (a metric's update repeated per metric).
 LAYER_KERNELS = tuple(c for c in NETWORK if c != "optimizer")
-# A device-to-host copy (nsys: `[CUDA memcpy DtoH]`; torch.profiler: `Memcpy DtoH`).
-DEVICE_TO_HOST = r"DtoH|Device -> Host"
+# A copy between host and device (nsys: `[CUDA memcpy DtoH]`; torch.profiler: `Memcpy
+# HtoD (Pageable -> Device)`): a long launch gap right after one is the host waiting.
+HOST_COPY = r"DtoH|Device -> Host|HtoD|Host -> Device"
 # Kernels that only a backward pass launches.
 BACKWARD_KERNEL = r"(?i)backward|_bwd|bwd_|dgrad|wgrad"
 
@@ -191,9 +192,9 @@ def _evidence(
 
 
 def _synced(seq: pl.DataFrame, on_main: np.ndarray) -> np.ndarray:
-    """Per main-stream kernel: whether a device-to-host copy was launched since the
+    """Per main-stream kernel: whether a host-device copy was launched since the
     previous main-stream kernel (that one included, this one not)."""
-    copy = (seq["kind"].cast(pl.String) == "memcpy") & seq["name"].str.contains(DEVICE_TO_HOST)
+    copy = (seq["kind"].cast(pl.String) == "memcpy") & seq["name"].str.contains(HOST_COPY)
     count = np.concatenate(([0], np.cumsum(copy.fill_null(False).to_numpy())))
     since = count[on_main] - count[np.concatenate(([0], on_main[:-1]))]
     synced: np.ndarray = since > 0

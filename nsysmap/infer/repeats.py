@@ -46,7 +46,7 @@ class Evidence:
     """What the ops say beyond their kernel codes, per position of the sequence.
 
     `optimizer`: an optimizer kernel (only a training step launches one,
-    outside its blocks). `synced`: a device-to-host copy was launched just
+    outside its blocks). `synced`: a host-device copy was launched just
     before the kernel (the host waited for a result of the GPU). `data`: a
     copy or a fill, which may precede the passes; None where a stack filling
     all the rest is no sign of passes (a sequence without network kernels).
@@ -102,9 +102,9 @@ def _at_optimizer_ends(steps: np.ndarray, seen: Evidence) -> np.ndarray:
 
 def _synced_layers(codes: np.ndarray, starts: np.ndarray, seen: Evidence) -> bool:
     """Whether the periods that host gaps mark are layers that wait for the GPU, not
-    passes: most gaps follow a device-to-host copy (a mixture of experts reading its
-    routing), no optimizer kernel, and a period holds no stack of blocks of its own
-    (each token of a model's decoding does)."""
+    passes: most gaps follow a copy between host and device (a mixture of experts
+    reading its routing, a pageable copy in every layer), no optimizer kernel, and a
+    period holds no stack of blocks of its own (each token of a model's decoding does)."""
     if seen.synced is None or starts.size < 2 or seen.optimizer.any():
         return False
     if seen.synced[starts].mean() < 0.5:
