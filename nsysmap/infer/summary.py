@@ -108,20 +108,24 @@ def agreement(joined: pl.DataFrame) -> pl.DataFrame:
 
     Phases compare through PHASE_MAP; blocks with the layer index in the
     measured module path; steps through the measured step most of each
-    inferred step's time has (step numbers themselves are arbitrary).
+    inferred step's time has (step numbers themselves are arbitrary). Each is
+    worked out on the time per distinct pair of measured and inferred label,
+    not per operation.
     """
     if joined.select(pl.all_horizontal(pl.col("step", "phase", "module").is_null().all())).item():
         return pl.DataFrame(schema=AGREEMENT)  # nothing measured to compare with
-    phase = joined.filter(pl.col("phase").is_in(list(PHASE_MAP))).select(
+    phase = _pairs(joined.filter(pl.col("phase").is_in(list(PHASE_MAP))), "phase").select(
         "device_id",
         "dur_ns",
         ok=pl.col("phase").replace_strict(PHASE_MAP) == pl.col("inferred_phase"),
     )
     layer = pl.col("module").str.extract(LAYER_INDEX).cast(pl.Int64)
-    block = joined.filter(layer.is_not_null()).select(
-        "device_id", "dur_ns", ok=(layer == pl.col("inferred_block")).fill_null(False)
+    block = (
+        _pairs(joined.filter(pl.col("module").is_not_null()), "module", "inferred_block")
+        .filter(layer.is_not_null())
+        .select("device_id", "dur_ns", ok=(layer == pl.col("inferred_block")).fill_null(False))
     )
-    steps = joined.filter(pl.col("step").is_not_null())
+    steps = _pairs(joined.filter(pl.col("step").is_not_null()), "step", "inferred_step")
     step = (
         steps.join(
             _usual(steps, "inferred_step", "step"),
@@ -150,6 +154,12 @@ def agreement(joined: pl.DataFrame) -> pl.DataFrame:
         .group_by("device_id", "what", maintain_order=True)
         .agg(measured_ns=pl.col("dur_ns").sum(), agreeing_ns=pl.col("dur_ns").filter("ok").sum())
     )
+
+
+def _pairs(ops: pl.DataFrame, measured: str, inferred: str | None = None) -> pl.DataFrame:
+    """GPU time per device and distinct pair of a measured and an inferred label."""
+    inferred = inferred or f"inferred_{measured}"
+    return ops.group_by("device_id", measured, inferred).agg(pl.col("dur_ns").sum())
 
 
 def _usual(steps: pl.DataFrame, by: str, other: str) -> pl.DataFrame:
