@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from nsysmap.cli import cli
 from nsysmap.infer.motif import motif_regions, step_period
 from nsysmap.infer.repeats import passes
-from nsysmap.infer.summary import LAYER_INDEX, infer_ops
+from nsysmap.infer.summary import LAYER_INDEX, agreement, infer_ops
 from nsysmap.pipeline import analyse, load_profile, write
 from nsysmap.report.answers import ReportOptions
 from nsysmap.report.build import build_report
@@ -251,3 +251,25 @@ def test_report_shows_inferred_blocks_when_no_module_names_them(tmp_path):
     rows = [line for line in section.splitlines() if line.startswith("| forward | ")]
     blocks = [row.split(" | ")[1:3] for row in rows if row.split(" | ")[1] == "block"]
     assert blocks[:3] == [["block", "0"], ["block", "1"], ["block", "2"]]
+
+
+def test_block_agreement_allows_a_window_that_opens_inside_the_model():
+    """A window of a run that opens inside block 3 numbers that block 0: the agreement
+    compares layer and inferred block less the device's usual offset, and still counts
+    a block out of line as a disagreement."""
+    modules = [f"blocks.{i}.attn" for i in (3, 4, 5, 6)]
+    joined = pl.DataFrame(
+        {
+            "device_id": [0] * 4,
+            "dur_ns": [10, 10, 10, 5],
+            "step": [None] * 4,
+            "phase": [None] * 4,
+            "module": modules,
+            "inferred_step": [0] * 4,
+            "inferred_phase": ["forward"] * 4,
+            "inferred_block": [0, 1, 2, 2],  # the last is out of line
+        },
+        schema_overrides={"step": pl.Int64, "phase": pl.String},
+    )
+    block = agreement(joined).filter(pl.col("what") == "block").row(0, named=True)
+    assert (block["measured_ns"], block["agreeing_ns"]) == (35, 30)

@@ -107,7 +107,8 @@ def agreement(joined: pl.DataFrame) -> pl.DataFrame:
     """Per device and label: GPU time with a measured label, and the part inference agrees on.
 
     Phases compare through PHASE_MAP; blocks with the layer index in the
-    measured module path; steps through the measured step most of each
+    measured module path (less the device's usual offset between the two:
+    `_offsets`); steps through the measured step most of each
     inferred step's time has (step numbers themselves are arbitrary). Each is
     worked out on the time per distinct pair of measured and inferred label,
     not per operation.
@@ -120,10 +121,17 @@ def agreement(joined: pl.DataFrame) -> pl.DataFrame:
         ok=pl.col("phase").replace_strict(PHASE_MAP) == pl.col("inferred_phase"),
     )
     layer = pl.col("module").str.extract(LAYER_INDEX).cast(pl.Int64)
-    block = (
+    blocks = (
         _pairs(joined.filter(pl.col("module").is_not_null()), "module", "inferred_block")
-        .filter(layer.is_not_null())
-        .select("device_id", "dur_ns", ok=(layer == pl.col("inferred_block")).fill_null(False))
+        .with_columns(layer=layer)
+        .filter(pl.col("layer").is_not_null())
+    )
+    block = blocks.join(_offsets(blocks), on="device_id", how="left").select(
+        "device_id",
+        "dur_ns",
+        ok=(pl.col("layer") - pl.col("offset").fill_null(0) == pl.col("inferred_block")).fill_null(
+            False
+        ),
     )
     steps = _pairs(joined.filter(pl.col("step").is_not_null()), "step", "inferred_step")
     step = (
@@ -153,6 +161,20 @@ def agreement(joined: pl.DataFrame) -> pl.DataFrame:
         pl.concat(parts)
         .group_by("device_id", "what", maintain_order=True)
         .agg(measured_ns=pl.col("dur_ns").sum(), agreeing_ns=pl.col("dur_ns").filter("ok").sum())
+    )
+
+
+def _offsets(blocks: pl.DataFrame) -> pl.DataFrame:
+    """Per device, the layer index minus the inferred block's that most time has: a
+    profile that opens inside a model (a window of a run) numbers its first whole
+    block 0 where its module says 3."""
+    return (
+        blocks.filter(pl.col("inferred_block").is_not_null())
+        .group_by("device_id", offset=pl.col("layer") - pl.col("inferred_block"))
+        .agg(pl.col("dur_ns").sum())
+        .sort("dur_ns", "offset", descending=[True, False])
+        .group_by("device_id", maintain_order=True)
+        .agg(pl.col("offset").first())
     )
 
 
