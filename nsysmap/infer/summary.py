@@ -202,7 +202,12 @@ def _line(found: Found, blocks: pl.DataFrame, agree: pl.DataFrame) -> str:
     weak = not found.regions or found.confidence < CONFIDENCE_WEAK or placed < PLACED_WEAK
     head = f"device {'unknown' if found.device_id is None else found.device_id} (inferred"
     passes = f"{found.steps} pass{'es' if found.steps != 1 else ''}"
-    if weak:
+    if weak and not found.regions and found.steps > 1 and found.confidence >= CONFIDENCE_WEAK:
+        line = (  # the passes repeat; only their blocks are not found
+            f"{head}, weak): {passes} that repeat, with no repeating blocks in them"
+            f" (confidence {found.confidence:.1f}); treat as a guess"
+        )
+    elif weak:
         line = (
             f"{head}, weak): no clear repeating structure ({passes} and"
             f" {_blocks(found)} at best, confidence {found.confidence:.1f}); treat as a guess"
