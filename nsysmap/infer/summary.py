@@ -83,8 +83,8 @@ def by_inferred_block(joined: pl.DataFrame) -> pl.DataFrame:
     top = (
         joined.group_by([*keys, "short_name"])
         .agg(pl.col("dur_ns").sum())
-        .sort("dur_ns", descending=True, maintain_order=True)
-        .group_by(keys, maintain_order=True)
+        .sort(["dur_ns", "short_name"], descending=[True, False], nulls_last=True)
+        .group_by(keys, maintain_order=True)  # a tie: the first name, so every run agrees
         .agg(pl.col("short_name").first().alias("top_kernel"))
     )
     table = joined.group_by(keys).agg(
