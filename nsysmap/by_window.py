@@ -2,7 +2,7 @@
 
 An export of a single process cannot be split by process (nsysmap.by_process),
 but its timeline can be cut where nothing that attribution reads crosses the
-cut (nsysmap.read.nsys_windows): no NVTX range of any thread open, no autograd
+cut (nsysmap.window_cuts): no NVTX range of any thread open, no autograd
 sequence number on both sides. Each window is then read, nested, attributed
 and summarised on its own, like a process read apart::
 
@@ -38,8 +38,8 @@ from nsysmap.input_kinds import kind_of
 from nsysmap.profile import NestedProfile
 from nsysmap.read.nsys_sql import RowWindow
 from nsysmap.read.nsys_sqlite import gpu_processes, read_sqlite
-from nsysmap.read.nsys_windows import Segments, segments
 from nsysmap.stages import Stages
+from nsysmap.window_cuts import Segments, segments
 
 # Forces the number of windows (an integer; tests and measurements), whatever
 # the memory budget: `NSYSMAP_WINDOWS=4 nsysmap attribute ...`.
@@ -107,21 +107,12 @@ def _windows(found: Segments, count: int) -> list[RowWindow]:
     edges = [0, *(s + 1 for s in ends), m + 1]
     windows = []
     for first, after in itertools.pairwise(edges):
-        part = stats.slice(first, after - first)
-        windows.append(
-            RowWindow(
-                start_lo=found.cuts[first - 1] if first else None,
-                start_hi=found.cuts[after - 1] if after <= m else None,
-                corr_lo=_bound(part["corr_lo"].min(), 1),
-                corr_hi=_bound(part["corr_hi"].max(), 0),
-            )
+        start = (
+            found.cuts[first - 1] if first else None,
+            found.cuts[after - 1] if after <= m else None,
         )
+        windows.append(found.window(stats.slice(first, after - first), start))
     return windows
-
-
-def _bound(value: object, default: int) -> int:
-    """A correlation-id bound; (1, 0) reads nothing where a window has no call."""
-    return value if isinstance(value, int) else default
 
 
 def window_profiles(path: Path, plan: Plan, *, stages: Stages) -> Iterator[NestedProfile]:

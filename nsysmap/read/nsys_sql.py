@@ -76,6 +76,16 @@ class RowWindow:
     start_hi: int | None
     corr_lo: int
     corr_hi: int
+    # (table, low, high): that table's rows of the window have low < rowid <= high
+    # (nsysmap.window_cuts found them), so a read scans that stretch alone.
+    rows: tuple[tuple[str, int, int], ...] = ()
+    # NVTX: the rows of its ranges in (low, high], and the rowids of its domain creations.
+    nvtx_rows: tuple[int, int] | None = None
+    domains: tuple[int, ...] = ()
+
+    def rows_of(self, table: str) -> tuple[int, int] | None:
+        """The rowid bounds (low, high] of `table`'s rows in the window, when known."""
+        return next(((lo, hi) for name, lo, hi in self.rows if name == table), None)
 
     def condition(self, spec: TableSpec) -> tuple[str | None, tuple[int, ...]]:
         """The WHERE condition (constants only) and its parameters for `spec`'s table."""
@@ -89,9 +99,13 @@ class RowWindow:
                 parts.append(f'"start" {op} ?')
                 values.append(bound)
         timed = " AND ".join(parts) or "1"
-        if spec.table == NVTX.table:
+        if spec.table == RUNTIME.table:
+            return timed, tuple(values)
+        if self.nvtx_rows is None:
             return f'("eventType" = {DOMAIN_CREATE} OR ({timed}))', tuple(values)
-        return timed, tuple(values)
+        marks = ", ".join("?" * len(self.domains))
+        inside = f'("rowid" > ? AND "rowid" <= ? AND {timed})'
+        return f'("rowid" IN ({marks}) OR {inside})', (*self.domains, *self.nvtx_rows, *values)
 
 
 def read_tables(
@@ -118,7 +132,7 @@ def read_tables(
                 pool.submit(
                     read_table, export, spec, rows, batches.get(spec.table), process, window
                 )
-                for rows in _parts(export, spec)
+                for rows in _parts(export, spec, window)
             ]
             for spec in specs
         }
@@ -187,15 +201,24 @@ def _rowid(export: Export, table: str, which: str) -> int | None:
     return opt_int(value.as_py())
 
 
-def _parts(export: Export, spec: TableSpec) -> list[tuple[int, int] | None]:
-    """Rowid ranges to read `spec` in (one unbounded part for small tables)."""
+def _parts(
+    export: Export, spec: TableSpec, window: RowWindow | None = None
+) -> list[tuple[int, int] | None]:
+    """Rowid ranges to read `spec` in (one unbounded part for small tables); within
+    `window`'s bounds for the table, when it has some."""
+    known = None if window is None else window.rows_of(spec.table)
+    if known is not None and (spec not in SPLIT_SPECS or known[1] - known[0] < SPLIT_ROWS):
+        return [known]
     if spec not in SPLIT_SPECS or READ_THREADS < 2:
         return [None]
-    last = last_rowid(export, spec.table)
-    if last is None or last < SPLIT_ROWS:
-        return [None]
-    bounds = [last * i // READ_THREADS for i in range(READ_THREADS + 1)]
-    bounds[0] = first_rowid(export, spec.table) - 1
+    if known is not None:
+        low, last = known
+    else:
+        last_found = last_rowid(export, spec.table)
+        if last_found is None or last_found < SPLIT_ROWS:
+            return [None]
+        low, last = first_rowid(export, spec.table) - 1, last_found
+    bounds = [low + (last - low) * i // READ_THREADS for i in range(READ_THREADS + 1)]
     return list(itertools.pairwise(bounds))
 
 

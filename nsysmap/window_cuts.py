@@ -23,7 +23,7 @@ any gap), calls or ranges without a start.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import polars as pl
 
@@ -32,11 +32,23 @@ from nsysmap.attribution.record_evidence import AUTOGRAD_THREAD
 from nsysmap.read import nsys_specs as specs
 from nsysmap.read import nsys_sql as sql
 from nsysmap.read.nsys_frames import RANGE_KINDS, nvtx_batch
-from nsysmap.read.nsys_probe import Export, open_export
+from nsysmap.read.nsys_probe import BACKEND_ERRORS, Export, open_export, unreadable
+from nsysmap.read.nsys_sql import DOMAIN_CREATE, RowWindow
 
 END = (1 << 63) - 1  # where a range left open ends
-_SPAN, _SEQ, _FSDP, _NO_START = 0, 1, 2, 3  # kinds of the NVTX reduction's rows
-_REDUCED = pl.Schema({"kind": pl.Int8, "seq": pl.Int64, "lo": pl.Int64, "hi": pl.Int64})
+# With more NVTX domain creations than this, windows read NVTX without rowid bounds.
+MAX_DOMAINS = 256
+_SPAN, _SEQ, _FSDP, _NO_START, _BATCH, _DOMAIN = range(6)  # kinds of the NVTX reduction
+_REDUCED = pl.Schema(
+    {
+        "kind": pl.Int8,
+        "seq": pl.Int64,
+        "lo": pl.Int64,
+        "hi": pl.Int64,
+        "row_lo": pl.Int64,
+        "row_hi": pl.Int64,
+    }
+)
 _NEEDED = {specs.RUNTIME.table: ("start", "correlationId"), specs.NVTX.table: ("start",)}
 _NEEDED |= {s.table: ("correlationId",) for s in (specs.KERNEL, specs.MEMCPY, specs.MEMSET)}
 _CAPTURES = (specs.GRAPH_NODE_EVENTS, specs.GRAPH_EVENTS)
@@ -52,9 +64,44 @@ class Segments:
     """
 
     cuts: list[int]
-    calls: pl.DataFrame
+    calls: pl.DataFrame  # also row_lo, row_hi: the stretch's calls' rowids
     ops: int  # the process's rows of GPU work
     autograd: bool  # the process has a thread autograd names (backward work may be there)
+    # Per batch of rows read: lo, hi (start times; correlation ids for GPU work) and
+    # row_lo, row_hi (rowids). NVTX's is None where a window cannot bound its rowids
+    # (domain creations, read in every window).
+    nvtx_rows: pl.DataFrame | None = None
+    domains: tuple[int, ...] = ()  # the rowids of NVTX domain creations
+    op_rows: dict[str, pl.DataFrame] = field(default_factory=dict)
+
+    def window(self, calls: pl.DataFrame, start: tuple[int | None, int | None]) -> RowWindow:
+        """The window of the calls starting in `start` [lo, hi) (None: unbounded), whose
+        stretches are `calls`: its correlation ids, and the rowid bounds of its calls,
+        of the NVTX batches that hold starts in it and of the batches of GPU work that
+        hold its correlation ids."""
+        corr = (_bound(calls["corr_lo"].min(), 1), _bound(calls["corr_hi"].max(), 0))
+        rows = [(specs.RUNTIME.table, *_bounds(calls))]
+        for table, batches in self.op_rows.items():
+            overlapping = (pl.col("hi") >= corr[0]) & (pl.col("lo") <= corr[1])
+            rows.append((table, *_bounds(batches.filter(overlapping))))
+        nvtx = None
+        if self.nvtx_rows is not None:
+            lo, hi = start[0] if start[0] is not None else -END, start[1] or END
+            nvtx = _bounds(self.nvtx_rows.filter((pl.col("hi") >= lo) & (pl.col("lo") < hi)))
+        return RowWindow(*start, *corr, rows=tuple(rows), nvtx_rows=nvtx, domains=self.domains)
+
+
+def _bound(value: object, default: int) -> int:
+    """A correlation-id bound; (1, 0) reads nothing where a window has no call."""
+    return value if isinstance(value, int) else default
+
+
+def _bounds(rows: pl.DataFrame) -> tuple[int, int]:
+    """(low, high] around the rowids row_lo..row_hi of `rows`; (0, 0) when none."""
+    lo, hi = rows["row_lo"].min(), rows["row_hi"].max()
+    if not isinstance(lo, int) or not isinstance(hi, int):
+        return (0, 0)
+    return (lo - 1, hi)
 
 
 def segments(path: str, pid: int) -> Segments | str:
@@ -64,9 +111,10 @@ def segments(path: str, pid: int) -> Segments | str:
     if refused is not None:
         return refused
     strings = specs.strings_table(sql.read_table(export, specs.STRINGS))
-    spans = _range_spans(export, pid, strings)
-    if isinstance(spans, str):
-        return spans
+    found = _range_spans(export, pid, strings)
+    if isinstance(found, str):
+        return found
+    spans, nvtx_rows, domains = found
     cuts = quiet_cuts(spans) if spans.height else _even_cuts(export, pid)
     if not cuts:
         return "no moment of the capture has no range open and no autograd link across it"
@@ -74,7 +122,10 @@ def segments(path: str, pid: int) -> Segments | str:
     if calls["segment"].null_count():
         return "runtime calls without a start time"
     autograd = _has_autograd_thread(export, pid, strings)
-    return Segments(cuts, calls.drop_nulls("segment"), _op_rows(export, pid), autograd)
+    op_rows = _op_batches(export, pid)
+    ops = sum(int(batches["n"].sum()) for batches in op_rows.values())
+    calls = calls.drop_nulls("segment")
+    return Segments(cuts, calls, ops, autograd, nvtx_rows, domains, op_rows)
 
 
 def _unsupported(export: Export) -> str | None:
@@ -91,13 +142,15 @@ def _unsupported(export: Export) -> str | None:
     return None
 
 
-def _range_spans(export: Export, pid: int, strings: pl.DataFrame) -> pl.DataFrame | str:
-    """Each range's (lo, hi) and each sequence number's, as one frame; or a refusal."""
-    reduced = sql.read_table(
-        export, specs.NVTX, batch=lambda batch: _reduced(batch, strings), process=pid
-    )
+def _range_spans(
+    export: Export, pid: int, strings: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame | None, tuple[int, ...]] | str:
+    """Each range's (lo, hi) and each sequence number's, as one frame, the NVTX
+    batches' start times and rowids (None: not to bound) and the rowids of its
+    domain creations; or a refusal."""
+    reduced = _scan(export, specs.NVTX, lambda batch: _reduced(batch, strings), pid)
     if reduced is None:
-        return pl.DataFrame(schema={"lo": pl.Int64, "hi": pl.Int64})  # no NVTX: any cut
+        return pl.DataFrame(schema={"lo": pl.Int64, "hi": pl.Int64}), None, ()  # no NVTX
     kinds = set(reduced["kind"].unique())
     if _FSDP in kinds:
         return "FSDP hook ranges (paired into spans across any gap)"
@@ -108,12 +161,24 @@ def _range_spans(export: Export, pid: int, strings: pl.DataFrame) -> pl.DataFram
         .group_by("seq")
         .agg(pl.col("lo").min(), pl.col("hi").max())
     )
-    return pl.concat([reduced.filter(pl.col("kind") == _SPAN).select("lo", "hi"), seqs.drop("seq")])
+    spans = reduced.filter(pl.col("kind") == _SPAN).select("lo", "hi")
+    batches = reduced.filter(pl.col("kind") == _BATCH).select("lo", "hi", "row_lo", "row_hi")
+    domains = tuple(reduced.filter(pl.col("kind") == _DOMAIN)["row_lo"].sort().to_list())
+    bounded = len(domains) <= MAX_DOMAINS
+    return pl.concat([spans, seqs.drop("seq")]), batches if bounded else None, domains
 
 
 def _reduced(batch: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
     """A batch of NVTX rows as _REDUCED rows: its ranges' union, its sequence numbers'
-    spans, one row when it holds an FSDP hook or a range without a start."""
+    spans, its start times and rowids, one row when it holds an FSDP hook, a range
+    without a start or a domain creation."""
+    extent = batch.select(
+        kind=pl.lit(_BATCH),
+        lo=pl.col("start").min(),
+        hi=pl.col("start").max(),
+        row_lo=pl.col("rowid").min(),
+        row_hi=pl.col("rowid").max(),
+    )
     rows = nvtx_batch(batch, strings).filter(pl.col("eventType").is_in(RANGE_KINDS))
     rows = rows.select(lo="start_ns", hi=pl.col("end").fill_null(END), name="name")
     seqs = rows.select("lo", "hi", seq=pl.col("name").str.extract(SEQ, 1).cast(pl.Int64))
@@ -123,7 +188,12 @@ def _reduced(batch: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
         flags.append(_FSDP)
     if rows["lo"].null_count():
         flags.append(_NO_START)
+    domains = batch.filter(pl.col("eventType") == DOMAIN_CREATE).select(
+        kind=pl.lit(_DOMAIN), row_lo="rowid"
+    )
     parts = [
+        domains,
+        extent,
         union(rows.drop_nulls("lo").select("lo", "hi")).with_columns(kind=pl.lit(_SPAN)),
         seqs.with_columns(kind=pl.lit(_SEQ)),
         pl.DataFrame({"kind": flags}),
@@ -197,27 +267,54 @@ def _call_stretches(export: Export, pid: int, cuts: list[int]) -> pl.DataFrame:
             calls=pl.len(),
             corr_lo=pl.col("correlationId").min(),
             corr_hi=pl.col("correlationId").max(),
+            row_lo=pl.col("rowid").min(),
+            row_hi=pl.col("rowid").max(),
         )
 
     spec = _counted(specs.RUNTIME.table, "start correlationId", specs.RUNTIME.process)
-    parts = sql.read_table(export, spec, batch=stretch, process=pid)
+    parts = _scan(export, spec, stretch, pid)
     assert parts is not None  # _unsupported checked the table
+    lows, highs = pl.col("corr_lo", "row_lo").min(), pl.col("corr_hi", "row_hi").max()
     return (
         parts.group_by("segment")
-        .agg(pl.col("calls").sum(), pl.col("corr_lo").min(), pl.col("corr_hi").max())
+        .agg(pl.col("calls").sum(), lows, highs)
         .sort("segment", nulls_last=True)
     )
 
 
-def _op_rows(export: Export, pid: int) -> int:
-    """The process's rows of GPU work (kernels, copies, memsets, graph replays)."""
-    total = 0
-    for spec in (specs.KERNEL, specs.MEMCPY, specs.MEMSET, specs.GRAPH_TRACE):
-        found = sql.read_table(
-            export, _counted(spec.table, "correlationId", spec.process), batch=_height, process=pid
+def _op_batches(export: Export, pid: int) -> dict[str, pl.DataFrame]:
+    """Per table of GPU work (kernels, copies, memsets, graph replays) the process
+    has rows in, per batch: n, lo, hi (correlation ids) and row_lo, row_hi (rowids)."""
+
+    def extent(batch: pl.DataFrame) -> pl.DataFrame:
+        return batch.select(
+            n=pl.len().cast(pl.Int64),
+            lo=pl.col("correlationId").min(),
+            hi=pl.col("correlationId").max(),
+            row_lo=pl.col("rowid").min(),
+            row_hi=pl.col("rowid").max(),
         )
-        total += 0 if found is None else int(found["n"].sum())
-    return total
+
+    found = {}
+    for spec in (specs.KERNEL, specs.MEMCPY, specs.MEMSET, specs.GRAPH_TRACE):
+        batches = _scan(export, _counted(spec.table, "correlationId", spec.process), extent, pid)
+        if batches is not None:
+            found[spec.table] = batches.filter(pl.col("n") > 0)
+    return found
+
+
+def _scan(export: Export, spec: specs.TableSpec, batch: sql.Batch, pid: int) -> pl.DataFrame | None:
+    """`spec`'s rows of process `pid` with their `rowid`, each batch reduced by `batch`;
+    None when the export lacks the table."""
+    present = export.columns(spec.table)
+    if present is None:
+        return None
+    with_rowid = replace(spec, ints=f"{spec.ints} rowid")
+    try:
+        with export.connect() as conn:
+            return sql.fetch(conn, with_rowid, present | {"rowid"}, batch=batch, process=pid)
+    except BACKEND_ERRORS as exc:
+        raise unreadable(export.file, exc) from None
 
 
 def _counted(table: str, ints: str, process: str) -> specs.TableSpec:
