@@ -87,7 +87,8 @@ def file_source(path: Path, memory_gb: float | None, stages: Stages) -> Source:
     processes = processes_read_apart(path, memory_gb)
     if processes is not None:
         return Source(process_profiles(path, processes, stages=stages), apart=True)
-    plan = windows_planned(path, memory_gb)
+    with stages.stage("read", "finding where to cut the timeline"):
+        plan = windows_planned(path, memory_gb)
     if plan is None:
         return Source(_read_whole(path, stages))
     if plan.refused is not None:
