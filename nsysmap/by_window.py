@@ -55,7 +55,7 @@ class Plan:
     pid: int
     windows: list[RowWindow]
     ops: int  # the process's rows of GPU work: what the windows add up to
-    autograd: bool = False  # the process has an autograd thread
+    autograd: tuple[int, ...] = ()  # the process's autograd threads
     refused: str | None = None
 
 
@@ -138,7 +138,7 @@ class WindowCheck:
     from the export read whole; `refusal` says what (None: exact)."""
 
     ops: int  # the rows the windows must add up to
-    autograd: bool = False  # the process has an autograd thread (`Plan.autograd`)
+    autograd: tuple[int, ...] = ()  # the process's autograd threads (`Plan.autograd`)
     part: int = -1
     seen: int = 0
     range_steps: bool = False
@@ -161,16 +161,26 @@ class WindowCheck:
         elif (block["attribution"] == "no_launch").any():
             self.refused = "GPU work without a launch call (placed by its stream's neighbours)"
         self.range_steps |= bool((block["step_source"] == "range").any())
-        self.backward |= bool(_backward(block).any())
+        self.backward |= bool(self._backward(block).any())
         for step in block["step"].drop_nulls().unique():
             if self.step_parts.setdefault(step, self.part) != self.part:
                 self.refused = self.refused or f"step {step} in two windows"
         unstepped = block.filter(pl.col("step").is_null())
         if unstepped.height:
             self.unstepped_parts.add(self.part)
-            self.unstepped_phased |= bool(_backward(unstepped).any())
+            self.unstepped_phased |= bool(self._backward(unstepped).any())
         if len(self.unstepped_parts) > 1 and self.unstepped_phased:
             self.refused = self.refused or "phases of work outside every step, in two windows"
+
+    def _backward(self, block: pl.DataFrame) -> pl.Series:
+        """Rows that are backward work (by phase, direction or autograd's thread) or
+        phased by records."""
+        return block.select(
+            (pl.col("phase") == "backward")
+            | (pl.col("direction") == "backward")
+            | (pl.col("phase_source") == "records")
+            | pl.col("tid").is_in(pl.Series(self.autograd, dtype=pl.Int64).implode())
+        ).to_series()
 
     def refusal(self) -> str | None:
         """Why the windows' rows may differ from a whole read (None: they do not)."""
@@ -181,12 +191,3 @@ class WindowCheck:
         if not self.range_steps and (self.backward or self.autograd):
             return "backward work without step ranges (steps would come from PyTorch's records)"
         return None
-
-
-def _backward(block: pl.DataFrame) -> pl.Series:
-    """Rows that are backward work (by phase or direction) or phased by records."""
-    return block.select(
-        (pl.col("phase") == "backward")
-        | (pl.col("direction") == "backward")
-        | (pl.col("phase_source") == "records")
-    ).to_series()

@@ -66,7 +66,7 @@ class Segments:
     cuts: list[int]
     calls: pl.DataFrame  # also row_lo, row_hi: the stretch's calls' rowids
     ops: int  # the process's rows of GPU work
-    autograd: bool  # the process has a thread autograd names (backward work may be there)
+    autograd: tuple[int, ...]  # the threads autograd names (their work is backward work)
     # Per batch of rows read: lo, hi (start times; correlation ids for GPU work) and
     # row_lo, row_hi (rowids). NVTX's is None where a window cannot bound its rowids
     # (domain creations, read in every window).
@@ -121,7 +121,7 @@ def segments(path: str, pid: int) -> Segments | str:
     calls = _call_stretches(export, pid, cuts)
     if calls["segment"].null_count():
         return "runtime calls without a start time"
-    autograd = _has_autograd_thread(export, pid, strings)
+    autograd = _autograd_threads(export, pid, strings)
     op_rows = _op_batches(export, pid)
     ops = sum(int(batches["n"].sum()) for batches in op_rows.values())
     calls = calls.drop_nulls("segment")
@@ -244,12 +244,16 @@ def _even_cuts(export: Export, pid: int) -> list[int]:
     return sorted({lo + (hi - lo) * i // EVEN_CUTS for i in range(1, EVEN_CUTS)} - {lo})
 
 
-def _has_autograd_thread(export: Export, pid: int, strings: pl.DataFrame) -> bool:
+def _autograd_threads(export: Export, pid: int, strings: pl.DataFrame) -> tuple[int, ...]:
+    """The process's threads named as autograd's (nsysmap.attribution.record_evidence)."""
     names = sql.read_table(export, specs.THREAD_NAMES, process=pid)
     if names is None:
-        return False
-    named = names.select(name=specs.string_value("nameId", strings))["name"]
-    return bool(named.str.contains(AUTOGRAD_THREAD).any())
+        return ()
+    named = names.select(
+        tid=specs.thread_id("globalTid"), name=specs.string_value("nameId", strings)
+    )
+    found = named.filter(pl.col("name").str.contains(AUTOGRAD_THREAD))["tid"]
+    return tuple(sorted(set(found.to_list())))
 
 
 def _call_stretches(export: Export, pid: int, cuts: list[int]) -> pl.DataFrame:

@@ -184,9 +184,11 @@ def _block(**columns: list[object]) -> pl.DataFrame:
         "phase_source": ["range"] * n,
         "direction": [None] * n,
         "attribution": ["range"] * n,
+        "tid": [1] * n,
     }
-    strings = {c: pl.String for c in base if c != "step"}
-    return pl.DataFrame({**base, **columns}, schema={"step": pl.Int64, **strings})
+    strings = {c: pl.String for c in base if c not in ("step", "tid")}
+    schema = {"step": pl.Int64, "tid": pl.Int64, **strings}
+    return pl.DataFrame({**base, **columns}, schema=schema)
 
 
 @pytest.mark.parametrize(
@@ -196,18 +198,30 @@ def _block(**columns: list[object]) -> pl.DataFrame:
         ([_block(step_source=["records"])], "records"),
         ([_block(attribution=["no_launch"])], "without a launch call"),
         ([_block(step=[None], phase=["backward"]), _block(step=[None])], "outside every step"),
+        ([_block(step=[None], tid=[7]), _block(step=[None])], "outside every step"),
         ([_block(step=[None], step_source=[None], direction=["backward"])], "without step ranges"),
         ([_block(step=[0]), _block(step=[1])], None),
-        ([_block(step=[None], step_source=[None])], None),  # no backward work: no record steps
+        ([_block(step=[None]), _block(step=[None])], None),  # no backward work outside steps
     ],
 )
 def test_the_check_names_what_would_differ(blocks, reason):
-    check = WindowCheck(ops=sum(b.height for b in blocks))
+    check = WindowCheck(ops=sum(b.height for b in blocks), autograd=(7,))
     for block in blocks:
         check.next_part()
         check.block(block)
     found = check.refusal()
     assert (found is None) if reason is None else (found is not None and reason in found)
+
+
+def test_backward_work_is_possible_without_step_ranges_where_autograd_has_a_thread():
+    """Steps from PyTorch's records need backward work: with no autograd thread and no
+    backward row, a process without step ranges is exact in windows."""
+    alone = _block(step=[None], step_source=[None])
+    for autograd, refused in (((), False), ((7,), True)):
+        check = WindowCheck(ops=1, autograd=autograd)
+        check.next_part()
+        check.block(alone)
+        assert (check.refusal() is not None) == refused
 
 
 def test_a_row_lost_or_read_twice_is_refused():
