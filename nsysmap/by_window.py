@@ -56,6 +56,7 @@ class Plan:
     windows: list[RowWindow]
     ops: int  # the process's rows of GPU work: what the windows add up to
     autograd: tuple[int, ...] = ()  # the process's autograd threads
+    nodes: bool = False  # some range of the process names an autograd node
     refused: str | None = None
 
 
@@ -83,7 +84,7 @@ def windows_read_apart(path: Path, memory_gb: float | None) -> Plan | None:
     found = segments(str(path), processes[0])
     if isinstance(found, str):
         return Plan(processes[0], [], 0, refused=found)
-    return Plan(processes[0], _windows(found, count), found.ops, found.autograd)
+    return Plan(processes[0], _windows(found, count), found.ops, found.autograd, found.nodes)
 
 
 def _forced() -> int | None:
@@ -139,12 +140,14 @@ class WindowCheck:
 
     ops: int  # the rows the windows must add up to
     autograd: tuple[int, ...] = ()  # the process's autograd threads (`Plan.autograd`)
+    nodes: bool = False  # some range names an autograd node (`Plan.nodes`)
     part: int = -1
     seen: int = 0
     range_steps: bool = False
     step_parts: dict[int, int] = field(default_factory=dict)
     unstepped_parts: set[int] = field(default_factory=set)
     unstepped_phased: bool = False  # a row without a step is backward, or phased by records
+    unstepped_unphased: bool = False  # a row without a step has no phase from its ranges
     backward: bool = False  # a row is backward work, or phased by records
     refused: str | None = None
 
@@ -169,8 +172,16 @@ class WindowCheck:
         if unstepped.height:
             self.unstepped_parts.add(self.part)
             self.unstepped_phased |= bool(self._backward(unstepped).any())
-        if len(self.unstepped_parts) > 1 and self.unstepped_phased:
+            unphased = unstepped["phase"].is_null() | (unstepped["phase_source"] == "records")
+            self.unstepped_unphased |= bool(unphased.any())
+        hidden = self.unstepped_unphased and self._may_be_backward()
+        if len(self.unstepped_parts) > 1 and (self.unstepped_phased or hidden):
             self.refused = self.refused or "phases of work outside every step, in two windows"
+
+    def _may_be_backward(self) -> bool:
+        """Can rows be backward work that their columns do not show (launched inside
+        an autograd node's range, or from autograd's thread)?"""
+        return self.nodes or bool(self.autograd)
 
     def _backward(self, block: pl.DataFrame) -> pl.Series:
         """Rows that are backward work (by phase, direction or autograd's thread) or
@@ -188,6 +199,6 @@ class WindowCheck:
             return self.refused
         if self.seen != self.ops:
             return f"{self.seen} rows of GPU work read in windows, {self.ops} in the export"
-        if not self.range_steps and (self.backward or self.autograd):
+        if not self.range_steps and (self.backward or self._may_be_backward()):
             return "backward work without step ranges (steps would come from PyTorch's records)"
         return None

@@ -97,7 +97,7 @@ def file_source(path: Path, memory_gb: float | None, stages: Stages) -> Source:
         window_profiles(path, plan, stages=stages),
         apart=True,
         merged=lambda parts: merged_profile(parts, META_KEY),
-        check=WindowCheck(plan.ops, plan.autograd),
+        check=WindowCheck(plan.ops, plan.autograd, plan.nodes),
         fallback=lambda reason: Source(_read_whole(path, stages, reason)),
     )
 

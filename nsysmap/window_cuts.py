@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 
 import polars as pl
 
-from nsysmap.attribution.labels import FSDP_HOOK, SEQ
+from nsysmap.attribution.labels import AUTOGRAD_NODE, FSDP_HOOK, SEQ
 from nsysmap.attribution.record_evidence import AUTOGRAD_THREAD
 from nsysmap.read import nsys_specs as specs
 from nsysmap.read import nsys_sql as sql
@@ -38,7 +38,7 @@ from nsysmap.read.nsys_sql import DOMAIN_CREATE, RowWindow
 END = (1 << 63) - 1  # where a range left open ends
 # With more NVTX domain creations than this, windows read NVTX without rowid bounds.
 MAX_DOMAINS = 256
-_SPAN, _SEQ, _FSDP, _NO_START, _BATCH, _DOMAIN = range(6)  # kinds of the NVTX reduction
+_SPAN, _SEQ, _FSDP, _NO_START, _BATCH, _DOMAIN, _NODE = range(7)  # the NVTX reduction's
 _REDUCED = pl.Schema(
     {
         "kind": pl.Int8,
@@ -67,6 +67,7 @@ class Segments:
     calls: pl.DataFrame  # also row_lo, row_hi: the stretch's calls' rowids
     ops: int  # the process's rows of GPU work
     autograd: tuple[int, ...]  # the threads autograd names (their work is backward work)
+    nodes: bool  # some range names an autograd node (work inside it is backward work)
     # Per batch of rows read: lo, hi (start times; correlation ids for GPU work) and
     # row_lo, row_hi (rowids). NVTX's is None where a window cannot bound its rowids
     # (domain creations, read in every window).
@@ -114,7 +115,7 @@ def segments(path: str, pid: int) -> Segments | str:
     found = _range_spans(export, pid, strings)
     if isinstance(found, str):
         return found
-    spans, nvtx_rows, domains = found
+    spans, nvtx_rows, domains, nodes = found
     cuts = quiet_cuts(spans) if spans.height else _even_cuts(export, pid)
     if not cuts:
         return "no moment of the capture has no range open and no autograd link across it"
@@ -125,7 +126,7 @@ def segments(path: str, pid: int) -> Segments | str:
     op_rows = _op_batches(export, pid)
     ops = sum(int(batches["n"].sum()) for batches in op_rows.values())
     calls = calls.drop_nulls("segment")
-    return Segments(cuts, calls, ops, autograd, nvtx_rows, domains, op_rows)
+    return Segments(cuts, calls, ops, autograd, nodes, nvtx_rows, domains, op_rows)
 
 
 def _unsupported(export: Export) -> str | None:
@@ -144,13 +145,13 @@ def _unsupported(export: Export) -> str | None:
 
 def _range_spans(
     export: Export, pid: int, strings: pl.DataFrame
-) -> tuple[pl.DataFrame, pl.DataFrame | None, tuple[int, ...]] | str:
+) -> tuple[pl.DataFrame, pl.DataFrame | None, tuple[int, ...], bool] | str:
     """Each range's (lo, hi) and each sequence number's, as one frame, the NVTX
-    batches' start times and rowids (None: not to bound) and the rowids of its
-    domain creations; or a refusal."""
+    batches' start times and rowids (None: not to bound), the rowids of its
+    domain creations and whether a range names an autograd node; or a refusal."""
     reduced = _scan(export, specs.NVTX, lambda batch: _reduced(batch, strings), pid)
     if reduced is None:
-        return pl.DataFrame(schema={"lo": pl.Int64, "hi": pl.Int64}), None, ()  # no NVTX
+        return pl.DataFrame(schema={"lo": pl.Int64, "hi": pl.Int64}), None, (), False  # no NVTX
     kinds = set(reduced["kind"].unique())
     if _FSDP in kinds:
         return "FSDP hook ranges (paired into spans across any gap)"
@@ -165,7 +166,8 @@ def _range_spans(
     batches = reduced.filter(pl.col("kind") == _BATCH).select("lo", "hi", "row_lo", "row_hi")
     domains = tuple(reduced.filter(pl.col("kind") == _DOMAIN)["row_lo"].sort().to_list())
     bounded = len(domains) <= MAX_DOMAINS
-    return pl.concat([spans, seqs.drop("seq")]), batches if bounded else None, domains
+    spans = pl.concat([spans, seqs.drop("seq")])
+    return spans, batches if bounded else None, domains, _NODE in kinds
 
 
 def _reduced(batch: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
@@ -188,6 +190,8 @@ def _reduced(batch: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
         flags.append(_FSDP)
     if rows["lo"].null_count():
         flags.append(_NO_START)
+    if rows["name"].str.contains(AUTOGRAD_NODE).any():
+        flags.append(_NODE)
     domains = batch.filter(pl.col("eventType") == DOMAIN_CREATE).select(
         kind=pl.lit(_DOMAIN), row_lo="rowid"
     )

@@ -101,7 +101,7 @@ def _careless(path: Path, plan: Plan, cuts: list[int]) -> Plan:
     """`plan` with windows cut at `cuts`, whatever is open there."""
     bounds: list[int | None] = [None, *cuts, None]
     windows = [RowWindow(lo, hi, 0, BIG) for lo, hi in itertools.pairwise(bounds)]
-    return Plan(plan.pid, windows, plan.ops, plan.autograd)
+    return Plan(plan.pid, windows, plan.ops, plan.autograd, plan.nodes)
 
 
 def test_an_edge_inside_ranges_changes_by_range_and_is_refused(one_process, monkeypatch):
@@ -126,7 +126,7 @@ def test_an_edge_inside_ranges_changes_by_range_and_is_refused(one_process, monk
 
     unchecked = attributed(None).summaries.tables()["by_range"]
     assert not unchecked.equals(expected)
-    check = WindowCheck(careless.ops, careless.autograd)
+    check = WindowCheck(careless.ops, careless.autograd, careless.nodes)
     checked = attributed(check)
     assert check.refused is not None and "in two windows" in check.refused
     assert checked.summaries.tables()["by_range"].equals(expected)
@@ -202,6 +202,8 @@ def _block(**columns: list[object]) -> pl.DataFrame:
         ([_block(step=[None], step_source=[None], direction=["backward"])], "without step ranges"),
         ([_block(step=[0]), _block(step=[1])], None),
         ([_block(step=[None]), _block(step=[None])], None),  # no backward work outside steps
+        # records could phase work outside steps by backward work they do not show
+        ([_block(step=[None], phase=[None]), _block(step=[None])], "outside every step"),
     ],
 )
 def test_the_check_names_what_would_differ(blocks, reason):
