@@ -84,7 +84,10 @@ def windows_read_apart(path: Path, memory_gb: float | None) -> Plan | None:
     found = segments(str(path), processes[0])
     if isinstance(found, str):
         return Plan(processes[0], [], 0, refused=found)
-    return Plan(processes[0], _windows(found, count), found.ops, found.autograd, found.nodes)
+    windows = _windows(found, count)
+    if len(windows) < 2:
+        return Plan(processes[0], [], 0, refused="no cut leaves runtime calls on both sides")
+    return Plan(processes[0], windows, found.ops, found.autograd, found.nodes)
 
 
 def _forced() -> int | None:

@@ -8,12 +8,19 @@ held but the reductions):
    range carrying it (a forward operator's `seq = N` and the backward's
    `stashed seq = N`, which attribution links). Their union leaves *quiet*
    gaps: a cut at the start of the interval after a gap leaves no range of
-   any thread open across it and no sequence number on both sides.
+   any thread open across it and no sequence number on both sides. Also
+   whether a range names an autograd node, and each batch's start times
+   and rowids.
 2. CUDA runtime calls: per stretch between two candidate cuts, how many
-   calls start there and the extent of their correlation ids (a window's
-   GPU work is read by those ids, and kept where a call of the window
-   launched it).
-3. GPU work: how many rows the process has (what the windows must add up to).
+   calls start there, the extent of their correlation ids (a window's GPU
+   work is read by those ids, and kept where a call of the window launched
+   it) and of their rowids.
+3. GPU work: how many rows the process has (what the windows must add up
+   to), and each batch's correlation ids and rowids.
+
+The rowids let each window read only the stretch of a table that holds its
+rows (`Segments.window`). The threads autograd names are read too (for
+nsysmap.by_window's check).
 
 `segments` refuses (a one-line reason) what it cannot cut exactly: no
 quiet gap, CUDA graph node captures (a replay is attributed where its graph
@@ -50,7 +57,8 @@ _REDUCED = pl.Schema(
     }
 )
 _NEEDED = {specs.RUNTIME.table: ("start", "correlationId"), specs.NVTX.table: ("start",)}
-_NEEDED |= {s.table: ("correlationId",) for s in (specs.KERNEL, specs.MEMCPY, specs.MEMSET)}
+_GPU_WORK = (specs.KERNEL, specs.MEMCPY, specs.MEMSET, specs.GRAPH_TRACE)
+_NEEDED |= {s.table: ("correlationId",) for s in _GPU_WORK}
 _CAPTURES = (specs.GRAPH_NODE_EVENTS, specs.GRAPH_EVENTS)
 
 
@@ -304,7 +312,7 @@ def _op_batches(export: Export, pid: int) -> dict[str, pl.DataFrame]:
         )
 
     found = {}
-    for spec in (specs.KERNEL, specs.MEMCPY, specs.MEMSET, specs.GRAPH_TRACE):
+    for spec in _GPU_WORK:
         batches = _scan(export, _counted(spec.table, "correlationId", spec.process), extent, pid)
         if batches is not None:
             found[spec.table] = batches.filter(pl.col("n") > 0)
