@@ -55,7 +55,7 @@ def processes_read_apart(path: Path, memory_gb: float | None) -> list[int] | Non
     """
     if not kind_of(path).by_process:
         return None
-    budget = memory_gb * 1e9 if memory_gb is not None else _available_bytes()
+    budget = memory_gb * 1e9 if memory_gb is not None else available_bytes()
     if budget is None or expected_bytes(path) <= budget:
         return None
     processes = gpu_processes(path)
@@ -69,7 +69,7 @@ def expected_bytes(path: Path) -> int:
     return BYTES_PER_ROW * sum(last_rowid(export, spec.table) or 0 for spec in _ROW_SPECS)
 
 
-def _available_bytes() -> float | None:
+def available_bytes() -> float | None:
     """AVAILABLE_SHARE of the memory available now (Linux), else None."""
     try:
         lines = Path("/proc/meminfo").read_text().splitlines()
@@ -98,22 +98,25 @@ def process_profiles(
         with stages.stage("normalise", "nesting ranges"):
             profile = normalise(raw)
         del raw
-        first_ids = _next_ids(profile, first_ids)
+        first_ids = next_ids(profile, first_ids)
         yield profile
         del profile
 
 
-def merged_profile(profiles: list[NestedProfile]) -> NestedProfile:
-    """The processes' meta (counts added up, the capture's extent), threads and
-    devices, with what else the first process holds (the flow has released them)."""
+def merged_profile(
+    profiles: list[NestedProfile], key: str = "processes_read_apart"
+) -> NestedProfile:
+    """The parts' meta (counts added up, the capture's extent), threads and
+    devices, with what else the first part holds (the flow has released them);
+    `key` in the meta says how many parts (processes, or nsysmap.by_window's windows)."""
     return replace(
         profiles[0],
         threads=pl.concat([p.threads for p in profiles]).unique(maintain_order=True),
-        meta=merged_meta([p.meta for p in profiles], len(profiles)),
+        meta=merged_meta([p.meta for p in profiles], len(profiles), key),
     )
 
 
-def _next_ids(profile: NestedProfile, first_ids: tuple[int, int]) -> tuple[int, int]:
+def next_ids(profile: NestedProfile, first_ids: tuple[int, int]) -> tuple[int, int]:
     """Where the next process's op_id and range_id start (past every id of this one,
     the synthetic FSDP ranges that nesting added included)."""
     last_op, last_range = (
@@ -136,22 +139,24 @@ _ADDED += ("graph_node_ops_with_capture",)
 _WIDEST = {"capture_start_ns": min, "capture_end_ns": max}
 
 
-def merged_meta(metas: list[pl.DataFrame], n_processes: int) -> pl.DataFrame:
-    """One meta frame from those of the processes, plus `processes_read_apart`."""
+def merged_meta(
+    metas: list[pl.DataFrame], n_processes: int, key: str = "processes_read_apart"
+) -> pl.DataFrame:
+    """One meta frame from those of the processes, plus `key` (their number)."""
     values: dict[str, list[str | None]] = {}
     for meta in metas:
-        for key, value in zip(meta["key"], meta["value"], strict=True):
-            values.setdefault(key, []).append(value)
+        for name, value in zip(meta["key"], meta["value"], strict=True):
+            values.setdefault(name, []).append(value)
     out: dict[str, str | None] = {}
-    for key, found in values.items():
+    for name, found in values.items():
         numbers = [int(v) for v in found if v is not None and v.lstrip("-").isdigit()]
-        if key in _WIDEST and numbers:
-            out[key] = str(_WIDEST[key](numbers))
-        elif key in _ADDED and numbers:
-            out[key] = str(sum(numbers))
+        if name in _WIDEST and numbers:
+            out[name] = str(_WIDEST[name](numbers))
+        elif name in _ADDED and numbers:
+            out[name] = str(sum(numbers))
         else:
-            out[key] = next((v for v in found if v is not None), None)
-    out["processes_read_apart"] = str(n_processes)
+            out[name] = next((v for v in found if v is not None), None)
+    out[key] = str(n_processes)
     return pl.DataFrame(
         {"key": list(out), "value": list(out.values())},
         schema={"key": pl.String, "value": pl.String},

@@ -23,17 +23,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from nsysmap import schemas
 from nsysmap.analysis import Analysis, flow_tables
 from nsysmap.attribution.attribute import attribute_blocks
 from nsysmap.attribution.rules import NameRules
 from nsysmap.by_process import merged_profile, process_profiles, processes_read_apart
+from nsysmap.by_window import META_KEY, REFUSED_KEY, WindowCheck, window_profiles
+from nsysmap.by_window import windows_read_apart as windows_planned
 from nsysmap.errors import NoGpuData
 from nsysmap.infer.summary import INFER_COLUMNS, Inferred, combined, infer_ops
 from nsysmap.load import load_profile
@@ -51,18 +54,25 @@ from nsysmap.output.summarise import (
 from nsysmap.output.writer import build_manifest
 from nsysmap.profile import NestedProfile
 from nsysmap.stages import Stages
+from nsysmap.waits.sync_rules import SYNC_API, SYNC_RANGE, matches
 
 
 @dataclass(frozen=True)
 class Source:
     """Where the flow's normalised profiles come from, read as they are asked for.
 
-    `apart`: the profiles are parts of one input (its processes), none kept
-    whole once attributed; else a single profile, the whole input.
+    `apart`: the profiles are parts of one input (its processes or time
+    windows), none kept whole once attributed, their meta put together by
+    `merged`; else a single profile, the whole input. `check` watches the
+    parts' OPS rows (nsysmap.by_window): where it refuses them, the flow
+    runs again on `fallback(reason)`.
     """
 
     profiles: Iterable[NestedProfile]
     apart: bool = False
+    merged: Callable[[list[NestedProfile]], NestedProfile] = merged_profile
+    check: WindowCheck | None = None
+    fallback: Callable[[str], Source] | None = None
 
 
 def whole(profile: NestedProfile) -> Source:
@@ -71,16 +81,35 @@ def whole(profile: NestedProfile) -> Source:
 
 
 def file_source(path: Path, memory_gb: float | None, stages: Stages) -> Source:
-    """`path` read whole, or one process at a time when its kind can be
-    (nsysmap.input_kinds) and it would not fit in `memory_gb` (nsysmap.by_process)."""
+    """`path` read whole, or, when its kind can be (nsysmap.input_kinds) and it
+    would not fit in `memory_gb`, one process at a time (nsysmap.by_process) or,
+    for a single process, one time window at a time (nsysmap.by_window)."""
     processes = processes_read_apart(path, memory_gb)
     if processes is not None:
         return Source(process_profiles(path, processes, stages=stages), apart=True)
-    return Source(_read_whole(path, stages))
+    with stages.stage("read", "finding where to cut the timeline"):
+        plan = windows_planned(path, memory_gb)
+    if plan is None:
+        return Source(_read_whole(path, stages))
+    if plan.refused is not None:
+        return Source(_read_whole(path, stages, plan.refused))
+    return Source(
+        window_profiles(path, plan, stages=stages),
+        apart=True,
+        merged=lambda parts: merged_profile(parts, META_KEY),
+        check=WindowCheck(plan.ops, plan.autograd, plan.nodes),
+        fallback=lambda reason: Source(_read_whole(path, stages, reason)),
+    )
 
 
-def _read_whole(path: Path, stages: Stages) -> Iterator[NestedProfile]:
-    yield load_profile(path, stages=stages)  # read only when the flow asks for it
+def _read_whole(path: Path, stages: Stages, refused: str | None = None) -> Iterator[NestedProfile]:
+    """The profile of `path` (read only when the flow asks for it); `refused`: why it
+    was not read in time windows (its meta's `windows_refused`)."""
+    profile = load_profile(path, stages=stages)
+    if refused is not None:
+        note = pl.DataFrame({"key": [REFUSED_KEY], "value": [refused]}, schema=profile.meta.schema)
+        profile = replace(profile, meta=pl.concat([profile.meta, note]))
+    yield profile
 
 
 @dataclass(frozen=True)
@@ -112,12 +141,17 @@ def flow(
     first = next(profiles, None)
     if first is None:
         raise NoGpuData("no profile to attribute")
-    _require_ops(first)
+    if source.check is None:
+        _require_ops(first)
     on_read()
     sink = sink_for(first)
     chained = chain([first], profiles)
     del first  # one part at a time: the flow holds no other reference to it
-    store, summaries, kept = _summarised(chained, source.apart, sink, settings)
+    store, summaries, kept = _summarised(chained, source, sink, settings)
+    refused = None if source.check is None else source.check.refusal()
+    if refused is not None and source.fallback is not None:
+        del store, summaries, kept
+        return flow(source.fallback(refused), sink_for, settings)
     profile, totals = kept.profile(settings.release), kept.input_totals()
     del kept  # what follows runs without the ranges and API calls of a released profile
     return _completed(profile, store, summaries, totals, settings)
@@ -128,15 +162,21 @@ class _Kept:
     """What the flow keeps of each profile once its blocks are out."""
 
     apart: bool
+    merged: Callable[[list[NestedProfile]], NestedProfile] = merged_profile
     by_range: list[pl.DataFrame] = field(default_factory=list)
     totals: list[pl.DataFrame] = field(default_factory=list)  # input_totals per profile
     profiles: list[NestedProfile] = field(default_factory=list)  # parts: without ops, ranges
     # Each profile's operations' launch calls as attribution joined them (`attribute_blocks`).
     launches: list[pl.DataFrame] = field(default_factory=list)
+    # Read apart: each part's synchronisations and `.item()` ranges (what the waits read).
+    waits: list[tuple[pl.DataFrame, pl.DataFrame]] = field(default_factory=list)
 
     def add(self, profile: NestedProfile, ranges_summary: pl.DataFrame) -> None:
         self.by_range.append(ranges_summary)
         self.totals.append(input_totals(profile.ops))
+        if self.apart:
+            calls = profile.api_calls.filter(matches("api_name", SYNC_API))
+            self.waits.append((calls, profile.ranges.filter(matches("name", SYNC_RANGE))))
         self.profiles.append(profile.released(ops=False) if self.apart else profile)
 
     def input_totals(self) -> pl.DataFrame:
@@ -144,24 +184,28 @@ class _Kept:
 
     def profile(self, release: bool) -> NestedProfile:
         if self.apart:
-            return merged_profile(self.profiles)
+            return self.merged(self.profiles)
         return self.profiles[0].released() if release else self.profiles[0]
 
     def waits_context(self) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame | None]:
-        """The API calls, ranges and launch calls the waits read: the whole profile's.
-        Read apart, they are gone: no launch-call times nor synchronisations
-        (docs/waits.md)."""
-        first = self.profiles[0]
-        return first.api_calls, first.ranges, None if self.apart else self.launches[0]
+        """The API calls, ranges and launch calls the waits read: the whole profile's,
+        or, read apart, the parts' synchronisations, `.item()` ranges and launches
+        (all that the waits read of them, docs/waits.md)."""
+        if not self.apart:
+            first = self.profiles[0]
+            return first.api_calls, first.ranges, self.launches[0]
+        calls = pl.concat([calls for calls, _ in self.waits])
+        ranges = pl.concat([ranges for _, ranges in self.waits])
+        return calls, ranges, pl.concat(self.launches) if self.launches else None
 
 
 def _summarised(
-    profiles: Iterator[NestedProfile], apart: bool, sink: OpsSink, settings: Settings
+    profiles: Iterator[NestedProfile], source: Source, sink: OpsSink, settings: Settings
 ) -> tuple[OpsStore, Summaries, _Kept]:
     """The OPS rows in `sink`, the summary tables, and what was kept of the profiles."""
-    stages, kept = settings.stages, _Kept(apart)
+    stages, kept = settings.stages, _Kept(source.apart, source.merged)
     parts: list[dict[str, pl.DataFrame]] = []
-    blocks = _blocks(profiles, kept, parts, sink.block_rows, settings)
+    blocks = _blocks(profiles, kept, parts, sink.block_rows, settings, source.check)
     store = _taken(blocks, parts, sink, stages)
     with stages.stage("summarise", "summarising"):
         summaries = combine_summaries(parts)
@@ -177,28 +221,49 @@ def _blocks(
     parts: list[dict[str, pl.DataFrame]],
     block_rows: int | None,
     settings: Settings,
+    check: WindowCheck | None = None,
 ) -> Iterator[pl.DataFrame]:
     """The OPS blocks of each profile in turn, `block_rows` rows at a time.
 
     The caller summarises each block into `parts` before asking for the
     next; once a profile's last block is out, its by_range is taken from
     those blocks' range leaves, and it is let go before the next is read.
+    With a `check` (time windows), a window without operations adds only its
+    meta, and the blocks stop once the check refuses them.
     """
     profile = next(profiles, None)
     while profile is not None:
-        _require_ops(profile)
-        start = len(parts)
-        yield from attribute_blocks(
-            profile,
-            block_rows=block_rows,
-            rules=settings.rules,
-            launches=None if kept.apart else kept.launches,  # read apart: no waits' launches
-        )
-        with settings.stages.stage("summarise", "summarising"):
-            leaves = combine_leaves([part.pop(LEAVES) for part in parts[start:]])
-            kept.add(profile, by_range(leaves, profile.ranges))
-        del profile, leaves
+        if check is not None:
+            check.next_part()
+        if check is None or profile.ops.height:
+            _require_ops(profile)
+            start = len(parts)
+            yield from _checked(
+                attribute_blocks(
+                    profile,
+                    block_rows=block_rows,
+                    rules=settings.rules,
+                    launches=kept.launches,
+                ),
+                check,
+            )
+            with settings.stages.stage("summarise", "summarising"):
+                leaves = combine_leaves([part.pop(LEAVES) for part in parts[start:]])
+                kept.add(profile, by_range(leaves, profile.ranges))
+            del leaves
+        else:
+            kept.add(profile, schemas.empty(schemas.BY_RANGE))
+        del profile
+        if check is not None and check.refused is not None:
+            return
         profile = next(profiles, None)
+
+
+def _checked(blocks: Iterator[pl.DataFrame], check: WindowCheck | None) -> Iterator[pl.DataFrame]:
+    for block in blocks:
+        if check is not None:
+            check.block(block)
+        yield block
 
 
 def _taken(

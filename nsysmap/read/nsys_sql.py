@@ -29,6 +29,7 @@ import itertools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import adbc_driver_sqlite.dbapi as adbc
 import polars as pl
@@ -36,7 +37,16 @@ import pyarrow as pa
 
 from nsysmap.errors import NotAProfile
 from nsysmap.read.nsys_probe import BACKEND_ERRORS, BATCH_ROWS, Export, arrow, decode, unreadable
-from nsysmap.read.nsys_specs import ID_MASK, KERNEL, NVTX, RUNTIME, TableSpec
+from nsysmap.read.nsys_specs import (
+    GRAPH_TRACE,
+    ID_MASK,
+    KERNEL,
+    MEMCPY,
+    MEMSET,
+    NVTX,
+    RUNTIME,
+    TableSpec,
+)
 from nsysmap.scalars import opt_int
 
 Batch = Callable[[pl.DataFrame], pl.DataFrame]
@@ -47,6 +57,55 @@ READ_THREADS = min(3, os.cpu_count() or 1)
 # Tables with more rows than this are read in READ_THREADS parts, by rowid.
 SPLIT_ROWS = 1 << 20
 SPLIT_SPECS = (NVTX, KERNEL, RUNTIME)
+# Tables of GPU work, read in a time window by their correlation ids (`RowWindow`).
+_CORRELATED = frozenset(s.table for s in (KERNEL, MEMCPY, MEMSET, GRAPH_TRACE))
+DOMAIN_CREATE = 75  # the NVTX event type of a domain creation (read in every window)
+
+
+@dataclass(frozen=True)
+class RowWindow:
+    """The rows of one time window of a process (nsysmap.by_window).
+
+    Runtime calls starting in [start_lo, start_hi) (None: unbounded), NVTX
+    ranges starting there and every domain creation, and the GPU work whose
+    correlation id is in [corr_lo, corr_hi] (the reader keeps the work of the
+    window's own calls). Other tables are read whole.
+    """
+
+    start_lo: int | None
+    start_hi: int | None
+    corr_lo: int
+    corr_hi: int
+    # (table, low, high): that table's rows of the window have low < rowid <= high
+    # (nsysmap.window_cuts found them), so a read scans that stretch alone.
+    rows: tuple[tuple[str, int, int], ...] = ()
+    # NVTX: the rows of its ranges in (low, high], and the rowids of its domain creations.
+    nvtx_rows: tuple[int, int] | None = None
+    domains: tuple[int, ...] = ()
+
+    def rows_of(self, table: str) -> tuple[int, int] | None:
+        """The rowid bounds (low, high] of `table`'s rows in the window, when known."""
+        return next(((lo, hi) for name, lo, hi in self.rows if name == table), None)
+
+    def condition(self, spec: TableSpec) -> tuple[str | None, tuple[int, ...]]:
+        """The WHERE condition (constants only) and its parameters for `spec`'s table."""
+        if spec.table in _CORRELATED:
+            return '"correlationId" BETWEEN ? AND ?', (self.corr_lo, self.corr_hi)
+        if spec.table not in (RUNTIME.table, NVTX.table):
+            return None, ()
+        parts, values = [], []
+        for bound, op in ((self.start_lo, ">="), (self.start_hi, "<")):
+            if bound is not None:
+                parts.append(f'"start" {op} ?')
+                values.append(bound)
+        timed = " AND ".join(parts) or "1"
+        if spec.table == RUNTIME.table:
+            return timed, tuple(values)
+        if self.nvtx_rows is None:
+            return f'("eventType" = {DOMAIN_CREATE} OR ({timed}))', tuple(values)
+        marks = ", ".join("?" * len(self.domains))
+        inside = f'("rowid" > ? AND "rowid" <= ? AND {timed})'
+        return f'("rowid" IN ({marks}) OR {inside})', (*self.domains, *self.nvtx_rows, *values)
 
 
 def read_tables(
@@ -54,6 +113,7 @@ def read_tables(
     specs: Sequence[TableSpec],
     batches: Mapping[str, Batch] | None = None,
     process: int | None = None,
+    window: RowWindow | None = None,
 ) -> Raw:
     """Table name -> its rows (None when absent), every table read in parallel threads.
 
@@ -62,14 +122,17 @@ def read_tables(
     the parts joined in rowid order (one chunk per batch: nothing is copied).
     `batches` maps a table name to the function applied to each of its
     batches as it arrives. `process`: only that process's rows of the tables
-    that say whose they are (`TableSpec.process`).
+    that say whose they are (`TableSpec.process`); `window`: only the rows of
+    that time window (`RowWindow`).
     """
     batches = batches or {}
     with ThreadPoolExecutor(READ_THREADS) as pool:
         futures = {
             spec.table: [
-                pool.submit(read_table, export, spec, rows, batches.get(spec.table), process)
-                for rows in _parts(export, spec)
+                pool.submit(
+                    read_table, export, spec, rows, batches.get(spec.table), process, window
+                )
+                for rows in _parts(export, spec, window)
             ]
             for spec in specs
         }
@@ -82,6 +145,7 @@ def read_table(
     rows: tuple[int, int] | None = None,
     batch: Batch | None = None,
     process: int | None = None,
+    window: RowWindow | None = None,
 ) -> pl.DataFrame | None:
     """The table of `spec` as a frame, or None when the export lacks it.
 
@@ -94,7 +158,7 @@ def read_table(
         return None
     try:
         with export.connect() as conn:
-            return fetch(conn, spec, present, rows, batch, process)
+            return fetch(conn, spec, present, rows, batch, process, window)
     except BACKEND_ERRORS as exc:
         raise unreadable(export.file, exc) from None
 
@@ -137,15 +201,24 @@ def _rowid(export: Export, table: str, which: str) -> int | None:
     return opt_int(value.as_py())
 
 
-def _parts(export: Export, spec: TableSpec) -> list[tuple[int, int] | None]:
-    """Rowid ranges to read `spec` in (one unbounded part for small tables)."""
+def _parts(
+    export: Export, spec: TableSpec, window: RowWindow | None = None
+) -> list[tuple[int, int] | None]:
+    """Rowid ranges to read `spec` in (one unbounded part for small tables); within
+    `window`'s bounds for the table, when it has some."""
+    known = None if window is None else window.rows_of(spec.table)
+    if known is not None and (spec not in SPLIT_SPECS or known[1] - known[0] < SPLIT_ROWS):
+        return [known]
     if spec not in SPLIT_SPECS or READ_THREADS < 2:
         return [None]
-    last = last_rowid(export, spec.table)
-    if last is None or last < SPLIT_ROWS:
-        return [None]
-    bounds = [last * i // READ_THREADS for i in range(READ_THREADS + 1)]
-    bounds[0] = first_rowid(export, spec.table) - 1
+    if known is not None:
+        low, last = known
+    else:
+        last_found = last_rowid(export, spec.table)
+        if last_found is None or last_found < SPLIT_ROWS:
+            return [None]
+        low, last = first_rowid(export, spec.table) - 1, last_found
+    bounds = [low + (last - low) * i // READ_THREADS for i in range(READ_THREADS + 1)]
     return list(itertools.pairwise(bounds))
 
 
@@ -163,6 +236,7 @@ def select_sql(
     *,
     rows: tuple[int, int] | None = None,
     process: int | None = None,
+    window: RowWindow | None = None,
 ) -> tuple[str, tuple[int, ...]]:
     """The SELECT for `spec` given the columns the table has, and its parameters.
 
@@ -189,6 +263,10 @@ def select_sql(
     if process is not None and has_process_column(spec, present):
         conditions.append(f'(("{spec.process}" >> 24) & {ID_MASK}) = ?')
         parameters.append(process)
+    timed, values = (None, ()) if window is None else window.condition(spec)
+    if timed is not None:
+        conditions.append(timed)
+        parameters.extend(values)
     where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
     return f"SELECT {', '.join(parts)} FROM {_quoted(spec.table)}{where}", tuple(parameters)
 
@@ -230,6 +308,7 @@ def fetch(
     rows: tuple[int, int] | None = None,
     batch: Batch | None = None,
     process: int | None = None,
+    window: RowWindow | None = None,
 ) -> pl.DataFrame:
     """The table's columns as a frame: Int64 for integers, String for texts.
 
@@ -241,7 +320,7 @@ def fetch(
     keep = batch or (lambda frame: frame)
     with conn.cursor() as cur:
         cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
-        query, parameters = select_sql(spec, present, rows=rows, process=process)
+        query, parameters = select_sql(spec, present, rows=rows, process=process, window=window)
         cur.execute(query, parameters=parameters or None)
         frames = [keep(_frame(spec, b)) for b in cur.fetch_record_batch()]
     if not frames:

@@ -59,11 +59,14 @@ def read_sqlite(
     require_gpu: bool = True,
     process: int | None = None,
     first_ids: tuple[int, int] = (0, 0),
+    window: sql.RowWindow | None = None,
 ) -> Profile:
     """The export at `path` as a Profile of normalised frames.
 
     `process`: only that process's rows (see `gpu_processes`), with op_id and
-    range_id counting from `first_ids` (operations, ranges).
+    range_id counting from `first_ids` (operations, ranges). `window`: only
+    the rows of one time window of that process (nsysmap.by_window): its
+    runtime calls, the GPU work they launched, its ranges.
 
     Raises InputNotFound, NotAProfile, or (with require_gpu, when the export
     holds no kernel, memcpy, memset or graph replay) NoGpuData, each with a
@@ -73,7 +76,9 @@ def read_sqlite(
     strings = specs.strings_table(sql.read_table(export, specs.STRINGS))
     if require_gpu and not any(export.has(s.table) for s in GPU_WORK_SPECS):
         _require_ops(export, {specs.RUNTIME.table: sql.read_table(export, specs.RUNTIME)}, strings)
-    raw = sql.read_tables(export, TABLES, frames.batch_builders(strings), process)
+    raw = sql.read_tables(export, TABLES, frames.batch_builders(strings), process, window)
+    if window is not None:
+        _keep_launched(raw)
     if require_gpu:
         _require_ops(export, raw, strings)
     missing = ",".join(t for t in CORE_TABLES if raw[t] is None)
@@ -117,6 +122,18 @@ def gpu_processes(path: str | os.PathLike[str]) -> list[int] | None:
     if None in found:
         return None
     return sorted(p for p in found if p is not None)
+
+
+def _keep_launched(raw: frames.Raw) -> None:
+    """Keep the GPU work launched by the runtime calls read (a window's own): the
+    work of other windows' calls read by correlation id is theirs."""
+    calls = raw[specs.RUNTIME.table]
+    ids = pl.Series(dtype=pl.Int64) if calls is None else calls["correlationId"].unique()
+    for spec in GPU_WORK_SPECS:
+        frame = raw.get(spec.table)
+        if frame is not None:
+            column = "correlation_id" if "correlation_id" in frame.columns else "correlationId"
+            raw[spec.table] = frame.filter(pl.col(column).is_in(ids.implode()))
 
 
 def _require_ops(export: Export, raw: frames.Raw, strings: pl.DataFrame) -> None:

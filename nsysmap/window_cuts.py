@@ -1,0 +1,342 @@
+"""Where one process's timeline can be cut into time windows read apart (nsysmap.by_window).
+
+Three scans of the export, each in batches reduced as they arrive (nothing
+held but the reductions):
+
+1. NVTX: every range of the process (one left open: to the end of time),
+   and per autograd sequence number the time from the first to the last
+   range carrying it (a forward operator's `seq = N` and the backward's
+   `stashed seq = N`, which attribution links). Their union leaves *quiet*
+   gaps: a cut at the start of the interval after a gap leaves no range of
+   any thread open across it and no sequence number on both sides. Also
+   whether a range names an autograd node, and each batch's start times
+   and rowids.
+2. CUDA runtime calls: per stretch between two candidate cuts, how many
+   calls start there, the extent of their correlation ids (a window's GPU
+   work is read by those ids, and kept where a call of the window launched
+   it) and of their rowids.
+3. GPU work: how many rows the process has (what the windows must add up
+   to), and each batch's correlation ids and rowids.
+
+The rowids let each window read only the stretch of a table that holds its
+rows (`Segments.window`). The threads autograd names are read too (for
+nsysmap.by_window's check).
+
+`segments` refuses (a one-line reason) what it cannot cut exactly: no
+quiet gap, CUDA graph node captures (a replay is attributed where its graph
+was captured, any time before), FSDP hook ranges (paired into spans across
+any gap), calls or ranges without a start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import polars as pl
+
+from nsysmap.attribution.labels import AUTOGRAD_NODE, FSDP_HOOK, SEQ
+from nsysmap.attribution.record_evidence import AUTOGRAD_THREAD
+from nsysmap.read import nsys_specs as specs
+from nsysmap.read import nsys_sql as sql
+from nsysmap.read.nsys_frames import RANGE_KINDS, nvtx_batch
+from nsysmap.read.nsys_probe import BACKEND_ERRORS, Export, open_export, unreadable
+from nsysmap.read.nsys_sql import DOMAIN_CREATE, RowWindow
+
+END = (1 << 63) - 1  # where a range left open ends
+# With more NVTX domain creations than this, windows read NVTX without rowid bounds.
+MAX_DOMAINS = 256
+_SPAN, _SEQ, _FSDP, _NO_START, _BATCH, _DOMAIN, _NODE = range(7)  # the NVTX reduction's
+_REDUCED = pl.Schema(
+    {
+        "kind": pl.Int8,
+        "seq": pl.Int64,
+        "lo": pl.Int64,
+        "hi": pl.Int64,
+        "row_lo": pl.Int64,
+        "row_hi": pl.Int64,
+    }
+)
+_NEEDED = {specs.RUNTIME.table: ("start", "correlationId"), specs.NVTX.table: ("start",)}
+_GPU_WORK = (specs.KERNEL, specs.MEMCPY, specs.MEMSET, specs.GRAPH_TRACE)
+_NEEDED |= {s.table: ("correlationId",) for s in _GPU_WORK}
+_CAPTURES = (specs.GRAPH_NODE_EVENTS, specs.GRAPH_EVENTS)
+
+
+@dataclass(frozen=True)
+class Segments:
+    """A process's timeline in stretches between candidate cuts.
+
+    Stretch i holds the calls starting in [cuts[i-1], cuts[i]) (the first
+    and last unbounded); `calls` has one row per stretch with calls:
+    segment, calls, corr_lo, corr_hi.
+    """
+
+    cuts: list[int]
+    calls: pl.DataFrame  # also row_lo, row_hi: the stretch's calls' rowids
+    ops: int  # the process's rows of GPU work
+    autograd: tuple[int, ...]  # the threads autograd names (their work is backward work)
+    nodes: bool  # some range names an autograd node (work inside it is backward work)
+    # Per batch of rows read: lo, hi (start times; correlation ids for GPU work) and
+    # row_lo, row_hi (rowids). NVTX's is None where a window cannot bound its rowids
+    # (domain creations, read in every window).
+    nvtx_rows: pl.DataFrame | None = None
+    domains: tuple[int, ...] = ()  # the rowids of NVTX domain creations
+    op_rows: dict[str, pl.DataFrame] = field(default_factory=dict)
+
+    def window(self, calls: pl.DataFrame, start: tuple[int | None, int | None]) -> RowWindow:
+        """The window of the calls starting in `start` [lo, hi) (None: unbounded), whose
+        stretches are `calls`: its correlation ids, and the rowid bounds of its calls,
+        of the NVTX batches that hold starts in it and of the batches of GPU work that
+        hold its correlation ids."""
+        corr = (_bound(calls["corr_lo"].min(), 1), _bound(calls["corr_hi"].max(), 0))
+        rows = [(specs.RUNTIME.table, *_bounds(calls))]
+        for table, batches in self.op_rows.items():
+            overlapping = (pl.col("hi") >= corr[0]) & (pl.col("lo") <= corr[1])
+            rows.append((table, *_bounds(batches.filter(overlapping))))
+        nvtx = None
+        if self.nvtx_rows is not None:
+            lo, hi = start[0] if start[0] is not None else -END, start[1] or END
+            nvtx = _bounds(self.nvtx_rows.filter((pl.col("hi") >= lo) & (pl.col("lo") < hi)))
+        return RowWindow(*start, *corr, rows=tuple(rows), nvtx_rows=nvtx, domains=self.domains)
+
+
+def _bound(value: object, default: int) -> int:
+    """A correlation-id bound; (1, 0) reads nothing where a window has no call."""
+    return value if isinstance(value, int) else default
+
+
+def _bounds(rows: pl.DataFrame) -> tuple[int, int]:
+    """(low, high] around the rowids row_lo..row_hi of `rows`; (0, 0) when none."""
+    lo, hi = rows["row_lo"].min(), rows["row_hi"].max()
+    if not isinstance(lo, int) or not isinstance(hi, int):
+        return (0, 0)
+    return (lo - 1, hi)
+
+
+def segments(path: str, pid: int) -> Segments | str:
+    """The stretches of process `pid`'s timeline, or why it cannot be cut exactly."""
+    export = open_export(path)
+    refused = _unsupported(export)
+    if refused is not None:
+        return refused
+    strings = specs.strings_table(sql.read_table(export, specs.STRINGS))
+    found = _range_spans(export, pid, strings)
+    if isinstance(found, str):
+        return found
+    spans, nvtx_rows, domains, nodes = found
+    cuts = quiet_cuts(spans) if spans.height else _even_cuts(export, pid)
+    if not cuts:
+        return "no moment of the capture has no range open and no autograd link across it"
+    calls = _call_stretches(export, pid, cuts)
+    if calls["segment"].null_count():
+        return "runtime calls without a start time"
+    autograd = _autograd_threads(export, pid, strings)
+    op_rows = _op_batches(export, pid)
+    ops = sum(int(batches["n"].sum()) for batches in op_rows.values())
+    calls = calls.drop_nulls("segment")
+    return Segments(cuts, calls, ops, autograd, nodes, nvtx_rows, domains, op_rows)
+
+
+def _unsupported(export: Export) -> str | None:
+    for table, columns in _NEEDED.items():
+        present = {c.lower() for c in export.columns(table) or ()}
+        if table == specs.RUNTIME.table and not present:
+            return f"no {table} table"
+        if present and any(c.lower() not in present for c in columns):
+            return f"{table} lacks {', '.join(columns)}"
+    for spec in _CAPTURES:
+        found = sql.read_table(export, _counted(spec.table, "start", ""), batch=_height)
+        if found is not None and found["n"].sum():
+            return "CUDA graph nodes captured (replays are attributed at their capture)"
+    return None
+
+
+def _range_spans(
+    export: Export, pid: int, strings: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame | None, tuple[int, ...], bool] | str:
+    """Each range's (lo, hi) and each sequence number's, as one frame, the NVTX
+    batches' start times and rowids (None: not to bound), the rowids of its
+    domain creations and whether a range names an autograd node; or a refusal."""
+    reduced = _scan(export, specs.NVTX, lambda batch: _reduced(batch, strings), pid)
+    if reduced is None:
+        return pl.DataFrame(schema={"lo": pl.Int64, "hi": pl.Int64}), None, (), False  # no NVTX
+    kinds = set(reduced["kind"].unique())
+    if _FSDP in kinds:
+        return "FSDP hook ranges (paired into spans across any gap)"
+    if _NO_START in kinds:
+        return "NVTX ranges without a start time"
+    seqs = (
+        reduced.filter(pl.col("kind") == _SEQ)
+        .group_by("seq")
+        .agg(pl.col("lo").min(), pl.col("hi").max())
+    )
+    spans = reduced.filter(pl.col("kind") == _SPAN).select("lo", "hi")
+    batches = reduced.filter(pl.col("kind") == _BATCH).select("lo", "hi", "row_lo", "row_hi")
+    domains = tuple(reduced.filter(pl.col("kind") == _DOMAIN)["row_lo"].sort().to_list())
+    bounded = len(domains) <= MAX_DOMAINS
+    spans = pl.concat([spans, seqs.drop("seq")])
+    return spans, batches if bounded else None, domains, _NODE in kinds
+
+
+def _reduced(batch: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
+    """A batch of NVTX rows as _REDUCED rows: its ranges' union, its sequence numbers'
+    spans, its start times and rowids, one row when it holds an FSDP hook, a range
+    without a start or a domain creation."""
+    extent = batch.select(
+        kind=pl.lit(_BATCH),
+        lo=pl.col("start").min(),
+        hi=pl.col("start").max(),
+        row_lo=pl.col("rowid").min(),
+        row_hi=pl.col("rowid").max(),
+    )
+    rows = nvtx_batch(batch, strings).filter(pl.col("eventType").is_in(RANGE_KINDS))
+    rows = rows.select(lo="start_ns", hi=pl.col("end").fill_null(END), name="name")
+    seqs = rows.select("lo", "hi", seq=pl.col("name").str.extract(SEQ, 1).cast(pl.Int64))
+    seqs = seqs.drop_nulls("seq").group_by("seq").agg(pl.col("lo").min(), pl.col("hi").max())
+    flags = []
+    if rows["name"].str.contains(FSDP_HOOK).any():
+        flags.append(_FSDP)
+    if rows["lo"].null_count():
+        flags.append(_NO_START)
+    if rows["name"].str.contains(AUTOGRAD_NODE).any():
+        flags.append(_NODE)
+    domains = batch.filter(pl.col("eventType") == DOMAIN_CREATE).select(
+        kind=pl.lit(_DOMAIN), row_lo="rowid"
+    )
+    parts = [
+        domains,
+        extent,
+        union(rows.drop_nulls("lo").select("lo", "hi")).with_columns(kind=pl.lit(_SPAN)),
+        seqs.with_columns(kind=pl.lit(_SEQ)),
+        pl.DataFrame({"kind": flags}),
+    ]
+    return pl.concat(
+        [p.cast({c: t for c, t in _REDUCED.items() if c in p.columns}) for p in parts],
+        how="diagonal",
+    ).select(_REDUCED.names())
+
+
+def union(spans: pl.DataFrame) -> pl.DataFrame:
+    """The union of closed intervals (lo, hi) as disjoint ones, ascending; touching
+    intervals are joined."""
+    spans = spans.sort("lo")
+    reach = pl.col("hi").cum_max().shift(1)
+    group = (pl.col("lo") > reach).fill_null(True).cum_sum()
+    return (
+        spans.group_by(group.alias("g"))
+        .agg(pl.col("lo").min(), pl.col("hi").max())
+        .sort("lo")
+        .select("lo", "hi")
+    )
+
+
+def quiet_cuts(spans: pl.DataFrame) -> list[int]:
+    """The start of every interval of the union of `spans` after a gap: a cut there
+    leaves each span whole on one side."""
+    merged = union(spans)
+    return merged["lo"].slice(1).to_list()
+
+
+# Without ranges, any moment can be cut: this many even cuts over the calls' times.
+EVEN_CUTS = 1024
+
+
+def _even_cuts(export: Export, pid: int) -> list[int]:
+    """EVEN_CUTS times spread evenly over the process's runtime calls."""
+    spec = _counted(specs.RUNTIME.table, "start", specs.RUNTIME.process)
+    found = sql.read_table(
+        export,
+        spec,
+        batch=lambda b: b.select(lo=pl.col("start").min(), hi=pl.col("start").max()),
+        process=pid,
+    )
+    if found is None or found["lo"].min() is None:
+        return []
+    lo, hi = int(found["lo"].min()), int(found["hi"].max())  # type: ignore[arg-type]
+    return sorted({lo + (hi - lo) * i // EVEN_CUTS for i in range(1, EVEN_CUTS)} - {lo})
+
+
+def _autograd_threads(export: Export, pid: int, strings: pl.DataFrame) -> tuple[int, ...]:
+    """The process's threads named as autograd's (nsysmap.attribution.record_evidence)."""
+    names = sql.read_table(export, specs.THREAD_NAMES, process=pid)
+    if names is None:
+        return ()
+    named = names.select(
+        tid=specs.thread_id("globalTid"), name=specs.string_value("nameId", strings)
+    )
+    found = named.filter(pl.col("name").str.contains(AUTOGRAD_THREAD))["tid"]
+    return tuple(sorted(set(found.to_list())))
+
+
+def _call_stretches(export: Export, pid: int, cuts: list[int]) -> pl.DataFrame:
+    """segment, calls, corr_lo, corr_hi per stretch between `cuts` (segment null:
+    calls without a start)."""
+    bounds = pl.Series(cuts, dtype=pl.Int64)
+
+    def stretch(batch: pl.DataFrame) -> pl.DataFrame:
+        at = batch.with_columns(
+            segment=pl.when(pl.col("start").is_not_null()).then(
+                bounds.search_sorted(batch["start"], side="right")
+            )
+        )
+        return at.group_by("segment").agg(
+            calls=pl.len(),
+            corr_lo=pl.col("correlationId").min(),
+            corr_hi=pl.col("correlationId").max(),
+            row_lo=pl.col("rowid").min(),
+            row_hi=pl.col("rowid").max(),
+        )
+
+    spec = _counted(specs.RUNTIME.table, "start correlationId", specs.RUNTIME.process)
+    parts = _scan(export, spec, stretch, pid)
+    assert parts is not None  # _unsupported checked the table
+    lows, highs = pl.col("corr_lo", "row_lo").min(), pl.col("corr_hi", "row_hi").max()
+    return (
+        parts.group_by("segment")
+        .agg(pl.col("calls").sum(), lows, highs)
+        .sort("segment", nulls_last=True)
+    )
+
+
+def _op_batches(export: Export, pid: int) -> dict[str, pl.DataFrame]:
+    """Per table of GPU work (kernels, copies, memsets, graph replays) the process
+    has rows in, per batch: n, lo, hi (correlation ids) and row_lo, row_hi (rowids)."""
+
+    def extent(batch: pl.DataFrame) -> pl.DataFrame:
+        return batch.select(
+            n=pl.len().cast(pl.Int64),
+            lo=pl.col("correlationId").min(),
+            hi=pl.col("correlationId").max(),
+            row_lo=pl.col("rowid").min(),
+            row_hi=pl.col("rowid").max(),
+        )
+
+    found = {}
+    for spec in _GPU_WORK:
+        batches = _scan(export, _counted(spec.table, "correlationId", spec.process), extent, pid)
+        if batches is not None:
+            found[spec.table] = batches.filter(pl.col("n") > 0)
+    return found
+
+
+def _scan(export: Export, spec: specs.TableSpec, batch: sql.Batch, pid: int) -> pl.DataFrame | None:
+    """`spec`'s rows of process `pid` with their `rowid`, each batch reduced by `batch`;
+    None when the export lacks the table."""
+    present = export.columns(spec.table)
+    if present is None:
+        return None
+    with_rowid = replace(spec, ints=f"{spec.ints} rowid")
+    try:
+        with export.connect() as conn:
+            return sql.fetch(conn, with_rowid, present | {"rowid"}, batch=batch, process=pid)
+    except BACKEND_ERRORS as exc:
+        raise unreadable(export.file, exc) from None
+
+
+def _counted(table: str, ints: str, process: str) -> specs.TableSpec:
+    """A spec reading only `ints` of `table`."""
+    return specs.TableSpec(table, ints, process=process)
+
+
+def _height(batch: pl.DataFrame) -> pl.DataFrame:
+    return pl.DataFrame({"n": [batch.height]}, schema={"n": pl.Int64})

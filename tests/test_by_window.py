@@ -1,0 +1,251 @@
+"""A single-process export read in time windows (nsysmap.by_window) gives the tables of a
+whole read: every written table, op ids and range ids aside (tests/window_tables.py)."""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from nsysmap import flow, window_cuts
+from nsysmap.attribution.rules import BUILTIN
+from nsysmap.by_process import merged_profile
+from nsysmap.by_window import WINDOWS_ENV, Plan, WindowCheck, window_profiles, windows_read_apart
+from nsysmap.flow import Settings, Source
+from nsysmap.output.ops_sinks import HoldOps
+from nsysmap.pipeline import analyse, analyse_file, load_profile
+from nsysmap.read.nsys_sql import RowWindow
+from nsysmap.read.nsys_sqlite import read_sqlite
+from nsysmap.stages import Stages
+from nsysmap.synth.bulk import bulk_tables, write_export
+from nsysmap.synth.tile import gpt_tables
+from tests.window_tables import differences
+
+pytestmark = pytest.mark.slow  # whole-pipeline runs, twice each
+QUIET = Stages(progress=False)
+BIG = 1 << 62
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A GPT-2-like training export of one process: step, phase and module ranges,
+    backward on an autograd thread linked to forward by sequence numbers, NCCL."""
+    folder = tmp_path_factory.mktemp("one")
+    return write_export(folder / "one.sqlite", gpt_tables(3000, seed=3, processes=1))
+
+
+def _both(path: Path, out: Path, monkeypatch: pytest.MonkeyPatch, windows: int) -> list[str]:
+    """`path` attributed whole and in `windows` windows: the tables that differ."""
+    monkeypatch.delenv(WINDOWS_ENV, raising=False)
+    analyse_file(path, out / "whole", stages=QUIET)
+    monkeypatch.setenv(WINDOWS_ENV, str(windows))
+    split = analyse_file(path, out / "split", stages=QUIET)
+    assert split.profile.meta_value("windows_refused") is None
+    assert split.profile.meta_value("windows_read_apart") == str(windows)
+    return differences(out / "whole", out / "split")
+
+
+def test_windows_give_the_tables_of_the_whole(one_process, tmp_path, monkeypatch):
+    assert _both(one_process, tmp_path, monkeypatch, 4) == []
+    ops = pl.read_parquet(tmp_path / "split" / "ops.parquet")
+    assert ops["op_id"].is_unique().all()
+    # The export exercises what crosses a window's edge when it is cut carelessly:
+    # backward work credited to the main thread's ranges and linked by sequence number.
+    assert ops["other_thread_range_id"].is_not_null().sum() > 1000
+    assert ops.filter(pl.col("direction") == "backward")["step"].n_unique() > 4
+
+
+def _plan(path: Path, monkeypatch: pytest.MonkeyPatch, windows: int) -> Plan:
+    monkeypatch.setenv(WINDOWS_ENV, str(windows))
+    plan = windows_read_apart(path, None)
+    assert plan is not None and plan.refused is None
+    return plan
+
+
+def test_no_range_nor_sequence_number_crosses_an_edge(one_process, monkeypatch):
+    """Each range, call and GPU operation is read in exactly one window; no range and
+    no autograd sequence number is open across an edge."""
+    plan = _plan(one_process, monkeypatch, 6)
+    assert len(plan.windows) == 6
+    edges = [w.start_lo for w in plan.windows[1:]]
+    with sqlite3.connect(one_process) as db:
+        for edge in edges:
+            (crossing,) = db.execute(
+                "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND start < ? "
+                "AND coalesce(end, ?) >= ?",
+                (edge, BIG, edge),
+            ).fetchone()
+            assert crossing == 0, edge
+        names = db.execute(
+            "SELECT coalesce(text, s.value), start, end FROM NVTX_EVENTS "
+            "LEFT JOIN StringIds s ON s.id = textId WHERE eventType IN (59, 60)"
+        ).fetchall()
+    seqs = pl.DataFrame(names, schema=["name", "start", "end"], orient="row").select(
+        "start", "end", seq=pl.col("name").str.extract(r"seq = (\d+)", 1)
+    )
+    spans = seqs.drop_nulls("seq").group_by("seq").agg(pl.col("start").min(), pl.col("end").max())
+    assert spans.height > 100
+    for edge in edges:
+        assert spans.filter((pl.col("start") < edge) & (pl.col("end") >= edge)).is_empty()
+    whole = read_sqlite(one_process)
+    parts = [read_sqlite(one_process, process=plan.pid, window=w) for w in plan.windows]
+    for table in ("ranges", "api_calls", "ops"):
+        assert sum(getattr(p, table).height for p in parts) == getattr(whole, table).height
+    assert plan.ops == whole.ops.height
+
+
+def _careless(path: Path, plan: Plan, cuts: list[int]) -> Plan:
+    """`plan` with windows cut at `cuts`, whatever is open there."""
+    bounds: list[int | None] = [None, *cuts, None]
+    windows = [RowWindow(lo, hi, 0, BIG) for lo, hi in itertools.pairwise(bounds)]
+    return Plan(plan.pid, windows, plan.ops, plan.autograd, plan.nodes)
+
+
+def test_an_edge_inside_ranges_changes_by_range_and_is_refused(one_process, monkeypatch):
+    """Cut in the middle of steps, the ranges open across an edge would be lost to the
+    work after it: by_range differs from the whole read's. The check refuses such
+    windows (a step in two windows), and the flow reads the export whole."""
+    plan = _plan(one_process, monkeypatch, 3)
+    whole = load_profile(one_process)
+    calls = whole.api_calls["start_ns"].sort()
+    careless = _careless(one_process, plan, [calls[calls.len() * i // 3] for i in (1, 2)])
+    expected = analyse(whole).summaries.tables()["by_range"]
+
+    def attributed(check: WindowCheck | None) -> flow.Analysis:
+        source = Source(
+            window_profiles(one_process, careless, stages=QUIET),
+            apart=True,
+            merged=merged_profile,
+            check=check,
+            fallback=lambda reason: flow.whole(load_profile(one_process)),
+        )
+        return flow.flow(source, lambda _: HoldOps(), Settings(BUILTIN))
+
+    unchecked = attributed(None).summaries.tables()["by_range"]
+    assert not unchecked.equals(expected)
+    check = WindowCheck(careless.ops, careless.autograd, careless.nodes)
+    checked = attributed(check)
+    assert check.refused is not None and "in two windows" in check.refused
+    assert checked.summaries.tables()["by_range"].equals(expected)
+
+
+def test_the_budget_chooses_the_windows(one_process, tmp_path, monkeypatch):
+    monkeypatch.delenv(WINDOWS_ENV, raising=False)
+    assert windows_read_apart(one_process, None) is None  # fits in memory
+    plan = windows_read_apart(one_process, memory_gb=1e-6)
+    found = window_cuts.segments(str(one_process), 4100)
+    assert isinstance(found, window_cuts.Segments) and len(found.cuts) >= 5  # between steps
+    assert plan is not None and plan.refused is None
+    assert len(plan.windows) == len(found.cuts) + 1  # a budget far too small: every cut
+    two = write_export(tmp_path / "two.sqlite", gpt_tables(600, seed=1, processes=2))
+    assert windows_read_apart(two, memory_gb=1e-6) is None  # read one process at a time
+    monkeypatch.setenv(WINDOWS_ENV, "1")
+    assert windows_read_apart(one_process, memory_gb=1e-6) is None  # forced: whole
+
+
+def test_an_export_without_a_quiet_moment_is_read_whole(tmp_path, monkeypatch):
+    """One range open from first to last launch: no cut would keep it in one window,
+    so the export is read whole, saying why."""
+    tables = bulk_tables(400)
+    nvtx = tables["NVTX_EVENTS"]
+    around = nvtx.head(1).with_columns(
+        start=pl.lit(0, pl.Int64), end=pl.lit(BIG, pl.Int64), text=pl.lit("run")
+    )
+    tables["NVTX_EVENTS"] = pl.concat([around, nvtx])
+    path = write_export(tmp_path / "bulk.sqlite", tables)
+    monkeypatch.setenv(WINDOWS_ENV, "3")
+    plan = windows_read_apart(path, None)
+    assert plan is not None and plan.refused is not None and "no moment" in plan.refused
+    analysis = analyse_file(path, tmp_path / "out", stages=QUIET)
+    assert analysis.profile.meta_value("windows_refused") == plan.refused
+    assert analysis.profile.meta_value("windows_read_apart") is None
+
+
+def test_windows_the_check_refuses_are_read_whole(one_process, tmp_path, monkeypatch):
+    monkeypatch.setattr(WindowCheck, "refusal", lambda self: "refused for the test")
+    monkeypatch.setenv(WINDOWS_ENV, "3")
+    analysis = analyse_file(one_process, tmp_path / "split", stages=QUIET)
+    assert analysis.profile.meta_value("windows_refused") == "refused for the test"
+    assert analysis.profile.meta_value("windows_read_apart") is None
+    monkeypatch.delenv(WINDOWS_ENV)
+    analyse_file(one_process, tmp_path / "whole", stages=QUIET)
+    assert differences(tmp_path / "whole", tmp_path / "split") == []
+
+
+def _block(**columns: list[object]) -> pl.DataFrame:
+    n = len(next(iter(columns.values())))
+    base: dict[str, list[object]] = {
+        "step": [0] * n,
+        "step_source": ["range"] * n,
+        "phase": ["forward"] * n,
+        "phase_source": ["range"] * n,
+        "direction": [None] * n,
+        "attribution": ["range"] * n,
+        "tid": [1] * n,
+    }
+    strings = {c: pl.String for c in base if c not in ("step", "tid")}
+    schema = {"step": pl.Int64, "tid": pl.Int64, **strings}
+    return pl.DataFrame({**base, **columns}, schema=schema)
+
+
+@pytest.mark.parametrize(
+    ("blocks", "reason"),
+    [
+        ([_block(step=[0, 1]), _block(step=[1])], "step 1 in two windows"),
+        ([_block(step_source=["records"])], "records"),
+        ([_block(attribution=["no_launch"])], "without a launch call"),
+        ([_block(step=[None], phase=["backward"]), _block(step=[None])], "outside every step"),
+        ([_block(step=[None], tid=[7]), _block(step=[None])], "outside every step"),
+        ([_block(step=[None], step_source=[None], direction=["backward"])], "without step ranges"),
+        ([_block(step=[0]), _block(step=[1])], None),
+        ([_block(step=[None]), _block(step=[None])], None),  # no backward work outside steps
+        # records could phase work outside steps by backward work they do not show
+        ([_block(step=[None], phase=[None]), _block(step=[None])], "outside every step"),
+    ],
+)
+def test_the_check_names_what_would_differ(blocks, reason):
+    check = WindowCheck(ops=sum(b.height for b in blocks), autograd=(7,))
+    for block in blocks:
+        check.next_part()
+        check.block(block)
+    found = check.refusal()
+    assert (found is None) if reason is None else (found is not None and reason in found)
+
+
+def test_backward_work_is_possible_without_step_ranges_where_autograd_has_a_thread():
+    """Steps from PyTorch's records need backward work: with no autograd thread and no
+    backward row, a process without step ranges is exact in windows."""
+    alone = _block(step=[None], step_source=[None])
+    for autograd, refused in (((), False), ((7,), True)):
+        check = WindowCheck(ops=1, autograd=autograd)
+        check.next_part()
+        check.block(alone)
+        assert (check.refusal() is not None) == refused
+
+
+def test_a_row_lost_or_read_twice_is_refused():
+    check = WindowCheck(ops=3)
+    check.next_part()
+    check.block(_block(step=[0, 0]))
+    assert check.refusal() == "2 rows of GPU work read in windows, 3 in the export"
+
+
+def test_cuts_fall_in_the_gaps_between_ranges():
+    spans = pl.DataFrame({"lo": [0, 5, 20, 30, 30], "hi": [10, 8, 25, 31, 40]})
+    assert window_cuts.quiet_cuts(spans) == [20, 30]
+    touching = pl.DataFrame({"lo": [0, 10], "hi": [10, 12]})
+    assert window_cuts.quiet_cuts(touching) == []  # a launch at 10 is inside both
+
+
+def test_the_comparison_sees_one_changed_value(one_process, tmp_path, monkeypatch):
+    monkeypatch.delenv(WINDOWS_ENV, raising=False)
+    analyse_file(one_process, tmp_path / "a", stages=QUIET)
+    analyse_file(one_process, tmp_path / "b", stages=QUIET)
+    assert differences(tmp_path / "a", tmp_path / "b") == []
+    changed = pl.read_parquet(tmp_path / "b" / "by_range.parquet")
+    changed = changed.with_columns(pl.col("calls") + (pl.int_range(pl.len()) == 3))
+    changed.write_parquet(tmp_path / "b" / "by_range.parquet")
+    assert differences(tmp_path / "a", tmp_path / "b") == ["by_range.parquet"]

@@ -1,0 +1,50 @@
+"""Every real nsys export with one process's GPU work, attributed whole and in three
+time windows (nsysmap.by_window): the same tables, op ids and range ids aside
+(tests/window_tables.py). Where the windows could differ, the export is read whole
+and says why; which exports are split and which are not is checked too."""
+
+from __future__ import annotations
+
+import pytest
+
+from nsysmap.by_window import WINDOWS_ENV
+from nsysmap.pipeline import analyse_file
+from nsysmap.read.nsys_sqlite import gpu_processes
+from nsysmap.stages import Stages
+from tests.corpus import NO_GPU_FILES, corpus_files, corpus_path, real_profiles
+from tests.window_tables import differences
+
+pytestmark = [pytest.mark.corpus, pytest.mark.slow]
+FILES = list(dict.fromkeys([*corpus_files(), *real_profiles("nsys-sqlite")]))
+# Why an export is read whole however small the budget (nsysmap.window_cuts,
+# nsysmap.by_window.WindowCheck); every other one-process export is split.
+NOT_SPLIT = {
+    "extrap_concurrent_streams_nvtx_windows.sqlite": "no moment",
+    "cs336a2_small_fwd_emitnvtx_shapes_a100.sqlite": "no moment",
+    "cs336a2_small_fwdbwd_emitnvtx_shapes_a100.sqlite": "no moment",
+    "mmagic_vsr_pyprof_dict_nvtx_markers_a100.sqlite": "no moment",
+}
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_a_real_export_in_windows_gives_the_tables_of_the_whole(name, tmp_path, monkeypatch):
+    if name in NO_GPU_FILES or not name.endswith(".sqlite"):
+        pytest.skip(f"{name}: no GPU work to attribute")
+    path = corpus_path(name)
+    processes = gpu_processes(path)
+    if processes == []:
+        pytest.skip(f"{name}: no GPU work to attribute")
+    if processes is not None and len(processes) > 1:
+        pytest.skip(f"{name}: {len(processes)} processes, read one process at a time instead")
+    quiet = Stages(progress=False)
+    monkeypatch.delenv(WINDOWS_ENV, raising=False)
+    analyse_file(path, tmp_path / "whole", stages=quiet)
+    monkeypatch.setenv(WINDOWS_ENV, "3")
+    split = analyse_file(path, tmp_path / "split", stages=quiet)
+    refused = split.profile.meta_value("windows_refused")
+    windows = split.profile.meta_value("windows_read_apart")
+    if name in NOT_SPLIT:
+        assert refused is not None and NOT_SPLIT[name] in refused and windows is None
+    else:
+        assert refused is None and windows is not None and int(windows) >= 2
+    assert differences(tmp_path / "whole", tmp_path / "split") == []
