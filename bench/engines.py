@@ -25,6 +25,11 @@ class Engine:
     args: tuple[str, ...] = ()
     requires: tuple[str, ...] = ()
     package: str = ""  # what to pip install when `requires` is missing
+    processes: str = "any"  # the exports it runs on: "any", "several" or "one" process
+
+    def runs_on(self, processes: int) -> bool:
+        """Whether it runs on exports of `processes` processes."""
+        return {"any": True, "several": processes > 1, "one": processes == 1}[self.processes]
 
 
 # The attribution benchmark on Nsight Systems exports, in run order.
@@ -47,7 +52,17 @@ ENGINES = (
     ),
     Engine("nsysmap", "nsysmap", "bench.nsysmap_run"),
     # The same with a budget too small for any export: one process at a time.
-    Engine("nsysmap (by process)", "nsysmap", "bench.nsysmap_run", ("--memory-gb", "0.001")),
+    Engine(
+        "nsysmap (by process)",
+        "nsysmap",
+        "bench.nsysmap_run",
+        ("--memory-gb", "0.001"),
+        processes="several",
+    ),
+    # A one-process export (`--processes 1`) read 8 time windows at a time.
+    Engine(
+        "nsysmap (by window)", "nsysmap", "bench.nsysmap_run", ("--windows", "8"), processes="one"
+    ),
     Engine("sql", "sql", "bench.sql_engine"),
 )
 

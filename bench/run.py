@@ -181,7 +181,9 @@ def main(argv: list[str] | None = None) -> None:
         | {"peers_venv": str(args.peers_venv)},
         "sizes": [],
     }
-    engines, skipped = available(e for e in ALL_ENGINES if e.family in args.engines)
+    engines, skipped = available(
+        e for e in ALL_ENGINES if e.family in args.engines and e.runs_on(args.processes)
+    )
     others, skipped_peers = peers.available(
         peers.PEERS if "nsys-ai" in args.engines else (), args.peers_venv, kind="nsys"
     )

@@ -27,7 +27,7 @@ def test_every_optional_engine_missing_leaves_the_core_engines(monkeypatch):
     for module in ("connectorx", "adbc_driver_sqlite"):
         monkeypatch.setitem(sys.modules, module, None)
     ready, skipped = available(ENGINES)
-    assert _names(ready) == ["nsysmap", "nsysmap (by process)", "sql"]
+    assert _names(ready) == ["nsysmap", "nsysmap (by process)", "nsysmap (by window)", "sql"]
     assert [line.split(":")[0] for line in skipped] == [
         "skipping floor (adbc)",
         "skipping floor (connectorx)",
@@ -41,6 +41,9 @@ def test_an_installed_package_keeps_its_engine():
     assert not installed("no_such_module_for_nsysmap_bench")
 
 
+_NOT_HERE = ("floor (connectorx)", "nsysmap (by window)")
+
+
 def test_the_benchmark_runs_without_the_missing_engine(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "connectorx", None)
     seen = []
@@ -51,8 +54,18 @@ def test_the_benchmark_runs_without_the_missing_engine(monkeypatch, tmp_path, ca
 
     monkeypatch.setattr(run, "bench_size", fake_size)
     run.main(["--sizes", "1e3", "--out", str(tmp_path / "r.json")])
-    assert seen == [[n for n in _names(ENGINES) if n != "floor (connectorx)"]]
+    # exports of two processes (the default): no window engine
+    assert seen == [[n for n in _names(ENGINES) if n not in _NOT_HERE]]
     out = capsys.readouterr().out
     assert "skipping floor (connectorx): connectorx is not installed" in out
     results = json.loads((tmp_path / "r.json").read_text())
     assert results["skipped"] == [line for line in out.splitlines() if line.startswith("skip")]
+
+
+def test_the_split_engines_run_on_the_exports_they_can_split():
+    """By process on exports of several processes, by window on one-process exports."""
+    several = [e.name for e in ENGINES if e.runs_on(2)]
+    one = [e.name for e in ENGINES if e.runs_on(1)]
+    assert "nsysmap (by process)" in several and "nsysmap (by process)" not in one
+    assert "nsysmap (by window)" in one and "nsysmap (by window)" not in several
+    assert "nsysmap" in several and "nsysmap" in one
