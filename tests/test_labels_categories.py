@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 
 from nsysmap.attribution.categories import CATEGORIES, RULES, category_expr
-from nsysmap.attribution.labels import fsdp_spans, name_labels
+from nsysmap.attribution.labels import AUTOGRAD_NODE, autograd_nodes, fsdp_spans, name_labels
 from tests.corpus import CORPUS, connect
 from tests.frames import Frames
 
@@ -237,3 +237,31 @@ def test_real_kernel_examples_occur_in_their_profile(name, source):
 
 def test_rules_only_name_declared_categories():
     assert {category for category, _ in RULES} <= set(CATEGORIES)
+
+
+def test_autograd_nodes_are_the_names_autograds_expression_matches():
+    """autograd_nodes runs AUTOGRAD_NODE only on names holding "Backward": it must find
+    exactly what the expression finds over every name."""
+    names = pl.Series(
+        [
+            "autograd::engine::evaluate_function: MmBackward0",
+            "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad",
+            "MmBackward0",
+            "MmBackward0, seq = 3",
+            "NativeLayerNormBackward",
+            "Backward0",  # no name before Backward
+            "MmBackwardX",  # Backward inside a longer word
+            " MmBackward0",
+            "ΔBackward1",
+            "aten::mm, stashed seq = 12, op_id = 4",
+            "aten::mm, seq = 12, op_id = 4",
+            "nsysmap:bwd:Linear:h.0.mlp",
+            "my Backward pass",
+            "x::autograd::engine::evaluate_function: MmBackward0",
+            None,
+            "",
+        ]
+    )
+    expected = names.str.contains(AUTOGRAD_NODE).fill_null(False)
+    assert autograd_nodes(names).to_list() == expected.to_list()
+    assert 0 < expected.sum() < names.len() - 1
