@@ -58,6 +58,9 @@ LABEL_CASES = [
     ("ncclAllReduce", {}),
     ("{'traceMarker': ['net.py:34']}", {}),
     ("nsysmap:fwd:NoPath", {}),
+    # Other libraries' C++ functions are not operators (labels.OPERATOR_RANGE).
+    ("KernelExecutor::runFusion", {}),
+    ("fusion_executor::allocations::allocateOutputs", {}),
 ]
 
 
@@ -66,6 +69,17 @@ def test_name_labels(name, expected):
     row = name_labels(pl.Series([name], dtype=pl.String)).row(0, named=True)
     set_labels = {k: v for k, v in row.items() if k != "name" and v is not None}
     assert set_labels == expected
+
+
+def test_names_together_get_the_labels_each_gets_alone():
+    """Operators are tested once per distinct operator over a series of names: each row
+    must still get the labels its own name gives."""
+    names = [name for name, _ in LABEL_CASES] * 2
+    together = name_labels(pl.Series(names, dtype=pl.String))
+    alone = [name_labels(pl.Series([n], dtype=pl.String)).row(0) for n in names]
+    assert together.rows() == alone
+    operators = name_labels(pl.Series(names), ["lbl_aten_op", "lbl_direction"])
+    assert operators["lbl_aten_op"].to_list() == together["lbl_aten_op"].to_list()
 
 
 def test_fsdp_pairs_each_pre_hook_with_the_next_post_hook_of_the_same_block():

@@ -114,9 +114,13 @@ def name_labels(
     frame = pl.DataFrame({"name": names})
     scoped = frame.select(may_name_scope(pl.col("name"), rules)).to_series()
     rest = _operator_label_exprs(pl.col("name"))
+    # The operator is extracted alone here and tested per distinct operator below.
+    rest["lbl_aten_op"] = pl.col("name").str.extract(ATEN_OP, 1)
     # with_columns, not select: literal-only columns still get one row per name.
     out = frame.with_columns(**{c: rest.get(c, pl.lit(None, LABELS[c])) for c in columns})
     out = out.select(columns)
+    if "lbl_aten_op" in columns:
+        out = out.with_columns(lbl_aten_op=_operators_only(out["lbl_aten_op"]))
     if scoped.any():
         rows = scoped.arg_true()
         full = _distinct_labels(frame[rows], columns, rules)
@@ -129,6 +133,15 @@ def _distinct_labels(frame: pl.DataFrame, columns: list[str], rules: NameRules) 
     distinct = frame.unique("name")
     labelled = distinct.with_columns(_name_label_exprs(pl.col("name"), rules))
     return frame.join(labelled, on="name", how="left", maintain_order="left").select(columns)
+
+
+def _operators_only(extracted: pl.Series) -> pl.Series:
+    """`_aten_op` of names from ATEN_OP's extracted group: OPERATOR_RANGE is tested once
+    per distinct operator, not per name (a few dozen operators among millions of
+    ranges; in one expression the extraction ran twice)."""
+    distinct = extracted.drop_nulls().unique()
+    kept = distinct.filter(distinct.str.contains(OPERATOR_RANGE))
+    return pl.select(pl.when(extracted.is_in(kept.implode())).then(extracted)).to_series()
 
 
 def _aten_op(name: pl.Expr) -> pl.Expr:
