@@ -58,3 +58,15 @@ def test_times_too_far_apart_or_null_fall_back_to_the_columns():
         [*KEYS, "start_ns", "end_ns", "op_id"], nulls_last=True
     )
     assert_frame_equal(gaps.gpu_ops(ops), expected)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(ROW, min_size=1, max_size=40))
+def test_reach_runs_per_stream_and_step_as_windows_over_the_columns(rows):
+    """with_reach windows over each (device, stream, step)'s run of the sorted rows: the
+    same as windows over the columns, null streams and steps included."""
+    frame = _frame(rows).with_columns(end_ns=pl.col("start_ns") + pl.col("end_ns"))
+    ordered = frame.sort([*KEYS, "start_ns", "end_ns", "op_id"], nulls_last=True)
+    reach = ordered.with_columns(reach=pl.col("end_ns").cum_max().over(gaps.GROUP))
+    expected = reach.with_columns(prev_reach=pl.col("reach").shift(1).over(gaps.GROUP))
+    assert_frame_equal(gaps.with_reach(ordered), expected)

