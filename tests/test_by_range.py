@@ -448,3 +448,48 @@ def test_kernels_launched_inside_their_own_threads_ranges_count_in_the_phase_ran
     assert rows["train step > backward pass"][:5] == (1, 0, 0, 2, 7 * MS)
     assert rows["train step"][:5] == (1, 1, 2 * MS, 3, 9 * MS)
     assert rows["train step > backward pass"][5] == 14 * MS  # span: 61 ms to 75 ms
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 3), st.integers(0, 6), st.integers(0, 4)),  # tid, start, length
+        min_size=1,
+        max_size=30,
+    ),
+    st.booleans(),
+)
+def test_ranges_in_start_order_put_thread_by_thread_give_the_sorted_preorder(rows, in_order):
+    """Ranges in start order are put in (thread, start) order by a pass per thread rather
+    than a sort: the pre-order must be the one the sort and the general path give,
+    ranges sharing a start included."""
+    ranges = pl.DataFrame(rows, schema=["tid", "start_ns", "length"], orient="row")
+    if in_order:
+        ranges = ranges.sort("start_ns", maintain_order=True)
+    ranges = ranges.select(
+        range_id=pl.int_range(pl.len(), dtype=pl.Int64),
+        pid=pl.lit(1, pl.Int64),
+        tid=pl.col("tid").cast(pl.Int64),
+        start_ns=pl.col("start_ns").cast(pl.Int64),
+        end_ns=(pl.col("start_ns") + pl.col("length")).cast(pl.Int64),
+        depth=pl.lit(None, pl.Int32),
+        parent_id=pl.lit(None, pl.Int64),
+    )
+    passes = range_tree.preorder(ranges)
+    sorted_once = range_tree._THREAD_PASSES
+    try:
+        range_tree._THREAD_PASSES = 0
+        assert_frame_equal(passes, range_tree.preorder(ranges))
+    finally:
+        range_tree._THREAD_PASSES = sorted_once
+    general = range_tree._sorted_preorder
+    assert_frame_equal(passes.drop("parent"), _general_preorder(ranges, general))
+
+
+def _general_preorder(ranges: pl.DataFrame, general) -> pl.DataFrame:
+    """`preorder`'s columns but the parent, by the sort on the columns."""
+    frame = ranges.with_row_index("row").select(
+        "row", "range_id", "start_ns", "depth", "parent_id", g=pl.col("tid").rank("dense") - 1
+    )
+    frame = frame.with_columns(g=pl.col("g").cast(pl.UInt32), end=ranges["end_ns"])
+    return general(frame).select("pos", "row", "range_id", "g", "depth", "stop")

@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 
 from nsysmap.attribution.categories import CATEGORIES, RULES, category_expr
-from nsysmap.attribution.labels import fsdp_spans, name_labels
+from nsysmap.attribution.labels import AUTOGRAD_NODE, autograd_nodes, fsdp_spans, name_labels
 from tests.corpus import CORPUS, connect
 from tests.frames import Frames
 
@@ -58,6 +58,9 @@ LABEL_CASES = [
     ("ncclAllReduce", {}),
     ("{'traceMarker': ['net.py:34']}", {}),
     ("nsysmap:fwd:NoPath", {}),
+    # Other libraries' C++ functions are not operators (labels.OPERATOR_RANGE).
+    ("KernelExecutor::runFusion", {}),
+    ("fusion_executor::allocations::allocateOutputs", {}),
 ]
 
 
@@ -66,6 +69,17 @@ def test_name_labels(name, expected):
     row = name_labels(pl.Series([name], dtype=pl.String)).row(0, named=True)
     set_labels = {k: v for k, v in row.items() if k != "name" and v is not None}
     assert set_labels == expected
+
+
+def test_names_together_get_the_labels_each_gets_alone():
+    """Operators are tested once per distinct operator over a series of names: each row
+    must still get the labels its own name gives."""
+    names = [name for name, _ in LABEL_CASES] * 2
+    together = name_labels(pl.Series(names, dtype=pl.String))
+    alone = [name_labels(pl.Series([n], dtype=pl.String)).row(0) for n in names]
+    assert together.rows() == alone
+    operators = name_labels(pl.Series(names), ["lbl_aten_op", "lbl_direction"])
+    assert operators["lbl_aten_op"].to_list() == together["lbl_aten_op"].to_list()
 
 
 def test_fsdp_pairs_each_pre_hook_with_the_next_post_hook_of_the_same_block():
@@ -237,3 +251,31 @@ def test_real_kernel_examples_occur_in_their_profile(name, source):
 
 def test_rules_only_name_declared_categories():
     assert {category for category, _ in RULES} <= set(CATEGORIES)
+
+
+def test_autograd_nodes_are_the_names_autograds_expression_matches():
+    """autograd_nodes runs AUTOGRAD_NODE only on names holding "Backward": it must find
+    exactly what the expression finds over every name."""
+    names = pl.Series(
+        [
+            "autograd::engine::evaluate_function: MmBackward0",
+            "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad",
+            "MmBackward0",
+            "MmBackward0, seq = 3",
+            "NativeLayerNormBackward",
+            "Backward0",  # no name before Backward
+            "MmBackwardX",  # Backward inside a longer word
+            " MmBackward0",
+            "ΔBackward1",
+            "aten::mm, stashed seq = 12, op_id = 4",
+            "aten::mm, seq = 12, op_id = 4",
+            "nsysmap:bwd:Linear:h.0.mlp",
+            "my Backward pass",
+            "x::autograd::engine::evaluate_function: MmBackward0",
+            None,
+            "",
+        ]
+    )
+    expected = names.str.contains(AUTOGRAD_NODE).fill_null(False)
+    assert autograd_nodes(names).to_list() == expected.to_list()
+    assert 0 < expected.sum() < names.len() - 1

@@ -19,7 +19,13 @@ from nsysmap.pipeline import analyse, load_profile
 from nsysmap.schemas import WaitKind
 from nsysmap.synth import SynthExport
 from nsysmap.waits import gaps
-from nsysmap.waits.tables import launch_cost, rejoined_launches, waits_tables
+from nsysmap.waits.tables import (
+    call_facts,
+    is_sync_copy,
+    launch_cost,
+    rejoined_launches,
+    waits_tables,
+)
 from tests.corpus import REAL, needs_corpus
 
 MS = 1_000_000
@@ -147,3 +153,44 @@ def test_launch_cost_sorts_as_by_its_names_with_nulls_last():
     )
     assert_frame_equal(cost, by_names)
     assert cost["idle_before_ns"].n_unique() > 3
+
+
+def test_call_facts_count_a_call_of_several_operations_once():
+    """call_facts groups only rows whose launch start repeats: it must agree with grouping
+    every row by the whole call key, for calls of several operations (graph launches),
+    calls that merely start at the same time (another process or correlation id),
+    synchronous copies and calls with no name."""
+    calls = [  # (pid, correlation_id, launch_start_ns, launch_api), one row per operation
+        (1, 10, 100, "cudaGraphLaunch"),
+        (1, 10, 100, "cudaGraphLaunch"),
+        (1, 10, 100, "cudaGraphLaunch"),
+        (2, 10, 100, "cudaLaunchKernel"),  # same start and id, another process
+        (1, 11, 100, "cudaLaunchKernel"),  # same start, another call
+        (1, 12, 200, "cudaMemcpy"),  # synchronous copy, alone
+        (1, 13, 300, "cudaMemcpyAsync"),
+        (1, 14, 400, None),
+        (1, 15, 500, "cudaMemsetAsync"),
+        (1, 15, 500, "cudaMemsetAsync"),
+    ]
+    launches = pl.DataFrame(
+        calls, schema=["pid", "correlation_id", "launch_start_ns", "launch_api"], orient="row"
+    ).select(
+        op_id=pl.Series([5, 3, 9, 1, 2, 4, 6, 7, 8, 0]),
+        pid="pid",
+        correlation_id="correlation_id",
+        launch_start_ns="launch_start_ns",
+        launch_ns=pl.int_range(pl.len(), dtype=pl.Int64) + 1,
+        launch_api="launch_api",
+    )
+    key = ["pid", "correlation_id", "launch_start_ns"]
+    every_row = launches.select(
+        "op_id",
+        "launch_ns",
+        call_first=pl.col("op_id") == pl.col("op_id").min().over(key),
+        compared=(pl.len().over(key) == 1) & ~is_sync_copy(pl.col("launch_api")),
+    )
+    facts = call_facts(launches)
+    assert_frame_equal(facts, every_row)
+    assert facts["call_first"].sum() == 7 and facts["compared"].sum() == 4
+    later = launches["launch_start_ns"] > 100
+    assert_frame_equal(call_facts(launches.filter(later)), every_row.filter(later))

@@ -18,9 +18,9 @@ import polars as pl
 
 from nsysmap.attribution.labels import (
     ATEN_OP,
-    AUTOGRAD_NODE,
     LABELS,
     SEQ,
+    autograd_nodes,
     may_name_scope,
     name_labels,
 )
@@ -73,7 +73,7 @@ class Scope:
         for family, hit_names in found.items():
             hit = pos.filter(hit_names.gather(name))
             members[family] = pl.repeat(False, ranges.height, eager=True).scatter(hit, True)
-        members[AUTOGRAD] = names.str.contains(AUTOGRAD_NODE).fill_null(False)
+        members[AUTOGRAD] = autograd_nodes(names)
         return cls(ranges, Forest.of(ranges, thread, "range_id"), name_at, table, members)
 
     def label(self, positions: pl.Series, column: str) -> pl.Series:

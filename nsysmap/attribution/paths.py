@@ -58,16 +58,27 @@ def _paths_of(at: pl.Series, parent: pl.Series, names: pl.Series, depth: pl.Seri
 
 
 def _name_chain(at: pl.Series, parent: pl.Series, names: pl.Series, steps: int) -> pl.Series:
-    """Names of `at` and up to `steps` - 1 ancestors, outermost first, joined."""
-    chain, cur = [], at.cast(pl.UInt32)
-    for _ in range(steps):
-        named = pl.select(pl.when(cur.is_not_null()).then(names.gather(cur).fill_null("")))
-        chain.append(named.to_series())
-        cur = parent.gather(cur)
-    if not chain:
+    """Names of `at` and up to `steps` - 1 ancestors, outermost first, joined.
+
+    Top down: each distinct parent's chain (one step shorter) is built once and
+    extended by the name below it, so a name is copied once per distinct
+    range above the hits, not once per hit and level.
+    """
+    if steps <= 0:
         return pl.repeat(None, at.len(), dtype=pl.String, eager=True)
+    own = names.gather(at).fill_null("")
+    up = parent.gather(at)
+    if steps == 1 or up.null_count() == up.len():
+        return own
+    distinct = up.drop_nulls().unique().sort()
+    above = _name_chain(distinct, parent, names, steps - 1)
+    where = distinct.search_sorted(up.fill_null(0))
     return pl.select(
-        pl.concat_str(chain[::-1], separator=PATH_SEPARATOR, ignore_nulls=True)
+        pl.concat_str(
+            [pl.when(up.is_not_null()).then(above.gather(where)), own],
+            separator=PATH_SEPARATOR,
+            ignore_nulls=True,
+        )
     ).to_series()
 
 

@@ -135,14 +135,19 @@ def _depth_and_parent(order: pl.Series, n: int) -> tuple[pl.Series, pl.Series]:
     return depth, parent.scatter(linked["row"], linked["parent"])
 
 
-def sorted_order(keys: pl.Series, tie_keys: Callable[[pl.Series], pl.DataFrame]) -> pl.Series:
+def sorted_order(
+    keys: pl.Series,
+    tie_keys: Callable[[pl.Series], pl.DataFrame],
+    hint: pl.Series | None = None,
+) -> pl.Series:
     """Positions of `keys` in ascending order; equal keys ordered by `tie_keys`.
 
     `tie_keys(positions)` gives the secondary sort columns of those positions.
     One single-key sort; the (rare) positions that share a key are then
-    sorted among themselves, in the slots they occupy.
+    sorted among themselves, in the slots they occupy. `hint`: positions
+    that may already order `keys` (checked; sorted anew if they do not).
     """
-    order = keys.arg_sort()
+    order = hint if hint is not None and keys.gather(hint).is_sorted() else keys.arg_sort()
     ordered = keys.gather(order)
     tied = (ordered == ordered.shift(1)).fill_null(False)
     tied = tied | (ordered == ordered.shift(-1)).fill_null(False)

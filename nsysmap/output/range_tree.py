@@ -105,11 +105,28 @@ def _packed_preorder(frame: pl.DataFrame, n_groups: int) -> pl.DataFrame | None:
     order = sorted_order(
         starts,
         lambda at: pl.DataFrame({"k1": -end.gather(at), "k2": frame["range_id"].gather(at)}),
+        _thread_by_thread(frame, n_groups),
     )
     stop = starts.gather(order).search_sorted(packed("end").gather(order), side="left")
     kept = frame.select("row", "range_id", "g", "depth", "parent_id")  # not the times
     ordered = kept[order].with_row_index("pos")
     return ordered.with_columns(stop=pl.max_horizontal("pos", stop))
+
+
+# Up to this many threads, ranges in start order are put in (thread, start) order by
+# a pass per thread (a sort of 2.9 million packed keys over 4 threads: 0.21 CPU s; the
+# passes 0.02).
+_THREAD_PASSES = 16
+
+
+def _thread_by_thread(frame: pl.DataFrame, n_groups: int) -> pl.Series | None:
+    """The rows thread by thread, each thread's in row order: the (thread, start) order
+    when the rows are in start order (as readers leave them); None for many threads or
+    rows in another order."""
+    if n_groups > _THREAD_PASSES or not frame["start_ns"].is_sorted():
+        return None
+    g = frame["g"]
+    return pl.concat([(g == code).arg_true() for code in range(n_groups)])
 
 
 def _sorted_preorder(frame: pl.DataFrame) -> pl.DataFrame:
