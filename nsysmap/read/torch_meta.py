@@ -39,14 +39,16 @@ MATMUL_NAMES = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::
 def threads_frame(evs: list[dict[str, Any]]) -> pl.DataFrame:
     """THREADS rows from thread_name metadata events (a thread named twice keeps its last)."""
     names = [a.get("name") for a in args_of(evs)]
-    frame = pl.DataFrame(
-        {
-            "pid": ids([e.get("pid") for e in evs]),
-            "tid": ids([e.get("tid") for e in evs]),
-            "thread_name": [n if isinstance(n, str) else "" for n in names],
-        },
-        schema=schemas.THREADS,
+    return threads_table(
+        ids([e.get("pid") for e in evs]),
+        ids([e.get("tid") for e in evs]),
+        pl.Series([n if isinstance(n, str) else "" for n in names], dtype=pl.String),
     )
+
+
+def threads_table(pid: pl.Series, tid: pl.Series, names: pl.Series) -> pl.DataFrame:
+    """THREADS rows from the thread_name events' pid, tid and name ("" when it has none)."""
+    frame = pl.DataFrame({"pid": pid, "tid": tid, "thread_name": names}, schema=schemas.THREADS)
     return frame.unique(["pid", "tid"], keep="last", maintain_order=True)
 
 
