@@ -165,6 +165,7 @@ def _read(raw: bytes, start: int, end: int, sep: bytes, multiline: bool) -> pa.T
             at = shifted + stop - pos
         pieces.append(view[at:body_end])
         body = pa.py_buffer(b"".join(pieces))
+        del pieces, view, lines  # the copy with blanked ids replaces it
     else:
         body = pa.py_buffer(lines)[body_start:body_end]
     options = pj.ParseOptions(
