@@ -36,7 +36,8 @@ def _events() -> list[dict[str, Any]]:
          "ts": 10.0, "dur": 80.0},
         module("Linear_0", 11, 30, 0),
         module("Linear_0", 12, 3, 0) | {"cat": "python_function", "name": "foo.py(3): f"},
-        op("aten::addmm", 12.5, 20.25, **{"External id": 4, "Sequence number": 9}),
+        op("aten::addmm", 12.5, 20.25, **{"External id": 4, "Sequence number": 9,
+           "Input Dims": [[8, 16], [16, -4], []], "Input type": ["", "c10::BFloat16"]}),
         launch(13, 50),
         kernel("void gemm<float>(int)", 20.001, 5.125, 50, grid=[4, 2, 1], block=[128, 1, 1],
                **{"External id": 4}),
@@ -48,7 +49,9 @@ def _events() -> list[dict[str, Any]]:
         launch(21, 52, api="cudaMemcpyAsync"),
         {"ph": "X", "cat": "gpu_user_annotation", "name": "step 0", "pid": 0, "tid": 7,
          "ts": 20.0, "dur": 9.0},
-        op("AddmmBackward0", 40, 10, tid=101, **{"Sequence number": 9, "Fwd thread id": 1}),
+        op("AddmmBackward0", 40, 10, tid=101, **{"Sequence number": 9, "Fwd thread id": 1,
+           "Input Dims": [[1, None], []]}),
+        op("aten::mm", 51, 2, **{"Input Dims": [], "Input type": ["float", None]}),
         flow("s", 3, 12.5, 100),
         flow("f", 3, 40, 101),
         flow("s", 50, 13, 100, cat="ac2g"),
@@ -116,6 +119,8 @@ def test_usual_traces_read_as_the_general_reader_reads_them(layout, spans):
     assert fast is not None  # the usual trace takes the fast path
     assert _fast_or_declined(_document(events, layout))
     assert fast[1].gpu.height == 4 and fast[1].threads.height == 2
+    assert fast[1].compute_dtype == "bf16"  # of equal counts, the first seen
+    assert fast[1].cpu["input_shapes"].to_list() == ["[[8, 16], [16, -4], []]", None, "[]"]
 
 
 def _with(index: int, **changes: Any) -> list[dict]:
@@ -137,14 +142,14 @@ def _args(index: int, **changes: Any) -> list[dict]:
 
 
 DECLINED = {  # each one the general reader reads another way, so the fast one declines
-    "recorded shapes": _args(5, **{"Input Dims": [[8, 16], [[1], [2]]]}),
+    "shapes of a tensor list": _args(5, **{"Input Dims": [[8, 16], [[1], [2]]]}),
     "an exponent time": _with(7, ts=123456.5),  # written 1.712195495519689047e15 below
     "a negative time": _with(7, ts=-EPOCH),
     "a time at the limit": _with(7, ts=9e15),
     "a kernel without dur": _without(7, "dur"),
     "a kernel named null": _with(7, name=None),
     "an operator without tid": _with(5, tid=None),
-    "a flow id as text": _with(14, id="0x3"),
+    "a flow id as text": _with(15, id="0x3"),
     "args not an object": _with(5, args=[1]),
     "an old external id": _args(7, **{"external id": 4}),
     "a device as text": _args(7, device="cuda:0"),

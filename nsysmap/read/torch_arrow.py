@@ -16,7 +16,8 @@ Anything the general reader would count, skip or read another way makes the
 trace not usual: a field of another type than the schema's (Arrow refuses it),
 an event of a family without pid, tid, name, ts or dur, a negative or huge time,
 a time written with an exponent (the general reader takes it through a float),
-recorded shapes (`Input Dims` nest to any depth), an old trace's second spellings
+recorded shapes of a tensor list (`Input Dims` three deep: Arrow types a field
+once, as lists of lists of integers), an old trace's second spellings
 (`external id`, `inDevice`). pid and tid written as text (Kineto's last few
 events) are read from those events parsed one by one.
 """
@@ -36,7 +37,7 @@ import pyarrow.json as pj
 from nsysmap.read.torch_columns import ids
 from nsysmap.read.torch_events import FAMILIES, FLOW_FAMILIES, MODULE_PREFIX, Number, Skipped
 from nsysmap.read.torch_families import DIMS, Families
-from nsysmap.read.torch_meta import threads_table
+from nsysmap.read.torch_meta import MATMUL_NAMES, common_dtype, threads_table
 
 _I64 = pa.int64()
 _TIME = pa.decimal128(38, 3)
@@ -58,6 +59,8 @@ _SCHEMA = pa.schema(
                     *((key, _I64) for key in (*_ARGS, "bytes")),
                     ("grid", pa.list_(_I64)),
                     ("block", pa.list_(_I64)),
+                    ("Input Dims", pa.list_(pa.list_(_I64))),  # deeper ones: declined
+                    ("Input type", pa.list_(pa.string())),
                     ("name", pa.string()),
                 ]
             ),
@@ -69,7 +72,7 @@ _SEPARATOR = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 # What the fast reader leaves to the general one (see the module doc): keys it does not
 # read, and times written with an exponent.
 _UNUSUAL = (
-    r'"(?:Input Dims|Input type|external id|inDevice)"'
+    r'"(?:external id|inDevice)"'
     r'|"(?:ts|dur)"\s*:\s*-?[0-9]+(?:\.[0-9]+)?[eE]'
 )
 _TEXT_ID = b'id": "'  # after "p or "t: a pid or tid written as text
@@ -252,11 +255,13 @@ def _families(table: pa.Table) -> Families:
     ]
     tables += [flows.filter(pl.col("flow") == flow).select(*_FLOW) for flow in _FLOWS]
     tables.append(threads.select("pid", "tid", _arg("name").fill_null("").alias("name")))
+    matmuls = (pl.col("family") == "cpu") & pl.col("name").is_in(MATMUL_NAMES)
+    tables.append(complete.filter(matmuls).select(_arg("Input type")))
     done = pl.collect_all([*checks, *tables])
     if not all(all(check.row(0)) for check in done[: len(checks)]):
         raise _NotUsual
     frames = dict(zip(_TABLES, done[len(checks) :], strict=False))
-    fwdbwd, launch_flows, names = done[-3:]
+    fwdbwd, launch_flows, names, input_types = done[-4:]
     return Families(
         cpu=frames["cpu"],
         ranges=frames["ranges"],
@@ -267,7 +272,7 @@ def _families(table: pa.Table) -> Families:
         launch_flows=lambda: launch_flows,
         threads=threads_table(names["pid"], names["tid"], names["name"]),
         gpu_annotations=frames["gpu_annotations"].height,
-        compute_dtype=None,  # only "Input type" tells, and a usual trace has none
+        compute_dtype=common_dtype(input_types.to_series().to_list()),
         skipped=Skipped(),
     )
 
@@ -301,6 +306,17 @@ def _arg(key: str) -> pl.Expr:
     return pl.col("args").struct.field(key)
 
 
+def _dims_text(dims: pl.Expr) -> pl.Expr:
+    """dims_column of lists of lists of integers: their JSON text ("[[8, 128], []]"),
+    null where a list or an item is null (as the text of a None is no shape)."""
+    inner = pl.concat_str(
+        pl.lit("["), pl.element().cast(pl.List(pl.String)).list.join(", "), pl.lit("]")
+    )
+    text = pl.concat_str(pl.lit("["), dims.list.eval(inner).list.join(", "), pl.lit("]"))
+    holes = pl.element().is_null() | pl.element().list.eval(pl.element().is_null()).list.any()
+    return pl.when(~dims.list.eval(holes).list.any()).then(text)
+
+
 def _axes(key: str) -> list[pl.Expr]:
     """axis_columns: null where the list is null or holds a null, else its i-th item."""
     values = _arg(key)
@@ -328,7 +344,7 @@ _TABLES: dict[str, tuple[str, tuple[pl.Expr, ...]]] = {
         "cpu",
         (
             _arg("External id").alias("external_id"),
-            pl.lit(None, pl.String).alias("input_shapes"),  # a usual trace has no "Input Dims"
+            _dims_text(_arg("Input Dims")).alias("input_shapes"),
             _arg("Sequence number").alias("seq"),
             _arg("Fwd thread id").alias("fwd_tid"),
         ),

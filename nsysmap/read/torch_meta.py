@@ -7,6 +7,7 @@ is left out, never guessed.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -81,13 +82,22 @@ def devices_frame(props: Any) -> pl.DataFrame:
 
 def compute_dtype(cpu_evs: list[dict[str, Any]]) -> str | None:
     """The dtype most matmul operators ran in ("bf16", "fp16", "fp32"), from "Input type"."""
+    return common_dtype(
+        args.get("Input type")
+        for ev in cpu_evs
+        if ev.get("name") in MATMUL_NAMES and isinstance(args := ev.get("args"), dict)
+    )
+
+
+def common_dtype(input_types: Iterable[Any]) -> str | None:
+    """The dtype most matmul operators ran in, from their "Input type" values in order
+    (each a list of type names, or anything else, which says nothing): each operator
+    counts its first type nsysmap knows; of equal counts, the first seen wins."""
     seen: Counter[str] = Counter()
-    for ev in cpu_evs:
-        if ev.get("name") in MATMUL_NAMES and isinstance(args := ev.get("args"), dict):
-            types = args.get("Input type")
-            if isinstance(types, list):
-                found = [_DTYPES[t] for t in types if isinstance(t, str) and t in _DTYPES]
-                seen.update(found[:1])
+    for types in input_types:
+        if isinstance(types, list):
+            found = [_DTYPES[t] for t in types if isinstance(t, str) and t in _DTYPES]
+            seen.update(found[:1])
     return seen.most_common(1)[0][0] if seen else None
 
 
