@@ -146,6 +146,8 @@ DECLINED = {  # each one the general reader reads another way, so the fast one d
     "an exponent time": _with(7, ts=123456.5),  # written 1.712195495519689047e15 below
     "a negative time": _with(7, ts=-EPOCH),
     "a time at the limit": _with(7, ts=9e15),
+    "a time beyond 64 bits": _with(7, ts=2**70),
+    "a time of 35 digits": _with(7, dur=10**34),
     "a kernel without dur": _without(7, "dur"),
     "a kernel named null": _with(7, name=None),
     "an operator without tid": _with(5, tid=None),

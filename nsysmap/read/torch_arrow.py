@@ -100,8 +100,8 @@ def arrow_families(raw: bytes) -> tuple[dict[str, Any], Families] | None:
         return None
     try:
         return header, _families(table)
-    except _NotUsual:
-        return None
+    except (_NotUsual, pl.exceptions.ComputeError, pl.exceptions.InvalidOperationError):
+        return None  # (the errors: a decimal too large for Polars' arithmetic)
 
 
 class _NotUsual(Exception):
@@ -299,7 +299,7 @@ def _checks(events: pl.LazyFrame, present: tuple[str, ...], times: tuple[str, ..
 
 def _ns(time: str) -> pl.Expr:
     """Microseconds (three decimal places, exact) to integer nanoseconds."""
-    return (pl.col(time) * 1000).cast(pl.Int64)
+    return (pl.col(time) * 1000).cast(pl.Int64, strict=False)  # beyond: refused by _checks
 
 
 def _arg(key: str) -> pl.Expr:
