@@ -16,6 +16,7 @@ the file to put it in the page cache:
 | engine | what it does |
 | --- | --- |
 | parse (json) | read the file and `json.loads` it (standard library) |
+| parse (json, collector off) | the same, the cyclic collector off (the floor without orjson) |
 | parse (orjson) | read the file and `orjson.loads` it (skipped when orjson is missing) |
 | parse (orjson, collector off) | the same, Python's cyclic collector off (as nsysmap reads) |
 | nsysmap | `analyse_file`, what `nsysmap attribute` runs, with its stage timings |
@@ -55,6 +56,12 @@ _MARK = re.compile(r'"\\u0000([-0-9.eE+]+)\\u0000"')
 
 ENGINES = (
     Engine("parse (json)", "parse", "bench.torch_trace", ("--parse", "json")),
+    Engine(
+        "parse (json, collector off)",
+        "parse",
+        "bench.torch_trace",
+        ("--parse", "json", "--no-gc"),
+    ),
     Engine("parse (orjson)", "parse", "bench.torch_trace", ("--parse", "orjson"), ("orjson",)),
     Engine(
         "parse (orjson, collector off)",

@@ -81,21 +81,32 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
-def load_events(path: Path) -> tuple[dict[str, Any], list[Any]]:
-    """The trace's header fields and its event list (plain or gzipped JSON).
+def decompressed(path: Path) -> bytes:
+    """The trace file's bytes, gunzipped when gzipped.
 
     Raises InputNotFound or NotAProfile with a one-line message.
     """
     raw = _read_bytes(path)
+    if raw[:2] != b"\x1f\x8b":
+        return raw
     try:
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        doc = json.loads(raw, parse_float=Number)  # decimal text: see ns_from_us
-    except RecursionError as exc:
-        raise NotAProfile(f"{path}: JSON nested too deeply to be a chrome trace") from exc
+        return gzip.decompress(raw)
     except zlib.error as exc:  # a corrupt deflate stream inside a valid gzip header
         raise NotAProfile(f"{path}: a corrupt gzip stream, not a readable chrome trace") from exc
     except (OSError, EOFError, ValueError) as exc:
+        raise NotAProfile(f"{path}: not a JSON chrome trace ({type(exc).__name__})") from exc
+
+
+def parse_events(path: Path, raw: bytes) -> tuple[dict[str, Any], list[Any]]:
+    """The trace's header fields and its event list, parsed from its (gunzipped) bytes.
+
+    Raises NotAProfile with a one-line message.
+    """
+    try:
+        doc = json.loads(raw, parse_float=Number)  # decimal text: see ns_from_us
+    except RecursionError as exc:
+        raise NotAProfile(f"{path}: JSON nested too deeply to be a chrome trace") from exc
+    except ValueError as exc:
         raise NotAProfile(f"{path}: not a JSON chrome trace ({type(exc).__name__})") from exc
     if isinstance(doc, list):  # the bare-array form of the trace event format
         return {}, doc

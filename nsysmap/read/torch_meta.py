@@ -7,6 +7,7 @@ is left out, never guessed.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -39,14 +40,16 @@ MATMUL_NAMES = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::
 def threads_frame(evs: list[dict[str, Any]]) -> pl.DataFrame:
     """THREADS rows from thread_name metadata events (a thread named twice keeps its last)."""
     names = [a.get("name") for a in args_of(evs)]
-    frame = pl.DataFrame(
-        {
-            "pid": ids([e.get("pid") for e in evs]),
-            "tid": ids([e.get("tid") for e in evs]),
-            "thread_name": [n if isinstance(n, str) else "" for n in names],
-        },
-        schema=schemas.THREADS,
+    return threads_table(
+        ids([e.get("pid") for e in evs]),
+        ids([e.get("tid") for e in evs]),
+        pl.Series([n if isinstance(n, str) else "" for n in names], dtype=pl.String),
     )
+
+
+def threads_table(pid: pl.Series, tid: pl.Series, names: pl.Series) -> pl.DataFrame:
+    """THREADS rows from the thread_name events' pid, tid and name ("" when it has none)."""
+    frame = pl.DataFrame({"pid": pid, "tid": tid, "thread_name": names}, schema=schemas.THREADS)
     return frame.unique(["pid", "tid"], keep="last", maintain_order=True)
 
 
@@ -79,13 +82,22 @@ def devices_frame(props: Any) -> pl.DataFrame:
 
 def compute_dtype(cpu_evs: list[dict[str, Any]]) -> str | None:
     """The dtype most matmul operators ran in ("bf16", "fp16", "fp32"), from "Input type"."""
+    return common_dtype(
+        args.get("Input type")
+        for ev in cpu_evs
+        if ev.get("name") in MATMUL_NAMES and isinstance(args := ev.get("args"), dict)
+    )
+
+
+def common_dtype(input_types: Iterable[Any]) -> str | None:
+    """The dtype most matmul operators ran in, from their "Input type" values in order
+    (each a list of type names, or anything else, which says nothing): each operator
+    counts its first type nsysmap knows; of equal counts, the first seen wins."""
     seen: Counter[str] = Counter()
-    for ev in cpu_evs:
-        if ev.get("name") in MATMUL_NAMES and isinstance(args := ev.get("args"), dict):
-            types = args.get("Input type")
-            if isinstance(types, list):
-                found = [_DTYPES[t] for t in types if isinstance(t, str) and t in _DTYPES]
-                seen.update(found[:1])
+    for types in input_types:
+        if isinstance(types, list):
+            found = [_DTYPES[t] for t in types if isinstance(t, str) and t in _DTYPES]
+            seen.update(found[:1])
     return seen.most_common(1)[0][0] if seen else None
 
 

@@ -26,24 +26,22 @@ BertLayer, the attribute path (`encoder.layer.3`) is not in the trace.
 
 from __future__ import annotations
 
-from typing import Any
-
 import polars as pl
 
 from nsysmap.intervals.nesting import nest_repaired
-from nsysmap.read.torch_columns import event_frame
 from nsysmap.read.torch_events import MODULE_PREFIX
 
 TRACE_MODULE_FORMAT = MODULE_PREFIX + "{} ({})"  # path, class
 
 
-def module_ranges(evs: list[dict[str, Any]]) -> tuple[pl.DataFrame, int]:
-    """Range rows (name, pid, tid, start_ns, end_ns) for module frames, and how many crossed.
+def module_ranges(events: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """Range rows (name, pid, tid, start_ns, end_ns) for module frames (`event_frame`'s
+    table of them), and how many crossed.
 
     A frame that outlives its enclosing frame (a truncated capture) is
     clipped to the enclosing frame's end, as ranges are.
     """
-    frames = event_frame(evs).select(
+    frames = events.select(
         pl.int_range(pl.len(), dtype=pl.Int64).alias("fid"),
         "pid",
         "tid",

@@ -23,8 +23,6 @@ same. This module never imports torch: it only reads the file.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import cache, partial
-from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -34,28 +32,19 @@ from nsysmap.errors import NoGpuData
 from nsysmap.intervals.nesting import nest_intervals
 from nsysmap.profile import Profile
 from nsysmap.range_names import PREFIX as NSYSMAP
-from nsysmap.read.torch_columns import (
-    arg_column,
-    args_of,
-    axis_columns,
-    dims_column,
-    event_frame,
-    first_arg,
-)
-from nsysmap.read.torch_events import Buckets, Skipped, load_events, paused_gc, split_events
+from nsysmap.read.torch_arrow import arrow_families
+from nsysmap.read.torch_events import Skipped, decompressed, parse_events, paused_gc, split_events
+from nsysmap.read.torch_families import DIMS, Families, from_buckets
 from nsysmap.read.torch_links import (
     autograd_ranges,
-    flow_frame,
     launching_operators,
     link_operators,
     with_flow_correlation,
 )
-from nsysmap.read.torch_meta import compute_dtype, devices_frame, threads_frame, trace_meta
+from nsysmap.read.torch_meta import devices_frame, trace_meta
 from nsysmap.read.torch_modules import module_ranges
 
 _GPU_KIND = {"kernel": "kernel", "memcpy": "memcpy", "memset": "memset"}
-_EXTERNAL_ID = ("External id", "external id")  # the second spelling: old traces' GPU events
-_DIMS = ("x", "y", "z")
 _NULL = pl.lit(None, pl.Int64)
 _BASE = ["name", "pid", "tid", "start_ns", "end_ns", "kind"]
 Flows = Callable[[], pl.DataFrame]  # the launch flows' table, made when first asked for
@@ -71,47 +60,47 @@ def read_trace(path: str | Path) -> Profile:
     """
     path = Path(path)
     with paused_gc():  # millions of acyclic objects: collections would find nothing
-        header, events = load_events(path)
-        buckets, thread_events, skipped = split_events(events)
-        del events
-        skipped.check_durations(path)
-        return _profile_of(path, header, buckets, thread_events, skipped)
+        raw = decompressed(path)
+        fast = arrow_families(raw)  # None unless every event reads the usual way
+        if fast is not None:
+            header, families = fast
+        else:
+            header, events = parse_events(path, raw)
+            del raw
+            buckets, thread_events, skipped = split_events(events)
+            del events
+            skipped.check_durations(path)
+            families = from_buckets(buckets, thread_events, skipped)
+        return _profile_of(path, header, families)
 
 
-def _profile_of(
-    path: Path,
-    header: dict[str, Any],
-    buckets: Buckets,
-    thread_events: list[dict[str, Any]],
-    skipped: Skipped,
-) -> Profile:
-    """The Profile from the checked events (`split_events`)."""
-    cpu, links = link_operators(_cpu_frame(buckets["cpu"]), flow_frame(buckets["fwdbwd"]))
-    annotations = _base(event_frame(buckets["range"]), "push_pop")
-    modules, module_facts = _modules(buckets["module"], annotations)
-    launch_flows = cache(partial(flow_frame, buckets["launch_flow"]))  # made if needed
-    if buckets["gpu"]:
-        api = _launch_frame(buckets["api"], launch_flows)
-        units = _device_ops(buckets["gpu"], api, cpu, launch_flows)
+def _profile_of(path: Path, header: dict[str, Any], fam: Families) -> Profile:
+    """The Profile from the checked events' tables."""
+    cpu, links = link_operators(fam.cpu, fam.fwdbwd)
+    annotations = _base(fam.ranges, "push_pop")
+    modules, module_facts = _modules(fam.modules, annotations)
+    if fam.gpu.height:
+        api = _launch_frame(fam.api, fam.launch_flows)
+        units = _device_ops(fam.gpu, api, cpu, fam.launch_flows)
         unit, operators = "gpu_op", autograd_ranges(cpu)
     elif cpu.height:
         (units, api), unit = _cpu_units(cpu), "cpu_op"
         operators = autograd_ranges(cpu.filter(pl.col("seq").is_not_null()))
     else:
-        raise NoGpuData(_nothing_message(path, skipped))
+        raise NoGpuData(_nothing_message(path, fam.skipped))
     facts = {
         "unit_of_work": unit,
         **module_facts,
         **links,
-        "gpu_user_annotations": len(buckets["gpu_annotation"]),
-        "compute_dtype": compute_dtype(buckets["cpu"]),
-        **_skipped_facts(skipped),
+        "gpu_user_annotations": fam.gpu_annotations,
+        "compute_dtype": fam.compute_dtype,
+        **_skipped_facts(fam.skipped),
     }
     return Profile(
         ops=units,
         api_calls=api,
         ranges=_ranges([annotations, modules, _base(operators, "push_pop")]),
-        threads=threads_frame(thread_events),
+        threads=fam.threads,
         devices=devices_frame(header.get("deviceProperties")),
         meta=trace_meta(header, path, facts),
     ).checked()
@@ -136,30 +125,22 @@ def _base(frame: pl.DataFrame, kind: str) -> pl.DataFrame:
 
 
 def _modules(
-    evs: list[dict[str, Any]], annotations: pl.DataFrame
+    frames: pl.DataFrame, annotations: pl.DataFrame
 ) -> tuple[pl.DataFrame, dict[str, Any]]:
     """Module ranges from module frames, unless nsysmap's own module ranges are present."""
     own = annotations["name"].str.contains(f"^{NSYSMAP}(?:fwd|bwd):").any()
-    frames, clipped = module_ranges([] if own else evs)
-    source = "nsysmap ranges" if own else ("nn.Module frames" if frames.height else None)
-    facts = {"module_frames": len(evs), "module_source": source, "module_frames_clipped": clipped}
-    return _base(frames, "synthetic"), facts
+    ranges, clipped = module_ranges(frames.clear() if own else frames)
+    source = "nsysmap ranges" if own else ("nn.Module frames" if ranges.height else None)
+    facts = {
+        "module_frames": frames.height,
+        "module_source": source,
+        "module_frames_clipped": clipped,
+    }
+    return _base(ranges, "synthetic"), facts
 
 
-def _cpu_frame(evs: list[dict[str, Any]]) -> pl.DataFrame:
-    """CPU operators with their external id, recorded input shapes and autograd links."""
-    args = args_of(evs)
-    return event_frame(evs).with_columns(
-        first_arg(args, _EXTERNAL_ID).alias("external_id"),
-        dims_column("input_shapes", list(map(dict.get, args, repeat("Input Dims")))),
-        arg_column(args, "Sequence number").alias("seq"),
-        arg_column(args, "Fwd thread id").alias("fwd_tid"),
-    )
-
-
-def _launch_frame(evs: list[dict[str, Any]], flows: Flows) -> pl.DataFrame:
+def _launch_frame(frame: pl.DataFrame, flows: Flows) -> pl.DataFrame:
     """CUDA runtime and driver calls that carry a correlation id (from args, else a flow)."""
-    frame = event_frame(evs).with_columns(arg_column(args_of(evs), "correlation"))
     frame = with_flow_correlation(frame, flows, "s")
     launches = frame.filter(pl.col("correlation").is_not_null())
     return _launch_columns(launches, pl.col("correlation"), pl.col("name"))
@@ -178,29 +159,13 @@ def _launch_columns(frame: pl.DataFrame, correlation: pl.Expr, api: pl.Expr) -> 
     )
 
 
-def _device_frame(evs: list[dict[str, Any]], flows: Flows) -> pl.DataFrame:
-    """Kernels, copies and sets with the arguments Kineto records for them."""
-    args = args_of(evs)
-    frame = event_frame(evs).with_columns(
-        first_arg(args, ("device", "inDevice")).alias("device"),  # memcpy2: inDevice
-        arg_column(args, "stream"),
-        arg_column(args, "correlation"),
-        first_arg(args, _EXTERNAL_ID).alias("external_id"),
-        arg_column(args, "bytes"),
-        *axis_columns(args, "grid", _DIMS),
-        *axis_columns(args, "block", _DIMS),
-    )
-    frame = with_flow_correlation(frame, flows, "f")
-    return frame.rename({"correlation": "correlation_id"})
-
-
 def _device_ops(
-    evs: list[dict[str, Any]], api: pl.DataFrame, cpu: pl.DataFrame, flows: Flows
+    frame: pl.DataFrame, api: pl.DataFrame, cpu: pl.DataFrame, flows: Flows
 ) -> pl.DataFrame:
     """PROFILE_OPS rows: pid from the launch (device events carry the device as pid),
     input shapes from the CPU operator the event is linked to by "External id"."""
     launch_pid = api.group_by("correlation_id").agg(pl.col("pid").first().alias("launch_pid"))
-    gpu = _device_frame(evs, flows)
+    gpu = with_flow_correlation(frame, flows, "f").rename({"correlation": "correlation_id"})
     operator = launching_operators(gpu, api, cpu)
     ops = (
         gpu.join(launch_pid, on="correlation_id", how="left", maintain_order="left")
@@ -221,8 +186,8 @@ def _device_ops(
         (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
         "name",
         "short_name",
-        *(f"grid_{d}" for d in _DIMS),
-        *(f"block_{d}" for d in _DIMS),
+        *(f"grid_{d}" for d in DIMS),
+        *(f"block_{d}" for d in DIMS),
         "bytes",
         "input_shapes",
     )
@@ -274,8 +239,8 @@ def _cpu_units(cpu: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         "dur_ns",
         "name",
         pl.col("name").alias("short_name"),
-        *(_NULL.alias(f"grid_{d}") for d in _DIMS),
-        *(_NULL.alias(f"block_{d}") for d in _DIMS),
+        *(_NULL.alias(f"grid_{d}") for d in DIMS),
+        *(_NULL.alias(f"block_{d}") for d in DIMS),
         _NULL.alias("bytes"),
         "input_shapes",
     )
