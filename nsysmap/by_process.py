@@ -20,9 +20,10 @@ meta back together.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -91,10 +92,20 @@ def process_profiles(
     one process's profile is read at a time: the caller lets go of one
     before asking for the next.
     """
+    reads = ((f"reading process {pid}", {"process": pid}) for pid in processes)
+    return read_parts(path, reads, stages=stages)
+
+
+def read_parts(
+    path: Path, reads: Iterable[tuple[str, dict[str, Any]]], *, stages: Stages
+) -> Iterator[NestedProfile]:
+    """Each part of `path` in turn (a process, a time window: `read_sqlite`'s keywords,
+    after the progress line that says which), read and normalised; op_id and
+    range_id go on counting from one part to the next."""
     first_ids = (0, 0)
-    for pid in processes:
-        with stages.stage("read", f"reading process {pid}"):
-            raw = read_sqlite(path, process=pid, first_ids=first_ids)
+    for label, keywords in reads:
+        with stages.stage("read", label):
+            raw = read_sqlite(path, first_ids=first_ids, **keywords)
         with stages.stage("normalise", "nesting ranges"):
             profile = normalise(raw)
         del raw

@@ -32,12 +32,11 @@ from pathlib import Path
 
 import polars as pl
 
-from nsysmap.attribution.normalise import normalise
-from nsysmap.by_process import available_bytes, expected_bytes, next_ids
+from nsysmap.by_process import available_bytes, expected_bytes, read_parts
 from nsysmap.input_kinds import kind_of
 from nsysmap.profile import NestedProfile
 from nsysmap.read.nsys_sql import RowWindow
-from nsysmap.read.nsys_sqlite import gpu_processes, read_sqlite
+from nsysmap.read.nsys_sqlite import gpu_processes
 from nsysmap.stages import Stages
 from nsysmap.window_cuts import Segments, segments
 
@@ -122,18 +121,12 @@ def _windows(found: Segments, count: int) -> list[RowWindow]:
 def window_profiles(path: Path, plan: Plan, *, stages: Stages) -> Iterator[NestedProfile]:
     """Each window of `plan` in turn, read and normalised (a source of nsysmap.flow);
     op_id and range_id count on from one window to the next."""
-    first_ids = (0, 0)
-    for i, window in enumerate(plan.windows):
-        with stages.stage("read", f"reading window {i + 1}/{len(plan.windows)}"):
-            raw = read_sqlite(
-                path, process=plan.pid, first_ids=first_ids, window=window, require_gpu=False
-            )
-        with stages.stage("normalise", "nesting ranges"):
-            profile = normalise(raw)
-        del raw
-        first_ids = next_ids(profile, first_ids)
-        yield profile
-        del profile
+    n = len(plan.windows)
+    reads = (
+        (f"reading window {i + 1}/{n}", {"process": plan.pid, "window": w, "require_gpu": False})
+        for i, w in enumerate(plan.windows)
+    )
+    return read_parts(path, reads, stages=stages)
 
 
 @dataclass

@@ -32,10 +32,10 @@ ONLY_FROM: dict[str, set[str]] = {
     # The stages after reading: the flow alone strings them together.
     **{name: {"nsysmap.flow"} for name in _AFTER_READING},
     # Reading and normalising: the sources of the flow.
-    "normalise": {"nsysmap.load", "nsysmap.by_process", "nsysmap.by_window"},
+    "normalise": {"nsysmap.load", "nsysmap.by_process"},
     "read_trace": {"nsysmap.input_kinds"},
     # the latter two by process, by time window
-    "read_sqlite": {"nsysmap.input_kinds", "nsysmap.by_process", "nsysmap.by_window"},
+    "read_sqlite": {"nsysmap.input_kinds", "nsysmap.by_process"},
 }
 
 
