@@ -34,7 +34,7 @@ ONLY_FROM: dict[str, set[str]] = {
     # Reading and normalising: the sources of the flow.
     "normalise": {"nsysmap.load", "nsysmap.by_process"},
     "read_trace": {"nsysmap.input_kinds"},
-    # the latter two by process, by time window
+    # by process and by time window: nsysmap.by_process.read_parts
     "read_sqlite": {"nsysmap.input_kinds", "nsysmap.by_process"},
 }
 
