@@ -16,6 +16,7 @@ matmul shares, and whether the top kernel is the same with backward included.
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Any
 
@@ -261,3 +262,16 @@ def test_matmul_sentences_say_the_shares_of_the_table(report: Reported) -> None:
         else:
             assert row[4] == pct(entry["share"])
             assert said == f"{row[4]} of {row[2]} is matrix multiplication."
+
+
+def test_each_scope_is_a_part_of_the_next(report: Reported) -> None:
+    """forward within forward + loss + backward within the full step, in time and in
+    matmul time: no answer may show a part larger than its whole (work the GPU ran
+    from before the capture has a phase but no step, and is in none of them)."""
+    scopes = report.answers["scopes"]
+    shares = report.answers["answers"]["matmul_share"]["scopes"]
+    chain = [s for s in ("forward", "forward_backward", "step") if s in scopes]
+    for part, whole in itertools.pairwise(chain):
+        assert scopes[part]["time_ns"] <= scopes[whole]["time_ns"], (part, whole)
+        if part in shares and whole in shares:
+            assert shares[part]["matmul_time_ns"] <= shares[whole]["matmul_time_ns"]

@@ -8,7 +8,8 @@ documentation defines them, on both samples and every real corpus profile:
 * scopes: step = operations in a step (without steps: in a phase; without
   phases: all), forward = phase `forward` (without phases: forward module calls
   when module calls cover at least half the time), forward_backward = phases
-  forward, loss and backward (backward module calls likewise), present only with
+  forward, loss and backward (backward module calls likewise); phase scopes only
+  inside steps where there are steps; forward_backward present only with
   backward work; warm-up work (WARMUP) is in none of them;
 * matmul share: gemm and attention kernels over a scope's time; CUDA graph
   replays make it unknown, with bounds;
@@ -101,6 +102,8 @@ class Reference:
         step = f"{basis} IS NOT NULL" if basis else "true"
         if has_phases:
             forward, both = "phase = 'forward'", "phase IN ('forward', 'loss', 'backward')"
+            if has_steps:
+                forward, both = (f"{w} AND step IS NOT NULL" for w in (forward, both))
         elif total and called >= MODULES_COVER * total:
             forward, both = "direction = 'forward'", "direction IN ('forward', 'backward')"
         else:

@@ -6,11 +6,13 @@ Scopes select operations of ops.parquet from the structure the profile carries:
                       step ranges, every operation in a phase (work outside every
                       phase, such as initialisation copies, is left out and said);
                       without phases either, the whole capture
-    forward           phase "forward"; in a profile without any phase, the
-                      operations of forward module calls (direction "forward"),
-                      when module calls cover at least half of the time
-    forward_backward  phases "forward", "loss" and "backward" (without phases:
-                      forward and backward module calls)
+    forward           phase "forward" (inside a step, where there are steps); in a
+                      profile without any phase, the operations of forward module
+                      calls (direction "forward"), when module calls cover at
+                      least half of the time
+    forward_backward  phases "forward", "loss" and "backward" (inside a step, where
+                      there are steps; without phases: forward and backward
+                      module calls)
 
 A *pass* of a scope is one (device, step) pair with operations in it, so
 "calls per forward pass" is the calls in phase forward divided by the number
@@ -133,7 +135,10 @@ def scope_filter(ops: pl.DataFrame, scope: str) -> pl.DataFrame:
         wanted = ["forward"] if scope == "forward" else ["forward", "backward"]
         return ops.filter(pl.col("direction").cast(pl.String).is_in(wanted) & ~is_warmup())
     phases = ["forward"] if scope == "forward" else ["forward", "loss", "backward"]
-    return ops.filter(pl.col("phase").is_in(phases) & ~is_warmup())
+    # inside the steps where there are steps: the step scope holds its parts (work
+    # the GPU ran from before the capture has a phase, but no step)
+    in_steps = pl.col("step").is_not_null() if has_steps(ops) else pl.lit(True)
+    return ops.filter(pl.col("phase").is_in(phases) & in_steps & ~is_warmup())
 
 
 def label_source(ops: pl.DataFrame, column: str) -> str:
