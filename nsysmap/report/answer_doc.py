@@ -147,18 +147,38 @@ def left_out(ops: pl.DataFrame) -> list[dict[str, Any]]:
     basis = rt.step_basis(ops)
     column = {"steps": "step", "phases": "phase"}.get(basis)
     if column:
-        outside = int(ops.filter(pl.col(column).is_null() & ~rt.is_warmup())["dur_ns"].sum())
+        outside = ops.with_columns(early=_launched_before_the_capture(ops)).filter(
+            pl.col(column).is_null() & ~rt.is_warmup()
+        )
+        before = int(outside.filter("early")["dur_ns"].sum())
+        rest = int(outside["dur_ns"].sum()) - before
         where = "every step" if column == "step" else "every phase"
         why = (
             "work outside the measured steps or phases (initialisation, weight copies, "
             "set-up) is not the steady state"
         )
-        if outside:
-            out.append((f"work outside {where}", outside, why))
+        if before:
+            out.append(("work launched before the capture", before, _BEFORE_THE_CAPTURE))
+        if rest:
+            out.append((f"work outside {where}", rest, why))
     return [
         {"what": what, "time_ns": ns, "share": rt.share(ns, total), "why": why}
         for what, ns, why in out
     ]
+
+
+_BEFORE_THE_CAPTURE = (
+    "the GPU ran it as the capture began, launched before it: the tail of a step the"
+    " profile does not hold"
+)
+
+
+def _launched_before_the_capture(ops: pl.DataFrame) -> pl.Expr:
+    """GPU work without a launch call in a process whose other work has one."""
+    if "launch_start_ns" not in ops.columns:
+        return pl.lit(False)
+    launched = pl.col("launch_start_ns").is_not_null()
+    return ~launched & launched.any().over("pid")
 
 
 def flop_rate(f: Findings) -> dict[str, Any]:
