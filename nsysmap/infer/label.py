@@ -130,11 +130,12 @@ def _label_sequence(seq: pl.DataFrame) -> tuple[pl.DataFrame, Found]:
     layer = seq["category"].is_in(LAYER_KERNELS).fill_null(False).to_numpy()
     gaps = np.diff(order, prepend=order[:1])
     network = bool(seq["category"].is_in(NETWORK).any())
-    seen = _evidence(seq, special, on_main, network)
+    tid = seq["tid"].fill_null(-1).to_numpy()
+    unlaunched = tid < 0  # launched before the capture: no launching thread
+    seen = _evidence(seq, special, on_main, network, unlaunched)
     steps_main, period = passes(codes[on_main], gaps, seen)
     last = np.maximum.accumulate(np.where(main, np.cumsum(main) - 1, -1)).clip(min=0)
     steps = steps_main[last]
-    tid = seq["tid"].fill_null(-1).to_numpy()
     n = codes.size
     phase, block, part = (np.full(n, v, np.int64) for v in (_OTHER, -1, -1))
     region, explained = np.full(n, -1, np.int64), np.zeros(n, bool)
@@ -143,9 +144,8 @@ def _label_sequence(seq: pl.DataFrame) -> tuple[pl.DataFrame, Found]:
     counts: dict[bytes, int] = {}
     backward = False
     for lo, hi in itertools.pairwise(bounds):
-        span = tid[lo:hi]
         parts: tuple[np.ndarray, ...] = (codes[lo:hi], special[lo:hi], main[lo:hi])
-        parts += (backish[lo:hi], other_thread(span), span < 0, layer[lo:hi])
+        parts += (backish[lo:hi], other_thread(tid[lo:hi]), unlaunched[lo:hi], layer[lo:hi])
         key = b"|".join(a.tobytes() for a in parts)
         if key not in labelled:
             labelled[key] = _label_pass(*parts)
@@ -154,7 +154,7 @@ def _label_sequence(seq: pl.DataFrame) -> tuple[pl.DataFrame, Found]:
         phase[lo:hi], block[lo:hi], part[lo:hi] = done.phase, done.block, done.part
         region[lo:hi], explained[lo:hi] = done.region, done.explained
         backward |= done.backward
-    repeated_work(phase, codes, tid < 0, seq["stream_id"].to_numpy())
+    repeated_work(phase, codes, unlaunched, seq["stream_id"].to_numpy())
     modal = labelled[max(counts, key=counts.__getitem__)].regions
     confidence = _confidence(codes, steps, block, explained)
     if not network:  # repeats, but of no forward pass
@@ -181,13 +181,19 @@ def _named(index: np.ndarray, names: tuple[str, ...]) -> pl.Series:
 
 
 def _evidence(
-    seq: pl.DataFrame, special: np.ndarray, on_main: np.ndarray, network: bool
+    seq: pl.DataFrame,
+    special: np.ndarray,
+    on_main: np.ndarray,
+    network: bool,
+    unlaunched: np.ndarray,
 ) -> Evidence:
     """What the main stream's ops say about passes beyond their codes."""
     data = special[on_main] == _DATA
-    unlaunched = seq["tid"].is_null().to_numpy()[on_main]
     return Evidence(
-        special[on_main] == _OPT, _synced(seq, on_main), data if network else None, unlaunched
+        special[on_main] == _OPT,
+        _synced(seq, on_main),
+        data if network else None,
+        unlaunched[on_main],
     )
 
 
