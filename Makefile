@@ -70,9 +70,13 @@ peers: $(PEERS)/.installed
 # 7.1 M runtime calls, 15.9 M NVTX ranges on 5 threads at scale 1); USER_SHAPED=
 # leaves it out. Where one run spends its time, per stage and function:
 # `python -m bench.profile EXPORT OUTDIR` (bench/README.md).
+# Then one-process exports (no split by process: whole, or in time windows chosen for
+# the memory budget); ONE_PROCESS= leaves them out.
 USER_SHAPED ?= 1
+ONE_PROCESS ?= 1e6,3e7
 bench: $(BIN)/.bench-installed peers
-	$(BIN)/python -m bench --peers-venv $(PEERS) --user-shaped "$(USER_SHAPED)" $(BENCH_ARGS)
+	$(BIN)/python -m bench --peers-venv $(PEERS) --one-process "$(ONE_PROCESS)" \
+	  --user-shaped "$(USER_SHAPED)" $(BENCH_ARGS)
 
 samples: $(BIN)/.installed
 	$(BIN)/python -m sample_reports.build --golden

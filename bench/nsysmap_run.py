@@ -3,9 +3,10 @@
     python -m bench.nsysmap_run EXPORT OUTDIR [--memory-gb GB] [--windows N]
 
 Runs `nsysmap.pipeline.analyse_file` (what the `nsysmap attribute` command
-runs) with progress off and prints one JSON line: seconds per stage.
-`--windows N` reads a one-process export N time windows at a time
-(NSYSMAP_WINDOWS, nsysmap.by_window).
+runs) with progress off and prints one JSON line: seconds per stage, and
+how the export was read (`read_as`: whole, by process, or in time windows,
+with the reason a split was refused). `--windows N` reads a one-process
+export N time windows at a time (NSYSMAP_WINDOWS, nsysmap.by_window).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import os
 import time
 from pathlib import Path
 
-from nsysmap.by_window import WINDOWS_ENV
+from nsysmap.by_window import META_KEY, REFUSED_KEY, WINDOWS_ENV
 from nsysmap.pipeline import Analysis, analyse_file
 from nsysmap.stages import Stages
 
@@ -43,6 +44,17 @@ def attributed(
     return analysis, time.perf_counter() - start
 
 
+# report_meta keys that say how an export was read, as `read_as` names them.
+READ_AS = {"processes_read_apart": "processes", META_KEY: "windows", REFUSED_KEY: "refused"}
+
+
+def read_as(analysis: Analysis) -> dict[str, str]:
+    """How the export was read: the split (processes or windows) and any refusal."""
+    meta = analysis.profile.meta
+    keys = meta.filter(meta["key"].is_in(list(READ_AS)))
+    return {READ_AS[k]: str(v) for k, v in zip(keys["key"], keys["value"], strict=True)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("export", type=Path)
@@ -53,7 +65,8 @@ def main() -> None:
     if args.windows:
         os.environ[WINDOWS_ENV] = str(args.windows)
     analysis, seconds = attributed(args.export, args.out_dir, memory_gb=args.memory_gb)
-    print(json.dumps({"seconds": seconds, "stages": analysis.timings}))
+    timed = {"seconds": seconds, "stages": analysis.timings, "read_as": read_as(analysis)}
+    print(json.dumps(timed))
 
 
 if __name__ == "__main__":

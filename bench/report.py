@@ -46,6 +46,7 @@ def markdown(results: dict) -> str:
                 f"| {wall['median']:.2f} | {wall['min']:.2f}..{wall['max']:.2f} "
                 f"| {rss['median']:.2f} | {1e6 * wall['median'] / size['kernels']:.2f} | {ratio} |"
             )
+    lines += _read_as_lines(results)
     lines += _stage_lines(results)
     for size in results["sizes"]:
         if "same_totals_per_range" in size:
@@ -55,6 +56,29 @@ def markdown(results: dict) -> str:
                 f"({size['ranges_compared']:,} ranges hit, and time outside any range): {same}"
             )
     return "\n".join(lines) + "\n"
+
+
+def read_as_text(read_as: dict[str, str] | None) -> str:
+    """How nsysmap read an export, from bench/nsysmap_run.py's `read_as`."""
+    if read_as is None:
+        return "not recorded"
+    parts = []
+    if "processes" in read_as:
+        parts.append(f"{read_as['processes']} processes one at a time")
+    if "windows" in read_as:
+        parts.append(f"{read_as['windows']} time windows one at a time")
+    text = ", ".join(parts) or "whole"
+    return text + (f" (time windows refused: {read_as['refused']})" if "refused" in read_as else "")
+
+
+def _read_as_lines(results: dict) -> list[str]:
+    """How each nsysmap engine read each export."""
+    lines = []
+    for size in results["sizes"]:
+        for engine, run in size["runs"].items():
+            if "read_as" in run:
+                lines.append(f"- {size_text(size)}, {engine}: {read_as_text(run['read_as'])}")
+    return ["", "How nsysmap read each export:", "", *lines] if lines else []
 
 
 def _stage_lines(results: dict) -> list[str]:

@@ -13,9 +13,15 @@ engine runs in its own process, runs interleaved:
 * nsys-ai, when installed in .venv-peers (`make peers`; bench/peers.py):
   its NVTX layer breakdown, killed at --peer-timeout (a result, "> limit").
 
-With --user-shaped SCALE, also the export shaped like the large one users
-report (bench/generate.py `user_export`: 2.2 M kernels, 7.1 M runtime calls,
-15.9 M NVTX ranges on 5 threads at scale 1), a row of the same table.
+With --one-process SIZES, also exports of one process of those sizes,
+where nsysmap cannot split by process: the "nsysmap" engine reads them as
+the memory budget decides (whole, or in time windows chosen for the budget)
+and "nsysmap (by window)" always in 8 windows. With --user-shaped SCALE,
+also the export shaped like the large one users report (bench/generate.py
+`user_export`: one process, 2.2 M kernels, 7.1 M runtime calls, 15.9 M
+NVTX ranges on 5 threads at scale 1). Each is rows of the same table, and
+the table says how nsysmap read each export (whole, by process, in windows,
+or why a split was refused).
 
 Reports the median wall time, its spread (min..max), peak RSS, time per
 kernel and the ratio to the floor; checks that nsysmap and SQL give the
@@ -85,18 +91,23 @@ def bench_size(
     engines: list[Engine],
     others: Sequence[peers.Peer] = (),
     *,
+    processes: int | None = None,
     user_scale: float | None = None,
 ) -> dict:
-    """All runs at one size (or on the user-shaped export at `user_scale`), with the
-    engines whose packages are installed."""
+    """All runs at one size (on exports of `processes` processes, --processes by
+    default; or on the user-shaped export at `user_scale`), with the engines whose
+    packages are installed and that run on such exports."""
     if user_scale is None:
-        path = generate.export(n, args.seed, processes=args.processes)
+        path = generate.export(n, args.seed, processes=processes or args.processes)
     else:
         path = generate.user_export(user_scale, args.seed)
+    engines = [e for e in engines if e.runs_on(1 if user_scale else processes or args.processes)]
     work = generate.CACHE / f"work-{path.stem}"
     record: dict[str, Any] = {"size": n, **_counts(path), "runs": {}, "stages": {}}
     if user_scale is not None:
         record |= {"label": f"user-shaped ×{user_scale:g}", "size": record["kernels"]}
+    elif processes == 1 and args.processes != 1:
+        record["label"] = "one process"
     record["load_before"] = os.getloadavg()
     warm(path)
     large = n >= LARGE or (user_scale or 0) >= USER_LARGE
@@ -118,6 +129,7 @@ def bench_size(
             "wall_s": summary([r.wall_s for r in done]),
             "peak_rss_gb": summary([r.peak_rss_bytes / 1e9 for r in done]),
             "outputs": [r.output for r in done],
+            "read_as": (done[0].output or {}).get("read_as"),
         }
     record["load_after"] = os.getloadavg()
     record["peers"] = {
@@ -166,6 +178,12 @@ def main(argv: list[str] | None = None) -> None:
         help="scales of the user-shaped export to run too, comma-separated (1: 2.2 M kernels, "
         "7.1 M runtime calls, 15.9 M NVTX ranges on 5 threads); none by default",
     )
+    parser.add_argument(
+        "--one-process",
+        default="",
+        help="sizes of one-process exports to run too (split by time window when over the "
+        "memory budget), comma-separated; none by default",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "latest.json")
     parser.add_argument("--keep-outputs", action="store_true", help="keep bench/cache/work-*")
     args = parser.parse_args(argv)
@@ -181,9 +199,8 @@ def main(argv: list[str] | None = None) -> None:
         | {"peers_venv": str(args.peers_venv)},
         "sizes": [],
     }
-    engines, skipped = available(
-        e for e in ALL_ENGINES if e.family in args.engines and e.runs_on(args.processes)
-    )
+    one_process = [int(float(s)) for s in args.one_process.split(",") if s]
+    engines, skipped = available(e for e in ALL_ENGINES if e.family in args.engines)
     others, skipped_peers = peers.available(
         peers.PEERS if "nsys-ai" in args.engines else (), args.peers_venv, kind="nsys"
     )
@@ -194,6 +211,11 @@ def main(argv: list[str] | None = None) -> None:
     for n in sizes:
         print(f"{n:,} kernels ...", flush=True)
         results["sizes"].append(bench_size(args, n, engines, others))
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=1) + "\n")
+    for n in one_process:
+        print(f"{n:,} kernels, one process ...", flush=True)
+        results["sizes"].append(bench_size(args, n, engines, processes=1))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=1) + "\n")
     for scale in scales:

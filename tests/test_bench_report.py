@@ -51,7 +51,7 @@ def test_without_nsys_ai_the_side_by_side_table_says_why():
 def test_user_shaped_scales_are_run_after_the_sizes(monkeypatch, tmp_path, capsys):
     seen = []
 
-    def fake_size(args, n, engines, others=(), *, user_scale=None):
+    def fake_size(args, n, engines, others=(), *, processes=None, user_scale=None):
         seen.append((n, user_scale))
         label = {"label": f"user-shaped ×{user_scale:g}"} if user_scale else {}
         return _size(n or 2200, {"read": 1.0}) | label
@@ -67,3 +67,79 @@ def test_user_shaped_scales_are_run_after_the_sizes(monkeypatch, tmp_path, capsy
         "user-shaped ×0.1",
     ]
     assert "| 2,200 (user-shaped ×0.1) |" in capsys.readouterr().out
+
+
+def test_one_process_sizes_come_after_the_sizes_with_their_own_label(monkeypatch, tmp_path):
+    seen = []
+
+    def fake_size(args, n, engines, others=(), *, processes=None, user_scale=None):
+        seen.append((n, processes, [e.name for e in engines]))
+        return _size(n, {"read": 1.0})
+
+    monkeypatch.setattr(run, "bench_size", fake_size)
+    argv = ["--sizes", "1e3", "--one-process", "3e3", "--engines", "nsysmap"]
+    run.main([*argv, "--out", str(tmp_path / "r.json")])
+    assert [(n, p) for n, p, _ in seen] == [(1000, None), (3000, 1)]
+    # Every nsysmap engine is handed on; bench_size keeps those that run on the export.
+    assert "nsysmap (by window)" in seen[1][2] and "nsysmap (by process)" in seen[1][2]
+
+
+def test_engines_that_cannot_read_an_export_are_left_out_of_its_runs(monkeypatch, tmp_path):
+    ran = []
+    export = lambda n, seed, processes: tmp_path / f"p{processes}"  # noqa: E731
+    monkeypatch.setattr(run.generate, "export", export)
+    monkeypatch.setattr(run.generate, "CACHE", tmp_path)
+    monkeypatch.setattr(run, "_counts", lambda path: {"kernels": 10, "ranges": 30})
+    monkeypatch.setattr(run, "warm", lambda path: None)
+    monkeypatch.setattr(run, "run_child", lambda module, *a: ran.append(a) or _fake_run())
+    args = run.argparse.Namespace(
+        seed=0,
+        processes=2,
+        runs=1,
+        large_runs=1,
+        sql_runs=0,
+        sql_large_runs=0,
+        peer_runs=0,
+        peer_large_runs=0,
+        engines={"nsysmap"},
+        keep_outputs=True,
+    )
+    nsysmap_engines = [e for e in run.ALL_ENGINES if e.family == "nsysmap"]
+    one = run.bench_size(args, 10, nsysmap_engines, processes=1)
+    assert set(one["runs"]) == {"nsysmap", "nsysmap (by window)"}
+    assert one["label"] == "one process"
+    two = run.bench_size(args, 10, nsysmap_engines)
+    assert set(two["runs"]) == {"nsysmap", "nsysmap (by process)"}
+    assert one["runs"]["nsysmap"]["read_as"] == {"windows": "8"}
+
+
+def _fake_run():
+    output = {"seconds": 1.0, "stages": {"read": 1.0}, "read_as": {"windows": "8"}}
+    return run.Run(wall_s=1.0, peak_rss_bytes=10**9, output=output)
+
+
+def test_the_table_says_how_each_export_was_read():
+    size = _size(1000, {"read": 1.0}, label="one process")
+    runs = size["runs"]
+    runs["nsysmap"]["read_as"] = {"refused": "no quiet gap"}
+    runs["nsysmap (by window)"] = runs["nsysmap"] | {"read_as": {"windows": "8"}}
+    runs["nsysmap (by process)"] = runs["nsysmap"] | {"read_as": {"processes": "2"}}
+    table = markdown(_results(size))
+    assert "- 1,000 (one process), nsysmap: whole (time windows refused: no quiet gap)" in table
+    assert "- 1,000 (one process), nsysmap (by window): 8 time windows one at a time" in table
+    assert "- 1,000 (one process), nsysmap (by process): 2 processes one at a time" in table
+
+
+def test_nsysmap_run_says_it_read_a_one_process_export_in_windows(tmp_path, monkeypatch):
+    from bench import nsysmap_run
+    from nsysmap.by_window import WINDOWS_ENV
+    from nsysmap.synth.bulk import write_export
+    from nsysmap.synth.tile import gpt_tables
+
+    export = tmp_path / "one.sqlite"
+    write_export(export, gpt_tables(5_000, seed=0, processes=1))
+    whole, _ = nsysmap_run.attributed(export, tmp_path / "whole")
+    assert nsysmap_run.read_as(whole) == {}
+    monkeypatch.setenv(WINDOWS_ENV, "3")
+    split, _ = nsysmap_run.attributed(export, tmp_path / "split")
+    assert nsysmap_run.read_as(split) == {"windows": "3"}
