@@ -111,6 +111,8 @@ def test_engines_that_cannot_read_an_export_are_left_out_of_its_runs(monkeypatch
     two = run.bench_size(args, 10, nsysmap_engines)
     assert set(two["runs"]) == {"nsysmap", "nsysmap (by process)"}
     assert one["runs"]["nsysmap"]["read_as"] == {"windows": "8"}
+    large = run.bench_size(args, run.LARGE, nsysmap_engines, processes=1)
+    assert set(large["runs"]) == {"nsysmap"}  # split by the budget already
 
 
 def _fake_run():
