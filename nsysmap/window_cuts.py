@@ -3,14 +3,19 @@
 Three scans of the export, each in batches reduced as they arrive (nothing
 held but the reductions):
 
-1. NVTX: every range of the process (one left open: to the end of time),
-   and per autograd sequence number the time from the first to the last
-   range carrying it (a forward operator's `seq = N` and the backward's
-   `stashed seq = N`, which attribution links). Their union leaves *quiet*
-   gaps: a cut at the start of the interval after a gap leaves no range of
-   any thread open across it and no sequence number on both sides. Also
-   whether a range names an autograd node, and each batch's start times
-   and rowids.
+1. NVTX: candidate cuts, each a range's start, with about how many ranges
+   of any thread are open across it (per batch, the start with the fewest
+   of the batch's own ranges open across it in each of its
+   CANDIDATES_PER_BATCH stretches, plus the ranges of every batch that
+   reach past their batch's last start). A range open across a cut is read
+   into both windows (nsysmap.window_carry), so cuts need not be quiet; but
+   none may cross what cannot be carried: per autograd sequence number the
+   time from the first to the last range carrying it (a forward operator's
+   `seq = N` and the backward's `stashed seq = N`, which attribution
+   links), a range left open (closed at its thread's last event, in
+   another window) or an `.item()` range (the waits read each window's).
+   Also whether a range names an autograd node, and each batch's start
+   times and rowids.
 2. CUDA runtime calls: per stretch between two candidate cuts, how many
    calls start there, the extent of their correlation ids (a window's GPU
    work is read by those ids, and kept where a call of the window launched
@@ -23,7 +28,7 @@ rows (`Segments.window`). The threads autograd names are read too (for
 nsysmap.by_window's check).
 
 `segments` refuses (a one-line reason) what it cannot cut exactly: no
-quiet gap, CUDA graph node captures (a replay is attributed where its graph
+candidate cut, CUDA graph node captures (a replay is attributed where its graph
 was captured, any time before), FSDP hook ranges (paired into spans across
 any gap), calls or ranges without a start.
 """
@@ -41,11 +46,18 @@ from nsysmap.read import nsys_sql as sql
 from nsysmap.read.nsys_frames import RANGE_KINDS, nvtx_batch
 from nsysmap.read.nsys_probe import BACKEND_ERRORS, Export, open_export, unreadable
 from nsysmap.read.nsys_sql import DOMAIN_CREATE, RowWindow
+from nsysmap.waits.sync_rules import SYNC_RANGE, matches
 
 END = (1 << 63) - 1  # where a range left open ends
 # With more NVTX domain creations than this, windows read NVTX without rowid bounds.
 MAX_DOMAINS = 256
-_SPAN, _SEQ, _FSDP, _NO_START, _BATCH, _DOMAIN, _NODE = range(7)  # the NVTX reduction's
+# The NVTX reduction's kinds of rows: spans no cut may cross, autograd sequence numbers,
+# flags, batch extents, domain creations, candidate cuts (lo: time, hi: ranges of the
+# batch open across it) and ranges that reach past their batch's last start.
+_SPAN, _SEQ, _FSDP, _NO_START, _BATCH, _DOMAIN, _NODE, _CANDIDATE, _LONG = range(9)
+# Candidate cuts kept per batch of NVTX rows: the start with the fewest of the
+# batch's ranges open across it in each of this many stretches of its starts.
+CANDIDATES_PER_BATCH = 512
 _REDUCED = pl.Schema(
     {
         "kind": pl.Int8,
@@ -76,6 +88,7 @@ class Segments:
     ops: int  # the process's rows of GPU work
     autograd: tuple[int, ...]  # the threads autograd names (their work is backward work)
     nodes: bool  # some range names an autograd node (work inside it is backward work)
+    open_across: list[int]  # about how many ranges are open across each cut
     # Per batch of rows read: lo, hi (start times; correlation ids for GPU work) and
     # row_lo, row_hi (rowids). NVTX's is None where a window cannot bound its rowids
     # (domain creations, read in every window).
@@ -123,18 +136,21 @@ def segments(path: str, pid: int) -> Segments | str:
     found = _range_spans(export, pid, strings)
     if isinstance(found, str):
         return found
-    spans, nvtx_rows, domains, nodes = found
-    cuts = quiet_cuts(spans) if spans.height else _even_cuts(export, pid)
-    if not cuts:
-        return "no moment of the capture has no range open and no autograd link across it"
-    calls = _call_stretches(export, pid, cuts)
+    candidates, nvtx_rows, domains, nodes = found
+    if candidates is None:
+        cuts = _even_cuts(export, pid)
+        candidates = pl.DataFrame({"t": cuts, "open": [0] * len(cuts)}, schema=_CANDIDATES)
+    if candidates.is_empty():
+        return "no moment of the capture outside every autograd link and range left open"
+    calls = _call_stretches(export, pid, candidates["t"].to_list())
     if calls["segment"].null_count():
         return "runtime calls without a start time"
     autograd = _autograd_threads(export, pid, strings)
     op_rows = _op_batches(export, pid)
     ops = sum(int(batches["n"].sum()) for batches in op_rows.values())
     calls = calls.drop_nulls("segment")
-    return Segments(cuts, calls, ops, autograd, nodes, nvtx_rows, domains, op_rows)
+    cuts, across = candidates["t"].to_list(), candidates["open"].to_list()
+    return Segments(cuts, calls, ops, autograd, nodes, across, nvtx_rows, domains, op_rows)
 
 
 def _unsupported(export: Export) -> str | None:
@@ -151,37 +167,53 @@ def _unsupported(export: Export) -> str | None:
     return None
 
 
+_CANDIDATES = pl.Schema({"t": pl.Int64, "open": pl.Int64})
+
+
 def _range_spans(
     export: Export, pid: int, strings: pl.DataFrame
-) -> tuple[pl.DataFrame, pl.DataFrame | None, tuple[int, ...], bool] | str:
-    """Each range's (lo, hi) and each sequence number's, as one frame, the NVTX
-    batches' start times and rowids (None: not to bound), the rowids of its
-    domain creations and whether a range names an autograd node; or a refusal."""
-    reduced = _scan(export, specs.NVTX, lambda batch: _reduced(batch, strings), pid)
+) -> tuple[pl.DataFrame | None, pl.DataFrame | None, tuple[int, ...], bool] | str:
+    """The candidate cuts (t, and about how many ranges are open across it: `open`;
+    None without NVTX), the NVTX batches' start times and rowids (None: not to
+    bound), the rowids of its domain creations and whether a range names an
+    autograd node; or a refusal."""
+    reduced = scan(export, specs.NVTX, lambda batch: _reduced(batch, strings), pid)
     if reduced is None:
-        return pl.DataFrame(schema={"lo": pl.Int64, "hi": pl.Int64}), None, (), False  # no NVTX
+        return None, None, (), False  # no NVTX
     kinds = set(reduced["kind"].unique())
     if _FSDP in kinds:
         return "FSDP hook ranges (paired into spans across any gap)"
     if _NO_START in kinds:
         return "NVTX ranges without a start time"
-    seqs = (
-        reduced.filter(pl.col("kind") == _SEQ)
-        .group_by("seq")
-        .agg(pl.col("lo").min(), pl.col("hi").max())
+    of = {kind: reduced.filter(pl.col("kind") == kind) for kind in (_SEQ, _SPAN, _CANDIDATE)}
+    seqs = of[_SEQ].group_by("seq").agg(pl.col("lo").min(), pl.col("hi").max())
+    fixed = pl.concat([of[_SPAN].select("lo", "hi"), seqs.select("lo", "hi")])
+    long = reduced.filter(pl.col("kind") == _LONG)
+    candidates = of[_CANDIDATE].select(
+        t="lo", open=pl.col("hi") + open_across(of[_CANDIDATE]["lo"], long)
     )
-    spans = reduced.filter(pl.col("kind") == _SPAN).select("lo", "hi")
+    candidates = candidates.filter(open_across(candidates["t"], fixed) == 0)
+    candidates = candidates.group_by("t").agg(pl.col("open").max()).sort("t")
     batches = reduced.filter(pl.col("kind") == _BATCH).select("lo", "hi", "row_lo", "row_hi")
     domains = tuple(reduced.filter(pl.col("kind") == _DOMAIN)["row_lo"].sort().to_list())
     bounded = len(domains) <= MAX_DOMAINS
-    spans = pl.concat([spans, seqs.drop("seq")])
-    return spans, batches if bounded else None, domains, _NODE in kinds
+    return candidates.cast(_CANDIDATES), batches if bounded else None, domains, _NODE in kinds
+
+
+def open_across(times: pl.Series, spans: pl.DataFrame) -> pl.Series:
+    """How many of `spans` (closed intervals lo, hi) are open across a cut at each of
+    `times`: lo < t <= hi (a launch at t is inside a range ending at t)."""
+    spans = spans.filter(pl.col("hi") >= pl.col("lo"))
+    before = spans["lo"].sort().search_sorted(times, side="left").cast(pl.Int64)
+    ended = spans["hi"].sort().search_sorted(times, side="left").cast(pl.Int64)
+    return (before - ended).alias("open")
 
 
 def _reduced(batch: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
-    """A batch of NVTX rows as _REDUCED rows: its ranges' union, its sequence numbers'
-    spans, its start times and rowids, one row when it holds an FSDP hook, a range
-    without a start or a domain creation."""
+    """A batch of NVTX rows as _REDUCED rows: the spans no cut may cross (ranges left
+    open, `.item()` ranges), its sequence numbers' spans, candidate cuts, ranges
+    reaching past its last start, its start times and rowids, one row when it holds
+    an FSDP hook, a range without a start or a domain creation."""
     extent = batch.select(
         kind=pl.lit(_BATCH),
         lo=pl.col("start").min(),
@@ -203,11 +235,14 @@ def _reduced(batch: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
     domains = batch.filter(pl.col("eventType") == DOMAIN_CREATE).select(
         kind=pl.lit(_DOMAIN), row_lo="rowid"
     )
+    timed = rows.drop_nulls("lo")
+    fixed = timed.filter((pl.col("hi") == END) | matches("name", SYNC_RANGE)).select("lo", "hi")
     parts = [
         domains,
         extent,
-        union(rows.drop_nulls("lo").select("lo", "hi")).with_columns(kind=pl.lit(_SPAN)),
+        fixed.with_columns(kind=pl.lit(_SPAN)),
         seqs.with_columns(kind=pl.lit(_SEQ)),
+        *_candidates(timed.select("lo", "hi")),
         pl.DataFrame({"kind": flags}),
     ]
     return pl.concat(
@@ -216,25 +251,27 @@ def _reduced(batch: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
     ).select(_REDUCED.names())
 
 
-def union(spans: pl.DataFrame) -> pl.DataFrame:
-    """The union of closed intervals (lo, hi) as disjoint ones, ascending; touching
-    intervals are joined."""
-    spans = spans.sort("lo")
-    reach = pl.col("hi").cum_max().shift(1)
-    group = (pl.col("lo") > reach).fill_null(True).cum_sum()
-    return (
-        spans.group_by(group.alias("g"))
-        .agg(pl.col("lo").min(), pl.col("hi").max())
-        .sort("lo")
-        .select("lo", "hi")
+def _candidates(spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A batch's candidate cuts (lo: a range start, hi: how many of the batch's ranges
+    that end before its last start are open across it), the fewest in each of
+    CANDIDATES_PER_BATCH stretches of its starts; and its ranges reaching its last
+    start or past it (counted over every batch at the end)."""
+    if spans.is_empty():
+        return spans.clear(), spans.clear()
+    last = spans["lo"].max()
+    long = spans.filter(pl.col("hi") >= last)
+    starts = spans["lo"].unique().sort()
+    count = open_across(starts, spans.filter(pl.col("hi") < last))
+    stretch = pl.int_range(pl.len(), dtype=pl.Int64) * CANDIDATES_PER_BATCH // pl.len()
+    best = (
+        pl.DataFrame({"lo": starts, "hi": count})
+        .group_by(stretch.alias("s"))
+        .agg(pl.col("lo").get(pl.col("hi").arg_min()), pl.col("hi").min())
     )
-
-
-def quiet_cuts(spans: pl.DataFrame) -> list[int]:
-    """The start of every interval of the union of `spans` after a gap: a cut there
-    leaves each span whole on one side."""
-    merged = union(spans)
-    return merged["lo"].slice(1).to_list()
+    return (
+        best.select("lo", "hi", kind=pl.lit(_CANDIDATE)),
+        long.with_columns(kind=pl.lit(_LONG)),
+    )
 
 
 # Without ranges, any moment can be cut: this many even cuts over the calls' times.
@@ -288,7 +325,7 @@ def _call_stretches(export: Export, pid: int, cuts: list[int]) -> pl.DataFrame:
         )
 
     spec = _counted(specs.RUNTIME.table, "start correlationId", specs.RUNTIME.process)
-    parts = _scan(export, spec, stretch, pid)
+    parts = scan(export, spec, stretch, pid)
     assert parts is not None  # _unsupported checked the table
     lows, highs = pl.col("corr_lo", "row_lo").min(), pl.col("corr_hi", "row_hi").max()
     return (
@@ -313,13 +350,13 @@ def _op_batches(export: Export, pid: int) -> dict[str, pl.DataFrame]:
 
     found = {}
     for spec in _GPU_WORK:
-        batches = _scan(export, _counted(spec.table, "correlationId", spec.process), extent, pid)
+        batches = scan(export, _counted(spec.table, "correlationId", spec.process), extent, pid)
         if batches is not None:
             found[spec.table] = batches.filter(pl.col("n") > 0)
     return found
 
 
-def _scan(export: Export, spec: specs.TableSpec, batch: sql.Batch, pid: int) -> pl.DataFrame | None:
+def scan(export: Export, spec: specs.TableSpec, batch: sql.Batch, pid: int) -> pl.DataFrame | None:
     """`spec`'s rows of process `pid` with their `rowid`, each batch reduced by `batch`;
     None when the export lacks the table."""
     present = export.columns(spec.table)
