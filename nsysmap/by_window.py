@@ -90,7 +90,8 @@ def windows_read_apart(path: Path, memory_gb: float | None) -> Plan | None:
         return Plan(processes[0], [], 0, refused=found)
     windows, carried = _windows(found, count, str(path), processes[0])
     if len(windows) < 2:
-        return Plan(processes[0], [], 0, refused="no cut leaves runtime calls on both sides")
+        refused = "no cut outside every autograd link and range left open has calls on both sides"
+        return Plan(processes[0], [], 0, refused=refused)
     return Plan(processes[0], windows, found.ops, found.autograd, found.nodes, carried=carried)
 
 
@@ -111,7 +112,7 @@ def _windows(
     stats = stats.with_columns(pl.col("calls").fill_null(0))
     cum = stats["calls"].cum_sum()
     # A boundary after segment s cuts at cuts[s].
-    ends = _chosen(cum.slice(0, m), found.open_across, count) if m else []
+    ends = _chosen(cum.slice(0, m), int(cum[-1]), found.open_across, count) if m else []
     rows = carried_rows(path, pid, [found.cuts[s] for s in ends])
     usable = MAX_CARRIED if found.nvtx_rows is not None else 0  # else no rowid is read
     kept = [(s, r) for s, r in zip(ends, rows, strict=True) if len(r) <= usable]
@@ -128,15 +129,17 @@ def _windows(
     return windows, tuple(len(r) for r in carried)
 
 
-def _chosen(before: pl.Series, across: list[int], count: int) -> list[int]:
+def _chosen(before: pl.Series, total: int, across: list[int], count: int) -> list[int]:
     """The candidate cuts (by index) to cut at: for each of `count` - 1 targets at
     equal numbers of calls, the one with the fewest ranges open across it
     (`across`) within a quarter window's calls of the target, else the nearest.
-    `before`: the calls before each candidate."""
-    total = int(before[-1]) if before.len() else 0
+    `before`: the calls before each candidate, of `total`."""
     frame = pl.DataFrame({"i": pl.int_range(before.len(), eager=True), "cum": before})
     frame = frame.with_columns(open=pl.Series(across, dtype=pl.Int64))
     frame = frame.filter((pl.col("cum") > 0) & (pl.col("cum") < total))
+    distinct = frame.unique("cum", keep="first", maintain_order=True)
+    if distinct.height < count:  # as many windows as there are stretches with calls
+        return distinct["i"].to_list()
     slack = total / (4 * count)
     picked: set[int] = set()
     for j in range(1, count):
@@ -164,7 +167,8 @@ def window_profiles(
             raw, refused = carry.identified(raw, window)
         with stages.stage("normalise", "nesting ranges"):
             profile = normalise(raw)
-            refused = carry.handed_on(raw, profile, window) or refused
+            handed = carry.handed_on(raw, profile, window)
+        refused = refused or handed
         del raw
         if check is not None:
             check.carry(i, profile, window, refused)
