@@ -1,24 +1,33 @@
 """One process too large for memory whole, attributed one time window at a time.
 
 An export of a single process cannot be split by process (nsysmap.by_process),
-but its timeline can be cut where nothing that attribution reads crosses the
-cut (nsysmap.window_cuts): no NVTX range of any thread open, no autograd
-sequence number on both sides. Each window is then read, nested, attributed
-and summarised on its own, like a process read apart::
+but its timeline can be cut into windows, each read, nested, attributed and
+summarised on its own, like a process read apart::
 
     process ─┬─ window [.., t1): calls starting there, the GPU work they launched, its ranges
-             ├─ window [t1, t2): ...                                 ─> OPS blocks, partial sums
-             └─ window [t2, ..): ...                                    by_range per window, merged
+             ├─ window [t1, t2): ... and the ranges open across t1    ─> OPS blocks, partial sums
+             └─ window [t2, ..): ... and the ranges open across t2       by_range per window, merged
 
-Every range instance and its operations lie in one window, so by_range merges
-per instance as it does over processes; op_id and range_id count on from one
+Where to cut (nsysmap.window_cuts): at a range's start near equal numbers
+of runtime calls, the one with the fewest ranges open across it, and never
+across what cannot be carried: an autograd sequence number on both sides
+(the forward operator's range and the backward's are not carried into each
+other's window), a range left open (closed at its thread's last event), an
+`.item()` range (the waits keep each window's). A range open across a cut
+(a profiling range around the run, an epoch, the step the cut falls in) is
+read into every window it overlaps, with one range id (nsysmap.window_carry),
+so that nesting, labels, steps from step ranges and attribution in each
+window are those of a whole read; by_range counts its instance once, with
+the span of all its operations (`merge_by_range`). op_id counts on from one
 window to the next. `windows_read_apart` decides (the memory budget, or
 NSYSMAP_WINDOWS), `window_profiles` yields the windows' profiles, and
-`WindowCheck` watches the attributed rows for what would make them differ from
-a whole read: steps or phases from PyTorch's records over the whole process
-(nsysmap.attribution.records), work without a launch call, one step in two
-windows, a row lost or read twice. The flow then reads the export whole
-instead (nsysmap.flow): exact or not split, never different numbers.
+`WindowCheck` watches them for what would make them differ from a whole
+read: the two sides of an edge reading, nesting or clipping a carried range
+apart, a carried range nested over MAX_PATH_DEPTH deep, steps or phases
+from PyTorch's records over the whole process (nsysmap.attribution.records),
+work without a launch call, a row lost or read twice. The flow then reads
+the export whole instead (nsysmap.flow): exact or not split, never
+different numbers.
 """
 
 from __future__ import annotations
@@ -48,7 +57,7 @@ WINDOWS_ENV = "NSYSMAP_WINDOWS"
 META_KEY = "windows_read_apart"
 REFUSED_KEY = "windows_refused"
 # A cut with more ranges open across it than this is not used (each is read by rowid).
-MAX_CARRIED = 1024
+MAX_CARRIED = 4096
 
 
 @dataclass(frozen=True)
