@@ -122,7 +122,8 @@ def _windows(
     cum = stats["calls"].cum_sum()
     # A boundary after segment s cuts at cuts[s].
     ends = _chosen(cum.slice(0, m), int(cum[-1]), found.open_across, count) if m else []
-    rows = carried_rows(path, pid, [found.cuts[s] for s in ends])
+    quiet = found.exact and all(found.open_across[s] == 0 for s in ends)
+    rows = [[] for _ in ends] if quiet else carried_rows(path, pid, [found.cuts[s] for s in ends])
     usable = MAX_CARRIED if found.nvtx_rows is not None else 0  # else no rowid is read
     kept = [(s, r) for s, r in zip(ends, rows, strict=True) if len(r) <= usable]
     edges = [0, *(s + 1 for s, _ in kept), m + 1]

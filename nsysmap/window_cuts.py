@@ -89,6 +89,9 @@ class Segments:
     autograd: tuple[int, ...]  # the threads autograd names (their work is backward work)
     nodes: bool  # some range names an autograd node (work inside it is backward work)
     open_across: list[int]  # about how many ranges are open across each cut
+    # The counts are exact (the NVTX batches' start times do not overlap): a cut with
+    # none open across it needs no scan for the ranges to carry.
+    exact: bool
     # Per batch of rows read: lo, hi (start times; correlation ids for GPU work) and
     # row_lo, row_hi (rowids). NVTX's is None where a window cannot bound its rowids
     # (domain creations, read in every window).
@@ -136,7 +139,7 @@ def segments(path: str, pid: int) -> Segments | str:
     found = _range_spans(export, pid, strings)
     if isinstance(found, str):
         return found
-    candidates, nvtx_rows, domains, nodes = found
+    candidates, nvtx_rows, domains, nodes, exact = found
     if candidates is None:
         cuts = _even_cuts(export, pid)
         candidates = pl.DataFrame({"t": cuts, "open": [0] * len(cuts)}, schema=_CANDIDATES)
@@ -150,7 +153,7 @@ def segments(path: str, pid: int) -> Segments | str:
     ops = sum(int(batches["n"].sum()) for batches in op_rows.values())
     calls = calls.drop_nulls("segment")
     cuts, across = candidates["t"].to_list(), candidates["open"].to_list()
-    return Segments(cuts, calls, ops, autograd, nodes, across, nvtx_rows, domains, op_rows)
+    return Segments(cuts, calls, ops, autograd, nodes, across, exact, nvtx_rows, domains, op_rows)
 
 
 def _unsupported(export: Export) -> str | None:
@@ -172,14 +175,14 @@ _CANDIDATES = pl.Schema({"t": pl.Int64, "open": pl.Int64})
 
 def _range_spans(
     export: Export, pid: int, strings: pl.DataFrame
-) -> tuple[pl.DataFrame | None, pl.DataFrame | None, tuple[int, ...], bool] | str:
+) -> tuple[pl.DataFrame | None, pl.DataFrame | None, tuple[int, ...], bool, bool] | str:
     """The candidate cuts (t, and about how many ranges are open across it: `open`;
     None without NVTX), the NVTX batches' start times and rowids (None: not to
-    bound), the rowids of its domain creations and whether a range names an
-    autograd node; or a refusal."""
+    bound), the rowids of its domain creations, whether a range names an
+    autograd node and whether `open` is exact; or a refusal."""
     reduced = scan(export, specs.NVTX, lambda batch: _reduced(batch, strings), pid)
     if reduced is None:
-        return None, None, (), False  # no NVTX
+        return None, None, (), False, True  # no NVTX
     kinds = set(reduced["kind"].unique())
     if _FSDP in kinds:
         return "FSDP hook ranges (paired into spans across any gap)"
@@ -197,7 +200,10 @@ def _range_spans(
     batches = reduced.filter(pl.col("kind") == _BATCH).select("lo", "hi", "row_lo", "row_hi")
     domains = tuple(reduced.filter(pl.col("kind") == _DOMAIN)["row_lo"].sort().to_list())
     bounded = len(domains) <= MAX_DOMAINS
-    return candidates.cast(_CANDIDATES), batches if bounded else None, domains, _NODE in kinds
+    extents = batches.drop_nulls("lo").sort("lo")
+    exact = bool((extents["lo"].shift(-1) > extents["hi"]).fill_null(True).all())
+    kept = batches if bounded else None
+    return candidates.cast(_CANDIDATES), kept, domains, _NODE in kinds, exact
 
 
 def open_across(times: pl.Series, spans: pl.DataFrame) -> pl.Series:
