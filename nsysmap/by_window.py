@@ -189,8 +189,11 @@ def window_profiles(
 
 @dataclass
 class WindowCheck:
-    """Watches the OPS rows of the windows, block by block, for what would differ
-    from the export read whole; `refusal` says what (None: exact)."""
+    """Watches the windows (what each carries across its edges, from
+    `window_profiles`) and their OPS rows, block by block, for what would differ
+    from the export read whole; `refusal` says what (None: exact). Also keeps,
+    for by_range, where the operations inside each carried range lie
+    (`carried_instances`)."""
 
     ops: int  # the rows the windows must add up to
     autograd: tuple[int, ...] = ()  # the process's autograd threads (`Plan.autograd`)
