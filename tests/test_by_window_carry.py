@@ -4,6 +4,7 @@ is split, and every written table is that of a whole read (tests/window_tables.p
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import polars as pl
@@ -12,6 +13,7 @@ import pytest
 from nsysmap import by_window, window_carry
 from nsysmap.by_window import WINDOWS_ENV, WindowCheck, window_profiles, windows_read_apart
 from nsysmap.pipeline import analyse_file
+from nsysmap.read import nsys_sql
 from nsysmap.stages import Stages
 from nsysmap.synth.bulk import write_export
 from nsysmap.synth.tile import gpt_tables
@@ -143,3 +145,42 @@ def test_the_subtree_of_a_carried_range_is_what_by_range_counts_inside_it(spanne
     assert inside.height == same_thread.height  # everything of its thread, itself included
     paths = window_carry.path_rows(ranges, run)
     assert paths.select("range_path", "range_name", "range_depth").row(0) == ("run", "run", 1)
+
+
+def _crossing(path: Path, edges: list[int]) -> list[int]:
+    """How many ranges of the export are open across each of `edges` (start < t <= end)."""
+    with sqlite3.connect(path) as db:
+        return [
+            db.execute(
+                "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND start < ? "
+                "AND coalesce(end, ?) >= ?",
+                (edge, 1 << 62, edge),
+            ).fetchone()[0]
+            for edge in edges
+        ]
+
+
+@pytest.mark.parametrize("fixture", ["spanned", "quiet"])
+def test_the_ranges_open_across_each_cut_are_found_over_many_batches(
+    fixture, spanned, tmp_path, monkeypatch, request
+):
+    """Read in batches of 500 NVTX rows: candidate cuts and their counts come from
+    many batches (overlapping in time where the outer ranges are written last),
+    and each window still reads exactly the ranges open across its start."""
+    monkeypatch.setattr(nsys_sql, "BATCH_ROWS", 500)
+    path = spanned if fixture == "spanned" else request.getfixturevalue("quiet")
+    monkeypatch.setenv(WINDOWS_ENV, "6")
+    plan = windows_read_apart(path, None)
+    assert plan is not None and plan.refused is None and len(plan.windows) == 6
+    edges = [w.start_lo for w in plan.windows[1:]]
+    assert list(plan.carried) == [0, *_crossing(path, [e for e in edges if e is not None])]
+    assert (min(plan.carried[1:]) > 0) == (fixture == "spanned")
+    assert _split(path, tmp_path, monkeypatch, 6) is None
+    assert differences(tmp_path / "whole", tmp_path / "split") == []
+
+
+@pytest.fixture(scope="module")
+def quiet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The export of `spanned` without its outer ranges and with gaps between steps."""
+    folder = tmp_path_factory.mktemp("quiet")
+    return write_export(folder / "quiet.sqlite", gpt_tables(3000, seed=3, processes=1))
