@@ -135,6 +135,7 @@ def _windows(
             found.cuts[after - 1] if after <= m else None,
         )
         window = found.window(stats.slice(first, after - first), start)
+        # The carried ranges are read by rowid beside the domain creations.
         windows.append(replace(window, domains=tuple(sorted({*window.domains, *extra}))))
     return windows, tuple(len(r) for r in carried)
 
