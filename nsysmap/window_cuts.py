@@ -23,8 +23,12 @@ held but the reductions):
 3. GPU work: how many rows the process has (what the windows must add up
    to), and each batch's correlation ids and rowids.
 
-The rowids let each window read only the stretch of a table that holds its
-rows (`Segments.window`). The threads autograd names are read too (for
+The rowids (per CHUNK_ROWS rows) let each window read only the stretches of
+a table that hold its rows (`Segments.window`); an NVTX row that started
+before any range of its chunk ended (an outer range, written when it closed)
+is kept apart and read by rowid in the window of its start, so that it does
+not stretch its chunk over the whole run. The scans themselves are in
+nsysmap.window_scans. The threads autograd names are read too (for
 nsysmap.by_window's check).
 
 `segments` refuses (a one-line reason) what it cannot cut exactly: no
@@ -35,18 +39,28 @@ any gap), calls or ranges without a start.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import polars as pl
 
 from nsysmap.attribution.labels import AUTOGRAD_NODE, FSDP_HOOK, SEQ
-from nsysmap.attribution.record_evidence import AUTOGRAD_THREAD
 from nsysmap.read import nsys_specs as specs
 from nsysmap.read import nsys_sql as sql
 from nsysmap.read.nsys_frames import RANGE_KINDS, nvtx_batch
-from nsysmap.read.nsys_probe import BACKEND_ERRORS, Export, open_export, unreadable
+from nsysmap.read.nsys_probe import Export, open_export
 from nsysmap.read.nsys_sql import DOMAIN_CREATE, RowWindow
 from nsysmap.waits.sync_rules import SYNC_RANGE, matches
+from nsysmap.window_scans import (
+    CHUNK_ROWS,
+    GPU_WORK,
+    autograd_threads,
+    call_stretches,
+    counted,
+    even_cuts,
+    height,
+    op_batches,
+    scan,
+)
 
 END = (1 << 63) - 1  # where a range left open ends
 # With more NVTX domain creations than this, windows read NVTX without rowid bounds.
@@ -55,6 +69,12 @@ MAX_DOMAINS = 256
 # flags, batch extents, domain creations, candidate cuts (lo: time, hi: ranges of the
 # batch open across it) and ranges that reach past their batch's last start.
 _SPAN, _SEQ, _FSDP, _NO_START, _BATCH, _DOMAIN, _NODE, _CANDIDATE, _LONG = range(9)
+# ... and per CHUNK_ROWS rows (`seq`: which), the starts' extent without the rows
+# that started before any range of the chunk ended (an outer range written when
+# it closed), and those rows apart (read by rowid in the window of their start).
+_CHUNK, _OUTLIER = 9, 10
+# With more such rows than this, they widen their chunk's extent instead.
+MAX_OUTLIERS = 1 << 14
 # Candidate cuts kept per batch of NVTX rows: the start with the fewest of the
 # batch's ranges open across it in each of this many stretches of its starts.
 CANDIDATES_PER_BATCH = 512
@@ -69,8 +89,7 @@ _REDUCED = pl.Schema(
     }
 )
 _NEEDED = {specs.RUNTIME.table: ("start", "correlationId"), specs.NVTX.table: ("start",)}
-_GPU_WORK = (specs.KERNEL, specs.MEMCPY, specs.MEMSET, specs.GRAPH_TRACE)
-_NEEDED |= {s.table: ("correlationId",) for s in _GPU_WORK}
+_NEEDED |= {s.table: ("correlationId",) for s in GPU_WORK}
 _CAPTURES = (specs.GRAPH_NODE_EVENTS, specs.GRAPH_EVENTS)
 
 
@@ -97,6 +116,7 @@ class Segments:
     # (domain creations, read in every window).
     nvtx_rows: pl.DataFrame | None = None
     domains: tuple[int, ...] = ()  # the rowids of NVTX domain creations
+    outliers: pl.DataFrame | None = None  # lo (start), row_lo (rowid): read by rowid
     op_rows: dict[str, pl.DataFrame] = field(default_factory=dict)
 
     def window(self, calls: pl.DataFrame, start: tuple[int | None, int | None]) -> RowWindow:
@@ -109,11 +129,14 @@ class Segments:
         for table, batches in self.op_rows.items():
             overlapping = (pl.col("hi") >= corr[0]) & (pl.col("lo") <= corr[1])
             rows.append((table, *_bounds(batches.filter(overlapping))))
-        nvtx = None
+        nvtx, domains = None, self.domains
         if self.nvtx_rows is not None:
             lo, hi = start[0] if start[0] is not None else -END, start[1] or END
             nvtx = _bounds(self.nvtx_rows.filter((pl.col("hi") >= lo) & (pl.col("lo") < hi)))
-        return RowWindow(*start, *corr, rows=tuple(rows), nvtx_rows=nvtx, domains=self.domains)
+            if self.outliers is not None:
+                mine = self.outliers.filter((pl.col("lo") >= lo) & (pl.col("lo") < hi))
+                domains = tuple(sorted({*domains, *mine["row_lo"].to_list()}))
+        return RowWindow(*start, *corr, rows=tuple(rows), nvtx_rows=nvtx, domains=domains)
 
 
 def _bound(value: object, default: int) -> int:
@@ -139,21 +162,23 @@ def segments(path: str, pid: int) -> Segments | str:
     found = _range_spans(export, pid, strings)
     if isinstance(found, str):
         return found
-    candidates, nvtx_rows, domains, nodes, exact = found
+    candidates, (nvtx_rows, outliers), domains, nodes, exact = found
     if candidates is None:
-        cuts = _even_cuts(export, pid)
+        cuts = even_cuts(export, pid)
         candidates = pl.DataFrame({"t": cuts, "open": [0] * len(cuts)}, schema=_CANDIDATES)
     if candidates.is_empty():
         return "no moment of the capture outside every autograd link and range left open"
-    calls = _call_stretches(export, pid, candidates["t"].to_list())
+    calls = call_stretches(export, pid, candidates["t"].to_list())
     if calls["segment"].null_count():
         return "runtime calls without a start time"
-    autograd = _autograd_threads(export, pid, strings)
-    op_rows = _op_batches(export, pid)
+    autograd = autograd_threads(export, pid, strings)
+    op_rows = op_batches(export, pid)
     ops = sum(int(batches["n"].sum()) for batches in op_rows.values())
     calls = calls.drop_nulls("segment")
     cuts, across = candidates["t"].to_list(), candidates["open"].to_list()
-    return Segments(cuts, calls, ops, autograd, nodes, across, exact, nvtx_rows, domains, op_rows)
+    return Segments(
+        cuts, calls, ops, autograd, nodes, across, exact, nvtx_rows, domains, outliers, op_rows
+    )
 
 
 def _unsupported(export: Export) -> str | None:
@@ -164,7 +189,7 @@ def _unsupported(export: Export) -> str | None:
         if present and any(c.lower() not in present for c in columns):
             return f"{table} lacks {', '.join(columns)}"
     for spec in _CAPTURES:
-        found = sql.read_table(export, _counted(spec.table, "start", ""), batch=_height)
+        found = sql.read_table(export, counted(spec.table, "start", ""), batch=height)
         if found is not None and found["n"].sum():
             return "CUDA graph nodes captured (replays are attributed at their capture)"
     return None
@@ -175,14 +200,15 @@ _CANDIDATES = pl.Schema({"t": pl.Int64, "open": pl.Int64})
 
 def _range_spans(
     export: Export, pid: int, strings: pl.DataFrame
-) -> tuple[pl.DataFrame | None, pl.DataFrame | None, tuple[int, ...], bool, bool] | str:
+) -> tuple[pl.DataFrame | None, _Rows, tuple[int, ...], bool, bool] | str:
     """The candidate cuts (t, and about how many ranges are open across it: `open`;
-    None without NVTX), the NVTX batches' start times and rowids (None: not to
-    bound), the rowids of its domain creations, whether a range names an
-    autograd node and whether `open` is exact; or a refusal."""
+    None without NVTX), the NVTX chunks' start times and rowids and the rows kept
+    apart from them (None: not to bound), the rowids of its domain creations,
+    whether a range names an autograd node and whether `open` is exact; or a
+    refusal."""
     reduced = scan(export, specs.NVTX, lambda batch: _reduced(batch, strings), pid)
     if reduced is None:
-        return None, None, (), False, True  # no NVTX
+        return None, (None, None), (), False, True  # no NVTX
     kinds = set(reduced["kind"].unique())
     if _FSDP in kinds:
         return "FSDP hook ranges (paired into spans across any gap)"
@@ -202,8 +228,25 @@ def _range_spans(
     bounded = len(domains) <= MAX_DOMAINS
     extents = batches.drop_nulls("lo").sort("lo")
     exact = bool((extents["lo"].shift(-1) > extents["hi"]).fill_null(True).all())
-    kept = batches if bounded else None
+    kept = _chunks(reduced) if bounded else (None, None)
     return candidates.cast(_CANDIDATES), kept, domains, _NODE in kinds, exact
+
+
+_Rows = tuple[pl.DataFrame | None, pl.DataFrame | None]
+
+
+def _chunks(reduced: pl.DataFrame) -> _Rows:
+    """The chunks' start extents and rowids (lo, hi, row_lo, row_hi) and the rows kept
+    apart from them (lo, row_lo); with over MAX_OUTLIERS of those, none kept apart."""
+    chunks = reduced.filter(pl.col("kind") == _CHUNK)
+    outliers = reduced.filter(pl.col("kind") == _OUTLIER)
+    if outliers.height > MAX_OUTLIERS:
+        widest = outliers.group_by("seq").agg(first=pl.col("lo").min())
+        chunks = chunks.join(widest, on="seq", how="left").with_columns(
+            lo=pl.min_horizontal("lo", "first")
+        )
+        outliers = outliers.clear()
+    return chunks.select("lo", "hi", "row_lo", "row_hi"), outliers.select("lo", "row_lo")
 
 
 def open_across(times: pl.Series, spans: pl.DataFrame) -> pl.Series:
@@ -229,6 +272,17 @@ def _reduced(batch: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
     )
     rows = nvtx_batch(batch, strings).filter(pl.col("eventType").is_in(RANGE_KINDS))
     rows = rows.select(lo="start_ns", hi=pl.col("end").fill_null(END), name="name")
+    chunked = batch.select("rowid", "start", hi=pl.col("end").fill_null(END)).with_columns(
+        seq=pl.col("rowid") // CHUNK_ROWS
+    )
+    early = pl.col("start") < pl.col("hi").min().over("seq")
+    outliers = chunked.filter(early).select("seq", lo="start", row_lo="rowid")
+    chunks = chunked.group_by("seq").agg(
+        lo=pl.col("start").filter(~early).min(),
+        hi=pl.col("start").max(),
+        row_lo=pl.col("rowid").min(),
+        row_hi=pl.col("rowid").max(),
+    )
     seqs = rows.select("lo", "hi", seq=pl.col("name").str.extract(SEQ, 1).cast(pl.Int64))
     seqs = seqs.drop_nulls("seq").group_by("seq").agg(pl.col("lo").min(), pl.col("hi").max())
     flags = []
@@ -246,6 +300,8 @@ def _reduced(batch: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
     parts = [
         domains,
         extent,
+        chunks.with_columns(kind=pl.lit(_CHUNK)),
+        outliers.with_columns(kind=pl.lit(_OUTLIER)),
         fixed.with_columns(kind=pl.lit(_SPAN)),
         seqs.with_columns(kind=pl.lit(_SEQ)),
         *_candidates(timed.select("lo", "hi")),
@@ -278,108 +334,3 @@ def _candidates(spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         best.select("lo", "hi", kind=pl.lit(_CANDIDATE)),
         long.with_columns(kind=pl.lit(_LONG)),
     )
-
-
-# Without ranges, any moment can be cut: this many even cuts over the calls' times.
-EVEN_CUTS = 1024
-
-
-def _even_cuts(export: Export, pid: int) -> list[int]:
-    """EVEN_CUTS times spread evenly over the process's runtime calls."""
-    spec = _counted(specs.RUNTIME.table, "start", specs.RUNTIME.process)
-    found = sql.read_table(
-        export,
-        spec,
-        batch=lambda b: b.select(lo=pl.col("start").min(), hi=pl.col("start").max()),
-        process=pid,
-    )
-    if found is None or found["lo"].min() is None:
-        return []
-    lo, hi = int(found["lo"].min()), int(found["hi"].max())  # type: ignore[arg-type]
-    return sorted({lo + (hi - lo) * i // EVEN_CUTS for i in range(1, EVEN_CUTS)} - {lo})
-
-
-def _autograd_threads(export: Export, pid: int, strings: pl.DataFrame) -> tuple[int, ...]:
-    """The process's threads named as autograd's (nsysmap.attribution.record_evidence)."""
-    names = sql.read_table(export, specs.THREAD_NAMES, process=pid)
-    if names is None:
-        return ()
-    named = names.select(
-        tid=specs.thread_id("globalTid"), name=specs.string_value("nameId", strings)
-    )
-    found = named.filter(pl.col("name").str.contains(AUTOGRAD_THREAD))["tid"]
-    return tuple(sorted(set(found.to_list())))
-
-
-def _call_stretches(export: Export, pid: int, cuts: list[int]) -> pl.DataFrame:
-    """segment, calls, corr_lo, corr_hi per stretch between `cuts` (segment null:
-    calls without a start)."""
-    bounds = pl.Series(cuts, dtype=pl.Int64)
-
-    def stretch(batch: pl.DataFrame) -> pl.DataFrame:
-        at = batch.with_columns(
-            segment=pl.when(pl.col("start").is_not_null()).then(
-                bounds.search_sorted(batch["start"], side="right")
-            )
-        )
-        return at.group_by("segment").agg(
-            calls=pl.len(),
-            corr_lo=pl.col("correlationId").min(),
-            corr_hi=pl.col("correlationId").max(),
-            row_lo=pl.col("rowid").min(),
-            row_hi=pl.col("rowid").max(),
-        )
-
-    spec = _counted(specs.RUNTIME.table, "start correlationId", specs.RUNTIME.process)
-    parts = scan(export, spec, stretch, pid)
-    assert parts is not None  # _unsupported checked the table
-    lows, highs = pl.col("corr_lo", "row_lo").min(), pl.col("corr_hi", "row_hi").max()
-    return (
-        parts.group_by("segment")
-        .agg(pl.col("calls").sum(), lows, highs)
-        .sort("segment", nulls_last=True)
-    )
-
-
-def _op_batches(export: Export, pid: int) -> dict[str, pl.DataFrame]:
-    """Per table of GPU work (kernels, copies, memsets, graph replays) the process
-    has rows in, per batch: n, lo, hi (correlation ids) and row_lo, row_hi (rowids)."""
-
-    def extent(batch: pl.DataFrame) -> pl.DataFrame:
-        return batch.select(
-            n=pl.len().cast(pl.Int64),
-            lo=pl.col("correlationId").min(),
-            hi=pl.col("correlationId").max(),
-            row_lo=pl.col("rowid").min(),
-            row_hi=pl.col("rowid").max(),
-        )
-
-    found = {}
-    for spec in _GPU_WORK:
-        batches = scan(export, _counted(spec.table, "correlationId", spec.process), extent, pid)
-        if batches is not None:
-            found[spec.table] = batches.filter(pl.col("n") > 0)
-    return found
-
-
-def scan(export: Export, spec: specs.TableSpec, batch: sql.Batch, pid: int) -> pl.DataFrame | None:
-    """`spec`'s rows of process `pid` with their `rowid`, each batch reduced by `batch`;
-    None when the export lacks the table."""
-    present = export.columns(spec.table)
-    if present is None:
-        return None
-    with_rowid = replace(spec, ints=f"{spec.ints} rowid")
-    try:
-        with export.connect() as conn:
-            return sql.fetch(conn, with_rowid, present | {"rowid"}, batch=batch, process=pid)
-    except BACKEND_ERRORS as exc:
-        raise unreadable(export.file, exc) from None
-
-
-def _counted(table: str, ints: str, process: str) -> specs.TableSpec:
-    """A spec reading only `ints` of `table`."""
-    return specs.TableSpec(table, ints, process=process)
-
-
-def _height(batch: pl.DataFrame) -> pl.DataFrame:
-    return pl.DataFrame({"n": [batch.height]}, schema={"n": pl.Int64})

@@ -10,10 +10,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap import by_window, window_carry
+from nsysmap import by_window, window_carry, window_cuts
 from nsysmap.by_window import WINDOWS_ENV, WindowCheck, window_profiles, windows_read_apart
 from nsysmap.pipeline import analyse_file
 from nsysmap.read import nsys_sql
+from nsysmap.read.nsys_sqlite import read_sqlite
 from nsysmap.stages import Stages
 from nsysmap.synth.bulk import write_export
 from nsysmap.synth.tile import gpt_tables
@@ -168,6 +169,7 @@ def test_the_ranges_open_across_each_cut_are_found_over_many_batches(
     many batches (overlapping in time where the outer ranges are written last),
     and each window still reads exactly the ranges open across its start."""
     monkeypatch.setattr(nsys_sql, "BATCH_ROWS", 500)
+    monkeypatch.setattr(window_cuts, "CHUNK_ROWS", 128)
     path = spanned if fixture == "spanned" else request.getfixturevalue("quiet")
     monkeypatch.setenv(WINDOWS_ENV, "6")
     plan = windows_read_apart(path, None)
@@ -175,6 +177,9 @@ def test_the_ranges_open_across_each_cut_are_found_over_many_batches(
     edges = [w.start_lo for w in plan.windows[1:]]
     assert list(plan.carried) == [0, *_crossing(path, [e for e in edges if e is not None])]
     assert (min(plan.carried[1:]) > 0) == (fixture == "spanned")
+    whole = read_sqlite(path)
+    parts = [read_sqlite(path, process=plan.pid, window=w) for w in plan.windows]
+    assert sum(p.ranges.height for p in parts) == whole.ranges.height + sum(plan.carried)
     assert _split(path, tmp_path, monkeypatch, 6) is None
     assert differences(tmp_path / "whole", tmp_path / "split") == []
 
