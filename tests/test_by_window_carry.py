@@ -189,3 +189,25 @@ def quiet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The export of `spanned` without its outer ranges and with gaps between steps."""
     folder = tmp_path_factory.mktemp("quiet")
     return write_export(folder / "quiet.sqlite", gpt_tables(3000, seed=3, processes=1))
+
+
+@pytest.mark.parametrize("outliers", [0, 1 << 14])
+def test_each_range_is_read_in_the_window_of_its_start(spanned, monkeypatch, outliers):
+    """Extents per 128 NVTX rows: the outer ranges, written last, are read by rowid in
+    the window of their start, or (too many of them) widen their chunk's extent;
+    either way every range is read once, and again in each window it is carried to."""
+    monkeypatch.setattr(window_cuts, "CHUNK_ROWS", 128)
+    monkeypatch.setattr(window_cuts, "MAX_OUTLIERS", outliers)
+    monkeypatch.setenv(WINDOWS_ENV, "6")
+    plan = windows_read_apart(spanned, None)
+    assert plan is not None and plan.refused is None
+    whole = read_sqlite(spanned)
+    parts = [read_sqlite(spanned, process=plan.pid, window=w) for w in plan.windows]
+    assert sum(p.ranges.height for p in parts) == whole.ranges.height + sum(plan.carried)
+    with sqlite3.connect(spanned) as db:
+        (last,) = db.execute("SELECT max(rowid) FROM NVTX_EVENTS").fetchone()
+    first = plan.windows[0].nvtx_rows
+    assert first is not None
+    # Kept apart, the outer ranges (the last rows) do not stretch the first window's
+    # rows to the end of the table.
+    assert (first[1] >= last) == (outliers == 0)
