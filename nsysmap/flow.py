@@ -93,11 +93,12 @@ def file_source(path: Path, memory_gb: float | None, stages: Stages) -> Source:
         return Source(_read_whole(path, stages))
     if plan.refused is not None:
         return Source(_read_whole(path, stages, plan.refused))
+    check = WindowCheck(plan.ops, plan.autograd, plan.nodes)
     return Source(
-        window_profiles(path, plan, stages=stages),
+        window_profiles(path, plan, stages=stages, check=check),
         apart=True,
         merged=lambda parts: merged_profile(parts, META_KEY),
-        check=WindowCheck(plan.ops, plan.autograd, plan.nodes),
+        check=check,
         fallback=lambda reason: Source(_read_whole(path, stages, reason)),
     )
 
@@ -209,7 +210,8 @@ def _summarised(
     store = _taken(blocks, parts, sink, stages)
     with stages.stage("summarise", "summarising"):
         summaries = combine_summaries(parts)
-        summaries = summaries.replaced(by_range=merge_by_range(kept.by_range))
+        carried = None if source.check is None else source.check.carried_instances()
+        summaries = summaries.replaced(by_range=merge_by_range(kept.by_range, carried))
         summaries = with_overlap(summaries, store.scan())
         summaries = with_waits(summaries, store.scan(), *kept.waits_context())
     return store, summaries, kept

@@ -3,14 +3,19 @@
 Three scans of the export, each in batches reduced as they arrive (nothing
 held but the reductions):
 
-1. NVTX: every range of the process (one left open: to the end of time),
-   and per autograd sequence number the time from the first to the last
-   range carrying it (a forward operator's `seq = N` and the backward's
-   `stashed seq = N`, which attribution links). Their union leaves *quiet*
-   gaps: a cut at the start of the interval after a gap leaves no range of
-   any thread open across it and no sequence number on both sides. Also
-   whether a range names an autograd node, and each batch's start times
-   and rowids.
+1. NVTX: candidate cuts, each a range's start, with about how many ranges
+   of any thread are open across it (per batch, the start with the fewest
+   of the batch's own ranges open across it in each of its
+   CANDIDATES_PER_BATCH stretches, plus the ranges of every batch that
+   reach past their batch's last start). A range open across a cut is read
+   into both windows (nsysmap.window_carry), so cuts need not be quiet; but
+   none may cross what cannot be carried: per autograd sequence number the
+   time from the first to the last range carrying it (a forward operator's
+   `seq = N` and the backward's `stashed seq = N`, which attribution
+   links), a range left open (closed at its thread's last event, in
+   another window) or an `.item()` range (the waits read each window's).
+   Also whether a range names an autograd node, and each batch's start
+   times and rowids.
 2. CUDA runtime calls: per stretch between two candidate cuts, how many
    calls start there, the extent of their correlation ids (a window's GPU
    work is read by those ids, and kept where a call of the window launched
@@ -18,34 +23,61 @@ held but the reductions):
 3. GPU work: how many rows the process has (what the windows must add up
    to), and each batch's correlation ids and rowids.
 
-The rowids let each window read only the stretch of a table that holds its
-rows (`Segments.window`). The threads autograd names are read too (for
+The rowids (per CHUNK_ROWS rows) let each window read only the stretches of
+a table that hold its rows (`Segments.window`); an NVTX row that started
+before any range of its chunk ended (an outer range, written when it closed)
+is kept apart and read by rowid in the window of its start, so that it does
+not stretch its chunk over the whole run. The scans themselves are in
+nsysmap.window_scans. The threads autograd names are read too (for
 nsysmap.by_window's check).
 
 `segments` refuses (a one-line reason) what it cannot cut exactly: no
-quiet gap, CUDA graph node captures (a replay is attributed where its graph
+candidate cut, CUDA graph node captures (a replay is attributed where its graph
 was captured, any time before), FSDP hook ranges (paired into spans across
 any gap), calls or ranges without a start.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import polars as pl
 
 from nsysmap.attribution.labels import AUTOGRAD_NODE, FSDP_HOOK, SEQ
-from nsysmap.attribution.record_evidence import AUTOGRAD_THREAD
 from nsysmap.read import nsys_specs as specs
 from nsysmap.read import nsys_sql as sql
 from nsysmap.read.nsys_frames import RANGE_KINDS, nvtx_batch
-from nsysmap.read.nsys_probe import BACKEND_ERRORS, Export, open_export, unreadable
+from nsysmap.read.nsys_probe import Export, open_export
 from nsysmap.read.nsys_sql import DOMAIN_CREATE, RowWindow
+from nsysmap.waits.sync_rules import SYNC_RANGE, matches
+from nsysmap.window_scans import (
+    CHUNK_ROWS,
+    GPU_WORK,
+    autograd_threads,
+    call_stretches,
+    counted,
+    even_cuts,
+    height,
+    op_batches,
+    scan,
+)
 
 END = (1 << 63) - 1  # where a range left open ends
 # With more NVTX domain creations than this, windows read NVTX without rowid bounds.
 MAX_DOMAINS = 256
-_SPAN, _SEQ, _FSDP, _NO_START, _BATCH, _DOMAIN, _NODE = range(7)  # the NVTX reduction's
+# The NVTX reduction's kinds of rows: spans no cut may cross, autograd sequence numbers,
+# flags, batch extents, domain creations, candidate cuts (lo: time, hi: ranges of the
+# batch open across it) and ranges that reach past their batch's last start.
+_SPAN, _SEQ, _FSDP, _NO_START, _BATCH, _DOMAIN, _NODE, _CANDIDATE, _LONG = range(9)
+# ... and per CHUNK_ROWS rows (`seq`: which), the starts' extent without the rows
+# that started before any range of the chunk ended (an outer range written when
+# it closed), and those rows apart (read by rowid in the window of their start).
+_CHUNK, _OUTLIER = 9, 10
+# With more such rows than this, they widen their chunk's extent instead.
+MAX_OUTLIERS = 1 << 14
+# Candidate cuts kept per batch of NVTX rows: the start with the fewest of the
+# batch's ranges open across it in each of this many stretches of its starts.
+CANDIDATES_PER_BATCH = 512
 _REDUCED = pl.Schema(
     {
         "kind": pl.Int8,
@@ -57,8 +89,7 @@ _REDUCED = pl.Schema(
     }
 )
 _NEEDED = {specs.RUNTIME.table: ("start", "correlationId"), specs.NVTX.table: ("start",)}
-_GPU_WORK = (specs.KERNEL, specs.MEMCPY, specs.MEMSET, specs.GRAPH_TRACE)
-_NEEDED |= {s.table: ("correlationId",) for s in _GPU_WORK}
+_NEEDED |= {s.table: ("correlationId",) for s in GPU_WORK}
 _CAPTURES = (specs.GRAPH_NODE_EVENTS, specs.GRAPH_EVENTS)
 
 
@@ -76,11 +107,16 @@ class Segments:
     ops: int  # the process's rows of GPU work
     autograd: tuple[int, ...]  # the threads autograd names (their work is backward work)
     nodes: bool  # some range names an autograd node (work inside it is backward work)
+    open_across: list[int]  # about how many ranges are open across each cut
+    # The counts are exact (the NVTX batches' start times do not overlap): a cut with
+    # none open across it needs no scan for the ranges to carry.
+    exact: bool
     # Per batch of rows read: lo, hi (start times; correlation ids for GPU work) and
     # row_lo, row_hi (rowids). NVTX's is None where a window cannot bound its rowids
     # (domain creations, read in every window).
     nvtx_rows: pl.DataFrame | None = None
     domains: tuple[int, ...] = ()  # the rowids of NVTX domain creations
+    outliers: pl.DataFrame | None = None  # lo (start), row_lo (rowid): read by rowid
     op_rows: dict[str, pl.DataFrame] = field(default_factory=dict)
 
     def window(self, calls: pl.DataFrame, start: tuple[int | None, int | None]) -> RowWindow:
@@ -93,11 +129,14 @@ class Segments:
         for table, batches in self.op_rows.items():
             overlapping = (pl.col("hi") >= corr[0]) & (pl.col("lo") <= corr[1])
             rows.append((table, *_bounds(batches.filter(overlapping))))
-        nvtx = None
+        nvtx, domains = None, self.domains
         if self.nvtx_rows is not None:
             lo, hi = start[0] if start[0] is not None else -END, start[1] or END
             nvtx = _bounds(self.nvtx_rows.filter((pl.col("hi") >= lo) & (pl.col("lo") < hi)))
-        return RowWindow(*start, *corr, rows=tuple(rows), nvtx_rows=nvtx, domains=self.domains)
+            if self.outliers is not None:
+                mine = self.outliers.filter((pl.col("lo") >= lo) & (pl.col("lo") < hi))
+                domains = tuple(sorted({*domains, *mine["row_lo"].to_list()}))
+        return RowWindow(*start, *corr, rows=tuple(rows), nvtx_rows=nvtx, domains=domains)
 
 
 def _bound(value: object, default: int) -> int:
@@ -123,18 +162,23 @@ def segments(path: str, pid: int) -> Segments | str:
     found = _range_spans(export, pid, strings)
     if isinstance(found, str):
         return found
-    spans, nvtx_rows, domains, nodes = found
-    cuts = quiet_cuts(spans) if spans.height else _even_cuts(export, pid)
-    if not cuts:
-        return "no moment of the capture has no range open and no autograd link across it"
-    calls = _call_stretches(export, pid, cuts)
+    candidates, (nvtx_rows, outliers), domains, nodes, exact = found
+    if candidates is None:
+        cuts = even_cuts(export, pid)
+        candidates = pl.DataFrame({"t": cuts, "open": [0] * len(cuts)}, schema=_CANDIDATES)
+    if candidates.is_empty():
+        return "no moment of the capture outside every autograd link and range left open"
+    calls = call_stretches(export, pid, candidates["t"].to_list())
     if calls["segment"].null_count():
         return "runtime calls without a start time"
-    autograd = _autograd_threads(export, pid, strings)
-    op_rows = _op_batches(export, pid)
+    autograd = autograd_threads(export, pid, strings)
+    op_rows = op_batches(export, pid)
     ops = sum(int(batches["n"].sum()) for batches in op_rows.values())
     calls = calls.drop_nulls("segment")
-    return Segments(cuts, calls, ops, autograd, nodes, nvtx_rows, domains, op_rows)
+    cuts, across = candidates["t"].to_list(), candidates["open"].to_list()
+    return Segments(
+        cuts, calls, ops, autograd, nodes, across, exact, nvtx_rows, domains, outliers, op_rows
+    )
 
 
 def _unsupported(export: Export) -> str | None:
@@ -145,43 +189,80 @@ def _unsupported(export: Export) -> str | None:
         if present and any(c.lower() not in present for c in columns):
             return f"{table} lacks {', '.join(columns)}"
     for spec in _CAPTURES:
-        found = sql.read_table(export, _counted(spec.table, "start", ""), batch=_height)
+        found = sql.read_table(export, counted(spec.table, "start", ""), batch=height)
         if found is not None and found["n"].sum():
             return "CUDA graph nodes captured (replays are attributed at their capture)"
     return None
 
 
+_CANDIDATES = pl.Schema({"t": pl.Int64, "open": pl.Int64})
+
+
 def _range_spans(
     export: Export, pid: int, strings: pl.DataFrame
-) -> tuple[pl.DataFrame, pl.DataFrame | None, tuple[int, ...], bool] | str:
-    """Each range's (lo, hi) and each sequence number's, as one frame, the NVTX
-    batches' start times and rowids (None: not to bound), the rowids of its
-    domain creations and whether a range names an autograd node; or a refusal."""
-    reduced = _scan(export, specs.NVTX, lambda batch: _reduced(batch, strings), pid)
+) -> tuple[pl.DataFrame | None, _Rows, tuple[int, ...], bool, bool] | str:
+    """The candidate cuts (t, and about how many ranges are open across it: `open`;
+    None without NVTX), the NVTX chunks' start times and rowids and the rows kept
+    apart from them (None: not to bound), the rowids of its domain creations,
+    whether a range names an autograd node and whether `open` is exact; or a
+    refusal."""
+    reduced = scan(export, specs.NVTX, lambda batch: _reduced(batch, strings), pid)
     if reduced is None:
-        return pl.DataFrame(schema={"lo": pl.Int64, "hi": pl.Int64}), None, (), False  # no NVTX
+        return None, (None, None), (), False, True  # no NVTX
     kinds = set(reduced["kind"].unique())
     if _FSDP in kinds:
         return "FSDP hook ranges (paired into spans across any gap)"
     if _NO_START in kinds:
         return "NVTX ranges without a start time"
-    seqs = (
-        reduced.filter(pl.col("kind") == _SEQ)
-        .group_by("seq")
-        .agg(pl.col("lo").min(), pl.col("hi").max())
+    of = {kind: reduced.filter(pl.col("kind") == kind) for kind in (_SEQ, _SPAN, _CANDIDATE)}
+    seqs = of[_SEQ].group_by("seq").agg(pl.col("lo").min(), pl.col("hi").max())
+    fixed = pl.concat([of[_SPAN].select("lo", "hi"), seqs.select("lo", "hi")])
+    long = reduced.filter(pl.col("kind") == _LONG)
+    candidates = of[_CANDIDATE].select(
+        t="lo", open=pl.col("hi") + open_across(of[_CANDIDATE]["lo"], long)
     )
-    spans = reduced.filter(pl.col("kind") == _SPAN).select("lo", "hi")
+    candidates = candidates.filter(open_across(candidates["t"], fixed) == 0)
+    candidates = candidates.group_by("t").agg(pl.col("open").max()).sort("t")
     batches = reduced.filter(pl.col("kind") == _BATCH).select("lo", "hi", "row_lo", "row_hi")
     domains = tuple(reduced.filter(pl.col("kind") == _DOMAIN)["row_lo"].sort().to_list())
     bounded = len(domains) <= MAX_DOMAINS
-    spans = pl.concat([spans, seqs.drop("seq")])
-    return spans, batches if bounded else None, domains, _NODE in kinds
+    extents = batches.drop_nulls("lo").sort("lo")
+    exact = bool((extents["lo"].shift(-1) > extents["hi"]).fill_null(True).all())
+    kept = _chunks(reduced) if bounded else (None, None)
+    return candidates.cast(_CANDIDATES), kept, domains, _NODE in kinds, exact
+
+
+_Rows = tuple[pl.DataFrame | None, pl.DataFrame | None]
+
+
+def _chunks(reduced: pl.DataFrame) -> _Rows:
+    """The chunks' start extents and rowids (lo, hi, row_lo, row_hi) and the rows kept
+    apart from them (lo, row_lo); with over MAX_OUTLIERS of those, none kept apart."""
+    chunks = reduced.filter(pl.col("kind") == _CHUNK)
+    outliers = reduced.filter(pl.col("kind") == _OUTLIER)
+    if outliers.height > MAX_OUTLIERS:
+        widest = outliers.group_by("seq").agg(first=pl.col("lo").min())
+        chunks = chunks.join(widest, on="seq", how="left").with_columns(
+            lo=pl.min_horizontal("lo", "first")
+        )
+        outliers = outliers.clear()
+    return chunks.select("lo", "hi", "row_lo", "row_hi"), outliers.select("lo", "row_lo")
+
+
+def open_across(times: pl.Series, spans: pl.DataFrame) -> pl.Series:
+    """How many of `spans` (closed intervals lo, hi) are open across a cut at each of
+    `times`: lo < t <= hi (a launch at t is inside a range ending at t)."""
+    spans = spans.filter(pl.col("hi") >= pl.col("lo"))
+    before = spans["lo"].sort().search_sorted(times, side="left").cast(pl.Int64)
+    ended = spans["hi"].sort().search_sorted(times, side="left").cast(pl.Int64)
+    return (before - ended).alias("open")
 
 
 def _reduced(batch: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
-    """A batch of NVTX rows as _REDUCED rows: its ranges' union, its sequence numbers'
-    spans, its start times and rowids, one row when it holds an FSDP hook, a range
-    without a start or a domain creation."""
+    """A batch of NVTX rows as _REDUCED rows: the spans no cut may cross (ranges left
+    open, `.item()` ranges), its sequence numbers' spans, candidate cuts, ranges
+    reaching past its last start, its start times and rowids, one row when it holds
+    an FSDP hook, a range without a start or a domain creation."""
     extent = batch.select(
         kind=pl.lit(_BATCH),
         lo=pl.col("start").min(),
@@ -191,6 +272,17 @@ def _reduced(batch: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
     )
     rows = nvtx_batch(batch, strings).filter(pl.col("eventType").is_in(RANGE_KINDS))
     rows = rows.select(lo="start_ns", hi=pl.col("end").fill_null(END), name="name")
+    chunked = batch.select("rowid", "start", hi=pl.col("end").fill_null(END)).with_columns(
+        seq=pl.col("rowid") // CHUNK_ROWS
+    )
+    early = pl.col("start") < pl.col("hi").min().over("seq")
+    outliers = chunked.filter(early).select("seq", lo="start", row_lo="rowid")
+    chunks = chunked.group_by("seq").agg(
+        lo=pl.col("start").filter(~early).min(),
+        hi=pl.col("start").max(),
+        row_lo=pl.col("rowid").min(),
+        row_hi=pl.col("rowid").max(),
+    )
     seqs = rows.select("lo", "hi", seq=pl.col("name").str.extract(SEQ, 1).cast(pl.Int64))
     seqs = seqs.drop_nulls("seq").group_by("seq").agg(pl.col("lo").min(), pl.col("hi").max())
     flags = []
@@ -203,11 +295,16 @@ def _reduced(batch: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
     domains = batch.filter(pl.col("eventType") == DOMAIN_CREATE).select(
         kind=pl.lit(_DOMAIN), row_lo="rowid"
     )
+    timed = rows.drop_nulls("lo")
+    fixed = timed.filter((pl.col("hi") == END) | matches("name", SYNC_RANGE)).select("lo", "hi")
     parts = [
         domains,
         extent,
-        union(rows.drop_nulls("lo").select("lo", "hi")).with_columns(kind=pl.lit(_SPAN)),
+        chunks.with_columns(kind=pl.lit(_CHUNK)),
+        outliers.with_columns(kind=pl.lit(_OUTLIER)),
+        fixed.with_columns(kind=pl.lit(_SPAN)),
         seqs.with_columns(kind=pl.lit(_SEQ)),
+        *_candidates(timed.select("lo", "hi")),
         pl.DataFrame({"kind": flags}),
     ]
     return pl.concat(
@@ -216,127 +313,24 @@ def _reduced(batch: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
     ).select(_REDUCED.names())
 
 
-def union(spans: pl.DataFrame) -> pl.DataFrame:
-    """The union of closed intervals (lo, hi) as disjoint ones, ascending; touching
-    intervals are joined."""
-    spans = spans.sort("lo")
-    reach = pl.col("hi").cum_max().shift(1)
-    group = (pl.col("lo") > reach).fill_null(True).cum_sum()
+def _candidates(spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A batch's candidate cuts (lo: a range start, hi: how many of the batch's ranges
+    that end before its last start are open across it), the fewest in each of
+    CANDIDATES_PER_BATCH stretches of its starts; and its ranges reaching its last
+    start or past it (counted over every batch at the end)."""
+    if spans.is_empty():
+        return spans.clear(), spans.clear()
+    last = spans["lo"].max()
+    long = spans.filter(pl.col("hi") >= last)
+    starts = spans["lo"].unique().sort()
+    count = open_across(starts, spans.filter(pl.col("hi") < last))
+    stretch = pl.int_range(pl.len(), dtype=pl.Int64) * CANDIDATES_PER_BATCH // pl.len()
+    best = (
+        pl.DataFrame({"lo": starts, "hi": count})
+        .group_by(stretch.alias("s"))
+        .agg(pl.col("lo").get(pl.col("hi").arg_min()), pl.col("hi").min())
+    )
     return (
-        spans.group_by(group.alias("g"))
-        .agg(pl.col("lo").min(), pl.col("hi").max())
-        .sort("lo")
-        .select("lo", "hi")
+        best.select("lo", "hi", kind=pl.lit(_CANDIDATE)),
+        long.with_columns(kind=pl.lit(_LONG)),
     )
-
-
-def quiet_cuts(spans: pl.DataFrame) -> list[int]:
-    """The start of every interval of the union of `spans` after a gap: a cut there
-    leaves each span whole on one side."""
-    merged = union(spans)
-    return merged["lo"].slice(1).to_list()
-
-
-# Without ranges, any moment can be cut: this many even cuts over the calls' times.
-EVEN_CUTS = 1024
-
-
-def _even_cuts(export: Export, pid: int) -> list[int]:
-    """EVEN_CUTS times spread evenly over the process's runtime calls."""
-    spec = _counted(specs.RUNTIME.table, "start", specs.RUNTIME.process)
-    found = sql.read_table(
-        export,
-        spec,
-        batch=lambda b: b.select(lo=pl.col("start").min(), hi=pl.col("start").max()),
-        process=pid,
-    )
-    if found is None or found["lo"].min() is None:
-        return []
-    lo, hi = int(found["lo"].min()), int(found["hi"].max())  # type: ignore[arg-type]
-    return sorted({lo + (hi - lo) * i // EVEN_CUTS for i in range(1, EVEN_CUTS)} - {lo})
-
-
-def _autograd_threads(export: Export, pid: int, strings: pl.DataFrame) -> tuple[int, ...]:
-    """The process's threads named as autograd's (nsysmap.attribution.record_evidence)."""
-    names = sql.read_table(export, specs.THREAD_NAMES, process=pid)
-    if names is None:
-        return ()
-    named = names.select(
-        tid=specs.thread_id("globalTid"), name=specs.string_value("nameId", strings)
-    )
-    found = named.filter(pl.col("name").str.contains(AUTOGRAD_THREAD))["tid"]
-    return tuple(sorted(set(found.to_list())))
-
-
-def _call_stretches(export: Export, pid: int, cuts: list[int]) -> pl.DataFrame:
-    """segment, calls, corr_lo, corr_hi per stretch between `cuts` (segment null:
-    calls without a start)."""
-    bounds = pl.Series(cuts, dtype=pl.Int64)
-
-    def stretch(batch: pl.DataFrame) -> pl.DataFrame:
-        at = batch.with_columns(
-            segment=pl.when(pl.col("start").is_not_null()).then(
-                bounds.search_sorted(batch["start"], side="right")
-            )
-        )
-        return at.group_by("segment").agg(
-            calls=pl.len(),
-            corr_lo=pl.col("correlationId").min(),
-            corr_hi=pl.col("correlationId").max(),
-            row_lo=pl.col("rowid").min(),
-            row_hi=pl.col("rowid").max(),
-        )
-
-    spec = _counted(specs.RUNTIME.table, "start correlationId", specs.RUNTIME.process)
-    parts = _scan(export, spec, stretch, pid)
-    assert parts is not None  # _unsupported checked the table
-    lows, highs = pl.col("corr_lo", "row_lo").min(), pl.col("corr_hi", "row_hi").max()
-    return (
-        parts.group_by("segment")
-        .agg(pl.col("calls").sum(), lows, highs)
-        .sort("segment", nulls_last=True)
-    )
-
-
-def _op_batches(export: Export, pid: int) -> dict[str, pl.DataFrame]:
-    """Per table of GPU work (kernels, copies, memsets, graph replays) the process
-    has rows in, per batch: n, lo, hi (correlation ids) and row_lo, row_hi (rowids)."""
-
-    def extent(batch: pl.DataFrame) -> pl.DataFrame:
-        return batch.select(
-            n=pl.len().cast(pl.Int64),
-            lo=pl.col("correlationId").min(),
-            hi=pl.col("correlationId").max(),
-            row_lo=pl.col("rowid").min(),
-            row_hi=pl.col("rowid").max(),
-        )
-
-    found = {}
-    for spec in _GPU_WORK:
-        batches = _scan(export, _counted(spec.table, "correlationId", spec.process), extent, pid)
-        if batches is not None:
-            found[spec.table] = batches.filter(pl.col("n") > 0)
-    return found
-
-
-def _scan(export: Export, spec: specs.TableSpec, batch: sql.Batch, pid: int) -> pl.DataFrame | None:
-    """`spec`'s rows of process `pid` with their `rowid`, each batch reduced by `batch`;
-    None when the export lacks the table."""
-    present = export.columns(spec.table)
-    if present is None:
-        return None
-    with_rowid = replace(spec, ints=f"{spec.ints} rowid")
-    try:
-        with export.connect() as conn:
-            return sql.fetch(conn, with_rowid, present | {"rowid"}, batch=batch, process=pid)
-    except BACKEND_ERRORS as exc:
-        raise unreadable(export.file, exc) from None
-
-
-def _counted(table: str, ints: str, process: str) -> specs.TableSpec:
-    """A spec reading only `ints` of `table`."""
-    return specs.TableSpec(table, ints, process=process)
-
-
-def _height(batch: pl.DataFrame) -> pl.DataFrame:
-    return pl.DataFrame({"n": [batch.height]}, schema={"n": pl.Int64})

@@ -65,24 +65,29 @@ def _plan(path: Path, monkeypatch: pytest.MonkeyPatch, windows: int) -> Plan:
     return plan
 
 
-def test_no_range_nor_sequence_number_crosses_an_edge(one_process, monkeypatch):
-    """Each range, call and GPU operation is read in exactly one window; no range and
-    no autograd sequence number is open across an edge."""
+def test_no_sequence_number_crosses_an_edge_and_open_ranges_are_read_on_both_sides(
+    one_process, monkeypatch
+):
+    """Each call and GPU operation is read in exactly one window; no autograd sequence
+    number is open across an edge; the ranges open across an edge are read into
+    the window after it too (as many as `Plan.carried` says), the others once."""
     plan = _plan(one_process, monkeypatch, 6)
     assert len(plan.windows) == 6
     edges = [w.start_lo for w in plan.windows[1:]]
     with sqlite3.connect(one_process) as db:
-        for edge in edges:
-            (crossing,) = db.execute(
+        crossing = [
+            db.execute(
                 "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND start < ? "
                 "AND coalesce(end, ?) >= ?",
                 (edge, BIG, edge),
-            ).fetchone()
-            assert crossing == 0, edge
+            ).fetchone()[0]
+            for edge in edges
+        ]
         names = db.execute(
             "SELECT coalesce(text, s.value), start, end FROM NVTX_EVENTS "
             "LEFT JOIN StringIds s ON s.id = textId WHERE eventType IN (59, 60)"
         ).fetchall()
+    assert list(plan.carried) == [0, *crossing]
     seqs = pl.DataFrame(names, schema=["name", "start", "end"], orient="row").select(
         "start", "end", seq=pl.col("name").str.extract(r"seq = (\d+)", 1)
     )
@@ -92,8 +97,10 @@ def test_no_range_nor_sequence_number_crosses_an_edge(one_process, monkeypatch):
         assert spans.filter((pl.col("start") < edge) & (pl.col("end") >= edge)).is_empty()
     whole = read_sqlite(one_process)
     parts = [read_sqlite(one_process, process=plan.pid, window=w) for w in plan.windows]
-    for table in ("ranges", "api_calls", "ops"):
+    for table in ("api_calls", "ops"):
         assert sum(getattr(p, table).height for p in parts) == getattr(whole, table).height
+    ranges = sum(p.ranges.height for p in parts)
+    assert ranges == whole.ranges.height + sum(crossing)
     assert plan.ops == whole.ops.height
 
 
@@ -105,9 +112,11 @@ def _careless(path: Path, plan: Plan, cuts: list[int]) -> Plan:
 
 
 def test_an_edge_inside_ranges_changes_by_range_and_is_refused(one_process, monkeypatch):
-    """Cut in the middle of steps, the ranges open across an edge would be lost to the
-    work after it: by_range differs from the whole read's. The check refuses such
-    windows (a step in two windows), and the flow reads the export whole."""
+    """Cut in the middle of steps without reading the ranges open across the edges
+    into the window after them, those ranges would be lost to the work after it:
+    by_range differs from the whole read's. The check refuses such windows (the
+    windows on the two sides of an edge disagree on what is open across it), and
+    the flow reads the export whole."""
     plan = _plan(one_process, monkeypatch, 3)
     whole = load_profile(one_process)
     calls = whole.api_calls["start_ns"].sort()
@@ -116,7 +125,7 @@ def test_an_edge_inside_ranges_changes_by_range_and_is_refused(one_process, monk
 
     def attributed(check: WindowCheck | None) -> flow.Analysis:
         source = Source(
-            window_profiles(one_process, careless, stages=QUIET),
+            window_profiles(one_process, careless, stages=QUIET, check=check),
             apart=True,
             merged=merged_profile,
             check=check,
@@ -128,7 +137,7 @@ def test_an_edge_inside_ranges_changes_by_range_and_is_refused(one_process, monk
     assert not unchecked.equals(expected)
     check = WindowCheck(careless.ops, careless.autograd, careless.nodes)
     checked = attributed(check)
-    assert check.refused is not None and "in two windows" in check.refused
+    assert check.refused is not None and "not read on both sides" in check.refused
     assert checked.summaries.tables()["by_range"].equals(expected)
 
 
@@ -137,28 +146,29 @@ def test_the_budget_chooses_the_windows(one_process, tmp_path, monkeypatch):
     assert windows_read_apart(one_process, None) is None  # fits in memory
     plan = windows_read_apart(one_process, memory_gb=1e-6)
     found = window_cuts.segments(str(one_process), 4100)
-    assert isinstance(found, window_cuts.Segments) and len(found.cuts) >= 5  # between steps
+    assert isinstance(found, window_cuts.Segments) and len(found.cuts) >= 5
     assert plan is not None and plan.refused is None
-    assert len(plan.windows) == len(found.cuts) + 1  # a budget far too small: every cut
+    # A budget far too small: a window per stretch of calls between candidate cuts.
+    assert len(plan.windows) == found.calls.filter(pl.col("calls") > 0).height
     two = write_export(tmp_path / "two.sqlite", gpt_tables(600, seed=1, processes=2))
     assert windows_read_apart(two, memory_gb=1e-6) is None  # read one process at a time
     monkeypatch.setenv(WINDOWS_ENV, "1")
     assert windows_read_apart(one_process, memory_gb=1e-6) is None  # forced: whole
 
 
-def test_an_export_without_a_quiet_moment_is_read_whole(tmp_path, monkeypatch):
-    """One range open from first to last launch: no cut would keep it in one window,
-    so the export is read whole, saying why."""
+def test_an_export_with_a_range_left_open_from_the_start_is_read_whole(tmp_path, monkeypatch):
+    """A range left open is closed at its thread's last event, which a window before
+    that would not see: no cut may cross it, so the export is read whole, saying why."""
     tables = bulk_tables(400)
     nvtx = tables["NVTX_EVENTS"]
     around = nvtx.head(1).with_columns(
-        start=pl.lit(0, pl.Int64), end=pl.lit(BIG, pl.Int64), text=pl.lit("run")
+        start=pl.lit(0, pl.Int64), end=pl.lit(None, pl.Int64), text=pl.lit("run")
     )
     tables["NVTX_EVENTS"] = pl.concat([around, nvtx])
     path = write_export(tmp_path / "bulk.sqlite", tables)
     monkeypatch.setenv(WINDOWS_ENV, "3")
     plan = windows_read_apart(path, None)
-    assert plan is not None and plan.refused is not None and "no moment" in plan.refused
+    assert plan is not None and plan.refused is not None and "range left open" in plan.refused
     analysis = analyse_file(path, tmp_path / "out", stages=QUIET)
     assert analysis.profile.meta_value("windows_refused") == plan.refused
     assert analysis.profile.meta_value("windows_read_apart") is None
@@ -194,7 +204,6 @@ def _block(**columns: list[object]) -> pl.DataFrame:
 @pytest.mark.parametrize(
     ("blocks", "reason"),
     [
-        ([_block(step=[0, 1]), _block(step=[1])], "step 1 in two windows"),
         ([_block(step_source=["records"])], "records"),
         ([_block(attribution=["no_launch"])], "without a launch call"),
         ([_block(step=[None], phase=["backward"]), _block(step=[None])], "outside every step"),
@@ -233,11 +242,12 @@ def test_a_row_lost_or_read_twice_is_refused():
     assert check.refusal() == "2 rows of GPU work read in windows, 3 in the export"
 
 
-def test_cuts_fall_in_the_gaps_between_ranges():
+def test_ranges_open_across_a_cut_are_counted():
     spans = pl.DataFrame({"lo": [0, 5, 20, 30, 30], "hi": [10, 8, 25, 31, 40]})
-    assert window_cuts.quiet_cuts(spans) == [20, 30]
-    touching = pl.DataFrame({"lo": [0, 10], "hi": [10, 12]})
-    assert window_cuts.quiet_cuts(touching) == []  # a launch at 10 is inside both
+    times = pl.Series([0, 5, 8, 9, 10, 11, 20, 31, 40, 41])
+    # lo < t <= hi: a launch at a range's end is inside it, one at its start is not
+    # open across a cut there (the range is wholly after the cut).
+    assert window_cuts.open_across(times, spans).to_list() == [0, 1, 2, 1, 1, 0, 0, 2, 1, 0]
 
 
 def test_the_comparison_sees_one_changed_value(one_process, tmp_path, monkeypatch):

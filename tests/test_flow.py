@@ -32,10 +32,11 @@ ONLY_FROM: dict[str, set[str]] = {
     # The stages after reading: the flow alone strings them together.
     **{name: {"nsysmap.flow"} for name in _AFTER_READING},
     # Reading and normalising: the sources of the flow.
-    "normalise": {"nsysmap.load", "nsysmap.by_process"},
+    "normalise": {"nsysmap.load", "nsysmap.by_process", "nsysmap.by_window"},
     "read_trace": {"nsysmap.input_kinds"},
-    # by process and by time window: nsysmap.by_process.read_parts
-    "read_sqlite": {"nsysmap.input_kinds", "nsysmap.by_process"},
+    # by process (nsysmap.by_process.read_parts) and by time window (carried ranges
+    # renumbered between reading and nesting: nsysmap.by_window.window_profiles)
+    "read_sqlite": {"nsysmap.input_kinds", "nsysmap.by_process", "nsysmap.by_window"},
 }
 
 

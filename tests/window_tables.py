@@ -38,7 +38,9 @@ def canonical(frame: pl.DataFrame, names: pl.DataFrame) -> pl.DataFrame:
         for column in RANGE_IDS:
             if column in frame.columns:
                 first = pl.col("op_id_op").min().over(column)
-                frame = frame.with_columns(pl.when(pl.col(column).is_not_null()).then(first))
+                frame = frame.with_columns(
+                    pl.when(pl.col(column).is_not_null()).then(first).alias(column)
+                )
     keys = [c for c, t in frame.schema.items() if t.is_numeric() or t == pl.String]
     return frame.select(sorted(frame.columns)).sort(sorted(keys), nulls_last=True)
 

@@ -124,16 +124,24 @@ def by_range(leaves: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     return _finished(rows, paths, _domain_names(domains))
 
 
-def merge_by_range(tables: list[pl.DataFrame]) -> pl.DataFrame:
+def merge_by_range(tables: list[pl.DataFrame], carried: pl.DataFrame | None = None) -> pl.DataFrame:
     """One BY_RANGE from those of disjoint sets of range instances (the processes
     of one profile, say): per (device, path, domain), calls, sums and spans add
-    up, since each counts instances and no instance is in two sets."""
+    up, since each counts instances and no instance is in two sets.
+
+    `carried`: instances counted in several tables (a range read into two time
+    windows, nsysmap.by_window), one row per table, device and range: the
+    by_range key, range_id, and the first start and last end of the operations
+    inside it there. Each is one call, and its span runs from its first
+    start to its last end over the tables, not the sum of the tables' spans
+    (its operations and times add up as they are).
+    """
     if len(tables) == 1:
         return tables[0]
     keys = ["device_id", "range_path", "range_name", "domain", "range_depth"]
     summed = ["calls", "ops", "time_ns", "inclusive_ops", "inclusive_ns"]
     rows = (
-        pl.concat(tables)
+        pl.concat([*tables, *_carried_once(carried, keys)], how="diagonal")
         .group_by(keys)
         .agg(
             pl.col(summed).sum(),
@@ -142,6 +150,29 @@ def merge_by_range(tables: list[pl.DataFrame]) -> pl.DataFrame:
         )
     )
     return _shared_and_sorted(rows)
+
+
+def _carried_once(carried: pl.DataFrame | None, keys: list[str]) -> list[pl.DataFrame]:
+    """Rows that, added to the tables', count each of `carried`'s instances once:
+    calls less its extra tables, span its whole less the sum of its parts."""
+    if carried is None or carried.is_empty():
+        return []
+    span = pl.col("end_ns") - pl.col("start_ns")
+    per = carried.group_by([*keys, "range_id"]).agg(
+        extra=pl.len() - 1,
+        whole=pl.col("end_ns").max() - pl.col("start_ns").min(),
+        parts=span.sum(),
+    )
+    fix = (
+        per.filter(pl.col("extra") > 0)
+        .group_by(keys)
+        .agg(
+            calls=-pl.col("extra").sum().cast(pl.Int64),
+            span_ns=(pl.col("whole") - pl.col("parts")).sum(),
+        )
+    )
+    types = schemas.BY_RANGE
+    return [fix.cast({c: types[c] for c in fix.columns})]
 
 
 def _domain_codes(domain: pl.Series) -> pl.DataFrame:
