@@ -38,7 +38,7 @@ from nsysmap.by_process import merged_profile, process_profiles, processes_read_
 from nsysmap.by_window import META_KEY, REFUSED_KEY, WindowCheck, window_profiles
 from nsysmap.by_window import windows_read_apart as windows_planned
 from nsysmap.errors import NoGpuData
-from nsysmap.infer.summary import INFER_COLUMNS, Inferred, combined, infer_ops
+from nsysmap.infer.summary import INFER_COLUMNS, Inferred, combined, infer_ops, infer_scan
 from nsysmap.load import load_profile
 from nsysmap.output.by_range import by_range, combine_leaves, merge_by_range
 from nsysmap.output.conservation import added_totals, check_conservation, input_totals
@@ -327,7 +327,8 @@ def _completed(
 
 def _inferred(store: OpsStore) -> Inferred:
     """Inference over the OPS rows: only the columns it reads, and for rows streamed
-    to ops.parquet one device at a time (inference is per device; a lower peak)."""
+    to ops.parquet one device at a time (inference is per device; a lower peak), first
+    the few columns of its kernel sequence, then those its summaries compare with."""
     if isinstance(store, HeldOps):
         return infer_ops(store.read(INFER_COLUMNS))
     scan = store.scan()
@@ -335,7 +336,7 @@ def _inferred(store: OpsStore) -> Inferred:
     parts = []
     for device in devices["device_id"]:
         mine = pl.col("device_id").is_null() if device is None else pl.col("device_id") == device
-        parts.append(infer_ops(scan.filter(mine).select(INFER_COLUMNS).collect()))
+        parts.append(infer_scan(scan.filter(mine)))
     return combined(parts)
 
 
