@@ -33,7 +33,16 @@ HOST_COPY = r"DtoH|Device -> Host|HtoD|Host -> Device"
 # Kernels that only a backward pass launches.
 BACKWARD_KERNEL = r"(?i)backward|_bwd|bwd_|dgrad|wgrad"
 # The OPS columns the sequence is worked out from (tid may be missing: none known).
-READ = ("op_id", "device_id", "pid", "tid", "stream_id", "kind", "category", "name")
+READ: tuple[str, ...] = (
+    "op_id",
+    "device_id",
+    "pid",
+    "tid",
+    "stream_id",
+    "kind",
+    "category",
+    "name",
+)
 READ += ("short_name", "start_ns", "launch_start_ns")
 ORDER = ["device_id", "pid", "order_ns", "op_id"]
 
