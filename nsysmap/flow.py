@@ -55,6 +55,7 @@ from nsysmap.output.writer import build_manifest
 from nsysmap.profile import NestedProfile
 from nsysmap.stages import Stages
 from nsysmap.waits.sync_rules import SYNC_API, SYNC_RANGE, matches
+from nsysmap.waits.tables import is_sync_copy
 
 
 @dataclass(frozen=True)
@@ -175,8 +176,9 @@ class _Kept:
         self.by_range.append(ranges_summary)
         self.totals.append(input_totals(profile.ops))
         if self.apart:
-            calls = profile.api_calls.filter(matches("api_name", SYNC_API))
-            self.waits.append((calls, profile.ranges.filter(matches("name", SYNC_RANGE))))
+            self.waits.append(_host_waits(profile))
+            if self.launches:
+                self.launches[-1] = _slim_launches(self.launches[-1])
         self.profiles.append(profile.released(ops=False) if self.apart else profile)
 
     def input_totals(self) -> pl.DataFrame:
@@ -194,9 +196,27 @@ class _Kept:
         if not self.apart:
             first = self.profiles[0]
             return first.api_calls, first.ranges, self.launches[0]
-        calls = pl.concat([calls for calls, _ in self.waits])
-        ranges = pl.concat([ranges for _, ranges in self.waits])
-        return calls, ranges, pl.concat(self.launches) if self.launches else None
+        calls = pl.concat([calls for calls, _ in self.waits], rechunk=False)
+        ranges = pl.concat([ranges for _, ranges in self.waits], rechunk=False)
+        launches = pl.concat(self.launches, rechunk=False) if self.launches else None
+        return calls, ranges, launches
+
+
+def _host_waits(part: NestedProfile) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """What the waits read of a part's API calls and ranges: its synchronisations and
+    `.item()` ranges, only the columns they read (launching thread and times)."""
+    columns = ["pid", "tid", "start_ns", "end_ns"]
+    calls = part.api_calls.filter(matches("api_name", SYNC_API))
+    ranges = part.ranges.filter(matches("name", SYNC_RANGE))
+    return calls.select("api_name", *columns), ranges.select("name", *columns)
+
+
+def _slim_launches(launches: pl.DataFrame) -> pl.DataFrame:
+    """A part's launch calls (`attribute_blocks`'s `launches`) as the waits read them:
+    the API name only of the calls it is read of (`is_sync_copy`, which alone reads it;
+    null for the others), so that no part's API names are kept alive."""
+    api = pl.col("launch_api")
+    return launches.with_columns(pl.when(is_sync_copy(api)).then(api).otherwise(None))
 
 
 def _summarised(
@@ -211,8 +231,14 @@ def _summarised(
         summaries = combine_summaries(parts)
         summaries = summaries.replaced(by_range=merge_by_range(kept.by_range))
         summaries = with_overlap(summaries, store.scan())
-        summaries = with_waits(summaries, store.scan(), *kept.waits_context())
+        summaries = with_waits(summaries, _coded(store.scan()), *kept.waits_context())
     return store, summaries, kept
+
+
+def _coded(ops: pl.LazyFrame) -> pl.LazyFrame:
+    """The OPS rows with their phase and module names as codes (what the waits group
+    by and carry: four bytes an op, not a text each; their tables hold texts)."""
+    return ops.with_columns(pl.col("phase", "module").cast(pl.Categorical))
 
 
 def _blocks(
