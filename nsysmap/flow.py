@@ -39,9 +39,10 @@ from nsysmap.by_window import META_KEY, REFUSED_KEY, WindowCheck, window_profile
 from nsysmap.by_window import windows_read_apart as windows_planned
 from nsysmap.errors import NoGpuData
 from nsysmap.infer.summary import INFER_COLUMNS, Inferred, combined, infer_ops, infer_scan
+from nsysmap.kept import Kept
 from nsysmap.load import load_profile
 from nsysmap.output.by_range import by_range, combine_leaves, merge_by_range
-from nsysmap.output.conservation import added_totals, check_conservation, input_totals
+from nsysmap.output.conservation import check_conservation
 from nsysmap.output.ops_sinks import HeldOps, OpsSink, OpsStore
 from nsysmap.output.summarise import (
     LEAVES,
@@ -54,8 +55,6 @@ from nsysmap.output.summarise import (
 from nsysmap.output.writer import build_manifest
 from nsysmap.profile import NestedProfile
 from nsysmap.stages import Stages
-from nsysmap.waits.sync_rules import SYNC_API, SYNC_RANGE, matches
-from nsysmap.waits.tables import is_sync_copy
 
 
 @dataclass(frozen=True)
@@ -158,92 +157,64 @@ def flow(
     return _completed(profile, store, summaries, totals, settings)
 
 
-@dataclass
-class _Kept:
-    """What the flow keeps of each profile once its blocks are out."""
-
-    apart: bool
-    merged: Callable[[list[NestedProfile]], NestedProfile] = merged_profile
-    by_range: list[pl.DataFrame] = field(default_factory=list)
-    totals: list[pl.DataFrame] = field(default_factory=list)  # input_totals per profile
-    profiles: list[NestedProfile] = field(default_factory=list)  # parts: without ops, ranges
-    # Each profile's operations' launch calls as attribution joined them (`attribute_blocks`).
-    launches: list[pl.DataFrame] = field(default_factory=list)
-    # Read apart: each part's synchronisations and `.item()` ranges (what the waits read).
-    waits: list[tuple[pl.DataFrame, pl.DataFrame]] = field(default_factory=list)
-
-    def add(self, profile: NestedProfile, ranges_summary: pl.DataFrame) -> None:
-        self.by_range.append(ranges_summary)
-        self.totals.append(input_totals(profile.ops))
-        if self.apart:
-            self.waits.append(_host_waits(profile))
-            if self.launches:
-                self.launches[-1] = _slim_launches(self.launches[-1])
-        self.profiles.append(profile.released(ops=False) if self.apart else profile)
-
-    def input_totals(self) -> pl.DataFrame:
-        return self.totals[0] if len(self.totals) == 1 else added_totals(self.totals)
-
-    def profile(self, release: bool) -> NestedProfile:
-        if self.apart:
-            return self.merged(self.profiles)
-        return self.profiles[0].released() if release else self.profiles[0]
-
-    def waits_context(self) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame | None]:
-        """The API calls, ranges and launch calls the waits read: the whole profile's,
-        or, read apart, the parts' synchronisations, `.item()` ranges and launches
-        (all that the waits read of them, docs/waits.md)."""
-        if not self.apart:
-            first = self.profiles[0]
-            return first.api_calls, first.ranges, self.launches[0]
-        calls = pl.concat([calls for calls, _ in self.waits], rechunk=False)
-        ranges = pl.concat([ranges for _, ranges in self.waits], rechunk=False)
-        launches = pl.concat(self.launches, rechunk=False) if self.launches else None
-        return calls, ranges, launches
-
-
-def _host_waits(part: NestedProfile) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """What the waits read of a part's API calls and ranges: its synchronisations and
-    `.item()` ranges, only the columns they read (launching thread and times)."""
-    columns = ["pid", "tid", "start_ns", "end_ns"]
-    calls = part.api_calls.filter(matches("api_name", SYNC_API))
-    ranges = part.ranges.filter(matches("name", SYNC_RANGE))
-    return calls.select("api_name", *columns), ranges.select("name", *columns)
-
-
-def _slim_launches(launches: pl.DataFrame) -> pl.DataFrame:
-    """A part's launch calls (`attribute_blocks`'s `launches`) as the waits read them:
-    the API name only of the calls it is read of (`is_sync_copy`, which alone reads it;
-    null for the others), so that no part's API names are kept alive."""
-    api = pl.col("launch_api")
-    return launches.with_columns(pl.when(is_sync_copy(api)).then(api).otherwise(None))
-
-
 def _summarised(
     profiles: Iterator[NestedProfile], source: Source, sink: OpsSink, settings: Settings
-) -> tuple[OpsStore, Summaries, _Kept]:
+) -> tuple[OpsStore, Summaries, Kept]:
     """The OPS rows in `sink`, the summary tables, and what was kept of the profiles."""
-    stages, kept = settings.stages, _Kept(source.apart, source.merged)
+    stages, kept = settings.stages, Kept(source.apart, source.merged)
     parts: list[dict[str, pl.DataFrame]] = []
     blocks = _blocks(profiles, kept, parts, sink.block_rows, settings, source.check)
     store = _taken(blocks, parts, sink, stages)
     with stages.stage("summarise", "summarising"):
         summaries = combine_summaries(parts)
         summaries = summaries.replaced(by_range=merge_by_range(kept.by_range))
-        summaries = with_overlap(summaries, store.scan())
-        summaries = with_waits(summaries, _coded(store.scan()), *kept.waits_context())
+        summaries = _per_device(summaries, store, kept.waits_context())
     return store, summaries, kept
 
 
-def _coded(ops: pl.LazyFrame) -> pl.LazyFrame:
-    """The OPS rows with their phase and module names as codes (what the waits group
-    by and carry: four bytes an op, not a text each; their tables hold texts)."""
-    return ops.with_columns(pl.col("phase", "module").cast(pl.Categorical))
+def _per_device(
+    summaries: Summaries,
+    store: OpsStore,
+    context: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame | None],
+) -> Summaries:
+    """`summaries` with the overlap and the waits of the OPS rows, worked out a device
+    at a time where they were streamed to ops.parquet (both are per device, their
+    tables sorted by device first: the devices' tables, one after the other, are
+    those of all the rows at once). The waits read phase and module as codes (four
+    bytes an op, not a text each; their tables hold texts)."""
+    tables: dict[str, list[pl.DataFrame]] = {}
+    for ops in _devices(store):
+        part = with_overlap(summaries, ops)
+        coded = ops.with_columns(pl.col("phase", "module").cast(pl.Categorical))
+        part = with_waits(part, coded, *context)
+        for name, table in {"overlap": part.frames["overlap"], **part.waits}.items():
+            tables.setdefault(name, []).append(table)
+    whole = {
+        name: parts[0] if len(parts) == 1 else pl.concat(parts) for name, parts in tables.items()
+    }
+    overlap = whole.pop("overlap")
+    return replace(summaries.replaced(overlap=overlap), waits=whole)
+
+
+def _devices(store: OpsStore) -> list[pl.LazyFrame]:
+    """The OPS rows, held all at once; streamed, one device at a time (ascending, the
+    rows without a device last)."""
+    scan = store.scan()
+    if isinstance(store, HeldOps):
+        return [scan]
+    devices = scan.select(pl.col("device_id").unique().sort(nulls_last=True)).collect()
+    if devices.height < 2:
+        return [scan]
+    on = [
+        pl.col("device_id").is_null() if d is None else pl.col("device_id") == d
+        for d in devices["device_id"]
+    ]
+    return [scan.filter(mine) for mine in on]
 
 
 def _blocks(
     profiles: Iterator[NestedProfile],
-    kept: _Kept,
+    kept: Kept,
     parts: list[dict[str, pl.DataFrame]],
     block_rows: int | None,
     settings: Settings,
@@ -357,13 +328,7 @@ def _inferred(store: OpsStore) -> Inferred:
     the few columns of its kernel sequence, then those its summaries compare with."""
     if isinstance(store, HeldOps):
         return infer_ops(store.read(INFER_COLUMNS))
-    scan = store.scan()
-    devices = scan.select(pl.col("device_id").unique().sort(nulls_last=True)).collect()
-    parts = []
-    for device in devices["device_id"]:
-        mine = pl.col("device_id").is_null() if device is None else pl.col("device_id") == device
-        parts.append(infer_scan(scan.filter(mine)))
-    return combined(parts)
+    return combined([infer_scan(ops) for ops in _devices(store)])
 
 
 def _recorded_options(settings: Settings) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from nsysmap import flow
+from nsysmap import kept as kept_module
 from nsysmap.infer.sequence import ORDER, in_order, key_expr, sequence_query, sequences
 from nsysmap.infer.summary import INFER_COLUMNS, infer_ops, infer_scan
 from nsysmap.output.ops_sinks import OpsFile
@@ -146,14 +147,14 @@ def test_rows_already_in_launch_order_are_not_sorted_again(monkeypatch):
 def test_parts_keep_for_the_waits_only_what_they_read(synced_export, tmp_path, monkeypatch):
     """Each part's synchronisations, `.item()` ranges and launch calls, slimmed: the
     waits tables equal those made from the parts' frames whole."""
-    kept: list[flow._Kept] = []
-    real_add = flow._Kept.add
+    kept: list[kept_module.Kept] = []
+    real_add = kept_module.Kept.add
 
-    def add(self: flow._Kept, profile, ranges_summary) -> None:
+    def add(self: kept_module.Kept, profile, ranges_summary) -> None:
         real_add(self, profile, ranges_summary)
         kept.append(self)
 
-    monkeypatch.setattr(flow._Kept, "add", add)
+    monkeypatch.setattr(kept_module.Kept, "add", add)
     quiet = Stages(progress=False)
     slim = analyse_file(synced_export, tmp_path / "slim", stages=quiet, memory_gb=1e-6)
     calls, ranges, launches = kept[-1].waits_context()
@@ -163,9 +164,9 @@ def test_parts_keep_for_the_waits_only_what_they_read(synced_export, tmp_path, m
     named = launches["launch_api"].drop_nulls()
     assert named.len() and named.str.contains(r"^cudaMemcpy_v\d+$").all()
     # The same run keeping the parts' frames as they are.
-    monkeypatch.setattr(flow, "_slim_launches", lambda launches: launches)
+    monkeypatch.setattr(kept_module, "slim_launches", lambda launches: launches)
     monkeypatch.setattr(
-        flow, "_host_waits", lambda part: (part.api_calls.clone(), part.ranges.clone())
+        kept_module, "host_waits_of", lambda part: (part.api_calls.clone(), part.ranges.clone())
     )
     full = analyse_file(synced_export, tmp_path / "full", stages=quiet, memory_gb=1e-6)
     assert (slim.summaries.waits["idle"]["kind"] == "sync").any()
