@@ -12,7 +12,7 @@ from nsysmap import flow
 from nsysmap import kept as kept_module
 from nsysmap.infer.sequence import ORDER, in_order, key_expr, sequence_query, sequences
 from nsysmap.infer.summary import INFER_COLUMNS, infer_ops, infer_scan
-from nsysmap.output.ops_sinks import OpsFile
+from nsysmap.output.ops_sinks import HeldOps, OpsFile
 from nsysmap.pipeline import analyse_file
 from nsysmap.stages import Stages
 from nsysmap.synth.bulk import write_export
@@ -173,3 +173,38 @@ def test_parts_keep_for_the_waits_only_what_they_read(synced_export, tmp_path, m
     for name in WAITS:
         assert full.summaries.waits[name].height > 0
         assert slim.summaries.waits[name].equals(full.summaries.waits[name]), name
+
+
+def test_overlap_and_waits_a_device_at_a_time_equal_those_of_all_rows(
+    synced_export, tmp_path, monkeypatch
+):
+    kept: list[kept_module.Kept] = []
+    real_add = kept_module.Kept.add
+
+    def add(self: kept_module.Kept, profile, ranges_summary) -> None:
+        real_add(self, profile, ranges_summary)
+        kept.append(self)
+
+    monkeypatch.setattr(kept_module.Kept, "add", add)
+    run = analyse_file(synced_export, tmp_path, stages=Stages(progress=False), memory_gb=1e-6)
+    context = kept[-1].waits_context()
+    collected: list[pl.DataFrame] = []
+    real = pl.LazyFrame.collect
+
+    def recording(self: pl.LazyFrame, *args: object, **kwargs: object) -> pl.DataFrame:
+        frame = real(self, *args, **kwargs)
+        collected.append(frame)
+        return frame
+
+    monkeypatch.setattr(pl.LazyFrame, "collect", recording)
+    streamed = flow._per_device(run.summaries, run.store, context)
+    monkeypatch.undo()
+    read = [f for f in collected if "device_id" in f.columns and "start_ns" in f.columns]
+    assert read and all(f["device_id"].n_unique() <= 1 for f in read)
+    held = flow._per_device(run.summaries, HeldOps(run.store.read()), context)
+    overlap = held.tables()["overlap"]
+    assert overlap["comm_ops"].sum() > 0 and overlap["device_id"].n_unique() == 2
+    assert streamed.tables()["overlap"].equals(overlap)
+    for name in WAITS:
+        assert held.waits[name]["device_id"].n_unique() == 2
+        assert streamed.waits[name].equals(held.waits[name]), name
