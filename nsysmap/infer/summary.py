@@ -63,9 +63,12 @@ def infer_scan(ops: pl.LazyFrame) -> Inferred:
     """`infer_ops` of the rows of a lazy OPS frame (one device of ops.parquet), read in
     two passes of a few columns each: what the kernel sequence needs
     (nsysmap.infer.sequence), then, once the labels are found, MEASURED."""
-    labels, found = infer_sequences(sequence_query(ops).collect())
+    # Polars' streaming engine reads the file a morsel at a time: the names and texts
+    # that become flags and codes are never all decoded at once.
+    labels, found = infer_sequences(sequence_query(ops).collect(engine="streaming"))
     names = pl.col("short_name", "phase", "module").cast(pl.Categorical)  # codes, not texts
-    return _summarised(ops.select(MEASURED).with_columns(names).collect(), labels, found)
+    measured = ops.select(MEASURED).with_columns(names).collect(engine="streaming")
+    return _summarised(measured, labels, found)
 
 
 def _summarised(measured: pl.DataFrame, labels: pl.DataFrame, found: list[Found]) -> Inferred:
