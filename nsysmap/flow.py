@@ -38,10 +38,11 @@ from nsysmap.by_process import merged_profile, process_profiles, processes_read_
 from nsysmap.by_window import META_KEY, REFUSED_KEY, WindowCheck, window_profiles
 from nsysmap.by_window import windows_read_apart as windows_planned
 from nsysmap.errors import NoGpuData
-from nsysmap.infer.summary import INFER_COLUMNS, Inferred, combined, infer_ops
+from nsysmap.infer.summary import INFER_COLUMNS, Inferred, combined, infer_ops, infer_scan
+from nsysmap.kept import Kept
 from nsysmap.load import load_profile
 from nsysmap.output.by_range import by_range, combine_leaves, merge_by_range
-from nsysmap.output.conservation import added_totals, check_conservation, input_totals
+from nsysmap.output.conservation import check_conservation
 from nsysmap.output.ops_sinks import HeldOps, OpsSink, OpsStore
 from nsysmap.output.summarise import (
     LEAVES,
@@ -54,7 +55,6 @@ from nsysmap.output.summarise import (
 from nsysmap.output.writer import build_manifest
 from nsysmap.profile import NestedProfile
 from nsysmap.stages import Stages
-from nsysmap.waits.sync_rules import SYNC_API, SYNC_RANGE, matches
 
 
 @dataclass(frozen=True)
@@ -158,53 +158,11 @@ def flow(
     return _completed(profile, store, summaries, totals, settings)
 
 
-@dataclass
-class _Kept:
-    """What the flow keeps of each profile once its blocks are out."""
-
-    apart: bool
-    merged: Callable[[list[NestedProfile]], NestedProfile] = merged_profile
-    by_range: list[pl.DataFrame] = field(default_factory=list)
-    totals: list[pl.DataFrame] = field(default_factory=list)  # input_totals per profile
-    profiles: list[NestedProfile] = field(default_factory=list)  # parts: without ops, ranges
-    # Each profile's operations' launch calls as attribution joined them (`attribute_blocks`).
-    launches: list[pl.DataFrame] = field(default_factory=list)
-    # Read apart: each part's synchronisations and `.item()` ranges (what the waits read).
-    waits: list[tuple[pl.DataFrame, pl.DataFrame]] = field(default_factory=list)
-
-    def add(self, profile: NestedProfile, ranges_summary: pl.DataFrame) -> None:
-        self.by_range.append(ranges_summary)
-        self.totals.append(input_totals(profile.ops))
-        if self.apart:
-            calls = profile.api_calls.filter(matches("api_name", SYNC_API))
-            self.waits.append((calls, profile.ranges.filter(matches("name", SYNC_RANGE))))
-        self.profiles.append(profile.released(ops=False) if self.apart else profile)
-
-    def input_totals(self) -> pl.DataFrame:
-        return self.totals[0] if len(self.totals) == 1 else added_totals(self.totals)
-
-    def profile(self, release: bool) -> NestedProfile:
-        if self.apart:
-            return self.merged(self.profiles)
-        return self.profiles[0].released() if release else self.profiles[0]
-
-    def waits_context(self) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame | None]:
-        """The API calls, ranges and launch calls the waits read: the whole profile's,
-        or, read apart, the parts' synchronisations, `.item()` ranges and launches
-        (all that the waits read of them, docs/waits.md)."""
-        if not self.apart:
-            first = self.profiles[0]
-            return first.api_calls, first.ranges, self.launches[0]
-        calls = pl.concat([calls for calls, _ in self.waits])
-        ranges = pl.concat([ranges for _, ranges in self.waits])
-        return calls, ranges, pl.concat(self.launches) if self.launches else None
-
-
 def _summarised(
     profiles: Iterator[NestedProfile], source: Source, sink: OpsSink, settings: Settings
-) -> tuple[OpsStore, Summaries, _Kept]:
+) -> tuple[OpsStore, Summaries, Kept]:
     """The OPS rows in `sink`, the summary tables, and what was kept of the profiles."""
-    stages, kept = settings.stages, _Kept(source.apart, source.merged)
+    stages, kept = settings.stages, Kept(source.apart, source.merged)
     parts: list[dict[str, pl.DataFrame]] = []
     blocks = _blocks(profiles, kept, parts, sink.block_rows, settings, source.check)
     store = _taken(blocks, parts, sink, stages)
@@ -212,14 +170,53 @@ def _summarised(
         summaries = combine_summaries(parts)
         carried = None if source.check is None else source.check.carried_instances()
         summaries = summaries.replaced(by_range=merge_by_range(kept.by_range, carried))
-        summaries = with_overlap(summaries, store.scan())
-        summaries = with_waits(summaries, store.scan(), *kept.waits_context())
+        summaries = _per_device(summaries, store, kept.waits_context())
     return store, summaries, kept
+
+
+def _per_device(
+    summaries: Summaries,
+    store: OpsStore,
+    context: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame | None],
+) -> Summaries:
+    """`summaries` with the overlap and the waits of the OPS rows, worked out a device
+    at a time where they were streamed to ops.parquet (both are per device, their
+    tables sorted by device first: the devices' tables, one after the other, are
+    those of all the rows at once). The waits read phase and module as codes (four
+    bytes an op, not a text each; their tables hold texts)."""
+    tables: dict[str, list[pl.DataFrame]] = {}
+    for ops in _devices(store):
+        part = with_overlap(summaries, ops)
+        coded = ops.with_columns(pl.col("phase", "module").cast(pl.Categorical))
+        part = with_waits(part, coded, *context)
+        for name, table in {"overlap": part.frames["overlap"], **part.waits}.items():
+            tables.setdefault(name, []).append(table)
+    whole = {
+        name: parts[0] if len(parts) == 1 else pl.concat(parts) for name, parts in tables.items()
+    }
+    overlap = whole.pop("overlap")
+    return replace(summaries.replaced(overlap=overlap), waits=whole)
+
+
+def _devices(store: OpsStore) -> list[pl.LazyFrame]:
+    """The OPS rows, held all at once; streamed, one device at a time (ascending, the
+    rows without a device last)."""
+    scan = store.scan()
+    if isinstance(store, HeldOps):
+        return [scan]
+    devices = scan.select(pl.col("device_id").unique().sort(nulls_last=True)).collect()
+    if devices.height < 2:
+        return [scan]
+    on = [
+        pl.col("device_id").is_null() if d is None else pl.col("device_id") == d
+        for d in devices["device_id"]
+    ]
+    return [scan.filter(mine) for mine in on]
 
 
 def _blocks(
     profiles: Iterator[NestedProfile],
-    kept: _Kept,
+    kept: Kept,
     parts: list[dict[str, pl.DataFrame]],
     block_rows: int | None,
     settings: Settings,
@@ -329,16 +326,11 @@ def _completed(
 
 def _inferred(store: OpsStore) -> Inferred:
     """Inference over the OPS rows: only the columns it reads, and for rows streamed
-    to ops.parquet one device at a time (inference is per device; a lower peak)."""
+    to ops.parquet one device at a time (inference is per device; a lower peak), first
+    the few columns of its kernel sequence, then those its summaries compare with."""
     if isinstance(store, HeldOps):
         return infer_ops(store.read(INFER_COLUMNS))
-    scan = store.scan()
-    devices = scan.select(pl.col("device_id").unique().sort(nulls_last=True)).collect()
-    parts = []
-    for device in devices["device_id"]:
-        mine = pl.col("device_id").is_null() if device is None else pl.col("device_id") == device
-        parts.append(infer_ops(scan.filter(mine).select(INFER_COLUMNS).collect()))
-    return combined(parts)
+    return combined([infer_scan(ops) for ops in _devices(store)])
 
 
 def _recorded_options(settings: Settings) -> dict[str, Any]:

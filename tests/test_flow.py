@@ -25,6 +25,7 @@ _AFTER_READING = (
     "with_overlap",
     "with_waits",
     "infer_ops",
+    "infer_scan",
     "check_conservation",
     "build_manifest",
 )

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from instrument.phase_vocabulary import INFERRED_PHASES
 from nsysmap.infer.motif import Region, block_index, motif_regions, recurs
 from nsysmap.infer.repeats import Evidence, passes
+from nsysmap.infer.sequence import PHASES, parts, sequence_query, sequences
 from nsysmap.infer.threads import (
     after_autograd,
     autograd_start,
@@ -34,27 +34,11 @@ from nsysmap.infer.threads import (
 )
 from nsysmap.schemas import INFERRED
 
-# forward, backward, optimizer, data, other (instrument/phase_vocabulary.py)
-PHASES = INFERRED_PHASES
 _FWD, _BWD, _OPT, _DATA, _OTHER = range(len(PHASES))
 # Where an op lies in its pass: before its first block, in one, between the forward
 # and the backward blocks (head, loss), after the last block (final projection, optimizer).
 REGIONS = ("prefix", "block", "between", "suffix")
 _PREFIX, _BLOCK, _BETWEEN, _SUFFIX = range(len(REGIONS))
-# Categories whose kernel the library picks per shape: matched on the category alone.
-BY_CATEGORY = ("gemm", "attention", "convolution")
-# Kernels of a neural network: without any, a repeated motif is no forward pass (a CUDA
-# sample launching vecAdd over and over repeats, nothing more).
-NETWORK: tuple[str, ...] = ("gemm", "attention", "convolution", "normalization", "softmax")
-NETWORK += ("routing", "optimizer")
-# Kernels of a model's layers: a repeated motif without any is no layer where the pass
-# has some (a metric's update repeated per metric).
-LAYER_KERNELS = tuple(c for c in NETWORK if c != "optimizer")
-# A copy between host and device (nsys: `[CUDA memcpy DtoH]`; torch.profiler: `Memcpy
-# HtoD (Pageable -> Device)`): a long launch gap right after one is the host waiting.
-HOST_COPY = r"DtoH|Device -> Host|HtoD|Host -> Device"
-# Kernels that only a backward pass launches.
-BACKWARD_KERNEL = r"(?i)backward|_bwd|bwd_|dgrad|wgrad"
 
 
 @dataclass(frozen=True)
@@ -81,41 +65,22 @@ class _Pass:
     backward: bool
 
 
-def key_expr() -> pl.Expr:
-    """The normalised kernel key that motifs are matched on."""
-    short = pl.coalesce("short_name", "name").fill_null("").str.replace_all(r"\d+", "#")
-    return pl.when(pl.col("category").is_in(BY_CATEGORY)).then(pl.col("category")).otherwise(short)
-
-
 def infer(ops: pl.DataFrame) -> tuple[pl.DataFrame, list[Found]]:
-    """INFERRED rows for every op, and what was found per sequence."""
-    seq = _sequences(ops)
+    """INFERRED rows for every op of an OPS frame, and what was found per sequence."""
+    return infer_sequences(sequence_query(ops.lazy()).collect())
+
+
+def infer_sequences(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[Found]]:
+    """INFERRED rows for every op of a `sequence_query` frame, and what was found per
+    sequence (device and process)."""
     frames, found = [], []
-    for _, part in seq.group_by(["device_id", "pid"], maintain_order=True):
-        frame, what = _label_sequence(part)
-        frames.append(frame)
+    for part in parts(sequences(frame)):
+        labelled, what = _label_sequence(part)
+        frames.append(labelled)
         found.append(what)
     if not frames:
         return pl.DataFrame(schema=INFERRED), []
     return pl.concat(frames).select(INFERRED.names()).cast(INFERRED), found
-
-
-def _sequences(ops: pl.DataFrame) -> pl.DataFrame:
-    by = ["device_id", "pid"]
-    if "tid" not in ops.columns:
-        ops = ops.with_columns(tid=pl.lit(None, pl.Int64))
-    columns = ("op_id", "device_id", "pid", "tid", "stream_id", "kind", "category", "name")
-    return (
-        ops.select(*columns, key=key_expr(), order_ns=pl.coalesce("launch_start_ns", "start_ns"))
-        .with_columns(pl.col("pid").fill_null(-1), pl.col("stream_id").fill_null(-1))
-        .sort([*by, "order_ns", "op_id"])
-        .with_columns(
-            code=pl.col("key").rank("dense").cast(pl.Int64),
-            gap_ns=(pl.col("order_ns") - pl.col("order_ns").shift(1).over(by))
-            .clip(lower_bound=0)
-            .fill_null(0),
-        )
-    )
 
 
 def _label_sequence(seq: pl.DataFrame) -> tuple[pl.DataFrame, Found]:
@@ -125,11 +90,11 @@ def _label_sequence(seq: pl.DataFrame) -> tuple[pl.DataFrame, Found]:
     main = (seq["stream_id"] == seq["stream_id"].mode().sort()[0]).to_numpy()
     on_main = np.flatnonzero(main)
     order = seq["order_ns"].to_numpy()[on_main]
-    special = _special_phases(seq)
-    backish = seq["name"].fill_null("").str.contains(BACKWARD_KERNEL).to_numpy()
-    layer = seq["category"].is_in(LAYER_KERNELS).fill_null(False).to_numpy()
+    special = seq["special"].to_numpy().astype(np.int64)
+    backish = seq["backish"].to_numpy()
+    layer = seq["layer"].to_numpy()
     gaps = np.diff(order, prepend=order[:1])
-    network = bool(seq["category"].is_in(NETWORK).any())
+    network = bool(seq["network"].any())
     tid = seq["tid"].fill_null(-1).to_numpy()
     unlaunched = tid < 0  # launched before the capture: no launching thread
     seen = _evidence(seq, special, on_main, network, unlaunched)
@@ -200,27 +165,10 @@ def _evidence(
 def _synced(seq: pl.DataFrame, on_main: np.ndarray) -> np.ndarray:
     """Per main-stream kernel: whether a host-device copy was launched since the
     previous main-stream kernel (that one included, this one not)."""
-    copy = (seq["kind"].cast(pl.String) == "memcpy") & seq["name"].str.contains(HOST_COPY)
-    count = np.concatenate(([0], np.cumsum(copy.fill_null(False).to_numpy())))
+    count = np.concatenate(([0], np.cumsum(seq["host_copy"].to_numpy())))
     since = count[on_main] - count[np.concatenate(([0], on_main[:-1]))]
     synced: np.ndarray = since > 0
     return synced
-
-
-def _special_phases(seq: pl.DataFrame) -> np.ndarray:
-    """Phases known from the op itself: optimizer kernels, copies and fills (data)."""
-    return (
-        seq.select(
-            pl.when(pl.col("category") == "optimizer")
-            .then(_OPT)
-            .when(pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"]))
-            .then(_DATA)
-            .otherwise(-1)
-        )
-        .to_series()
-        .to_numpy()
-        .astype(np.int64)
-    )
 
 
 def _label_pass(

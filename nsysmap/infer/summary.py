@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import polars as pl
 
 from instrument.phase_vocabulary import INFERRED_OF
-from nsysmap.infer.label import Found, infer
+from nsysmap.infer.label import Found, infer, infer_sequences
+from nsysmap.infer.sequence import READ, sequence_query
 from nsysmap.schemas import BY_INFERRED_BLOCK
 
 # Measured phases in the inferred vocabulary (loss belongs to the forward graph).
@@ -46,19 +47,55 @@ class Inferred:
         return [_line(f, self.by_inferred_block, self.agreement) for f in self.found]
 
 
-# The OPS columns inference reads (the streamed path loads only these back).
-INFER_COLUMNS: tuple[str, ...]
-INFER_COLUMNS = ("op_id", "device_id", "pid", "stream_id", "kind", "category", "name")
-INFER_COLUMNS += ("start_ns", "end_ns", "launch_start_ns", "dur_ns", "short_name")
-INFER_COLUMNS += ("step", "phase", "module", "tid")
+# The OPS columns the summaries of inference read (of each op, besides its labels).
+MEASURED = ("op_id", "device_id", "dur_ns", "short_name", "step", "phase", "module")
+# The OPS columns inference reads (`infer_ops`).
+INFER_COLUMNS: tuple[str, ...] = (*READ, *(c for c in MEASURED if c not in READ))
 
 
 def infer_ops(ops: pl.DataFrame) -> Inferred:
     """Inferred steps, phases and blocks of an OPS frame, with their summaries."""
     labels, found = infer(ops)
-    joined = ops.select("op_id", "device_id", "dur_ns", "short_name", "step", "phase", "module")
-    joined = joined.join(labels, on=["op_id", "device_id"], how="left", nulls_equal=True)
+    return _summarised(ops.select(MEASURED), labels, found)
+
+
+def infer_scan(ops: pl.LazyFrame) -> Inferred:
+    """`infer_ops` of the rows of a lazy OPS frame (one device of ops.parquet), read in
+    two passes of a few columns each: what the kernel sequence needs
+    (nsysmap.infer.sequence), then, once the labels are found, MEASURED."""
+    # Polars' streaming engine reads the file a morsel at a time: the names and texts
+    # that become flags and codes are never all decoded at once.
+    labels, found = infer_sequences(sequence_query(ops).collect(engine="streaming"))
+    names = pl.col("short_name", "phase", "module").cast(pl.Categorical)  # codes, not texts
+    measured = ops.select(MEASURED).with_columns(names).collect(engine="streaming")
+    return _summarised(measured, labels, found)
+
+
+def _summarised(measured: pl.DataFrame, labels: pl.DataFrame, found: list[Found]) -> Inferred:
+    """The Inferred of `labels` and `found`, summarised against the MEASURED columns."""
+    joined = _joined(measured, labels)
     return Inferred(labels, by_inferred_block(joined), tuple(found), agreement(joined))
+
+
+def _joined(measured: pl.DataFrame, labels: pl.DataFrame) -> pl.DataFrame:
+    """`measured` with each op's labels (those the summaries read), in `measured`'s order.
+
+    Where `measured` is in op_id order (ops.parquet is), the labels are sorted
+    by op_id and put alongside, not joined (no copy of `measured`).
+    """
+    read = labels.drop("inferred_part")
+    ids = measured["op_id"]
+    if ids.len() == read.height and _increasing(ids):
+        aligned = read.sort("op_id")
+        if aligned["op_id"].equals(ids):
+            return measured.hstack(aligned.drop("op_id", "device_id").get_columns())
+    return measured.join(read, on=["op_id", "device_id"], how="left", nulls_equal=True)
+
+
+def _increasing(ids: pl.Series) -> bool:
+    """Are `ids` strictly increasing (and none null)?"""
+    steps = ids.diff().drop_nulls()
+    return ids.null_count() == 0 and (steps.is_empty() or bool(steps.min() > 0))  # type: ignore[operator]
 
 
 def combined(parts: list[Inferred]) -> Inferred:
@@ -83,6 +120,7 @@ def by_inferred_block(joined: pl.DataFrame) -> pl.DataFrame:
     top = (
         joined.group_by([*keys, "short_name"])
         .agg(pl.col("dur_ns").sum())
+        .with_columns(pl.col("short_name").cast(pl.String))  # sorted as texts
         .sort(["dur_ns", "short_name"], descending=[True, False], nulls_last=True)
         .group_by(keys, maintain_order=True)  # a tie: the first name, so every run agrees
         .agg(pl.col("short_name").first().alias("top_kernel"))
@@ -115,14 +153,15 @@ def agreement(joined: pl.DataFrame) -> pl.DataFrame:
     """
     if joined.select(pl.all_horizontal(pl.col("step", "phase", "module").is_null().all())).item():
         return pl.DataFrame(schema=AGREEMENT)  # nothing measured to compare with
-    phase = _pairs(joined.filter(pl.col("phase").is_in(list(PHASE_MAP))), "phase").select(
+    lazy = joined.lazy()  # filtered lazily: only the columns each pair reads are copied
+    phase = _pairs(lazy.filter(pl.col("phase").is_in(list(PHASE_MAP))), "phase").select(
         "device_id",
         "dur_ns",
         ok=pl.col("phase").replace_strict(PHASE_MAP) == pl.col("inferred_phase"),
     )
     layer = pl.col("module").str.extract(LAYER_INDEX).cast(pl.Int64)
     blocks = (
-        _pairs(joined.filter(pl.col("module").is_not_null()), "module", "inferred_block")
+        _pairs(lazy.filter(pl.col("module").is_not_null()), "module", "inferred_block")
         .with_columns(layer=layer)
         .filter(pl.col("layer").is_not_null())
     )
@@ -133,7 +172,7 @@ def agreement(joined: pl.DataFrame) -> pl.DataFrame:
             False
         ),
     )
-    steps = _pairs(joined.filter(pl.col("step").is_not_null()), "step", "inferred_step")
+    steps = _pairs(lazy.filter(pl.col("step").is_not_null()), "step", "inferred_step")
     step = (
         steps.join(
             _usual(steps, "inferred_step", "step"),
@@ -178,10 +217,13 @@ def _offsets(blocks: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _pairs(ops: pl.DataFrame, measured: str, inferred: str | None = None) -> pl.DataFrame:
+def _pairs(ops: pl.LazyFrame, measured: str, inferred: str | None = None) -> pl.DataFrame:
     """GPU time per device and distinct pair of a measured and an inferred label."""
     inferred = inferred or f"inferred_{measured}"
-    return ops.group_by("device_id", measured, inferred).agg(pl.col("dur_ns").sum())
+    pairs = ops.group_by("device_id", measured, inferred).agg(pl.col("dur_ns").sum()).collect()
+    if pairs.schema[measured] == pl.Categorical:  # read as codes (`infer_scan`)
+        return pairs.with_columns(pl.col(measured).cast(pl.String))
+    return pairs
 
 
 def _usual(steps: pl.DataFrame, by: str, other: str) -> pl.DataFrame:

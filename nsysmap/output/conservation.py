@@ -46,7 +46,7 @@ def check_conservation(
     n_input = int(expected["n"].sum())
     if n_ops != n_input:
         raise _mismatch(where, f"{n_ops:,} operation rows for {n_input:,} input rows")
-    tables = {"ops": _totals(ops.lazy().select("device_id", "dur_ns").collect(), rows=True)}
+    tables = {"ops": _totals(ops.lazy().select("device_id", "dur_ns"), rows=True)}
     frames = summaries.tables()
     for declared in SUMMARY_TABLES:
         if declared.partition:
@@ -58,13 +58,19 @@ def check_conservation(
             raise _mismatch(where, f"{name}: {diff}")
 
 
-def _totals(frame: pl.DataFrame, *, rows: bool) -> pl.DataFrame:
-    """device_id, n (operations), time (summed ns, 128 bits), sorted by device."""
+def _totals(frame: pl.DataFrame | pl.LazyFrame, *, rows: bool) -> pl.DataFrame:
+    """device_id, n (operations), time (summed ns, 128 bits), sorted by device.
+
+    Added up by Polars' streaming engine: a scan of ops.parquet is read a morsel
+    at a time, never whole.
+    """
     count = pl.len().cast(_WIDE) if rows else pl.col("ops").cast(_WIDE).sum()
     return (
-        frame.group_by("device_id")
+        frame.lazy()
+        .group_by("device_id")
         .agg(n=count, time=pl.col("dur_ns").cast(_WIDE).sum())
         .sort("device_id", nulls_last=True)
+        .collect(engine="streaming")
     )
 
 

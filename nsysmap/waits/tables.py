@@ -125,10 +125,18 @@ def idle_table(reached: pl.DataFrame, window: pl.DataFrame, waits: pl.DataFrame)
 
 
 def with_paths(idle: pl.DataFrame, ops: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
-    """IDLE rows: `idle` with the range path of each gap's next operation."""
-    paths = ops.lazy().select(next_op_id="op_id", range_path="range_path")
-    ids = idle.lazy().select("next_op_id").drop_nulls()
-    found = paths.join(ids, on="next_op_id", how="semi").collect()
+    """IDLE rows: `idle` with the range path of each gap's next operation.
+
+    The next operations are found by a filter on op_id, not a join: read from
+    ops.parquet, only their rows' paths are read (a join read every path).
+    """
+    ids = idle["next_op_id"].drop_nulls().unique().implode()
+    found = (
+        ops.lazy()
+        .filter(pl.col("op_id").is_in(ids))
+        .select(next_op_id="op_id", range_path="range_path")
+        .collect()
+    )
     joined = idle.join(found, on="next_op_id", how="left", maintain_order="left")
     return joined.select(IDLE.names()).cast(IDLE)
 
