@@ -189,7 +189,7 @@ def _operator_labels(scope: Scope, aten: pl.Series) -> dict[str, pl.Series]:
     """The operator, direction and shapes the operator ranges at `aten` name (null: none),
     parsed once per distinct name (`Scope.names`), not once per operation."""
     columns = ["lbl_aten_op", "lbl_direction", "lbl_shapes"]
-    name = scope.names.at.gather(aten)  # index into the distinct names
+    name = scope.names.index(aten)  # index into the distinct names
     used = name.drop_nulls().unique()
     parsed = name_labels(scope.names.names.gather(used), columns)
     slot = pl.repeat(None, scope.names.names.len(), dtype=pl.UInt32, eager=True)

@@ -64,7 +64,7 @@ class Scope:
         each = DistinctNames.of(names)
         scoped = pl.DataFrame({"name": each.names}).select(may_name_scope(pl.col("name"), rules))
         pos = each.per_range(scoped.to_series()).fill_null(False).arg_true()
-        code = each.at.gather(pos)
+        code = each.index(pos)
         distinct = pl.DataFrame({"code": code}).with_row_index("first").unique("code").sort("code")
         table = name_labels(names.gather(pos.gather(distinct["first"])), rules=rules)
         name = distinct["code"].search_sorted(code)  # of each scoped range, into table
