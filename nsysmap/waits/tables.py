@@ -106,6 +106,24 @@ def call_facts(launches: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _by_op_id(ops: pl.DataFrame, facts: pl.DataFrame) -> pl.DataFrame:
+    """`ops` left-joined with `facts` (one row per op_id) on op_id, in `ops`' order: by
+    gathers when op ids are small non-negative integers, each once in `facts` (as the
+    attribution numbers operations), else by a join."""
+    ids, wanted = facts["op_id"], ops["op_id"]
+    low, high = opt_int(ids.min()), opt_int(ids.max())
+    dense = low is not None and low >= 0 and high is not None and high < 2 * ids.len() + 1024
+    slot = None
+    if dense and high is not None and not ids.null_count():
+        slot = pl.repeat(None, high + 1, dtype=pl.UInt32, eager=True)
+        slot = slot.scatter(ids, pl.int_range(ids.len(), dtype=pl.UInt32, eager=True))
+    if slot is None or slot.len() - slot.null_count() < ids.len():  # an op_id twice
+        return ops.join(facts, on="op_id", how="left", maintain_order="left")
+    inside = wanted.is_between(0, high).fill_null(False)
+    row = slot.gather(pl.select(pl.when(inside).then(wanted)).to_series())
+    return pl.concat([ops, facts.drop("op_id").select(pl.all().gather(row))], how="horizontal")
+
+
 def _sync_copies(launches: pl.DataFrame) -> pl.Expr:
     """Per row of `launches`, whether its call is a synchronous copy (`is_sync_copy`),
     tested once per distinct call name (a handful among millions of rows)."""
@@ -180,7 +198,7 @@ def launch_cost(gpu: pl.DataFrame, launches: pl.DataFrame, idle: pl.DataFrame) -
     ).with_columns(_CODED)
     # Per operation first, then plain sums: a filter inside each group's aggregation
     # cost twice as much.
-    facts = launched.join(call_facts(launches), on="op_id", how="left").select(
+    facts = _by_op_id(launched, call_facts(launches)).select(
         *OWNER,
         "dur_ns",
         _once=pl.when("call_first").then("launch_ns"),
