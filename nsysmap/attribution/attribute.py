@@ -161,7 +161,9 @@ def _labels(found: pl.DataFrame, scope: Scope) -> pl.DataFrame:
     ranges = scope.ranges
     module = found["module"]
     inner = _coalesce(found["inner"], found["other"])  # none on its thread: the one taken
-    aten = _operator_labels(scope, found["aten"])
+    aten = name_labels(
+        ranges["name"].gather(found["aten"]), ["lbl_aten_op", "lbl_direction", "lbl_shapes"]
+    )
     own = scope.labels(module, ["lbl_module", "lbl_module_class", "lbl_direction"])
     seq = scope.labels(found["seq_module"], ["lbl_module", "lbl_module_class"])
     return pl.DataFrame(
@@ -183,19 +185,6 @@ def _labels(found: pl.DataFrame, scope: Scope) -> pl.DataFrame:
             "a_shapes": aten["lbl_shapes"],
         }
     )
-
-
-def _operator_labels(scope: Scope, aten: pl.Series) -> dict[str, pl.Series]:
-    """The operator, direction and shapes the operator ranges at `aten` name (null: none),
-    parsed once per distinct name (`Scope.names`), not once per operation."""
-    columns = ["lbl_aten_op", "lbl_direction", "lbl_shapes"]
-    name = scope.names.index(aten)  # index into the distinct names
-    used = name.drop_nulls().unique()
-    parsed = name_labels(scope.names.names.gather(used), columns)
-    slot = pl.repeat(None, scope.names.names.len(), dtype=pl.UInt32, eager=True)
-    slot = slot.scatter(used, pl.int_range(used.len(), dtype=pl.UInt32, eager=True))
-    row = slot.gather(name)
-    return {c: parsed[c].gather(row) for c in columns}
 
 
 # What an op of a CUDA graph takes from where it was captured rather than replayed

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from nsysmap.attribution.distinct_names import DistinctNames
 from nsysmap.attribution.labels import (
     ATEN_OP,
     LABELS,
@@ -55,16 +54,15 @@ class Scope:
     name_at: pl.Series  # per range: index into table (UInt32), null when not scoped
     table: pl.DataFrame  # LABELS per distinct name
     members: dict[str, pl.Series]  # family -> Boolean per range
-    names: DistinctNames  # the ranges' names, each once: tests run on those
 
     @classmethod
     def of(cls, ranges: pl.DataFrame, thread: pl.Series, rules: NameRules = BUILTIN) -> Scope:
         """The scope of `ranges`, whose step and phase names `rules` read."""
         names = ranges["name"]
-        each = DistinctNames.of(names)
-        scoped = pl.DataFrame({"name": each.names}).select(may_name_scope(pl.col("name"), rules))
-        pos = each.per_range(scoped.to_series()).fill_null(False).arg_true()
-        code = each.index(pos)
+        frame = pl.DataFrame({"name": names})
+        maybe = frame.select(may_name_scope(pl.col("name"), rules)).to_series()
+        pos = maybe.arg_true()
+        code = names.gather(pos).cast(pl.Categorical).to_physical()
         distinct = pl.DataFrame({"code": code}).with_row_index("first").unique("code").sort("code")
         table = name_labels(names.gather(pos.gather(distinct["first"])), rules=rules)
         name = distinct["code"].search_sorted(code)  # of each scoped range, into table
@@ -75,9 +73,8 @@ class Scope:
         for family, hit_names in found.items():
             hit = pos.filter(hit_names.gather(name))
             members[family] = pl.repeat(False, ranges.height, eager=True).scatter(hit, True)
-        members[AUTOGRAD] = each.per_range(autograd_nodes(each.names)).fill_null(False)
-        forest = Forest.of(ranges, thread, "range_id")
-        return cls(ranges, forest, name_at, table, members, each)
+        members[AUTOGRAD] = autograd_nodes(names)
+        return cls(ranges, Forest.of(ranges, thread, "range_id"), name_at, table, members)
 
     def label(self, positions: pl.Series, column: str) -> pl.Series:
         """`column` of LABELS at `positions` (which must be scoped names, or null)."""
@@ -219,7 +216,7 @@ def _module_via_seq(scope: Scope, q: Queries, inner: pl.Series, module: pl.Serie
         return out
     names = scope.ranges["name"]
     wanted = nodes["lbl_seq"].unique()
-    pos = scope.names.ranges_named(_maybe_forward_seq(scope.names.names, wanted))
+    pos = _maybe_forward_seq(names, wanted)
     forward = name_labels(names.gather(pos), ["lbl_seq", "lbl_stashed"]).with_columns(
         pos=pos, pid=scope.ranges["pid"].gather(pos), start=scope.ranges["start_ns"].gather(pos)
     )
