@@ -107,7 +107,9 @@ def test_real_profiles_give_the_same_waits_either_way(name):
         assert_frame_equal(frame, rejoined[table])
 
 
-def test_launch_cost_sorts_as_by_its_names_with_nulls_last():
+# Steps sorted by their own values (small non-negative), or by their ranks.
+@pytest.mark.parametrize("steps", [(3, None, 1), (2**40, None, -5)])
+def test_launch_cost_sorts_as_by_its_names_with_nulls_last(steps):
     """launch_cost sorts by ranks of codes, not names: the order must be the names' order
     (byte order, nulls last), whatever order the names first appear in."""
     phases = ["zeta", None, "Beta", "alpha", "beta"]
@@ -115,7 +117,7 @@ def test_launch_cost_sorts_as_by_its_names_with_nulls_last():
     rows = [
         (device, step, phase, module)
         for device in (1, 0)
-        for step in (3, None, 1)
+        for step in steps
         for phase in phases
         for module in modules
     ]
