@@ -107,7 +107,9 @@ def test_real_profiles_give_the_same_waits_either_way(name):
         assert_frame_equal(frame, rejoined[table])
 
 
-def test_launch_cost_sorts_as_by_its_names_with_nulls_last():
+# Steps sorted by their own values (small non-negative), or by their ranks.
+@pytest.mark.parametrize("steps", [(3, None, 1), (2**40, None, -5)])
+def test_launch_cost_sorts_as_by_its_names_with_nulls_last(steps):
     """launch_cost sorts by ranks of codes, not names: the order must be the names' order
     (byte order, nulls last), whatever order the names first appear in."""
     phases = ["zeta", None, "Beta", "alpha", "beta"]
@@ -115,7 +117,7 @@ def test_launch_cost_sorts_as_by_its_names_with_nulls_last():
     rows = [
         (device, step, phase, module)
         for device in (1, 0)
-        for step in (3, None, 1)
+        for step in steps
         for phase in phases
         for module in modules
     ]
@@ -194,3 +196,26 @@ def test_call_facts_count_a_call_of_several_operations_once():
     assert facts["call_first"].sum() == 7 and facts["compared"].sum() == 4
     later = launches["launch_start_ns"] > 100
     assert_frame_equal(call_facts(launches.filter(later)), every_row.filter(later))
+
+
+@pytest.mark.parametrize(
+    "fact_ids",
+    [
+        [3, 0, 2, 1],  # every op, out of order: gathers
+        [2, 7],  # some ops, one id no op has: gathers
+        [2, 2, 1],  # an op_id twice: the join (a row per match)
+        [1, 10**9],  # ids far apart: the join
+        [],
+    ],
+)
+def test_facts_reach_the_operations_as_a_left_join_would(fact_ids):
+    """launch_cost's op_id lookup (`_by_op_id`) gives the left join's rows, in order."""
+    from nsysmap.waits.tables import _by_op_id
+
+    ops = pl.DataFrame({"op_id": [2, 0, None, 3, 1, 5], "dur_ns": [1, 2, 3, 4, 5, 6]})
+    facts = pl.DataFrame(
+        {"op_id": fact_ids, "launch_ns": [10 * i for i in range(len(fact_ids))]},
+        schema={"op_id": pl.Int64, "launch_ns": pl.Int64},
+    )
+    joined = ops.join(facts, on="op_id", how="left", maintain_order="left")
+    assert _by_op_id(ops, facts).equals(joined)

@@ -258,12 +258,20 @@ def _with_launches(ops: pl.DataFrame, api_calls: pl.DataFrame) -> pl.DataFrame:
     is not an OPS column: `launch_durations`).
 
     Of calls sharing (pid, correlation_id), the one `first_calls` keeps
-    (nsysmap/launch_keys.py: the one that started first).
+    (nsysmap/launch_keys.py: the one that started first). The calls are
+    joined as they are first: when no operation finds two (the readers drop
+    duplicates, so nearly always), that is the join of the kept calls, and
+    the calls need not be de-duplicated.
     """
     calls = api_calls.filter(pl.col("correlation_id").is_not_null())
-    first = first_calls(calls)
-    if not first.all():
-        calls = calls.filter(first)
+    joined = _launch_join(ops, calls)
+    if joined.height == ops.height:
+        return joined
+    return _launch_join(ops, calls.filter(first_calls(calls)))
+
+
+def _launch_join(ops: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """`ops` left-joined with `calls` on (pid, correlation_id): a row per match."""
     key = call_key(calls, ops)
     launches = calls.select(
         "pid",

@@ -88,15 +88,13 @@ def call_facts(launches: pl.DataFrame) -> pl.DataFrame:
     share a call, and only those are grouped by CALL_KEY (two windows over
     every row took 0.5 s of 10^6 operations).
     """
-    may_share = launches["launch_start_ns"].is_duplicated()
     facts = launches.select(
-        "op_id",
-        "launch_ns",
-        call_first=pl.lit(True),
-        compared=~is_sync_copy(pl.col("launch_api")),
+        "op_id", "launch_ns", call_first=pl.lit(True), compared=~_sync_copies(launches)
     )
-    if not may_share.any():
+    starts = launches["launch_start_ns"]
+    if starts.n_unique() == starts.len():  # no start repeats (cheaper than is_duplicated)
         return facts
+    may_share = starts.is_duplicated()
     rows = may_share.arg_true()
     calls = launches[rows].select(
         first=pl.col("op_id") == pl.col("op_id").min().over(CALL_KEY),
@@ -106,6 +104,32 @@ def call_facts(launches: pl.DataFrame) -> pl.DataFrame:
         facts["call_first"].scatter(rows, calls["first"]),
         facts["compared"].scatter(rows, facts["compared"].gather(rows) & calls["alone"]),
     )
+
+
+def _by_op_id(ops: pl.DataFrame, facts: pl.DataFrame) -> pl.DataFrame:
+    """`ops` left-joined with `facts` (one row per op_id) on op_id, in `ops`' order: by
+    gathers when op ids are small non-negative integers, each once in `facts` (as the
+    attribution numbers operations), else by a join."""
+    ids, wanted = facts["op_id"], ops["op_id"]
+    low, high = opt_int(ids.min()), opt_int(ids.max())
+    dense = low is not None and low >= 0 and high is not None and high < 2 * ids.len() + 1024
+    slot = None
+    if dense and high is not None and not ids.null_count():
+        slot = pl.repeat(None, high + 1, dtype=pl.UInt32, eager=True)
+        slot = slot.scatter(ids, pl.int_range(ids.len(), dtype=pl.UInt32, eager=True))
+    if slot is None or slot.len() - slot.null_count() < ids.len():  # an op_id twice
+        return ops.join(facts, on="op_id", how="left", maintain_order="left")
+    inside = wanted.is_between(0, high).fill_null(False)
+    row = slot.gather(pl.select(pl.when(inside).then(wanted)).to_series())
+    return pl.concat([ops, facts.drop("op_id").select(pl.all().gather(row))], how="horizontal")
+
+
+def _sync_copies(launches: pl.DataFrame) -> pl.Expr:
+    """Per row of `launches`, whether its call is a synchronous copy (`is_sync_copy`),
+    tested once per distinct call name (a handful among millions of rows)."""
+    names = launches.select(pl.col("launch_api").unique().drop_nulls())
+    sync = names.filter(is_sync_copy(pl.col("launch_api")))["launch_api"]
+    return pl.col("launch_api").is_in(sync.implode()).fill_null(False)
 
 
 def is_sync_copy(api: pl.Expr) -> pl.Expr:
@@ -182,7 +206,7 @@ def launch_cost(gpu: pl.DataFrame, launches: pl.DataFrame, idle: pl.DataFrame) -
     ).with_columns(_CODED)
     # Per operation first, then plain sums: a filter inside each group's aggregation
     # cost twice as much.
-    facts = launched.join(call_facts(launches), on="op_id", how="left").select(
+    facts = _by_op_id(launched, call_facts(launches)).select(
         *OWNER,
         "dur_ns",
         _once=pl.when("call_first").then("launch_ns"),
@@ -212,7 +236,7 @@ def launch_cost(gpu: pl.DataFrame, launches: pl.DataFrame, idle: pl.DataFrame) -
     whole = pl.col("busy_ns") + pl.col("idle_before_ns")
     share = pl.when(whole > 0).then(pl.col("idle_launch_ns") / whole).otherwise(0.0)
     # Sorted as by (device_id, step, -idle_before_ns, phase, module), nulls last.
-    device_step = packed_ranks(rows["device_id"].rank("dense"), rows["step"].rank("dense"))
+    device_step = packed_ranks(_sort_rank(rows["device_id"]), _sort_rank(rows["step"]))
     names = packed_ranks(lexical_rank(rows["phase"]), lexical_rank(rows["module"]))
     keys = pl.DataFrame({"h": device_step, "i": rows["idle_before_ns"], "l": names})
     order = keys.select(pl.arg_sort_by(["h", "i", "l"], descending=[False, True, False]))
@@ -235,10 +259,20 @@ def lexical_rank(names: pl.Series) -> pl.Series:
     return codes.join(ranks, on="_code", how="left", maintain_order="left")["_rank"]
 
 
+def _sort_rank(values: pl.Series) -> pl.Series:
+    """Integers from 1 that sort as `values` do, for `packed_ranks`: the values plus one
+    when they lie in 0 .. 2^31 - 2 (device ids and step numbers: no sort), else their
+    dense ranks."""
+    low, high = opt_int(values.min()), opt_int(values.max())
+    if low is None or high is None or low < 0 or high >= (1 << 31) - 1:
+        return values.rank("dense")
+    return values.cast(pl.Int64) + 1
+
+
 def packed_ranks(high: pl.Series, low: pl.Series) -> pl.Series:
     """One Int64 per row that sorts as (`high`, `low`) do, nulls after every value.
 
-    Both are dense ranks from 1 (UInt32, below 2^31: there are fewer rows).
+    Both are integers from 1, below 2^31 (dense ranks, or `_sort_rank`'s values).
     """
 
     def last_null(rank: pl.Series) -> pl.Series:
