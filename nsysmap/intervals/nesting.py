@@ -190,33 +190,80 @@ def _clip_rounds(
     Only the earliest crossing (in nesting order) is certain to sit under its
     true parent: a later one may look crossing only because of it. After
     MAX_REPAIR_ROUNDS rounds every remaining crossing is resolved at once.
+
+    A round re-nests only the clusters (intervals linked by overlap) holding
+    what it clips: a clip moves an end within its cluster, so the others keep
+    their nesting, as if the whole group had been nested again.
     """
+    nested = nested.with_columns(_cluster=_clusters(nested, by))
+    hot = nested.filter("crossing").select("_cluster").unique()
+    calm = nested.join(hot, on="_cluster", how="anti")  # clusters no round touches
+    nested = nested.join(hot, on="_cluster", how="semi")
     clipped: set[int] = set()
+    cuts = pl.DataFrame(schema={id_col: nested[id_col].dtype, "old_end": nested["end_ns"].dtype})
     for round_no in range(MAX_REPAIR_ROUNDS + 1):
-        if not nested["crossing"].any():
+        crossing = nested.filter("crossing")
+        if crossing.is_empty():
             break
-        nested = nested.sort([*by, "start_ns", -pl.col("end_ns"), id_col])
-        first = pl.col("crossing").cast(pl.Int32).cum_sum().over(by) == 1
-        pick = pl.col("crossing") if round_no == MAX_REPAIR_ROUNDS else pl.col("crossing") & first
-        chosen = nested.filter(pick)
-        outranks = chosen[prio] > chosen["p_prio"]
-        cut_self = chosen.filter(~outranks).select(id_col, pl.col("p_end").alias("new_end"))
-        cut_parent = (
-            chosen.filter(outranks)
-            .group_by("parent_id")
-            .agg(pl.col("start_ns").min().alias("new_end"))
-            .rename({"parent_id": id_col})
+        every = round_no == MAX_REPAIR_ROUNDS
+        if not every:
+            crossing = crossing.sort([*by, "start_ns", -pl.col("end_ns"), id_col])
+            crossing = crossing.unique(by, keep="first", maintain_order=True)
+        active = crossing.select("_cluster").unique()
+        rest = nested.join(active, on="_cluster", how="anti")
+        touched, cuts = _clip_round(
+            nested.join(active, on="_cluster", how="semi"), by, id_col, prio, every=every
         )
-        cuts = pl.concat([cut_self, cut_parent]).group_by(id_col).agg(pl.col("new_end").min())
         clipped.update(cuts[id_col].to_list())
-        fixed = (
-            nested.drop("p_end", "p_prio", "crossing")
-            .join(cuts, on=id_col, how="left")
-            .with_columns(pl.coalesce("new_end", "end_ns").alias("end_ns"))
-            .drop("new_end")
-        )
-        nested = _with_crossing(nest_intervals(fixed, by=by, id_col=id_col), id_col, prio)
-    return nested.drop("p_end", "p_prio", "crossing"), len(clipped)
+        nested = pl.concat([rest, touched.select(rest.columns)])
+    # In the order a round over the whole group leaves: sorted by the ends before its clips.
+    nested = pl.concat([calm, nested.select(calm.columns)])
+    key = nested.join(cuts, on=id_col, how="left").select(pl.coalesce("old_end", "end_ns"))
+    nested = nested.with_columns(_k=key.to_series()).sort([*by, "start_ns", -pl.col("_k"), id_col])
+    return nested.drop("p_end", "p_prio", "crossing", "_cluster", "_k"), len(clipped)
+
+
+def _clusters(nested: pl.DataFrame, by: list[str]) -> pl.Series:
+    """A code per cluster (UInt32): intervals of one group linked by overlap.
+
+    A cluster begins where an interval starts after every earlier one of its
+    group ended: nothing is open there, so no nesting reaches across. Null
+    times give one cluster per group.
+    """
+    order = nested.select(*by, "start_ns", "end_ns").with_row_index("_row")
+    order = order.sort([*by, "start_ns", -pl.col("end_ns")])
+    if nested["start_ns"].null_count() or nested["end_ns"].null_count():
+        begins = pl.lit(False)
+    else:
+        reach = pl.col("end_ns").cum_max().shift(1).over(by)
+        begins = (pl.col("start_ns") > reach).fill_null(False)
+    codes = order.select("_row", *by, c=begins.cum_sum().over(by))
+    return codes.sort("_row").select(pl.struct(*by, "c").rank("dense").alias("c"))["c"]
+
+
+def _clip_round(
+    nested: pl.DataFrame, by: list[str], id_col: str, prio: str, *, every: bool
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Clip the earliest crossing of each group (`every`: all crossings), re-nest.
+
+    Returns the re-nested frame and the clipped intervals (`id_col`, `old_end`).
+    """
+    nested = nested.sort([*by, "start_ns", -pl.col("end_ns"), id_col])
+    first = pl.col("crossing").cast(pl.Int32).cum_sum().over(by) == 1
+    chosen = nested.filter(pl.col("crossing") if every else pl.col("crossing") & first)
+    outranks = chosen[prio] > chosen["p_prio"]
+    cut_self = chosen.filter(~outranks).select(id_col, pl.col("p_end").alias("new_end"))
+    cut_parent = (
+        chosen.filter(outranks)
+        .group_by("parent_id")
+        .agg(pl.col("start_ns").min().alias("new_end"))
+        .rename({"parent_id": id_col})
+    )
+    cuts = pl.concat([cut_self, cut_parent]).group_by(id_col).agg(pl.col("new_end").min())
+    fixed = nested.drop("p_end", "p_prio", "crossing").join(cuts, on=id_col, how="left")
+    clipped = fixed.filter(pl.col("new_end").is_not_null()).select(id_col, old_end="end_ns")
+    fixed = fixed.with_columns(pl.coalesce("new_end", "end_ns").alias("end_ns")).drop("new_end")
+    return _with_crossing(nest_intervals(fixed, by=by, id_col=id_col), id_col, prio), clipped
 
 
 def nest_ranges(ranges: pl.DataFrame) -> tuple[pl.DataFrame, int]:
