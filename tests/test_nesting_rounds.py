@@ -109,3 +109,18 @@ def test_many_crossings_past_the_cap_match():
     assert ends[3 * 39 + 2] == 300 * 39 + 150  # C clipped to B's old end, all at once
     assert new[0].equals(old[0])
     assert new[1] == old[1]
+
+
+def test_rows_come_in_the_order_of_the_last_round():
+    # Thread 1 is repaired in one round (X clipped to A's end, then equal to
+    # Y), thread 2 in two: X was last sorted in round two, by its clipped end.
+    rows = [(0, 1, 0, 100), (1, 1, 50, 100), (2, 1, 50, 150)]
+    rows += [(3, 2, 0, 100), (4, 2, 50, 150), (5, 2, 60, 200)]
+    df = pl.DataFrame(
+        [(i, 1, tid, s, e) for i, tid, s, e in rows],
+        schema=["range_id", "pid", "tid", "start_ns", "end_ns"],
+        orient="row",
+    )
+    (new, _), (old, _) = _both(df, nesting.MAX_REPAIR_ROUNDS, None)
+    assert old["range_id"].to_list()[:3] == [0, 1, 2]
+    assert new.equals(old)

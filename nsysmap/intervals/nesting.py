@@ -191,36 +191,83 @@ def _clip_rounds(
     true parent: a later one may look crossing only because of it. After
     MAX_REPAIR_ROUNDS rounds every remaining crossing is resolved at once.
 
-    A round re-nests only the clusters (intervals linked by overlap) holding
-    what it clips: a clip moves an end within its cluster, so the others keep
-    their nesting, as if the whole group had been nested again.
+    Clusters (intervals linked by overlap) nest independently: a clip moves
+    an end within its cluster. A group's rounds resolve its clusters one after
+    the other; here the clusters those rounds reach take their rounds side by
+    side, and each keeps the state its share of the group's rounds leaves.
     """
     nested = nested.with_columns(_cluster=_clusters(nested, by))
-    hot = nested.filter("crossing").select("_cluster").unique()
+    hot = nested.filter("crossing").select(*by, "_cluster").unique().sort("_cluster")
+    hot = hot.with_columns(_nth=pl.int_range(pl.len()).over(by))
     calm = nested.join(hot, on="_cluster", how="anti")  # clusters no round touches
-    nested = nested.join(hot, on="_cluster", how="semi")
-    clipped: set[int] = set()
-    cuts = pl.DataFrame(schema={id_col: nested[id_col].dtype, "old_end": nested["end_ns"].dtype})
-    for round_no in range(MAX_REPAIR_ROUNDS + 1):
-        crossing = nested.filter("crossing")
-        if crossing.is_empty():
-            break
-        every = round_no == MAX_REPAIR_ROUNDS
-        if not every:
-            crossing = crossing.sort([*by, "start_ns", -pl.col("end_ns"), id_col])
-            crossing = crossing.unique(by, keep="first", maintain_order=True)
-        active = crossing.select("_cluster").unique()
-        rest = nested.join(active, on="_cluster", how="anti")
-        touched, cuts = _clip_round(
-            nested.join(active, on="_cluster", how="semi"), by, id_col, prio, every=every
-        )
-        clipped.update(cuts[id_col].to_list())
-        nested = pl.concat([rest, touched.select(rest.columns)])
+    reached = hot.filter(pl.col("_nth") < MAX_REPAIR_ROUNDS).select("_cluster")
+    states, cuts = _side_by_side(nested.join(reached, on="_cluster", how="semi"), by, id_col, prio)
+    share = _shares(states, hot, by)
+    kept = states.join(share, on=["_cluster", "_after"], how="semi").drop("_after")
+    unreached = nested.join(reached, on="_cluster", how="anti").join(hot, on="_cluster", how="semi")
+    cuts = cuts.join(share, on="_cluster").filter(pl.col("_round") <= pl.col("_after"))
+    clipped = set(cuts[id_col].to_list())
+    left = pl.concat([kept, unreached.select(kept.columns)])
+    if left["crossing"].any():  # the rounds ran out: every crossing left at once
+        left, last = _clip_round(left, by, id_col, prio, every=True)
+        clipped.update(last[id_col].to_list())
+    else:  # the last round: each group's last clip, in groups that took the most rounds
+        last = cuts.filter(pl.col("_last") & (pl.col("_round") == pl.col("_after")))
+    nested = pl.concat([calm, left.select(calm.columns)])
     # In the order a round over the whole group leaves: sorted by the ends before its clips.
-    nested = pl.concat([calm, nested.select(calm.columns)])
-    key = nested.join(cuts, on=id_col, how="left").select(pl.coalesce("old_end", "end_ns"))
+    key = nested.join(last, on=id_col, how="left").select(pl.coalesce("old_end", "end_ns"))
     nested = nested.with_columns(_k=key.to_series()).sort([*by, "start_ns", -pl.col("_k"), id_col])
     return nested.drop("p_end", "p_prio", "crossing", "_cluster", "_k"), len(clipped)
+
+
+def _side_by_side(
+    nested: pl.DataFrame, by: list[str], id_col: str, prio: str
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Up to MAX_REPAIR_ROUNDS rounds per cluster, each cluster on its own.
+
+    Returns every cluster's state after each of its rounds (`_after`, 0:
+    before any) and the clips (`id_col`, `old_end`, `_cluster`, `_round`).
+    """
+    states = [nested.with_columns(_after=pl.lit(0, pl.Int32))]
+    cuts = []
+    live = nested
+    for round_no in range(1, MAX_REPAIR_ROUNDS + 1):
+        live = live.join(live.filter("crossing").select("_cluster"), on="_cluster", how="semi")
+        if live.is_empty():
+            break
+        live, cut = _clip_round(live, [*by, "_cluster"], id_col, prio, every=False)
+        states.append(live.with_columns(_after=pl.lit(round_no, pl.Int32)))
+        cut = cut.join(live.select(id_col, "_cluster"), on=id_col)
+        cuts.append(cut.with_columns(_round=pl.lit(round_no, pl.Int32)))
+    schema = {id_col: nested[id_col].dtype, "old_end": nested["end_ns"].dtype}
+    empty = pl.DataFrame(schema={**schema, "_cluster": pl.UInt32, "_round": pl.Int32})
+    columns = states[0].columns
+    return pl.concat([f.select(columns) for f in states]), pl.concat([empty, *cuts])
+
+
+def _shares(states: pl.DataFrame, hot: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """Per reached cluster: `_after`, how many of its group's rounds it gets
+    (clusters in order, until MAX_REPAIR_ROUNDS are spent), and `_last`, whether
+    it took the last round of all, when no crossing is left after it.
+    """
+    done = states.group_by("_cluster").agg(
+        rounds=pl.col("_after").max(),
+        left=(pl.col("crossing") & (pl.col("_after") == pl.col("_after").max())).any(),
+    )
+    need = hot.join(done, on="_cluster", how="left").sort("_cluster")
+    need = need.with_columns(  # a cluster still crossing after its rounds needs more
+        rounds=pl.col("rounds").fill_null(0) + pl.col("left").fill_null(True).cast(pl.Int32)
+    )
+    cap = MAX_REPAIR_ROUNDS
+    spent = pl.col("rounds").cum_sum().over(by).clip(upper_bound=cap)
+    need = need.with_columns(_after=(spent - spent.shift(1, fill_value=0).over(by)).cast(pl.Int32))
+    total = need.group_by(by).agg(t=pl.col("rounds").sum())
+    need = need.join(total, on=by, how="left", nulls_equal=True)
+    final = pl.col("t") == pl.col("t").max()
+    last = (pl.col("_after") > 0) & (
+        pl.col("_cluster") == pl.col("_cluster").filter(pl.col("_after") > 0).max().over(by)
+    )
+    return need.select("_cluster", "_after", _last=final & last)
 
 
 def _clusters(nested: pl.DataFrame, by: list[str]) -> pl.Series:
