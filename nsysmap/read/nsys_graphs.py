@@ -144,6 +144,8 @@ def split_graphs(
     """
     nodes = capture_points(node_events(node_table, graph_table))
     graphs = capture_points(graph_events(graph_table))
-    links = graph_links(ops, nodes, graphs)
-    facts = graph_facts(ops, links)
+    in_graphs = ops["graph_node_id"].is_not_null().any() or (ops["kind"] == "graph").any()
+    # Without graph work (the common case) the links are empty: no filter over every op.
+    links = graph_links(ops if in_graphs else ops.clear(), nodes, graphs)
+    facts = graph_facts(ops, links) if in_graphs else {}
     return ops.drop("graph_node_id", "graph_id"), links, facts
