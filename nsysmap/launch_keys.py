@@ -49,9 +49,27 @@ def first_calls(
     key = call_key(calls, corr=corr)
     expr = pl.struct("pid", corr) if key is None else key
     no_id = pl.col(corr).is_null()
+    if rising_ids(calls, corr):  # no (pid, correlation id) repeats: every row wins
+        name = calls.clear().select(expr.is_first_distinct() | no_id).to_series().name
+        return pl.repeat(True, calls.height, dtype=pl.Boolean, eager=True).alias(name)
     first = calls.select(expr.is_first_distinct() | no_id).to_series()
     if first.all():  # no duplicates: nothing to order
         return first
     order = calls.with_row_index("_row").sort(start, tid, "_row", nulls_last=True)
     kept = order.select(pl.col("_row"), (expr.is_first_distinct() | no_id).alias("_first"))
     return kept.sort("_row")["_first"].alias(first.name)
+
+
+def rising_ids(calls: pl.DataFrame, corr: str = "correlation_id") -> bool:
+    """Do the correlation ids rise within each process, in row order (as nsys writes them)?
+
+    Then no (pid, correlation id) repeats, and `first_calls` keeps every row:
+    a comparison of neighbours per process instead of hashing every key.
+    Rows without an id are left out of the comparison (they are all kept);
+    False when a pid is missing (the general path decides).
+    """
+    if not calls.height or calls["pid"].null_count():
+        return False
+    ids = pl.col(corr).drop_nulls()
+    rising = calls.group_by("pid").agg(ok=(ids.diff().drop_nulls() > 0).all())
+    return bool(rising["ok"].all())

@@ -453,16 +453,17 @@ def test_kernels_launched_inside_their_own_threads_ranges_count_in_the_phase_ran
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.integers(1, 3), st.integers(0, 6), st.integers(0, 4)),  # tid, start, length
+        # tid (more threads than one pass each would take), start, length
+        st.tuples(st.integers(1, 20), st.integers(0, 6), st.integers(0, 4)),
         min_size=1,
         max_size=30,
     ),
     st.booleans(),
 )
 def test_ranges_in_start_order_put_thread_by_thread_give_the_sorted_preorder(rows, in_order):
-    """Ranges in start order are put in (thread, start) order by a pass per thread rather
-    than a sort: the pre-order must be the one the sort and the general path give,
-    ranges sharing a start included."""
+    """Ranges in start order are put in (thread, start) order by a stable sort of their
+    thread codes rather than a sort of the packed keys: the pre-order must be the one
+    the sort and the general path give, ranges sharing a start included."""
     ranges = pl.DataFrame(rows, schema=["tid", "start_ns", "length"], orient="row")
     if in_order:
         ranges = ranges.sort("start_ns", maintain_order=True)
@@ -476,12 +477,9 @@ def test_ranges_in_start_order_put_thread_by_thread_give_the_sorted_preorder(row
         parent_id=pl.lit(None, pl.Int64),
     )
     passes = range_tree.preorder(ranges)
-    sorted_once = range_tree._THREAD_PASSES
-    try:
-        range_tree._THREAD_PASSES = 0
+    with pytest.MonkeyPatch.context() as patch:  # no thread-by-thread order: one sort
+        patch.setattr(range_tree, "_group_order", lambda *_: None)
         assert_frame_equal(passes, range_tree.preorder(ranges))
-    finally:
-        range_tree._THREAD_PASSES = sorted_once
     general = range_tree._sorted_preorder
     assert_frame_equal(passes.drop("parent"), _general_preorder(ranges, general))
 
@@ -493,3 +491,43 @@ def _general_preorder(ranges: pl.DataFrame, general) -> pl.DataFrame:
     )
     frame = frame.with_columns(g=pl.col("g").cast(pl.UInt32), end=ranges["end_ns"])
     return general(frame).select("pos", "row", "range_id", "g", "depth", "stop")
+
+
+def test_leaves_in_position_order_or_not_give_the_same_instances():
+    """`_windows_by_position` sorts the leaves by position only when they are out of
+    order: leaves given sorted, reversed or shuffled give the same windows."""
+    ranges = pl.DataFrame(
+        {
+            "range_id": [0, 1, 2, 3, 4],
+            "pid": [1, 1, 1, 1, 1],
+            "tid": [1, 1, 1, 2, 2],
+            "start_ns": [0, 10, 20, 0, 50],
+            "end_ns": [100, 60, 30, 40, 90],
+            "depth": pl.Series([1, 2, 3, 1, 1], dtype=pl.Int32),
+            "parent_id": [None, 0, 1, None, None],
+        }
+    )
+    forest = range_tree.preorder(ranges)
+    pos = pl.Series([0, 1, 2, 2, 3, 4], dtype=pl.UInt32)
+    placed = pl.DataFrame(
+        {
+            "device_id": [0, 0, 0, 0, 1, 1],
+            "pos": pos,
+            "g": forest["g"].gather(pos),
+            "ops": [1, 2, 3, 4, 5, 6],
+            "time_ns": [10, 20, 30, 40, 50, 60],
+            "first_start_ns": [1, 12, 21, 22, 3, 55],
+            "last_end_ns": [99, 50, 25, 29, 30, 80],
+        }
+    )
+    taken = []
+    by_position = range_tree._windows_by_position
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            range_tree, "_windows_by_position", lambda *a: taken.append(1) or by_position(*a)
+        )
+        ordered = range_tree.instances(placed, forest, 8)
+        for shuffled in (placed.reverse(), placed.sample(fraction=1.0, shuffle=True, seed=3)):
+            assert_frame_equal(range_tree.instances(shuffled, forest, 8), ordered)
+    assert len(taken) == 3
+    assert ordered.filter(pos=0)["inclusive_ops"].to_list() == [10]  # 1 + 2 + 3 + 4

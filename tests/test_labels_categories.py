@@ -6,7 +6,14 @@ import polars as pl
 import pytest
 
 from nsysmap.attribution.categories import CATEGORIES, RULES, category_expr
-from nsysmap.attribution.labels import AUTOGRAD_NODE, autograd_nodes, fsdp_spans, name_labels
+from nsysmap.attribution.labels import (
+    AUTOGRAD_NODE,
+    SIZES,
+    autograd_nodes,
+    fsdp_spans,
+    name_labels,
+    shapes,
+)
 from tests.corpus import CORPUS, connect
 from tests.frames import Frames
 
@@ -279,3 +286,33 @@ def test_autograd_nodes_are_the_names_autograds_expression_matches():
     expected = names.str.contains(AUTOGRAD_NODE).fill_null(False)
     assert autograd_nodes(names).to_list() == expected.to_list()
     assert 0 < expected.sum() < names.len() - 1
+
+
+_SHAPE_NAMES = [
+    "aten::addmm, seq = 12, op_id = 88, sizes = [[768], [2048, 768], [768, 768]]",
+    "aten::mm, sizes = [[1, 2]], input_op_ids = [(88976,0), (88977,0)]",
+    "sizes = [[3], []]",  # the field first
+    "é::op, sizes = [[4]]",  # a multi-byte character before the field
+    "aten::cat, sizes = [[[1, 2], [3]]]",  # a tensor list's shapes
+    "aten::x, sizes = [[[[1]]]], sizes = [[5]]",  # too deep at first: the later field
+    "xsizes = [[1]], sizes = [[6]]",  # not a field at first: the later one
+    "aten::y, sizes = [unclosed",
+    "aten::z,sizes = [[7]]",  # no space: no field
+    "aten::mm, stashed seq = 3, op_id = 9",
+    "",
+    None,
+]
+
+
+@pytest.mark.parametrize("repeat", [1, 3])
+def test_shapes_per_distinct_field_equal_the_expression_on_every_name(repeat):
+    """`shapes` runs SIZES once per distinct text from the first sizes field on: the
+    same answers as the expression on every name, fields that fail to match included."""
+    names = pl.Series("name", _SHAPE_NAMES * repeat, dtype=pl.String)
+    expected = names.str.extract(SIZES, 1)
+    assert expected.drop_nulls().len() == 7 * repeat  # the cases above do match
+    got = shapes(names)
+    assert got.dtype == pl.String
+    assert got.to_list() == expected.to_list()
+    labels = name_labels(names, ["lbl_aten_op", "lbl_shapes"])
+    assert labels["lbl_shapes"].to_list() == expected.to_list()

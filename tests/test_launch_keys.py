@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
+from nsysmap import launch_keys
 from nsysmap.launch_keys import call_key, first_calls
 
 
@@ -38,3 +39,39 @@ def test_the_packed_key_needs_every_frame_to_fit():
         {"pid": [None], "correlation_id": [3]}, schema_overrides={"pid": pl.Int64}
     )
     assert call_key(no_pid) is None
+
+
+def _general(calls: pl.DataFrame) -> pl.Series:
+    """first_calls without its rising-ids shortcut: the general path's answer."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(launch_keys, "rising_ids", lambda *_args: False)
+        return first_calls(calls)
+
+
+@pytest.mark.parametrize(
+    ("ids", "pids", "rising"),
+    [
+        ([1, 2, 5, 3, 4, 9], [1, 1, 1, 2, 2, 2], True),  # rising per process, not overall
+        ([1, None, 2, 3, None, 7], [1, 1, 1, 2, 2, 2], True),  # rows without an id skipped
+        ([1, 2, 2, 3, 4, 9], [1, 1, 1, 2, 2, 2], False),  # a repeat
+        ([1, 3, 2, 3, 4, 9], [1, 1, 1, 2, 2, 2], False),  # falls back: a repeat after a drop
+        ([5, 4, 3, 3, 4, 9], [1, 1, 1, 2, 2, 2], False),  # falling, no repeat: general path
+        ([1, 2, 3, 4, 5, 6], [1, None, 1, None, 2, 2], False),  # a pid missing: general path
+        ([1, 2, 1, 4, 5, 6], [1, None, None, None, 2, 2], False),
+    ],
+)
+def test_rising_ids_keep_every_call_as_the_general_path_does(ids, pids, rising):
+    calls = pl.DataFrame(
+        {
+            "pid": pids,
+            "tid": [1, 2, 1, 2, 1, 2],
+            "correlation_id": ids,
+            "start_ns": [60, 50, 40, 30, 20, 10],
+        },
+        schema_overrides={"pid": pl.Int64, "correlation_id": pl.Int64},
+    )
+    assert launch_keys.rising_ids(calls) is rising
+    fast, general = first_calls(calls), _general(calls)
+    assert fast.equals(general, check_names=True)
+    assert fast.dtype == general.dtype
+    assert fast.all() or not rising

