@@ -478,7 +478,7 @@ def test_ranges_in_start_order_put_thread_by_thread_give_the_sorted_preorder(row
     )
     passes = range_tree.preorder(ranges)
     with pytest.MonkeyPatch.context() as patch:  # no thread-by-thread order: one sort
-        patch.setattr(range_tree, "_group_order", lambda *_: None)
+        patch.setattr(range_tree, "group_order", lambda *_: None)
         assert_frame_equal(passes, range_tree.preorder(ranges))
     general = range_tree._sorted_preorder
     assert_frame_equal(passes.drop("parent"), _general_preorder(ranges, general))
