@@ -30,7 +30,9 @@ def call_key(*frames: pl.DataFrame, corr: str = "correlation_id") -> pl.Expr | N
             pl.col(corr).min().alias("c0"),
             pl.col(corr).max().alias("c1"),
         ).row(0)
-        if None in bounds:  # a column entirely null (an export without process ids)
+        # A null pid would make the packed key null, one key for all such calls
+        # whatever their ids; the struct key keeps (null, id) pairs apart.
+        if None in bounds or frame["pid"].null_count():
             return None
         p0, p1, c0, c1 = bounds
         if not (p0 >= 0 and p1 < 1 << _PID_BITS and c0 >= 0 and c1 < 1 << _ID_BITS):

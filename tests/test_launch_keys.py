@@ -75,3 +75,18 @@ def test_rising_ids_keep_every_call_as_the_general_path_does(ids, pids, rising):
     assert fast.equals(general, check_names=True)
     assert fast.dtype == general.dtype
     assert fast.all() or not rising
+
+
+def test_calls_without_a_pid_are_told_apart_by_their_ids():
+    """Some calls lack a process id: (null, 5) and (null, 6) are two calls, not one."""
+    calls = pl.DataFrame(
+        {
+            "pid": [None, None, 7, 7],
+            "correlation_id": [5, 6, 5, 5],
+            "start_ns": [10, 20, 30, 40],
+            "tid": [1, 1, 1, 1],
+        },
+        schema={"pid": pl.Int64, "correlation_id": pl.Int64, "start_ns": pl.Int64, "tid": pl.Int64},
+    )
+    assert call_key(calls) is None
+    assert first_calls(calls).to_list() == [True, True, True, False]
