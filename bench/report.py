@@ -76,7 +76,7 @@ def _read_as_lines(results: dict) -> list[str]:
     lines = []
     for size in results["sizes"]:
         for engine, run in size["runs"].items():
-            if "read_as" in run:
+            if run.get("read_as") is not None:  # engines that do not say: the floors
                 lines.append(f"- {size_text(size)}, {engine}: {read_as_text(run['read_as'])}")
     return ["", "How nsysmap read each export:", "", *lines] if lines else []
 

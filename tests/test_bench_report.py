@@ -126,7 +126,9 @@ def test_the_table_says_how_each_export_was_read():
     runs["nsysmap"]["read_as"] = {"refused": "no quiet gap"}
     runs["nsysmap (by window)"] = runs["nsysmap"] | {"read_as": {"windows": "8"}}
     runs["nsysmap (by process)"] = runs["nsysmap"] | {"read_as": {"processes": "2"}}
+    runs["floor (adbc)"] = runs["nsysmap"] | {"read_as": None}
     table = markdown(_results(size))
+    assert "floor (adbc): " not in table  # the floor reads no report
     assert "- 1,000 (one process), nsysmap: whole (time windows refused: no quiet gap)" in table
     assert "- 1,000 (one process), nsysmap (by window): 8 time windows one at a time" in table
     assert "- 1,000 (one process), nsysmap (by process): 2 processes one at a time" in table
