@@ -51,15 +51,7 @@ def test_inference_reads_ops_parquet_a_device_at_a_time_without_names(split, mon
     """No frame that inference collects from ops.parquet holds a text column as text, nor
     every column it reads at once, nor more than one device's rows."""
     assert isinstance(split.store, OpsFile)
-    collected: list[pl.DataFrame] = []
-    real = pl.LazyFrame.collect
-
-    def recording(self: pl.LazyFrame, *args: object, **kwargs: object) -> pl.DataFrame:
-        frame = real(self, *args, **kwargs)
-        collected.append(frame)
-        return frame
-
-    monkeypatch.setattr(pl.LazyFrame, "collect", recording)
+    collected = _record_collects(monkeypatch)
     inferred = flow._inferred(split.store)
     monkeypatch.undo()
     rows = [f for f in collected if "op_id" in f.columns]
@@ -188,15 +180,7 @@ def test_overlap_and_waits_a_device_at_a_time_equal_those_of_all_rows(
     monkeypatch.setattr(kept_module.Kept, "add", add)
     run = analyse_file(synced_export, tmp_path, stages=Stages(progress=False), memory_gb=1e-6)
     context = kept[-1].waits_context()
-    collected: list[pl.DataFrame] = []
-    real = pl.LazyFrame.collect
-
-    def recording(self: pl.LazyFrame, *args: object, **kwargs: object) -> pl.DataFrame:
-        frame = real(self, *args, **kwargs)
-        collected.append(frame)
-        return frame
-
-    monkeypatch.setattr(pl.LazyFrame, "collect", recording)
+    collected = _record_collects(monkeypatch)
     streamed = flow._per_device(run.summaries, run.store, context)
     monkeypatch.undo()
     read = [f for f in collected if "device_id" in f.columns and "start_ns" in f.columns]
@@ -208,3 +192,17 @@ def test_overlap_and_waits_a_device_at_a_time_equal_those_of_all_rows(
     for name in WAITS:
         assert held.waits[name]["device_id"].n_unique() == 2
         assert streamed.waits[name].equals(held.waits[name]), name
+
+
+def _record_collects(monkeypatch: pytest.MonkeyPatch) -> list[pl.DataFrame]:
+    """Every frame a LazyFrame collects from now on (until monkeypatch.undo())."""
+    collected: list[pl.DataFrame] = []
+    real = pl.LazyFrame.collect
+
+    def recording(self: pl.LazyFrame, *args: object, **kwargs: object) -> pl.DataFrame:
+        frame = real(self, *args, **kwargs)
+        collected.append(frame)
+        return frame
+
+    monkeypatch.setattr(pl.LazyFrame, "collect", recording)
+    return collected
