@@ -77,12 +77,18 @@ def _plan(args: argparse.Namespace, large: bool) -> dict[str, int]:
     }
 
 
+def output_dir(work: Path, engine: str) -> Path:
+    """Where an nsysmap engine writes its outputs: one folder per engine, so no
+    engine's run overwrites another's."""
+    return work / engine.replace(" (", "-").replace(")", "").replace(" ", "-")
+
+
 def _child_args(engine: Engine, path: Path, work: Path) -> tuple[str, ...]:
     """The command line of one run of `engine` on the export at `path`."""
     if engine.family == "floor":
         return (str(path), *engine.args)
     if engine.family == "nsysmap":
-        return (str(path), str(work / "nsysmap"), *engine.args)
+        return (str(path), str(output_dir(work, engine.name)), *engine.args)
     return (str(path), str(work), *engine.args)
 
 
@@ -146,7 +152,9 @@ def bench_size(
             s: summary([r.output["stages"][s] for r in runs["nsysmap"]]) for s in names
         }
     if "nsysmap" in runs and "sql" in runs:
-        ours = compare.nsysmap_totals(work / "nsysmap" / "ops.parquet")
+        # The whole read's: range ids count in NVTX rowid order only there (parts
+        # read apart number their ranges part by part).
+        ours = compare.nsysmap_totals(output_dir(work, "nsysmap") / "ops.parquet")
         theirs = compare.sql_totals(work / "sql_totals.parquet", path)
         record["same_totals_per_range"] = compare.same_totals(ours, theirs)
         record["ranges_compared"] = ours.height

@@ -147,3 +147,11 @@ def test_nsysmap_run_says_it_read_a_one_process_export_in_windows(tmp_path, monk
     monkeypatch.setenv(WINDOWS_ENV, "3")
     split, _ = nsysmap_run.attributed(export, tmp_path / "split")
     assert nsysmap_run.read_as(split) == {"windows": "3"}
+
+
+def test_each_nsysmap_engine_writes_its_own_outputs(tmp_path):
+    """The SQL agreement reads the whole read's ops.parquet, which no split run overwrites."""
+    nsysmap_engines = [e for e in run.ALL_ENGINES if e.family == "nsysmap"]
+    folders = {run._child_args(e, tmp_path / "x.sqlite", tmp_path)[1] for e in nsysmap_engines}
+    assert len(folders) == len(nsysmap_engines)
+    assert str(run.output_dir(tmp_path, "nsysmap")) in folders
