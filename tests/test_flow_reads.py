@@ -139,14 +139,7 @@ def test_rows_already_in_launch_order_are_not_sorted_again(monkeypatch):
 def test_parts_keep_for_the_waits_only_what_they_read(synced_export, tmp_path, monkeypatch):
     """Each part's synchronisations, `.item()` ranges and launch calls, slimmed: the
     waits tables equal those made from the parts' frames whole."""
-    kept: list[kept_module.Kept] = []
-    real_add = kept_module.Kept.add
-
-    def add(self: kept_module.Kept, profile, ranges_summary) -> None:
-        real_add(self, profile, ranges_summary)
-        kept.append(self)
-
-    monkeypatch.setattr(kept_module.Kept, "add", add)
+    kept = _record_kept(monkeypatch)
     quiet = Stages(progress=False)
     slim = analyse_file(synced_export, tmp_path / "slim", stages=quiet, memory_gb=1e-6)
     calls, ranges, launches = kept[-1].waits_context()
@@ -170,14 +163,7 @@ def test_parts_keep_for_the_waits_only_what_they_read(synced_export, tmp_path, m
 def test_overlap_and_waits_a_device_at_a_time_equal_those_of_all_rows(
     synced_export, tmp_path, monkeypatch
 ):
-    kept: list[kept_module.Kept] = []
-    real_add = kept_module.Kept.add
-
-    def add(self: kept_module.Kept, profile, ranges_summary) -> None:
-        real_add(self, profile, ranges_summary)
-        kept.append(self)
-
-    monkeypatch.setattr(kept_module.Kept, "add", add)
+    kept = _record_kept(monkeypatch)
     run = analyse_file(synced_export, tmp_path, stages=Stages(progress=False), memory_gb=1e-6)
     context = kept[-1].waits_context()
     collected = _record_collects(monkeypatch)
@@ -206,3 +192,16 @@ def _record_collects(monkeypatch: pytest.MonkeyPatch) -> list[pl.DataFrame]:
 
     monkeypatch.setattr(pl.LazyFrame, "collect", recording)
     return collected
+
+
+def _record_kept(monkeypatch: pytest.MonkeyPatch) -> list[kept_module.Kept]:
+    """The flow's Kept, once per part it takes in (until monkeypatch.undo())."""
+    kept: list[kept_module.Kept] = []
+    real_add = kept_module.Kept.add
+
+    def add(self: kept_module.Kept, profile, ranges_summary) -> None:
+        real_add(self, profile, ranges_summary)
+        kept.append(self)
+
+    monkeypatch.setattr(kept_module.Kept, "add", add)
+    return kept
