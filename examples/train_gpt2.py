@@ -9,6 +9,10 @@ it: nothing here knows about profiling. Profile it with
 `--size small` is GPT-2 124M (12 layers, 12 heads, 768 wide, context 1024,
 vocabulary 50257). No weights or tokenizer are downloaded. `--compile`
 trains `torch.compile(model)` (`--compile-mode reduce-overhead` for CUDA graphs).
+`--optimizer` picks AdamW's implementation: `default` (PyTorch's choice: one
+kernel per operation and parameter on the CPU, the foreach one on CUDA),
+`per-parameter` (`foreach=False`), `foreach` (`foreach=True`) or `fused`
+(`fused=True`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,13 @@ SIZES = {
     "small": {"n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024, "vocab_size": 50257},
 }
 DEFAULT_SEQ_LEN = {"tiny": 64, "small": 1024}
+# AdamW's implementations, by --optimizer: the keyword arguments each passes.
+OPTIMIZERS: dict[str, dict[str, bool]] = {
+    "default": {},
+    "per-parameter": {"foreach": False},
+    "foreach": {"foreach": True},
+    "fused": {"fused": True},
+}
 
 
 class RandomTokens(Dataset):
@@ -55,6 +66,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--attn", choices=("eager", "sdpa"), default="sdpa")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument(
+        "--optimizer",
+        choices=tuple(OPTIMIZERS),
+        default="default",
+        help="AdamW's implementation: PyTorch's default, per-parameter (foreach=False), "
+        "foreach=True or fused=True",
+    )
     parser.add_argument("--inference", action="store_true", help="forward only, no optimizer")
     parser.add_argument("--compile", action="store_true", help="model = torch.compile(model)")
     parser.add_argument(
@@ -108,6 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"GPT-2 {args.size}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params, "
         f"batch {args.batch}x{seq_len}, {args.steps} steps on {device}, attention {args.attn}{how}"
+        + (f", AdamW {args.optimizer}" if args.optimizer != "default" else "")
     )
     if args.inference:
         model.eval()
@@ -118,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"step {step}: loss {loss.item():.4f}")
         return
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, **OPTIMIZERS[args.optimizer])
     for step, tokens in enumerate(loader):
         start = time.perf_counter()
         tokens = tokens.to(device, non_blocking=True)

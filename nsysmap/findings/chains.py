@@ -1,0 +1,134 @@
+"""Rule elementwise_chain: long runs of short elementwise kernels in one module.
+
+On each stream, in the order they ran, a *chain* is a run of consecutive
+elementwise kernels of one module and phase, each shorter than
+`short_kernel_ns` (CPU operators: of any length), not made by torch.compile
+(no compiled graph, no `triton_` name). A chain of N such kernels reads and
+writes its tensors N times where one fused kernel would do it once, and
+waits for N launches: fusing it saves at most the gaps between its kernels
+and (N − 1)/N of their time (the memory traffic estimate). Chains are summed
+per layer (the module path with its numbers as `*`) and phase.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from nsysmap.attribution.module_names import layer_path
+from nsysmap.findings.inputs import BUSY_KEYS, OWNER, Inputs, total_ns
+from nsysmap.findings.model import LOW, Claim, Finding, Rule, claims_of
+from nsysmap.findings.words import count, ms, pct, phase_text, share
+
+ELEMENTWISE = "elementwise"
+COMPILED = r"^triton_"
+
+
+def chains(x: Inputs, short_ns: float, min_chain: int) -> pl.DataFrame:
+    """One row per chain: device, stream, phase, module, kernels, busy_ns, gaps_ns."""
+    short = pl.lit(True) if x.cpu else pl.col("dur_ns") < short_ns
+    member = (
+        (pl.col("category") == ELEMENTWISE)
+        & short
+        & pl.col("module").is_not_null()
+        & pl.col("compiled_graph").is_null()
+        & ~pl.col("name").fill_null("").str.contains(COMPILED)
+    )
+    lane = ["device_id", "stream_id"]
+    prev = [pl.col(c).shift(1).over(lane) for c in ("module", "phase", "_member", "end_ns")]
+    ordered = (
+        x.measured()
+        .filter(pl.col("kind").is_in(["kernel", "cpu_op"]))
+        .select(*lane, "start_ns", "end_ns", "dur_ns", "phase", "module", _member=member)
+        .sort([*lane, "start_ns"])
+        .with_columns(
+            _new=~pl.col("_member")
+            | ~prev[2].fill_null(False)
+            | (pl.col("module") != prev[0]).fill_null(True)
+            | pl.col("phase").ne_missing(prev[1]),
+            _gap=(pl.col("start_ns") - prev[3]).clip(0),
+        )
+        .with_columns(_chain=pl.col("_new").cum_sum().over(lane))
+        .filter("_member")
+        .with_columns(_gap=pl.when(pl.col("_new")).then(0).otherwise("_gap"))
+    )
+    found = ordered.group_by([*lane, "_chain"]).agg(
+        pl.col("phase").first(),
+        pl.col("module").first(),
+        kernels=pl.len(),
+        busy_ns=pl.col("dur_ns").sum(),
+        gaps_ns=pl.col("_gap").sum(),
+    )
+    kept = found.filter(pl.col("kernels") >= min_chain).drop("_chain").collect()
+    return kept.with_columns(gaps_ns=pl.lit(0, pl.Int64)) if x.cpu else kept
+
+
+def elementwise_chain(x: Inputs, rule: Rule) -> list[Finding]:
+    """One finding per device, phase and layer whose elementwise chains fusion would shorten."""
+    found = chains(x, rule.value("short_kernel_ns"), int(rule.value("min_chain")))
+    if found.is_empty():
+        return []
+    found = found.with_columns(
+        layer=layer_path("module"),
+        traffic_ns=(pl.col("busy_ns") * (1 - 1 / pl.col("kernels"))).floor().cast(pl.Int64),
+    )
+    out = []
+    for (device, phase, layer), rows in found.group_by(
+        "device_id", "phase", "layer", maintain_order=True
+    ):
+        finding = _finding(x, rule, device, phase, layer, rows)
+        if finding is not None:
+            out.append(finding)
+    return out
+
+
+def _finding(
+    x: Inputs, rule: Rule, device: int, phase: str | None, layer: str, rows: pl.DataFrame
+) -> Finding | None:
+    steps, step_ns = x.step_count(device), x.step_ns(device)
+    claims = _claims(x, rows)
+    saving = sum(c.ns for c in claims)
+    if saving / steps < rule.value("min_share") * step_ns:
+        return None
+    kernels, busy = total_ns(rows, "kernels"), total_ns(rows, "busy_ns")
+    unit = "CPU operators" if x.cpu else "kernels"
+    evidence = (
+        f"in {phase_text(phase)}, `{layer}` runs {count(rows.height / steps)} chains of "
+        f"elementwise {unit} per step ({count(kernels / rows.height)} {unit} each on average, "
+        f"{ms(busy / steps)} per step"
+        + ("" if x.cpu else f", with {ms(total_ns(rows, 'gaps_ns') / steps)} of gaps between them")
+        + f"); fusing each into one would save {pct(share(saving / steps, step_ns))} of the step"
+    )
+    return Finding(
+        rule=rule,
+        device_id=device,
+        phase=phase,
+        module=layer,
+        place=f"{x.where(device)}, {phase_text(phase)}, module {layer}",
+        evidence=evidence,
+        evidence_rows=f"ops.parquet: device_id {device}, {phase_text(phase)}, layer {layer}, "
+        "category elementwise, in stream order",
+        basis_ns=busy + total_ns(rows, "gaps_ns"),
+        claims=claims,
+        estimate="the gaps between the chained kernels and (N − 1)/N of their time, N kernels "
+        "to a chain: one fused kernel moves the data once and is launched once",
+        confidence=LOW,
+        rank=x.rank,
+    )
+
+
+def _claims(x: Inputs, rows: pl.DataFrame) -> tuple[Claim, ...]:
+    """The chains' memory traffic from the busy pool, their gaps from the launch-gap and
+    then the latency-gap pools of the same device, phase and module."""
+    per = rows.group_by(OWNER).agg(pl.col("traffic_ns", "gaps_ns").sum())
+    busy = x.with_busy(per.with_columns(category=pl.lit(ELEMENTWISE)))
+    claims = claims_of(busy, "busy", BUSY_KEYS, "traffic_ns", "busy_ns", x.rank)
+    if x.idle_pools.is_empty():
+        return claims
+    idle = per.join(x.idle_pools, on=OWNER, how="inner", nulls_equal=True).with_columns(
+        _launch=pl.min_horizontal("gaps_ns", "idle_launch_ns"),
+    )
+    idle = idle.with_columns(
+        _latency=pl.min_horizontal(pl.col("gaps_ns") - pl.col("_launch"), "idle_latency_ns")
+    )
+    claims += claims_of(idle, "idle_launch", OWNER, "_launch", "idle_launch_ns", x.rank)
+    return claims + claims_of(idle, "idle_latency", OWNER, "_latency", "idle_latency_ns", x.rank)

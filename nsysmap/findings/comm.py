@@ -1,0 +1,107 @@
+"""Rule exposed_communication: communication kernels nothing hides, per collective and phase.
+
+Hidden and exposed time are nsysmap's one definition
+(nsysmap.output.comm_overlap: compute of the same process on another stream
+of the device hides a communication kernel); the collective is read from the
+kernel's name or its annotation (nsysmap.report.collectives). Only the
+measured steps count, so a one-off broadcast at initialisation, outside every
+step, is no per-step cost; without step ranges broadcasts are taken as that
+and left out. The saving is at most the exposed time: overlap hides
+communication behind compute, it cannot hide the time a rank waits for a
+slower one (rule straggler).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from nsysmap.findings.inputs import STEPS, Inputs
+from nsysmap.findings.model import MEDIUM, Finding, Rule, claims_of
+from nsysmap.findings.words import count, ms, pct, phase_text, share
+from nsysmap.output.comm_overlap import hidden_communication
+from nsysmap.report.collectives import collective
+
+# What overlaps each collective with compute, by collective.
+FIXES = {
+    "all_reduce": "DDP: DistributedDataParallel(model, bucket_cap_mb=..., "
+    "gradient_as_bucket_view=True) so that gradient buckets all-reduce while backward runs; "
+    "no work between loss.backward() and the optimizer that waits on them",
+    "all_gather": "FSDP: FullyShardedDataParallel(..., forward_prefetch=True, "
+    "backward_prefetch=BackwardPrefetch.BACKWARD_PRE) (FSDP2: fully_shard(..., "
+    "reshard_after_forward=...)), so that each layer's all-gather runs under the layer before",
+    "reduce_scatter": "FSDP: backward_prefetch=BackwardPrefetch.BACKWARD_PRE and a larger "
+    "bucket so that gradient reduce-scatters run under the backward of the next layers",
+    "all_to_all": "pipeline the sparse all-to-all with the dense compute (TorchRec: "
+    "TrainPipelineSparseDist), or split the batch so one part's all-to-all runs under the "
+    "other's compute",
+}
+OTHER_FIX = (
+    "launch the collective asynchronously (async_op=True, or on a side stream) and wait for it "
+    "only where its result is used, so that compute runs meanwhile"
+)
+ONE_OFF = "broadcast"  # without steps: taken as initialisation, left out
+
+
+def exposed(x: Inputs) -> pl.DataFrame:
+    """Per device, phase and collective: kernels, their time and the exposed part."""
+    comm = hidden_communication(x.measured(), keep=("phase", "name", "range_path"))
+    if comm.is_empty():
+        return pl.DataFrame()
+    named = comm.with_columns(collective=collective(pl.col("name"), pl.col("range_path")))
+    if x.basis != STEPS:
+        named = named.filter(pl.col("collective") != ONE_OFF)
+    return named.group_by("device_id", "phase", "collective").agg(
+        kernels=pl.len(),
+        comm_ns=pl.col("dur_ns").sum(),
+        exposed_ns=pl.col("exposed_ns").sum(),
+    )
+
+
+def exposed_communication(x: Inputs, rule: Rule) -> list[Finding]:
+    """One finding per device, phase and collective with much exposed communication."""
+    found = exposed(x)
+    out: list[Finding] = []
+    if found.is_empty():
+        return out
+    for row in found.sort("device_id", "phase", "collective", nulls_last=True).iter_rows(
+        named=True
+    ):
+        device, phase, what = row["device_id"], row["phase"], row["collective"]
+        steps, step_ns = x.step_count(device), x.step_ns(device)
+        time, hidden_share = row["exposed_ns"], 1 - (share(row["exposed_ns"], row["comm_ns"]) or 0)
+        if time / steps < rule.value("min_share") * step_ns:
+            continue
+        evidence = (
+            f"{count(row['kernels'] / steps)} {what} kernels per step in {phase_text(phase)} take "
+            f"{ms(row['comm_ns'] / steps)} per step, of which {pct(hidden_share)} hidden behind "
+            f"compute and {ms(time / steps)} exposed "
+            f"({pct(share(time / steps, step_ns))} of the step)"
+        )
+        claim = pl.DataFrame([row]).with_columns(module=pl.col("collective"))
+        out.append(
+            Finding(
+                rule=rule,
+                device_id=device,
+                phase=phase,
+                place=f"{x.where(device)}, {phase_text(phase)}, {what}",
+                evidence=evidence,
+                evidence_rows=f"ops.parquet: category communication, device_id {device}, "
+                f"{phase_text(phase)}; overlap.parquet (exposed_ns)",
+                basis_ns=time,
+                claims=claims_of(
+                    claim,
+                    "comm_exposed",
+                    ["device_id", "phase", "module", "collective"],
+                    "exposed_ns",
+                    "exposed_ns",
+                    x.rank,
+                ),
+                estimate="the exposed communication time: overlapped perfectly it would be "
+                "hidden; time spent waiting for slower ranks stays",
+                confidence=MEDIUM,
+                fix=FIXES.get(what, OTHER_FIX),
+                rank=x.rank,
+                extra_key=what,
+            )
+        )
+    return out

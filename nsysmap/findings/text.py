@@ -1,0 +1,31 @@
+"""The terminal summary's lines on what to fix first (pure): the top findings."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from nsysmap.findings.words import ms, pct
+
+TOP = 3  # findings shown
+
+
+def findings_lines(table: pl.DataFrame | None, top: int = TOP) -> str:
+    """ "What to fix first" and the `top` findings of findings.parquet, or "" without any."""
+    if table is None or table.is_empty():
+        return ""
+    lines = ["What to fix first (estimated saving per step; findings.parquet, docs/findings.md)"]
+    for row in table.sort("priority").head(top).iter_rows(named=True):
+        lines.append(f"  {row['priority']}. {row['title']} ({row['place']}): {_saving(row)}")
+        lines.append(f"     fix: {row['fix']}")
+    if table.height > top:
+        lines.append(f"  ... {table.height - top} more in findings.parquet")
+    return "\n".join(lines) + "\n"
+
+
+def _saving(row: dict) -> str:
+    saving = row["saving_ns_per_step"]
+    if saving is None:
+        return f"saving unknown ({row['needs']})"
+    bound = "up to " if row["upper_bound"] else "about "
+    share = pct(row["saving_share"])
+    return f"{bound}{ms(saving)} ({share} of the step), confidence {row['confidence']}"
