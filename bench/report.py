@@ -4,7 +4,7 @@ from __future__ import annotations
 
 # The flow's stages in the order the table shows them; any other stage the flow
 # times (bench/nsysmap_run.py passes on all of them) follows, in its own order.
-STAGES = ("read", "normalise", "attribute", "summarise", "infer", "write", "hash")
+STAGES = ("read", "normalise", "attribute", "summarise", "infer", "findings", "write", "hash")
 
 
 def stage_names(results: dict) -> list[str]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import polars as pl
 
+from nsysmap.findings.text import findings_lines
 from nsysmap.infer.summary import LAYER_INDEX, Inferred
 from nsysmap.output.ops_sinks import OpsStore
 from nsysmap.output.summarise import Summaries
@@ -33,6 +34,7 @@ class Analysis:
     out_dir: Path | None = None
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
     inferred: Inferred | None = None  # steps, phases, blocks from the kernel sequence
+    findings: pl.DataFrame | None = None  # what to fix first (nsysmap.findings)
     # Tables from outside the flow written with it (the profiled model's FLOPs, `with_tables`)
     extra_tables: dict[str, pl.DataFrame] = field(default_factory=dict)
 
@@ -41,7 +43,9 @@ class Analysis:
         """The terminal summary, rendered when asked for (the CLI prints it)."""
         meta = dict(zip(self.profile.meta["key"], self.profile.meta["value"], strict=True))
         by_module = self.summaries.by_module
-        return render_summary(self.summaries, meta) + inferred_text(self.inferred, by_module)
+        text = render_summary(self.summaries, meta) + inferred_text(self.inferred, by_module)
+        found = findings_lines(self.findings)
+        return f"{text}\n{found}" if found else text
 
     @property
     def ops(self) -> pl.DataFrame:
@@ -51,13 +55,17 @@ class Analysis:
     def tables(self) -> dict[str, pl.DataFrame]:
         """Every table written besides ops.parquet: the summaries, the inferred ones,
         then those added by `with_tables`."""
-        return flow_tables(self.summaries, self.inferred) | self.extra_tables
+        return flow_tables(self.summaries, self.inferred, self.findings) | self.extra_tables
 
 
-def flow_tables(summaries: Summaries, inferred: Inferred | None) -> dict[str, pl.DataFrame]:
-    """The tables the flow writes besides ops.parquet: the summaries, then the inferred ones."""
+def flow_tables(
+    summaries: Summaries, inferred: Inferred | None, findings: pl.DataFrame | None = None
+) -> dict[str, pl.DataFrame]:
+    """The tables the flow writes besides ops.parquet: the summaries, the inferred ones,
+    then the findings."""
     inferred_tables = inferred.tables() if inferred is not None else {}
-    return summaries.tables() | summaries.waits | inferred_tables
+    found = {} if findings is None else {"findings": findings}
+    return summaries.tables() | summaries.waits | inferred_tables | found
 
 
 def with_tables(

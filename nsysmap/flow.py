@@ -38,6 +38,7 @@ from nsysmap.by_process import merged_profile, process_profiles, processes_read_
 from nsysmap.by_window import META_KEY, REFUSED_KEY, WindowCheck, window_profiles
 from nsysmap.by_window import windows_read_apart as windows_planned
 from nsysmap.errors import NoGpuData
+from nsysmap.findings import process_findings
 from nsysmap.infer.summary import INFER_COLUMNS, Inferred, combined, infer_ops, infer_scan
 from nsysmap.kept import Kept
 from nsysmap.load import load_profile
@@ -318,10 +319,16 @@ def _completed(
             inferred = _inferred(store)
     source_path = profile.meta_value("source_path")
     check_conservation(totals, summaries, store.scan(), store.rows, source_path)
-    tables: dict[str, pl.DataFrame | int] = {"ops": store.rows, **flow_tables(summaries, inferred)}
+    with settings.stages.stage("findings", "finding what to fix first"):
+        meta = dict(zip(profile.meta["key"], profile.meta["value"], strict=True))
+        found = process_findings(store.scan(), summaries.waits, profile.devices, meta)
+    tables: dict[str, pl.DataFrame | int] = {
+        "ops": store.rows,
+        **flow_tables(summaries, inferred, found),
+    }
     options = _recorded_options(settings)
     manifest = build_manifest(profile, tables, options=options, source=settings.source)
-    return Analysis(profile, store, summaries, manifest, inferred=inferred)
+    return Analysis(profile, store, summaries, manifest, inferred=inferred, findings=found)
 
 
 def _inferred(store: OpsStore) -> Inferred:

@@ -8,7 +8,17 @@ findings.parquet (schema FINDINGS, docs/outputs.md); docs/findings.md
 explains every rule, its thresholds and its estimate.
 """
 
+import polars as pl
+
 from nsysmap.findings.find import findings_table
 from nsysmap.findings.inputs import Inputs, job_inputs
 
-__all__ = ["Inputs", "findings_table", "job_inputs"]
+__all__ = ["Inputs", "findings_table", "job_inputs", "process_findings"]
+
+
+def process_findings(
+    ops: pl.LazyFrame, waits: dict[str, pl.DataFrame], devices: pl.DataFrame, meta: dict[str, str]
+) -> pl.DataFrame:
+    """findings.parquet of one profile: its OPS rows, waits tables, devices and meta."""
+    cpu = meta.get("unit_of_work") == "cpu_op"
+    return findings_table([Inputs(ops, waits["launch_cost"], waits["idle"], devices, cpu)])

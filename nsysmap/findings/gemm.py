@@ -62,13 +62,21 @@ def detect(x: Inputs, rule: Rule) -> list[Finding]:
     found = simt_gemms(x)
     out = []
     for device in found["device_id"].unique().sort().to_list():
-        capability = x.compute_capability(device)
-        if capability is None or capability < rule.value("min_compute_capability"):
+        if not _tensor_cores(x, rule, device):
             continue
         finding = _finding(x, rule, device, found.filter(pl.col("device_id") == device))
         if finding is not None:
             out.append(finding)
     return out
+
+
+def _tensor_cores(x: Inputs, rule: Rule, device: int) -> bool:
+    """Does the GPU run fp32 matmuls faster on tensor cores (TF32 or bf16)? By its compute
+    capability; a profile that gives none, by the table of peaks for its name."""
+    capability = x.compute_capability(device)
+    if capability is not None:
+        return capability >= rule.value("min_compute_capability")
+    return _speedup(find_peak(x.device_name(device)))[0] is not None
 
 
 def _finding(x: Inputs, rule: Rule, device: int, rows: pl.DataFrame) -> Finding | None:
@@ -115,13 +123,14 @@ def _evidence(x: Inputs, device: int, rows: pl.DataFrame) -> str:
     simt = total_ns(rows, "simt_ns")
     gemms = x.busy.filter((pl.col("device_id") == device) & (pl.col("category") == "gemm"))
     kernels = sorted({k for names in rows["kernels"] for k in names})
-    return (
+    text = (
         f"{count(total_ns(rows, 'simt_ops') / steps)} fp32 GEMM kernels per step on the SIMT "
         f"cores ({listed(kernels)}): {ms(simt / steps)} per step, "
         f"{pct(share(simt, total_ns(gemms, 'busy_ns')))} of the GEMM time and "
-        f"{pct(share(simt / steps, step_ns))} of the step, on {x.device_name(device)} "
-        f"(compute capability {x.compute_capability(device):g})"
+        f"{pct(share(simt / steps, step_ns))} of the step, on {x.device_name(device)}"
     )
+    capability = x.compute_capability(device)
+    return text + (f" (compute capability {capability:g})" if capability is not None else "")
 
 
 def _speedup(peak: Peak | None) -> tuple[float | None, str, str]:

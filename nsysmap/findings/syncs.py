@@ -79,7 +79,8 @@ def _sync_evidence(x: Inputs, device: int, idle: int) -> str:
     text = (
         f"the GPU sat idle {ms(idle / steps)} per step ({pct(share(idle / steps, step_ns))} of "
         f"the step) in {plural(gaps.height / steps, 'gap')} while the host was blocked in a "
-        f"synchronisation; {plural(copies / steps, 'device-to-host copy', 'device-to-host copies')} per step"
+        "synchronisation; "
+        f"{plural(copies / steps, 'device-to-host copy', 'device-to-host copies')} per step"
     )
     return text + (f"; the gaps follow {listed(before)}" if before else "")
 
@@ -96,7 +97,11 @@ def _before(x: Inputs, gaps: pl.DataFrame) -> list[str]:
         .collect()
     )
     found = gaps.sort("start_ns").join_asof(
-        ops, left_on="start_ns", right_on="end_ns", by=["device_id", "stream_id"]
+        ops,
+        left_on="start_ns",
+        right_on="end_ns",
+        by=["device_id", "stream_id"],
+        check_sortedness=False,  # both sorted by time above
     )
     found = found.with_columns(
         path=pl.col("range_path").map_elements(

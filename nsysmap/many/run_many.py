@@ -22,11 +22,13 @@ import polars as pl
 
 from nsysmap.attribution.rules import BUILTIN, NameRules
 from nsysmap.errors import ExitCode
+from nsysmap.findings.text import findings_lines
 from nsysmap.many import cluster as clusters
 from nsysmap.many.collect import output_tables
 from nsysmap.many.input_files import expand_inputs
 from nsysmap.many.one_job import ONE_JOB_DOUBTS, doubts
 from nsysmap.many.progress import Progress
+from nsysmap.many.rank_findings import job_findings
 from nsysmap.many.rank_ids import assign_ranks
 from nsysmap.many.ranks_text import findings, terminal_summary
 from nsysmap.many.task import FAILED, OK, Outcome, attribute_one
@@ -87,6 +89,7 @@ def run_many(
         outcomes = _attribute_all(client, paths, out / WORK_DIR, (options or {}, rules), progress)
     ranks, rule = assign_ranks(outcomes)
     tables = output_tables(outcomes, ranks)
+    tables["findings"] = job_findings(outcomes, ranks, tables)
     manifest = ranks_manifest(
         outcomes, ranks, tables, rank_rule=rule, options=options or {}, cluster=described
     )
@@ -94,6 +97,8 @@ def run_many(
     write_outputs(tables, manifest, out, ops=RankParts(ranks), ranked=True)
     shutil.rmtree(out / WORK_DIR, ignore_errors=True)
     text = terminal_summary(findings(manifest, tables))
+    fix_first = findings_lines(tables["findings"])
+    text = f"{text}\n{fix_first}" if fix_first else text
     return ManyResult(out, tuple(outcomes), tables, manifest, text)
 
 

@@ -45,6 +45,8 @@ ACROSS_RANKS: dict[str, pl.Schema] = {
     "rank_module": schemas.RANK_MODULE,
     "rank_comm": schemas.RANK_COMM,
 }
+# The tables of either layout in a schema of their own (findings: one per report or job).
+WHOLE: dict[str, pl.Schema] = {"findings": schemas.FINDINGS}
 
 
 class PlacesOps(Protocol):
@@ -150,13 +152,14 @@ def write_outputs(
 
 def declared(name: str, df: pl.DataFrame, *, ranked: bool = False) -> pl.DataFrame:
     """`df` as written: a table of PER_DEVICE exactly in its declared schema, with a
-    leading `rank` when `ranked`, one of ACROSS_RANKS in its own (schemas.SchemaMismatch
-    otherwise); any other table as it is."""
+    leading `rank` when `ranked`, one of ACROSS_RANKS or WHOLE in its own
+    (schemas.SchemaMismatch otherwise); any other table as it is."""
     schema = PER_DEVICE.get(name)
     if schema is not None and ranked:
         schema = schemas.with_rank(schema)
     if schema is None and ranked:
         schema = ACROSS_RANKS.get(name)
+    schema = schema or WHOLE.get(name)
     return df if schema is None else schemas.conform(df, schema, name)
 
 
