@@ -9,6 +9,7 @@ import click
 from nsysmap.diff.compare import Diff, compare
 from nsysmap.diff.diff_charts import diff_page
 from nsysmap.diff.diff_text import render
+from nsysmap.diff.fix_check import check, check_lines
 from nsysmap.diff.gate import GATED, grown, grown_lines
 from nsysmap.errors import Regression
 from nsysmap.output.placement import check_output_dir, check_output_file, write_failed
@@ -68,6 +69,7 @@ def diff_command(
     diff = compare(str(run_a), a.ops, str(run_b), b.ops)
     if not quiet:
         click.echo(render(diff), nl=False)
+        click.echo("\n" + "\n".join(check_lines(check(a, b))))
     if out_dir is not None:
         try:
             out_dir.mkdir(parents=True, exist_ok=True)

@@ -93,7 +93,7 @@ def _finding(x: Inputs, rule: Rule, device: int, rows: pl.DataFrame) -> Finding 
         rule=rule,
         device_id=device,
         place=x.where(device),
-        evidence=_evidence(x, device, rows) + (f"; {rate}." if rate else "."),
+        evidence=_evidence(x, device, rows) + (f"; {rate}" if rate else ""),
         evidence_rows="ops.parquet: kind kernel, category gemm, name matching sgemm and no "
         f"tensor-core mark; device_id {device}",
         basis_ns=simt,

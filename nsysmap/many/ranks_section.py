@@ -17,6 +17,7 @@ from nsysmap.errors import NotAnOutput
 from nsysmap.many.ranks_text import findings, markdown_section
 from nsysmap.many.write import LAYOUT
 from nsysmap.output.writer import MANIFEST
+from nsysmap.report.fix_first import fix_first_answer, fix_first_section, read_findings
 
 NEEDED = ("rank_comm", "stragglers", "rank_module_phase", "rank_module")
 
@@ -38,4 +39,5 @@ def rank_report(run_dir: Path) -> str:
     except (OSError, pl.exceptions.PolarsError) as exc:
         raise NotAnOutput(f"{run_dir}: unreadable multi-rank table: {exc}") from exc
     title = f"# nsysmap report: {run_dir.name}\n\n"
-    return title + markdown_section(findings(manifest, tables))
+    fix_first = fix_first_section(fix_first_answer(read_findings(run_dir, manifest)))
+    return title + "\n".join(fix_first) + "\n" + markdown_section(findings(manifest, tables))

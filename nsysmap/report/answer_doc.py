@@ -3,12 +3,13 @@
 `answers_document(findings, compare)` returns a JSON-able dict, versioned by
 ANSWERS_SCHEMA_VERSION and documented in docs/report.md::
 
-    {"schema": "nsysmap.answers", "schema_version": "1.2",
+    {"schema": "nsysmap.answers", "schema_version": "1.3",
      "run": {...}, "compare": {...} | None,
      "scopes": {"forward": {"label", "source", "ops", "time_ns"}, ...},
      "left_out": [{"what", "time_ns", "share", "why"}],
      "cannot_answer": ["No step ranges: ...", ...],
-     "answers": {"matmul_share": {...}, "top_kernel": {...}, "non_matmul_kernels": {...},
+     "answers": {"findings": {...}, "matmul_share": {...}, "top_kernel": {...},
+                 "non_matmul_kernels": {...},
                  "softmax_vs_matmul": {...}, "communication": {...}, "waits": {...},
                  "flop_rate": {...}, "phase_time": {...},
                  "layer_time": {...}, "ranges": {...},
@@ -31,6 +32,7 @@ from nsysmap.report import questions as q
 from nsysmap.report import scope_tables as rt
 from nsysmap.report.blocks import block_totals, part_order
 from nsysmap.report.communication import communication_answer
+from nsysmap.report.fix_first import fix_first_answer
 from nsysmap.report.flops_time import totals
 from nsysmap.report.range_answers import shown_ranges
 from nsysmap.report.softmax_answer import softmax_vs_matmul
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
     from nsysmap.report.answers import Findings
 
 ANSWERS_SCHEMA = "nsysmap.answers"
-ANSWERS_SCHEMA_VERSION = "1.2"
+ANSWERS_SCHEMA_VERSION = "1.3"
 LAYER_ROWS = 20  # layers listed, by time
 RANGE_ROWS = 15  # ranges by time inside them
 OWN_ROWS = 10  # range paths by own time
@@ -50,6 +52,7 @@ MAX_PARTS = 6  # block parts with a column of their own
 def answers_document(f: Findings, c: Findings | None = None) -> dict[str, Any]:
     """The whole answers.json of one report (and its compared run)."""
     answers: dict[str, Any] = {
+        "findings": fix_first_answer(f.run.findings),
         "matmul_share": q.matmul_share(f.run.ops),
         "top_kernel": q.top_kernel(f.run.ops, f.forward_passes, f.passes_source),
         "non_matmul_kernels": q.non_matmul_kernels(f.run.ops, rt.NON_MATMUL_MIN_SHARE),

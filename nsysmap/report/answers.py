@@ -56,6 +56,7 @@ class RunData:
     by_range: pl.DataFrame | None = None  # None: written by an nsysmap without it
     by_inferred_block: pl.DataFrame | None = None  # None: not inferred (--no-infer)
     waits: dict[str, pl.DataFrame] | None = None  # idle / stream_idle / launch_cost tables
+    findings: pl.DataFrame | None = None  # findings.parquet; None: written before it
 
 
 @dataclass(frozen=True)

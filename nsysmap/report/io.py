@@ -13,6 +13,7 @@ from nsysmap.output.placement import write_failed
 from nsysmap.output.writer import MANIFEST
 from nsysmap.report.answers import RunData
 from nsysmap.report.build import ReportResult
+from nsysmap.report.fix_first import read_findings
 from nsysmap.report.waits import read_waits
 from nsysmap.schemas import BY_INFERRED_BLOCK, BY_RANGE, OPS, SchemaMismatch, conform
 
@@ -45,6 +46,7 @@ def read_run(run_dir: str | Path) -> RunData:
         model_info=load_flops_description(run_dir, manifest),
         by_range=_table(run_dir / ranges_file, BY_RANGE, "by_range") if ranges_file else None,
         waits=read_waits(run_dir, manifest),
+        findings=read_findings(run_dir, manifest),
         by_inferred_block=(
             _table(run_dir / inferred_file, BY_INFERRED_BLOCK, "by_inferred_block")
             if inferred_file

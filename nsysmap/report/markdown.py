@@ -20,6 +20,7 @@ from nsysmap.report.doc_sections import (
     ranges_section,
     shapes_section,
 )
+from nsysmap.report.fix_first import fix_first_section
 from nsysmap.report.format import devices_text, flop, kernel, ms, pct, per, ratio, table
 from nsysmap.report.questions import present_scopes
 from nsysmap.report.softmax_answer import attention_coverage
@@ -50,6 +51,7 @@ def render(doc: dict[str, Any], show_shapes: bool = False) -> str:
     answers = doc["answers"]
     parts = [
         _header(doc),
+        fix_first_section(answers["findings"]),
         _limits(doc),
         _brief(doc),
         _left_out(doc),

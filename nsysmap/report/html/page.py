@@ -11,7 +11,7 @@ import html
 import json
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nsysmap._version import __version__
 from nsysmap.errors import ToolMissing
@@ -95,8 +95,10 @@ def page(
     charts: list[Chart],
     notes_title: str = "What this data cannot answer",
     answers: list[str] | None = None,
+    lead: str = "",
 ) -> str:
-    """The whole page: header facts, the notes first, the answers in brief, then each chart."""
+    """The whole page: header facts, `lead` (HTML: what to fix first), the notes, the
+    answers in brief, then each chart."""
     items = "".join(f"<li>{html.escape(x)}</li>" for x in facts)
     brief = ""
     if answers:
@@ -119,7 +121,8 @@ def page(
         f"<title>{html.escape(title)}</title><style>{STYLE}</style>"
         f"<script>{plotly_js()}</script></head><body>"
         f'<header><h1>{html.escape(title)}</h1><ul class="facts">{items}</ul></header>'
-        f"<main>{limits}{brief}<nav>{nav}</nav>{''.join(chart_html(c) for c in charts)}</main>"
+        f"<main>{lead}{limits}{brief}<nav>{nav}</nav>"
+        f"{''.join(chart_html(c) for c in charts)}</main>"
         f"<footer>nsysmap {html.escape(__version__)}</footer>"
         f"<script>{SCRIPT}</script></body></html>\n"
     )
@@ -147,7 +150,19 @@ def report_page(f: Findings, c: Findings | None = None) -> str:
     notes = [*f.notes, *(f"Compared run: {n}" for n in (c.notes if c else []))]
     notes = merged_notes(notes, missing_charts(f))
     answers = brief(f.answers) if f.answers else None
-    return page("nsysmap report", report_facts(f, c), notes, report_charts(f, c), answers=answers)
+    lead = fix_first_html(f.answers["answers"]["findings"]) if f.answers else ""
+    return page(
+        "nsysmap report", report_facts(f, c), notes, report_charts(f, c), answers=answers, lead=lead
+    )
+
+
+def fix_first_html(answer: dict[str, Any]) -> str:
+    """The page's first section: the findings' chart (linking to their evidence) and the
+    evidence (nsysmap.report.html.fix_first_chart)."""
+    from nsysmap.report.html.fix_first_chart import evidence_html, fix_first_chart
+
+    chart = fix_first_chart(answer)
+    return (chart_html(chart) if chart is not None else "") + evidence_html(answer)
 
 
 def merged_notes(notes: list[str], more: list[str]) -> list[str]:

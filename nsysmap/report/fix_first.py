@@ -1,0 +1,105 @@
+"""What to fix first, as answers.json says it and as report.md shows it (pure).
+
+`read_findings(run_dir, manifest)` reads findings.parquet (None when the
+output has none: written before output schema 1.9); `fix_first_answer(table)`
+is the answer `findings` of answers.json, the findings in their ranked order
+with every column of findings.parquet (docs/outputs.md); `fix_first_section`
+renders it as the report's first section, from the answer alone. The rules
+themselves are nsysmap.findings (docs/findings.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from nsysmap.report.format import ms, pct, table
+from nsysmap.schemas import FINDINGS
+
+ID = "findings"
+QUESTION = "What should change first, and how much of each step would it save?"
+RULES_DOC = "docs/findings.md"
+TITLE = "What to fix first"
+
+
+def read_findings(run_dir: str | Path, manifest: Mapping[str, Any]) -> pl.DataFrame | None:
+    """findings.parquet of an output directory (None when its manifest lists none)."""
+    listed = (manifest.get("tables") or {}).get(ID)
+    if not listed:
+        return None
+    return pl.read_parquet(Path(run_dir) / listed["file"]).cast(FINDINGS)
+
+
+def fix_first_answer(findings: pl.DataFrame | None) -> dict[str, Any]:
+    """The answer `findings`: every finding, ranked, or why there are none to read."""
+    unknown = None
+    if findings is None:
+        unknown = (
+            "no findings.parquet here (written by an nsysmap before output schema 1.9): run "
+            "`nsysmap attribute` again for this section"
+        )
+    rows = [] if findings is None else findings.sort("priority").to_dicts()
+    return {
+        "id": ID,
+        "question": QUESTION,
+        "rules": RULES_DOC,
+        "findings": rows,
+        "unknown": unknown,
+    }
+
+
+def saving_text(row: Mapping[str, Any]) -> str:
+    """ "up to 1.234 ms", "about 1.234 ms", or "unknown"."""
+    if row["saving_ns_per_step"] is None:
+        return "unknown"
+    return ("up to " if row["upper_bound"] else "about ") + ms(row["saving_ns_per_step"])
+
+
+def fix_first_section(answer: Mapping[str, Any]) -> list[str]:
+    """The Markdown section: a ranked table, then each finding's evidence, estimate and fix."""
+    lines = [f"## {TITLE}", ""]
+    if answer.get("unknown"):
+        return [*lines, f"Unknown: {answer['unknown']}.", ""]
+    rows = answer["findings"]
+    if not rows:
+        return [*lines, f"No rule found anything worth fixing (rules: `{answer['rules']}`).", ""]
+    lines += [
+        "Ranked by estimated saving per step; where two findings draw on the same time, the "
+        f"one below counts only what is left. Each rule: `{answer['rules']}`.",
+        "",
+    ]
+    cells = [
+        [
+            str(r["priority"]),
+            _cell(r["title"]),
+            _cell(r["place"]),
+            saving_text(r),
+            pct(r["saving_share"]),
+            r["confidence"],
+        ]
+        for r in rows
+    ]
+    lines += table(["#", "finding", "where", "saving per step", "of the step", "confidence"], cells)
+    for r in rows:
+        lines += [*_details(r), ""]
+    return lines
+
+
+def _details(r: Mapping[str, Any]) -> list[str]:
+    text = [
+        f"{r['priority']}. **{r['title']}** ({r['place']}): {r['evidence']}.",
+        f"   Estimate: {r['estimate']}"
+        + (f"; overlaps {r['overlaps']}." if r["overlaps"] else "."),
+        f"   Fix: {r['fix']}.",
+        f"   Rows: {r['evidence_rows']}. Rule: `{r['doc']}`.",
+    ]
+    if r["needs"]:
+        text.insert(2, f"   Needs: {r['needs']}.")
+    return text
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")

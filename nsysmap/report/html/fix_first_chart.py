@@ -1,0 +1,111 @@
+"""The HTML report's first section, what to fix first, from the `findings` answer alone (pure).
+
+`fix_first_chart(answer)` draws the ranked findings as bars of estimated
+saving per step, the first on top; each bar's label links to the finding's
+evidence below it (`#finding-N`). `evidence_html(answer)` is that list:
+each finding's evidence, estimate, fix, the tables and rows that show it
+and its rule's docs. Both read nsysmap.report.fix_first's answer only.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping
+from typing import Any
+
+from nsysmap.report.fix_first import TITLE, saving_text
+from nsysmap.report.html.chart import MAX_BARS, Chart, Table, bar, layout, ms, ratio
+
+BAR = "#d62728"
+LABEL = 60  # characters of a bar's label
+
+
+def anchor(row: Mapping[str, Any]) -> str:
+    """The id of a finding's evidence on the page."""
+    return f"finding-{row['priority']}"
+
+
+def fix_first_chart(answer: Mapping[str, Any]) -> Chart | None:
+    """Bars of estimated saving per step, ranked (None without a finding of known saving)."""
+    rows = [r for r in answer.get("findings") or [] if r["saving_ns_per_step"] is not None]
+    if answer.get("unknown") or not rows:
+        return None
+    shown = rows[:MAX_BARS][::-1]  # the first finding on top
+    labels = [_label(r) for r in shown]
+    trace = bar("estimated saving", [ms(r["saving_ns_per_step"]) for r in shown], labels, BAR)
+    trace.update(
+        orientation="h",
+        text=[f"{100 * (r['saving_share'] or 0):.1f} % of the step" for r in shown],
+        hovertext=[html.escape(r["evidence"]) for r in shown],
+        hoverinfo="x+text",
+    )
+    caption = (
+        "Estimated saving per step of each finding, largest first (an upper bound where the "
+        "rule says so); click a finding for its evidence and fix. Rules: docs/findings.md."
+    )
+    return Chart(
+        "fix_first",
+        TITLE,
+        caption,
+        {
+            "data": [trace],
+            "layout": layout(
+                "Estimated saving per step",
+                xaxis={"title": "saving (ms per step)"},
+                yaxis={"title": {"text": "finding", "standoff": 12}},
+                height=max(260, 34 * len(shown) + 120),
+            ),
+        },
+        Table(
+            ["#", "finding", "where", "saving per step", "of the step", "confidence", "fix"],
+            [
+                [
+                    r["priority"],
+                    r["title"],
+                    r["place"],
+                    ms(r["saving_ns_per_step"]),
+                    ratio(r["saving_share"]),
+                    r["confidence"],
+                    r["fix"],
+                ]
+                for r in rows
+            ],
+            ["number", "text", "text", "ms", "share", "text", "text"],
+        ),
+    )
+
+
+def _label(row: Mapping[str, Any]) -> str:
+    """A bar's label: its rank and title, linking to its evidence (escaped: Plotly reads
+    the label as HTML)."""
+    text = f"{row['priority']}. {row['title']}"
+    text = text if len(text) <= LABEL else text[: LABEL - 1] + "…"
+    return f'<a href="#{anchor(row)}">{html.escape(text)}</a>'
+
+
+def evidence_html(answer: Mapping[str, Any]) -> str:
+    """Each finding's evidence, estimate and fix, under the chart; or why there are none."""
+    e = html.escape
+    if answer.get("unknown"):
+        body = f"<p>Unknown: {e(answer['unknown'])}.</p>"
+    elif not answer.get("findings"):
+        body = f"<p>No rule found anything worth fixing (rules: {e(answer['rules'])}).</p>"
+    else:
+        items = "".join(_item(r) for r in answer["findings"])
+        body = f'<ol class="findings">{items}</ol>'
+    return f'<section class="limits fix-first"><h2>{e(TITLE)}: evidence</h2>{body}</section>'
+
+
+def _item(r: Mapping[str, Any]) -> str:
+    e = html.escape
+    parts = [
+        f"<b>{e(r['title'])}</b> ({e(r['place'])}): {e(saving_text(r))} per step",
+        f"Evidence: {e(r['evidence'])}.",
+        f"Estimate: {e(r['estimate'])}."
+        + (f" Overlaps {e(r['overlaps'])}." if r["overlaps"] else ""),
+        f"Fix: <code>{e(r['fix'])}</code>",
+        f"Rows: {e(r['evidence_rows'])}. Rule: {e(r['doc'])}",
+    ]
+    if r["needs"]:
+        parts.insert(3, f"Needs: {e(r['needs'])}.")
+    return f'<li id="{anchor(r)}" value="{r["priority"]}">' + "<br>".join(parts) + "</li>"
