@@ -14,8 +14,8 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap.findings.text import findings_lines
 from nsysmap.infer.summary import LAYER_INDEX, Inferred
+from nsysmap.output.fix_first_text import findings_lines
 from nsysmap.output.ops_sinks import OpsStore
 from nsysmap.output.summarise import Summaries
 from nsysmap.output.summary_text import render_summary

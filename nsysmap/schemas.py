@@ -480,7 +480,7 @@ FINDINGS = declare(
     {
         "priority": pl.Int64,  # 1: fix first (largest saving per step)
         "finding_key": pl.String,  # the rule and where, the same in every run: diff matches on it
-        "rule": pl.String,  # fp32_gemm, launch_bound, ... (nsysmap.findings.rules)
+        "rule": pl.String,  # fp32_gemm, launch_bound, ... (nsysmap.findings.rule_table)
         "title": pl.String,  # what the rule finds, in words
         "rank": pl.Int64,  # the process's rank (several reports), else null
         "device_id": pl.Int64,  # null: every device of the rank or job

@@ -28,11 +28,15 @@ def chart_document(report: Path) -> dict[str, Any]:
     from nsysmap.report.html.charts import missing_charts, report_charts
     from nsysmap.report.io import read_run
 
+    from nsysmap.report.html.fix_first_chart import fix_first_chart
+
     with tempfile.TemporaryDirectory() as tmp:
         analyse_file(report, Path(tmp), options={"command": "attribute"})
         findings = build_report(read_run(Path(tmp))).findings
+    fix_first = fix_first_chart(findings.answers["answers"]["findings"])
     return {
         "notes": [*findings.notes, *missing_charts(findings)],
+        "fix_first": fix_first.to_dict() if fix_first is not None else None,
         "charts": [chart.to_dict() for chart in report_charts(findings)],
     }
 

@@ -95,6 +95,16 @@ FLOORS: dict[str, tuple[str, ...]] = {
     "nsysmap.flow": (*_DRIVERS, "nsysmap.report"),
     "nsysmap.pipeline": ("nsysmap.capture", "nsysmap.many", "nsysmap.report", "nsysmap.cli"),
     "nsysmap.by_process": (*_DRIVERS, "nsysmap.report", "nsysmap.flow"),
+    # What to fix first: read from the written tables, known to the flow's end and above.
+    "nsysmap.findings": (
+        "nsysmap.read",
+        "nsysmap.load",
+        "nsysmap.analysis",
+        "nsysmap.flow",
+        *_DRIVERS,
+        "nsysmap.diff",
+        "nsysmap.export",
+    ),
     "nsysmap.report": ("nsysmap.capture", "nsysmap.many.run_many", "nsysmap.cli"),
     "nsysmap.capture": ("nsysmap.cli",),
     "nsysmap.many": ("nsysmap.cli",),

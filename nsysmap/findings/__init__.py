@@ -2,7 +2,7 @@
 
 Computed from the tables nsysmap writes (ops, launch_cost, idle; the
 cross-rank tables of several reports) by the rules of
-nsysmap.findings.rules, ranked by estimated saving per step with each
+nsysmap.findings.rule_table, ranked by estimated saving per step with each
 nanosecond counted once (nsysmap.findings.rank), and written as
 findings.parquet (schema FINDINGS, docs/outputs.md); docs/findings.md
 explains every rule, its thresholds and its estimate.

@@ -1,6 +1,6 @@
 """Every rule over the inputs, the findings ranked, as the table findings.parquet (pure).
 
-`findings_table(inputs)` runs each rule of RULES (nsysmap.findings.rules) on
+`findings_table(inputs)` runs each rule of RULES (nsysmap.findings.rule_table) on
 each input (one process; or the job of several ranks and each of its ranks),
 ranks what they find (nsysmap.findings.rank) and writes one FINDINGS row per
 finding, every time per step of its device. A finding whose saving, after
@@ -18,7 +18,7 @@ import polars as pl
 from nsysmap.findings.inputs import CAPTURE, Inputs
 from nsysmap.findings.model import LOW, Finding
 from nsysmap.findings.rank import Ranked, ranked
-from nsysmap.findings.rules import MIN_SHARE, RULES
+from nsysmap.findings.rule_table import MIN_SHARE, RULES
 from nsysmap.schemas import FINDINGS
 
 # What a profile without steps or phases lacks for more than a low confidence.

@@ -130,7 +130,7 @@ def _evidence(x: Inputs, device: int, rows: pl.DataFrame) -> str:
         f"{pct(share(simt / steps, step_ns))} of the step, on {x.device_name(device)}"
     )
     capability = x.compute_capability(device)
-    return text + (f" (compute capability {capability:g})" if capability is not None else "")
+    return text + (f" (compute capability {capability:.1f})" if capability is not None else "")
 
 
 def _speedup(peak: Peak | None) -> tuple[float | None, str, str]:

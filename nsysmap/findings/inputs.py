@@ -27,7 +27,7 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap.findings.model import LAUNCH_GAP
+from nsysmap.findings.threshold import LAUNCH_GAP
 from nsysmap.scalars import to_int
 from nsysmap.schemas import IDLE, LAUNCH_COST, OPS, empty
 

@@ -16,7 +16,8 @@ import polars as pl
 
 from nsysmap.attribution.module_names import layer_path
 from nsysmap.findings.inputs import OWNER, Inputs, total_ns
-from nsysmap.findings.model import LAUNCH_GAP, MEDIUM, Finding, Rule, claims_of
+from nsysmap.findings.model import MEDIUM, Finding, Rule, claims_of
+from nsysmap.findings.threshold import LAUNCH_GAP
 from nsysmap.findings.words import count, ms, pct, phase_text, share, top_names
 
 

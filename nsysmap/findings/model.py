@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
+from nsysmap.findings.threshold import Threshold
+
 if TYPE_CHECKING:
     from nsysmap.findings.inputs import Inputs
 
@@ -25,24 +27,6 @@ if TYPE_CHECKING:
 Key = tuple[str | int | None, ...]
 HIGH, MEDIUM, LOW = "high", "medium", "low"
 DOCS = "docs/findings.md"
-
-
-@dataclass(frozen=True)
-class Threshold:
-    """A named number a rule compares with, documented in docs/findings.md."""
-
-    name: str
-    value: float
-    meaning: str
-
-
-# Launch gaps up to this long are launch overhead (the launch_bound and optimizer rules
-# claim them); longer ones are other host work between kernels. Shared by every rule.
-LAUNCH_GAP = Threshold(
-    "max_launch_gap_ns",
-    250_000,
-    "a launch gap up to this long is launch overhead; a longer one is other host work",
-)
 
 
 @dataclass(frozen=True)
@@ -55,6 +39,7 @@ class Rule:
     anchor: str  # the section of docs/findings.md
     thresholds: tuple[Threshold, ...]
     detect: Callable[[Inputs, Rule], list[Finding]]
+    general: bool = False  # gets only the time no specific rule's finding explains
 
     def value(self, name: str) -> float:
         """The threshold called `name`."""

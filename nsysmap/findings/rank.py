@@ -1,30 +1,47 @@
 """Ranking findings by estimated saving, each nanosecond of the profile given once.
 
-Findings are taken greedily: the one that would save most per step now is
-next; it gets from each of its claims what is left at that key, and the keys
-it drew on are left with less. A finding whose claims were cut by one ranked
-above it names that one (`overlaps`), and its saving is what was left; so
-the savings of all findings never add up to more than the time they are
-taken from, and no two findings count the same time. Findings whose saving
-cannot be told come last, in key order.
+The time findings claim is handed out greedily, specific rules first: among
+the findings of specific rules, the one that would save most per step now is
+served next, and takes from each of its claims what is left at that key;
+then, the same way, the findings of general rules (launch_bound), which so
+get only what no specific finding explains (a launch-bound optimizer phase
+is the per-parameter optimizer's). A finding whose claims were cut names the
+findings that took that time first (`overlaps`), and its saving is what was
+left: the savings of all findings never add up to more than the time they
+are taken from, and no two findings count the same nanosecond. The findings
+are then ranked by that saving per step, largest first (ties: by key); those
+whose saving cannot be told come last, in key order.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nsysmap.findings.model import Finding, Key
+from nsysmap.findings.model import Claim, Finding, Key
 
 
 @dataclass(frozen=True)
 class Ranked:
-    """A finding in its place: its saving after those above it (a total over the steps;
-    None: unknown) and the priorities of the findings above that took part of its time."""
+    """A finding in its place: its saving after the findings served before it (a total
+    over the steps; None: unknown), the parts of its claims it got, and the priorities
+    of the findings that took part of its time first."""
 
     finding: Finding
     priority: int
     saving_ns: int | None
+    taken: tuple[Claim, ...]
     overlaps: tuple[int, ...]
+
+
+@dataclass
+class _Served:
+    finding: Finding
+    taken: list[Claim]
+    before: set[int]  # positions (in serving order) of the findings that cut its claims
+
+    @property
+    def saving_ns(self) -> int:
+        return sum(c.ns for c in self.taken)
 
 
 def ranked(findings: list[Finding]) -> list[Ranked]:
@@ -34,28 +51,56 @@ def ranked(findings: list[Finding]) -> list[Ranked]:
         for c in f.claims:
             left[c.key] = min(left.get(c.key, c.capacity), c.capacity)
     takers: dict[Key, list[int]] = {}
-    pending = sorted((f for f in findings if f.known), key=lambda f: f.key)
-    out: list[Ranked] = []
-    while pending:
-        best = max(pending, key=lambda f: (f.per_step(_available(f, left)), _neg_key(f)))
-        pending.remove(best)
-        priority, got, above = len(out) + 1, 0, set[int]()
-        for c in best.claims:
-            part = min(c.ns, left[c.key])
-            if part < c.ns:
-                above.update(takers.get(c.key, ()))
-            left[c.key] -= part
-            got += part
-            if part:
-                takers.setdefault(c.key, []).append(priority)
-        out.append(Ranked(best, priority, got, tuple(sorted(above))))
-    unknown = sorted((f for f in findings if not f.known), key=lambda f: f.key)
-    return out + [Ranked(f, len(out) + i + 1, None, ()) for i, f in enumerate(unknown)]
+    served: list[_Served] = []
+    for general in (False, True):
+        pending = sorted((f for f in findings if f.known and f.rule.general == general), key=_key)
+        while pending:
+            best = max(pending, key=lambda f: (f.per_step(_available(f, left)), _neg_key(f)))
+            pending.remove(best)
+            served.append(_serve(best, len(served), left, takers))
+    order = sorted(range(len(served)), key=lambda i: (-_per_step(served[i]), served[i].finding.key))
+    priority = {i: n for n, i in enumerate(order, start=1)}
+    out = [
+        Ranked(
+            served[i].finding,
+            priority[i],
+            served[i].saving_ns,
+            tuple(served[i].taken),
+            tuple(sorted(priority[j] for j in served[i].before)),
+        )
+        for i in order
+    ]
+    unknown = sorted((f for f in findings if not f.known), key=_key)
+    return out + [Ranked(f, len(out) + n, None, (), ()) for n, f in enumerate(unknown, start=1)]
+
+
+def _serve(
+    f: Finding, position: int, left: dict[Key, int], takers: dict[Key, list[int]]
+) -> _Served:
+    """`f` served: from each claim what is left there, noting who took the rest."""
+    done = _Served(f, [], set())
+    for c in f.claims:
+        part = min(c.ns, left[c.key])
+        if part < c.ns:
+            done.before.update(takers.get(c.key, ()))
+        left[c.key] -= part
+        if part:
+            done.taken.append(Claim(c.key, part, c.capacity))
+            takers.setdefault(c.key, []).append(position)
+    return done
 
 
 def _available(f: Finding, left: dict[Key, int]) -> int:
     """What `f` could still get from its claims."""
     return sum(min(c.ns, left[c.key]) for c in f.claims)
+
+
+def _per_step(s: _Served) -> int:
+    return s.finding.per_step(s.saving_ns)
+
+
+def _key(f: Finding) -> str:
+    return f.key
 
 
 def _neg_key(f: Finding) -> tuple[int, ...]:

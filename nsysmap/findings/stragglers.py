@@ -70,6 +70,8 @@ def straggler(x: Inputs, rule: Rule) -> list[Finding]:
             "no rank waits; at most this much goes",
             confidence=MEDIUM,
             rank=slow,
+            steps=n,
+            step_ns=step_ns,
         )
     ]
 

@@ -90,8 +90,9 @@ def _before(x: Inputs, gaps: pl.DataFrame) -> list[str]:
     names and the operation, most first."""
     if gaps.is_empty():
         return []
+    before = pl.coalesce("short_name", "name").alias("before_op")
     ops = (
-        x.ops.select("device_id", "stream_id", "end_ns", "range_path", "short_name", "name")
+        x.ops.select("device_id", "stream_id", "end_ns", before, before_path="range_path")
         .filter(pl.col("device_id").is_in(gaps["device_id"].unique().implode()))
         .sort("end_ns")
         .collect()
@@ -103,14 +104,9 @@ def _before(x: Inputs, gaps: pl.DataFrame) -> list[str]:
         by=["device_id", "stream_id"],
         check_sortedness=False,  # both sorted by time above
     )
-    found = found.with_columns(
-        path=pl.col("range_path").map_elements(
-            lambda p: path_text(p, PATH_TAIL), return_dtype=pl.String
-        )
-    )
-    label = pl.format(
-        "{} ({})", pl.coalesce("path", pl.lit("no range")), pl.coalesce("short_name", "name")
-    )
+    paths = {p: path_text(p, PATH_TAIL) for p in found["before_path"].drop_nulls().unique()}
+    tail = pl.col("before_path").replace_strict(paths, default=None, return_dtype=pl.String)
+    label = pl.format("{} ({})", pl.coalesce(tail, pl.lit("no range")), "before_op")
     rows = found.group_by(label.alias("label")).agg(pl.col("dur_ns").sum())
     return rows.sort(["dur_ns", "label"], descending=[True, False])["label"].drop_nulls().to_list()
 

@@ -22,7 +22,6 @@ import polars as pl
 
 from nsysmap.attribution.rules import BUILTIN, NameRules
 from nsysmap.errors import ExitCode
-from nsysmap.findings.text import findings_lines
 from nsysmap.many import cluster as clusters
 from nsysmap.many.collect import output_tables
 from nsysmap.many.input_files import expand_inputs
@@ -33,6 +32,7 @@ from nsysmap.many.rank_ids import assign_ranks
 from nsysmap.many.ranks_text import findings, terminal_summary
 from nsysmap.many.task import FAILED, OK, Outcome, attribute_one
 from nsysmap.many.write import WORK_DIR, RankParts, clear_previous, ranks_manifest
+from nsysmap.output.fix_first_text import findings_lines
 from nsysmap.output.placement import check_output_dir, write_failed
 from nsysmap.output.writer import write_outputs
 

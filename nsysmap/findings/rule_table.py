@@ -20,7 +20,8 @@ from nsysmap.findings import (
     stragglers,
     syncs,
 )
-from nsysmap.findings.model import Rule, Threshold
+from nsysmap.findings.model import Rule
+from nsysmap.findings.threshold import Threshold
 
 MIN_SHARE = "min_share"
 
@@ -60,6 +61,7 @@ RULES: tuple[Rule, ...] = (
             _least(0.02),
         ),
         launches.launch_bound,
+        general=True,
     ),
     Rule(
         "per_parameter_optimizer",

@@ -1,10 +1,11 @@
-"""The terminal summary's lines on what to fix first (pure): the top findings."""
+"""The terminal summary's lines on what to fix first (pure): the top rows of findings.parquet
+(made by nsysmap.findings)."""
 
 from __future__ import annotations
 
-import polars as pl
+from typing import Any
 
-from nsysmap.findings.words import ms, pct
+import polars as pl
 
 TOP = 3  # findings shown
 
@@ -22,10 +23,18 @@ def findings_lines(table: pl.DataFrame | None, top: int = TOP) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _saving(row: dict) -> str:
+def _saving(row: dict[str, Any]) -> str:
     saving = row["saving_ns_per_step"]
     if saving is None:
         return f"saving unknown ({row['needs']})"
     bound = "up to " if row["upper_bound"] else "about "
     share = pct(row["saving_share"])
     return f"{bound}{ms(saving)} ({share} of the step), confidence {row['confidence']}"
+
+
+def ms(ns: float) -> str:
+    return f"{ns / 1e6:,.3f} ms"
+
+
+def pct(share: float | None) -> str:
+    return "–" if share is None else f"{100 * share:.1f} %"
