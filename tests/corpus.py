@@ -23,8 +23,10 @@ REAL_CATALOGUE = REAL / "catalogue.json"
 # The third set: real2 (MoE, B200, DDP ranks, warm-up/measure ranges, inputs without GPU work).
 REAL2 = CORPUS.parent / "real2"
 REAL2_CATALOGUE = REAL2 / "catalogue.json"
+# The fourth set: real3 (a very new exporter, a WSL2 capture without GPU records).
+REAL3 = CORPUS.parent / "real3"
 # Every folder of real profiles, in the order files are looked up.
-FOLDERS = (CORPUS, REAL, REAL2)
+FOLDERS = (CORPUS, REAL, REAL2, REAL3)
 
 # Marker for corpus tests: `@needs_corpus` skips them when the corpus is absent.
 needs_corpus = pytest.mark.skipif(not CATALOGUE.is_file(), reason=_ABSENT)

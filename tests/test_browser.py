@@ -43,6 +43,17 @@ SORT = """(() => {
 })()"""
 
 
+# The top bar of what to fix first: its link, the evidence it points at, and where a
+# click on it (Plotly's click event, as a mouse click raises it) takes the page.
+FIX_FIRST = """(() => {
+  const div = document.querySelector("#chart-fix_first");
+  const links = div.data[0].customdata, link = links[links.length - 1];
+  div.emit("plotly_click", {points: [{customdata: link}]});
+  const target = document.getElementById(link.slice(1));
+  return [link, target ? target.textContent.slice(0, 40) : null, window.location.hash];
+})()"""
+
+
 @pytest.fixture(scope="module")
 def browser():
     with Chromium() as chromium:
@@ -77,15 +88,24 @@ def assert_clean(result, charts: int) -> None:
 
 def test_training_report_renders_offline(browser, pages):
     result = browser.open(pages["train"], probe=SORT)
-    assert_clean(result, 9)
+    assert_clean(result, 10)
     down, up, order, rows = result.probe
     assert (down, up, order) == (str(rows), "1", "ascending") and rows > 5
 
 
 def test_twelve_block_report_with_rates_renders_offline(browser, pages):
     result = browser.open(pages["gpt12"])
-    assert_clean(result, 10)
+    assert_clean(result, 10)  # no finding: what to fix first says so, with no chart
     assert "chart-rates" in result.drawn
+
+
+def test_each_bar_of_what_to_fix_first_links_to_its_evidence(browser, pages):
+    result = browser.open(pages["train"], probe=FIX_FIRST)
+    assert "chart-fix_first" in result.drawn
+    href, evidence, hash_after_click = result.probe
+    assert href == "#finding-1"
+    assert evidence.startswith("fp32 GEMMs on the SIMT cores")
+    assert hash_after_click == "#finding-1"
 
 
 def test_diff_page_renders_offline(browser, pages):

@@ -229,11 +229,11 @@ def test_page_is_self_contained(train):
     assert page.count(plotly_js()) == 1
     assert not re.search(r"<(script|link|img)[^>]+(src|href)=", page)
     specs = re.findall(r'<script type="application/json" id="fig-(\w+)">(.*?)</script>', page)
-    assert [s[0] for s in specs] == TRAIN_CHARTS
-    assert json.loads(specs[0][1])["data"][0]["name"] == "data"
-    assert page.count('<table class="sortable">') == len(TRAIN_CHARTS)
+    assert [s[0] for s in specs] == ["fix_first", *TRAIN_CHARTS]  # what to fix first on top
+    assert json.loads(specs[1][1])["data"][0]["name"] == "data"
+    assert page.count('<table class="sortable">') == len(TRAIN_CHARTS) + 1
     notes = page.index("What this data cannot answer")
-    assert notes < page.index('id="sec-phase_steps"')
+    assert page.index('id="sec-fix_first"') < notes < page.index('id="sec-phase_steps"')
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ import polars as pl
 from nsysmap.attribution.module_names import layer_path
 from nsysmap.findings.inputs import BUSY_KEYS, OWNER, Inputs, total_ns
 from nsysmap.findings.model import LOW, Claim, Finding, Rule, claims_of
-from nsysmap.findings.words import count, ms, pct, phase_text, share
+from nsysmap.findings.words import count, ms, pct, phase_text, plural, share
 
 ELEMENTWISE = "elementwise"
 COMPILED = r"^triton_"
@@ -92,7 +92,7 @@ def _finding(
     kernels, busy = total_ns(rows, "kernels"), total_ns(rows, "busy_ns")
     unit = "CPU operators" if x.cpu else "kernels"
     evidence = (
-        f"in {phase_text(phase)}, `{layer}` runs {count(rows.height / steps)} chains of "
+        f"in {phase_text(phase)}, `{layer}` runs {plural(rows.height / steps, 'chain')} of "
         f"elementwise {unit} per step ({count(kernels / rows.height)} {unit} each on average, "
         f"{ms(busy / steps)} per step"
         + ("" if x.cpu else f", with {ms(total_ns(rows, 'gaps_ns') / steps)} of gaps between them")

@@ -17,7 +17,7 @@ import polars as pl
 
 from nsysmap.findings.inputs import STEPS, Inputs
 from nsysmap.findings.model import MEDIUM, Finding, Rule, claims_of
-from nsysmap.findings.words import count, ms, pct, phase_text, share
+from nsysmap.findings.words import ms, pct, phase_text, plural, share
 from nsysmap.output.comm_overlap import hidden_communication
 from nsysmap.report.collectives import collective
 
@@ -72,7 +72,8 @@ def exposed_communication(x: Inputs, rule: Rule) -> list[Finding]:
         if time / steps < rule.value("min_share") * step_ns:
             continue
         evidence = (
-            f"{count(row['kernels'] / steps)} {what} kernels per step in {phase_text(phase)} take "
+            f"{plural(row['kernels'] / steps, f'{what} kernel')} per step in {phase_text(phase)} "
+            "take "
             f"{ms(row['comm_ns'] / steps)} per step, of which {pct(hidden_share)} hidden behind "
             f"compute and {ms(time / steps)} exposed "
             f"({pct(share(time / steps, step_ns))} of the step)"

@@ -20,7 +20,7 @@ import polars as pl
 
 from nsysmap.findings.inputs import BUSY_KEYS, Inputs, total_ns
 from nsysmap.findings.model import LOW, MEDIUM, Finding, Rule, claims_of
-from nsysmap.findings.words import count, listed, ms, pct, share
+from nsysmap.findings.words import listed, ms, pct, plural, share
 from nsysmap.flops.peaks import Peak, find_peak
 
 # fp32 GEMMs on SIMT cores, by name; and what says a GEMM is none of those.
@@ -124,7 +124,7 @@ def _evidence(x: Inputs, device: int, rows: pl.DataFrame) -> str:
     gemms = x.busy.filter((pl.col("device_id") == device) & (pl.col("category") == "gemm"))
     kernels = sorted({k for names in rows["kernels"] for k in names})
     text = (
-        f"{count(total_ns(rows, 'simt_ops') / steps)} fp32 GEMM kernels per step on the SIMT "
+        f"{plural(total_ns(rows, 'simt_ops') / steps, 'fp32 GEMM kernel')} per step on the SIMT "
         f"cores ({listed(kernels)}): {ms(simt / steps)} per step, "
         f"{pct(share(simt, total_ns(gemms, 'busy_ns')))} of the GEMM time and "
         f"{pct(share(simt / steps, step_ns))} of the step, on {x.device_name(device)}"

@@ -34,6 +34,11 @@ OPTIMIZER = "optimizer"
 # Categories of what a per-parameter optimizer launches (CPU operators aten::lerp_ and
 # aten::to are `other`).
 PER_PARAMETER = ("elementwise", "reduction", "other")
+# On the CPU, foreach=True runs the same per-parameter operators underneath.
+CPU_FIX = (
+    "torch.optim.AdamW(params, fused=True) (the same for Adam, SGD, Adagrad, ...); on the CPU "
+    "foreach=True calls the per-parameter operators underneath and saves little"
+)
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,7 @@ def _finding(x: Inputs, rule: Rule, device: int) -> Finding | None:
         confidence=LOW if x.cpu else MEDIUM,
         upper_bound=not x.cpu,
         rank=x.rank,
+        fix=CPU_FIX if x.cpu else None,
     )
 
 

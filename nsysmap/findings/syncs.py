@@ -19,13 +19,15 @@ import polars as pl
 
 from nsysmap.findings.inputs import BUSY_KEYS, OWNER, Inputs, total_ns
 from nsysmap.findings.model import MEDIUM, Finding, Rule, claims_of
-from nsysmap.findings.words import count, listed, ms, path_text, pct, plural, share
+from nsysmap.findings.words import count, cut, listed, ms, path_text, pct, plural, share
 from nsysmap.waits.tables import is_sync_copy
 
 HTOD = r"(?i)HtoD|Host-to-Device|Host -> Device"
 DTOH = r"(?i)DtoH|Device-to-Host|Device -> Host"
 PAGEABLE = r"(?i)pageable"
 PATH_TAIL = 2  # range names shown of the path before a gap
+LABEL = 100  # characters of each, at most
+COPY, COPIES = "host-to-device copy", "host-to-device copies"
 
 
 def host_sync(x: Inputs, rule: Rule) -> list[Finding]:
@@ -108,7 +110,8 @@ def _before(x: Inputs, gaps: pl.DataFrame) -> list[str]:
     tail = pl.col("before_path").replace_strict(paths, default=None, return_dtype=pl.String)
     label = pl.format("{} ({})", pl.coalesce(tail, pl.lit("no range")), "before_op")
     rows = found.group_by(label.alias("label")).agg(pl.col("dur_ns").sum())
-    return rows.sort(["dur_ns", "label"], descending=[True, False])["label"].drop_nulls().to_list()
+    labels = rows.sort(["dur_ns", "label"], descending=[True, False])["label"].drop_nulls()
+    return [cut(label, LABEL) for label in labels.to_list()]
 
 
 def sync_copy(x: Inputs, rule: Rule) -> list[Finding]:
@@ -135,7 +138,7 @@ def sync_copy(x: Inputs, rule: Rule) -> list[Finding]:
         if time / steps < rule.value("min_share") * step_ns:
             continue
         evidence = (
-            f"{count(total_ns(rows, 'copies') / steps)} host-to-device copies per step take "
+            f"{plural(total_ns(rows, 'copies') / steps, COPY, COPIES)} per step take "
             f"{ms(time / steps)} of the GPU's time ({pct(share(time / steps, step_ns))} of the "
             f"step): {count(total_ns(rows, 'synchronous') / steps)} synchronous (cudaMemcpy), "
             f"{count(total_ns(rows, 'pageable') / steps)} from pageable memory"

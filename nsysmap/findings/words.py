@@ -33,6 +33,14 @@ def plural(n: float, noun: str, nouns: str | None = None) -> str:
     return f"{count(n)} {noun if n == 1 else nouns or noun + 's'}"
 
 
+def cut(text: str, width: int) -> str:
+    """`text`, cut in the middle to `width` characters when longer."""
+    if len(text) <= width:
+        return text
+    half = (width - 1) // 2
+    return f"{text[:half]}…{text[len(text) - (width - 1 - half) :]}"
+
+
 def share(part: float, whole: float) -> float | None:
     """part / whole; None when whole is 0."""
     return part / whole if whole else None

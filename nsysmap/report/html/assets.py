@@ -45,7 +45,13 @@ SCRIPT = """
                 modeBarButtonsToRemove: ["lasso2d", "select2d"]};
   document.querySelectorAll("div.chart[data-figure]").forEach(function (div) {
     var spec = JSON.parse(document.getElementById(div.dataset.figure).textContent);
-    Plotly.newPlot(div, spec.data, spec.layout, config);
+    Plotly.newPlot(div, spec.data, spec.layout, config).then(function (gd) {
+      // a point whose customdata is "#id" takes the page there when clicked
+      gd.on("plotly_click", function (event) {
+        var link = event.points.length ? event.points[0].customdata : null;
+        if (typeof link === "string" && link.charAt(0) === "#") { window.location.hash = link; }
+      });
+    });
   });
   function key(cell) {
     var v = cell.getAttribute("data-v");

@@ -1,8 +1,9 @@
 """The HTML report's first section, what to fix first, from the `findings` answer alone (pure).
 
 `fix_first_chart(answer)` draws the ranked findings as bars of estimated
-saving per step, the first on top; each bar's label links to the finding's
-evidence below it (`#finding-N`). `evidence_html(answer)` is that list:
+saving per step, the first on top; a click on a bar takes the page to the
+finding's evidence below it (`#finding-N`: the bar's `customdata`, which the
+page's script follows). `evidence_html(answer)` is that list:
 each finding's evidence, estimate, fix, the tables and rows that show it
 and its rule's docs. Both read nsysmap.report.fix_first's answer only.
 """
@@ -38,6 +39,7 @@ def fix_first_chart(answer: Mapping[str, Any]) -> Chart | None:
         text=[f"{100 * (r['saving_share'] or 0):.1f} % of the step" for r in shown],
         hovertext=[html.escape(r["evidence"]) for r in shown],
         hoverinfo="x+text",
+        customdata=[f"#{anchor(r)}" for r in shown],  # a click shows the evidence
     )
     caption = (
         "Estimated saving per step of each finding, largest first (an upper bound where the "
@@ -76,11 +78,9 @@ def fix_first_chart(answer: Mapping[str, Any]) -> Chart | None:
 
 
 def _label(row: Mapping[str, Any]) -> str:
-    """A bar's label: its rank and title, linking to its evidence (escaped: Plotly reads
-    the label as HTML)."""
+    """A bar's label: its rank and title (escaped: Plotly reads labels as HTML)."""
     text = f"{row['priority']}. {row['title']}"
-    text = text if len(text) <= LABEL else text[: LABEL - 1] + "…"
-    return f'<a href="#{anchor(row)}">{html.escape(text)}</a>'
+    return html.escape(text if len(text) <= LABEL else text[: LABEL - 1] + "…")
 
 
 def evidence_html(answer: Mapping[str, Any]) -> str:

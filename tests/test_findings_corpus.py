@@ -1,0 +1,291 @@
+"""What to fix first on every real profile of the corpus: the findings docs/findings.md judges,
+no rule where the profile already uses its fix, and the facts behind them recomputed apart.
+
+`EXPECTED` is the table of docs/findings.md: per file, the rules that fire.
+The facts a finding rests on are then recomputed without nsysmap: plain SQL
+over the nsys exports (tests/corpus.py) and plain JSON over the traces.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from functools import cache
+from typing import Any
+
+import polars as pl
+import pytest
+
+from nsysmap.errors import NoGpuData
+from nsysmap.pipeline import analyse, load_profile
+from tests.corpus import CATALOGUE, FOLDERS, connect, corpus_path, needs_corpus
+
+pytestmark = [pytest.mark.corpus, pytest.mark.slow, needs_corpus]
+
+# file -> the rules whose findings it makes (docs/findings.md, the corpus table)
+EXPECTED: dict[str, set[str]] = {
+    "centerformer_baseline_pytorch_nvtx_only.sqlite": set(),  # no GPU work
+    "centerformer_poolformer_trt_nvtx_only.sqlite": set(),
+    "dlprof_pytorch_small_cnn_rtx2070.sqlite": {"host_sync"},
+    "extrap_concurrent_streams_nvtx_windows.sqlite": set(),
+    "fastvideo_training_mfu_h100x2_before.sqlite": {"exposed_communication", "elementwise_chain"},
+    "gtls_cupy_23k_kernels_rtx3060.sqlite": set(),
+    "mordred_gpu_hashjoin_quadro_2021.sqlite": {"host_sync", "sync_copy"},
+    "nvfuser_gtest_hopper_matmul_h100.sqlite": set(),
+    "pipit_cloverleaf_cuda_perlmutter.sqlite": {"host_sync", "sync_copy"},
+    "pipit_saxpy_mpi_cuda_rank0_perlmutter.sqlite": {"host_sync", "sync_copy"},
+    "qcu_mpi_python_wsl2_no_kernel_table.sqlite": set(),
+    "torch_minimal_zeros_sum_rtx3080.sqlite": set(),
+    "vecadd_streams_t4_gpu4.sqlite": set(),
+    "cs336a2_fwd_no_nvtx_a100.sqlite": {"host_sync", "fp32_gemm"},
+    "cs336a2_small_fwd_emitnvtx_shapes_a100.sqlite": {"fp32_gemm", "unfused_attention"},
+    "cs336a2_small_fwdbwd_emitnvtx_shapes_a100.sqlite": {
+        "fp32_gemm",
+        "launch_bound",
+        "unfused_attention",
+    },
+    "hta_ddp_ns_resolution_rank0_v100.json.gz": set(),
+    "hta_recsys_shapes_rank0_a100.json.gz": {"exposed_communication"},
+    "tracelens_bert_small_infer_modules_h100.json.gz": {"launch_bound", "host_sync"},
+    "tracelens_timesformer_infer_modules_h100.json.gz": {"unfused_attention", "sync_copy"},
+    "tracelens_vit_nsfw_infer_modules_h100.json.gz": {"launch_bound"},
+    "aiperf_hf_gpt2_train_step_with_modules_stack_b200.json": {
+        "launch_bound",
+        "host_sync",
+        "elementwise_chain",
+        "fp32_gemm",
+        "unfused_attention",
+    },
+    "cs336a2_bench_iteration_fwd_bwd_nvtx_only_a10.sqlite": set(),
+    "cs336a2_wsl2_cuda_trace_failed_no_cuda_tables_rtx4070ti.sqlite": set(),
+    "hta_param_alexnet_warmup_measure_annotations_a100.json.gz": {"fp32_gemm"},
+    "mmagic_vsr_pyprof_dict_nvtx_markers_a100.sqlite": {"host_sync"},
+    "param_dlrm_ddp_rank0of8_nccl_alltoall_v100.pt.trace.json": {
+        "host_sync",
+        "launch_bound",
+        "exposed_communication",
+        "per_parameter_optimizer",
+    },
+    "param_dlrm_ddp_rank1of8_nccl_alltoall_v100.pt.trace.json": {
+        "host_sync",
+        "launch_bound",
+        "exposed_communication",
+        "per_parameter_optimizer",
+    },
+    "switchtransformer_moe_fwd_with_modules_a100.json": {
+        "fp32_gemm",
+        "unfused_attention",
+        "elementwise_chain",
+        "host_sync",
+    },
+    "tracelens_moe_topk_expert_ffn_nvjet_sm103_b300.json.gz": {"launch_bound", "host_sync"},
+    "tracelens_vllm_gptoss_fullgraph_decode_hipgraph_mi300x.json.gz": set(),
+    "zoology_cuda_runtime_without_kernel_events_a100.json": set(),
+    "cs336a2_small_fwd_unranged_warmup_then_measurement_range_rtx5070laptop.sqlite": {
+        "host_sync",
+        "fp32_gemm",
+    },
+    "cs336a2_wsl2_torch_smoke_test_runtime_only_no_kernels_rtx4080laptop.sqlite": set(),
+}
+
+
+@cache
+def findings(name: str) -> pl.DataFrame:
+    """findings.parquet of one corpus file (empty for a file without GPU work)."""
+    try:
+        analysis = analyse(load_profile(corpus_path(name)))
+    except NoGpuData:
+        return pl.DataFrame()
+    assert analysis.findings is not None
+    return analysis.findings
+
+
+def of(name: str, rule: str) -> pl.DataFrame:
+    return findings(name).filter(pl.col("rule") == rule)
+
+
+def test_the_table_names_every_file_of_the_corpus():
+    if not CATALOGUE.is_file():
+        pytest.skip("the corpus is absent")
+    on_disk = {
+        p.name
+        for folder in FOLDERS
+        for p in folder.glob("*")
+        if p.suffix in (".sqlite", ".json", ".gz") and p.name != "catalogue.json"
+    }
+    assert on_disk == set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_the_rules_that_fire_are_those_judged_right(name):
+    table = findings(name)
+    rules = set(table["rule"]) if table.height else set()
+    assert rules == EXPECTED[name]
+    if table.height:
+        known = table.filter(pl.col("saving_ns_per_step").is_not_null())
+        assert (known["saving_ns_per_step"] <= known["basis_ns_per_step"]).all()
+        assert (known["saving_share"] <= 1).all()
+        assert table["priority"].to_list() == list(range(1, table.height + 1))
+
+
+# ---------------------------------------------------------------- facts recomputed apart
+
+
+def _sql(name: str, query: str) -> list[tuple[Any, ...]]:
+    with connect(corpus_path(name)) as conn:
+        return conn.execute(query).fetchall()
+
+
+def _trace(name: str) -> dict[str, Any]:
+    path = corpus_path(name)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as fh:
+        return json.load(fh)
+
+
+def _kernels(trace: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for e in trace["traceEvents"] if e.get("cat") == "kernel"]
+
+
+CS336 = "cs336a2_small_fwd_emitnvtx_shapes_a100.sqlite"
+
+
+def test_fp32_gemms_of_an_a100_forward_are_its_sgemm_kernels():
+    ((sgemm, gemm),) = _sql(
+        CS336,
+        "SELECT SUM(CASE WHEN s.value LIKE '%sgemm%' THEN k.\"end\" - k.start END), "
+        "SUM(CASE WHEN s.value LIKE '%gemm%' THEN k.\"end\" - k.start END) "
+        "FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName",
+    )
+    ((major,),) = _sql(CS336, "SELECT computeMajor FROM TARGET_INFO_GPU")
+    row = of(CS336, "fp32_gemm").row(0, named=True)
+    assert int(major) == 8 and sgemm == gemm  # Ampere, and every GEMM a SIMT sgemm
+    assert row["basis_ns_per_step"] == sgemm  # one forward pass: one step
+    assert row["saving_ns_per_step"] == pytest.approx(sgemm * (1 - 19.5 / 156), abs=2)
+
+
+def test_unfused_attention_of_the_course_model_has_softmax_and_no_fused_kernel():
+    """The course's attention computes its softmax by hand (an exp kernel among others)."""
+    names = [
+        r[0].decode()
+        for r in _sql(
+            CS336,
+            "SELECT DISTINCT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+            "JOIN StringIds s ON s.id = k.demangledName",
+        )
+    ]
+    assert any("exp_kernel" in n for n in names)
+    assert not any(w in n.lower() for n in names for w in ("flash", "fmha", "attention"))
+    assert of(CS336, "unfused_attention")["range_path"].to_list() == [
+        "profile > forward pass > scaled dot product attention"
+    ]
+
+
+MORDRED = "mordred_gpu_hashjoin_quadro_2021.sqlite"
+
+
+def test_synchronous_copies_are_the_cudamemcpy_host_to_device_copies():
+    ((time, n),) = _sql(
+        MORDRED,
+        'SELECT SUM(m."end" - m.start), COUNT(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY m '
+        "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = m.correlationId "
+        "JOIN StringIds s ON s.id = r.nameId WHERE m.copyKind = 1 AND s.value LIKE 'cudaMemcpy%' "
+        "AND s.value NOT LIKE '%Async%'",
+    )
+    row = of(MORDRED, "sync_copy").row(0, named=True)
+    assert row["basis_ns_per_step"] == time and f"{n} synchronous" in row["evidence"]
+
+
+CLOVERLEAF = "pipit_cloverleaf_cuda_perlmutter.sqlite"
+
+
+def test_cloverleaf_synchronises_after_its_kernels():
+    ((syncs,),) = _sql(
+        CLOVERLEAF,
+        "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId "
+        "WHERE s.value LIKE 'cudaDeviceSynchronize%'",
+    )
+    ((kernels,),) = _sql(CLOVERLEAF, "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    assert syncs >= kernels
+    assert of(CLOVERLEAF, "host_sync")["saving_ns_per_step"][0] > 0
+
+
+DLRM = "param_dlrm_ddp_rank0of8_nccl_alltoall_v100.pt.trace.json"
+
+
+def test_the_dlrm_optimizer_runs_one_kernel_per_operation_and_parameter():
+    trace = _trace(DLRM)
+    step = next(e for e in trace["traceEvents"] if e.get("name") == "Optimizer.step#Adagrad.step")
+    calls = {
+        e["args"]["correlation"]
+        for e in trace["traceEvents"]
+        if e.get("cat") == "cuda_runtime"
+        and e["tid"] == step["tid"]
+        and step["ts"] <= e["ts"] < step["ts"] + step["dur"]
+    }
+    kernels = [k for k in _kernels(trace) if k["args"].get("correlation") in calls]
+    assert len(kernels) == 64 and not any("multi_tensor" in k["name"] for k in kernels)
+    assert "64 small kernels per step" in of(DLRM, "per_parameter_optimizer")["evidence"][0]
+
+
+def test_exposed_communication_agrees_with_a_sum_over_the_trace():
+    kernels = _kernels(_trace(DLRM))
+    comm = [k for k in kernels if "nccl" in k["name"].lower()]
+    exposed = sum(k["dur"] - _hidden(k, kernels) for k in comm) * 1000
+    found = of(DLRM, "exposed_communication")["saving_ns_per_step"].sum()
+    assert found == pytest.approx(exposed, abs=1000)
+
+
+def _hidden(k: dict[str, Any], kernels: list[dict[str, Any]]) -> float:
+    """How long other kernels (no communication) ran on other streams during `k` (µs)."""
+    spans = sorted(
+        (max(o["ts"], k["ts"]), min(o["ts"] + o["dur"], k["ts"] + k["dur"]))
+        for o in kernels
+        if o["args"]["stream"] != k["args"]["stream"] and "nccl" not in o["name"].lower()
+    )
+    covered, end = 0.0, k["ts"]
+    for start, stop in spans:
+        start = max(start, end)
+        if stop > start:
+            covered, end = covered + stop - start, stop
+    return covered
+
+
+SWITCH = "switchtransformer_moe_fwd_with_modules_a100.json"
+
+
+def test_fp32_gemms_of_the_switch_transformer_are_its_sgemm_kernels():
+    trace = _trace(SWITCH)
+    sgemm = sum(k["dur"] for k in _kernels(trace) if "sgemm" in k["name"]) * 1000
+    assert "A100" in trace["deviceProperties"][0]["name"]
+    assert of(SWITCH, "fp32_gemm")["basis_ns_per_step"][0] == pytest.approx(sgemm, abs=1000)
+
+
+# ---------------------------------------------------------------- the fix already in use
+
+
+@pytest.mark.parametrize(
+    ("name", "rule", "sign"),
+    [
+        ("fastvideo_training_mfu_h100x2_before.sqlite", "fp32_gemm", "bfloat16"),
+        ("tracelens_timesformer_infer_modules_h100.json.gz", "fp32_gemm", "bf16"),
+        ("hta_ddp_ns_resolution_rank0_v100.json.gz", "per_parameter_optimizer", "multi_tensor"),
+        ("hta_recsys_shapes_rank0_a100.json.gz", "per_parameter_optimizer", "multi_tensor"),
+        (
+            "aiperf_hf_gpt2_train_step_with_modules_stack_b200.json",
+            "per_parameter_optimizer",
+            "multi_tensor",
+        ),
+        ("tracelens_bert_small_infer_modules_h100.json.gz", "unfused_attention", "flash"),
+        ("tracelens_vit_nsfw_infer_modules_h100.json.gz", "unfused_attention", "flash"),
+    ],
+)
+def test_no_rule_fires_where_the_profile_uses_its_fix(name, rule, sign):
+    path = corpus_path(name)
+    if path.suffix == ".sqlite":
+        names = [r[0].decode() for r in _sql(name, "SELECT value FROM StringIds")]
+    else:
+        names = [k["name"] for k in _kernels(_trace(name))]
+    assert any(sign in n.lower() for n in names), f"{name} does not show {sign}"
+    assert not any("sgemm" in n for n in names) or rule != "fp32_gemm"
+    assert of(name, rule).is_empty()
