@@ -26,9 +26,8 @@ def chart_document(report: Path) -> dict[str, Any]:
     """The data behind every chart of the HTML report of `report` (nsysmap report --html)."""
     from nsysmap.report.build import build_report
     from nsysmap.report.html.charts import missing_charts, report_charts
-    from nsysmap.report.io import read_run
-
     from nsysmap.report.html.fix_first_chart import fix_first_chart
+    from nsysmap.report.io import read_run
 
     with tempfile.TemporaryDirectory() as tmp:
         analyse_file(report, Path(tmp), options={"command": "attribute"})

@@ -102,7 +102,10 @@ def prose(markdown: str, doc: dict[str, Any]) -> str:
         text = text.replace(constant, " ")
     texts: list[str] = []
     values(doc, [], texts)
-    worded = {t for t in texts if re.search(r"\d", t) and re.search(r"[A-Za-z]", t)}
+    # as the prose has them: a text's own code spans (names in a finding's evidence) blanked too
+    worded = {
+        CODE_SPAN.sub(" ", t) for t in texts if re.search(r"\d", t) and re.search(r"[A-Za-z]", t)
+    }
     for t in sorted(worded, key=len, reverse=True):
         for form in {t, t[:1].upper() + t[1:]}:
             text = re.sub(rf"(?<!\w){re.escape(form)}(?!\w)", " ", text)
