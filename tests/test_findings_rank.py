@@ -15,6 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nsysmap.findings.find import findings_table
+from nsysmap.findings.model import CAUSE as CAUSE_TIER
+from nsysmap.findings.model import GENERAL as GENERAL_TIER
 from nsysmap.findings.model import Claim, Finding, Key, Rule
 from nsysmap.findings.rank import ranked
 from nsysmap.findings.threshold import Threshold
@@ -35,7 +37,16 @@ GENERAL = Rule(
     "general",
     (Threshold("min_share", 0, ""),),
     lambda x, r: [],
-    general=True,
+    tier=GENERAL_TIER,
+)
+CAUSE = Rule(
+    "cause",
+    "a cause",
+    "fix",
+    "cause",
+    (Threshold("min_share", 0, ""),),
+    lambda x, r: [],
+    tier=CAUSE_TIER,
 )
 KEYS: list[Key] = [
     (pool, None, 0, phase, None, None) for pool in ("busy", "idle") for phase in ("f", "b", "o")
@@ -54,7 +65,7 @@ def findings(draw: st.DrawFn) -> list[Finding]:
         steps = draw(st.integers(1, 4))
         out.append(
             Finding(
-                rule=GENERAL if draw(st.booleans()) else SPECIFIC,
+                rule=draw(st.sampled_from([CAUSE, SPECIFIC, GENERAL])),
                 device_id=0,
                 place=f"place {i}",
                 evidence="",

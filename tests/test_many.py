@@ -107,6 +107,17 @@ def test_every_rank_waits_for_the_slow_one(result: dict[str, Any]) -> None:
     assert (stragglers["ranks"] == len(GOOD_RANKS)).all()
 
 
+def test_what_to_fix_first_names_the_slow_rank_and_layer(result: dict[str, Any]) -> None:
+    findings = pl.read_parquet(result["out"] / "findings.parquet")
+    straggler = findings.filter(pl.col("rule") == "straggler").row(0, named=True)
+    assert straggler["rank"] == SLOW_RANK and straggler["module"].startswith(SLOW_LAYER + ".")
+    stragglers = pl.read_parquet(result["out"] / "stragglers.parquet").drop_nulls("step")
+    wait = stragglers["straggler_cost_ns"].sum()  # the fastest rank's wait, all of it claimable
+    assert 0 < straggler["saving_ns_per_step"] * stragglers.height <= wait
+    assert set(findings["rank"].drop_nulls()) <= set(GOOD_RANKS)
+    assert "What to fix first" in result["stdout"]
+
+
 def test_time_is_conserved_per_rank(result: dict[str, Any], rank_dir: Path) -> None:
     out = result["out"]
     expected = {r: independent_gpu_totals(rank_file(rank_dir, r))[0] for r in GOOD_RANKS}
@@ -168,5 +179,6 @@ def test_report_on_the_output_writes_the_rank_section(result: dict[str, Any]) ->
     code, stdout, _ = invoke(["report", str(result["out"])])
     assert code == 0
     assert "## Ranks" in stdout and f"Slowest layer: {SLOW_LAYER}" in stdout
+    assert stdout.index("## What to fix first") < stdout.index("## Ranks")
     assert "rank06.sqlite" in stdout  # the failed report is listed
     assert (result["out"] / "report.md").read_text().strip() == stdout.strip()

@@ -194,7 +194,7 @@ def test_course_forward_export_counts_its_one_forward_pass(tmp_path):
     assert (top["forward_passes"], top["forward_passes_source"]) == (1, "forward ranges")
     forward = top["scopes"]["forward"]
     assert forward["calls_per_forward_pass"] == forward["forward_calls"] == forward["calls"]
-    assert answers["schema"] == "nsysmap.answers" and answers["schema_version"] == "1.2"
+    assert answers["schema"] == "nsysmap.answers" and answers["schema_version"] == "1.3"
 
 
 def test_the_header_says_which_steps_nsysmap_run_left_uncaptured():

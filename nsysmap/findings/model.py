@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from nsysmap.findings.inputs import Inputs
 
 # A claim's key: (pool, rank, device_id, phase, module, what) with None for "none".
+CAUSE, SPECIFIC, GENERAL = 0, 1, 2  # a rule's tier
 Key = tuple[str | int | None, ...]
 HIGH, MEDIUM, LOW = "high", "medium", "low"
 DOCS = "docs/findings.md"
@@ -39,7 +40,9 @@ class Rule:
     anchor: str  # the section of docs/findings.md
     thresholds: tuple[Threshold, ...]
     detect: Callable[[Inputs, Rule], list[Finding]]
-    general: bool = False  # gets only the time no specific rule's finding explains
+    # When its findings are served (nsysmap.findings.rank): a lower tier first, so a rule that
+    # names the cause (a straggler) gets the time before one that names the symptom.
+    tier: int = 1
 
     def value(self, name: str) -> float:
         """The threshold called `name`."""

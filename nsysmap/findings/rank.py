@@ -1,11 +1,13 @@
 """Ranking findings by estimated saving, each nanosecond of the profile given once.
 
-The time findings claim is handed out greedily, specific rules first: among
-the findings of specific rules, the one that would save most per step now is
-served next, and takes from each of its claims what is left at that key;
-then, the same way, the findings of general rules (launch_bound), which so
-get only what no specific finding explains (a launch-bound optimizer phase
-is the per-parameter optimizer's). A finding whose claims were cut names the
+The time findings claim is handed out greedily, tier by tier (the rules'
+`tier`): first the rules that name a cause of other findings' time (the
+straggler, whose wait is the other ranks' exposed communication), then the
+specific rules, then the general ones (launch_bound), which so get only what
+no specific finding explains (a launch-bound optimizer phase is the
+per-parameter optimizer's). Within a tier, the finding that would save most
+per step now is served next, and takes from each of its claims what is left
+at that key. A finding whose claims were cut names the
 findings that took that time first (`overlaps`), and its saving is what was
 left: the savings of all findings never add up to more than the time they
 are taken from, and no two findings count the same nanosecond. The findings
@@ -52,8 +54,8 @@ def ranked(findings: list[Finding]) -> list[Ranked]:
             left[c.key] = min(left.get(c.key, c.capacity), c.capacity)
     takers: dict[Key, list[int]] = {}
     served: list[_Served] = []
-    for general in (False, True):
-        pending = sorted((f for f in findings if f.known and f.rule.general == general), key=_key)
+    for tier in sorted({f.rule.tier for f in findings}):
+        pending = sorted((f for f in findings if f.known and f.rule.tier == tier), key=_key)
         while pending:
             best = max(pending, key=lambda f: (f.per_step(_available(f, left)), _neg_key(f)))
             pending.remove(best)

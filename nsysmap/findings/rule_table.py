@@ -20,7 +20,7 @@ from nsysmap.findings import (
     stragglers,
     syncs,
 )
-from nsysmap.findings.model import Rule
+from nsysmap.findings.model import CAUSE, GENERAL, Rule
 from nsysmap.findings.threshold import Threshold
 
 MIN_SHARE = "min_share"
@@ -61,7 +61,7 @@ RULES: tuple[Rule, ...] = (
             _least(0.02),
         ),
         launches.launch_bound,
-        general=True,
+        tier=GENERAL,
     ),
     Rule(
         "per_parameter_optimizer",
@@ -152,6 +152,7 @@ RULES: tuple[Rule, ...] = (
         "straggler",
         (_least(0.02),),
         stragglers.straggler,
+        tier=CAUSE,
     ),
 )
 
