@@ -3,10 +3,11 @@ within their estimate (pure).
 
 Findings are matched by `finding_key` (the rule and where: device, phase,
 module, ...). The *measured* saving is the drop in step time from A to B on
-the devices of the findings gone, step time as the findings define it
-(nsysmap.findings.inputs: over the measured steps, from the first step's
-start to the last one's end, per step). Against the *estimated* saving (the
-gone findings' savings per step, summed) it is:
+the devices of the findings gone: a step's time as the findings define it
+(nsysmap.findings.inputs: its wall time and the gap before the next step),
+the median over the steps, which a step slowed by something outside the run
+moves little. Against the *estimated* saving (the gone findings' savings per
+step, summed) it is:
 
 * `no saving`: B's steps are not shorter;
 * for savings that are upper bounds: `within` when measured ≤ estimated ×
@@ -26,6 +27,7 @@ import polars as pl
 
 from nsysmap.findings import Inputs
 from nsysmap.report.answers import RunData
+from nsysmap.scalars import to_float
 from nsysmap.schemas import FINDINGS, IDLE, LAUNCH_COST
 
 TOLERANCE = 0.25
@@ -51,10 +53,19 @@ class FixCheck:
         return self.a_step_ns - self.b_step_ns
 
 
-def step_times(run: RunData) -> dict[int, tuple[int, int]]:
-    """device -> (steps, mean step time), as the findings of `run` count them."""
+def step_times(run: RunData) -> dict[int, float]:
+    """device -> its median step time: a step's wall time and the gap before the next
+    (findings' step time, nsysmap.findings.inputs), the median over the steps followed by
+    another (all of them when none is), so that a step slowed by something outside the
+    run (the machine busy with other work) moves it little."""
     x = Inputs(run.ops.lazy(), pl.DataFrame(schema=LAUNCH_COST), pl.DataFrame(schema=IDLE))
-    return x.steps
+    times = x.windows.with_columns(time_ns=pl.col("wall_ns") + pl.col("gap_ns"))
+    out = {}
+    for (device,), rows in times.group_by("device_id"):
+        followed = rows.filter(pl.col("time_ns").is_not_null())
+        column = followed["time_ns"] if followed.height else rows["wall_ns"]
+        out[int(str(device))] = to_float(column.median())
+    return out
 
 
 def check(a: RunData, b: RunData) -> FixCheck | None:
@@ -85,7 +96,7 @@ def _step_time(run: RunData, findings: pl.DataFrame) -> float | None:
     times = step_times(run)
     if any(d not in times for d in devices):
         return None
-    return float(sum(times[d][1] for d in devices))
+    return float(sum(times[d] for d in devices))
 
 
 def judged(estimated: float, measured: float, upper_bound: bool) -> str:

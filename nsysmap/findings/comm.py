@@ -60,49 +60,43 @@ def exposed(x: Inputs) -> pl.DataFrame:
 def exposed_communication(x: Inputs, rule: Rule) -> list[Finding]:
     """One finding per device, phase and collective with much exposed communication."""
     found = exposed(x)
-    out: list[Finding] = []
     if found.is_empty():
-        return out
-    for row in found.sort("device_id", "phase", "collective", nulls_last=True).iter_rows(
-        named=True
-    ):
-        device, phase, what = row["device_id"], row["phase"], row["collective"]
-        steps, step_ns = x.step_count(device), x.step_ns(device)
-        time, hidden_share = row["exposed_ns"], 1 - (share(row["exposed_ns"], row["comm_ns"]) or 0)
-        if time / steps < rule.value("min_share") * step_ns:
-            continue
-        evidence = (
-            f"{plural(row['kernels'] / steps, f'{what} kernel')} per step in {phase_text(phase)} "
-            "take "
-            f"{ms(row['comm_ns'] / steps)} per step, of which {pct(hidden_share)} hidden behind "
-            f"compute and {ms(time / steps)} exposed "
-            f"({pct(share(time / steps, step_ns))} of the step)"
-        )
-        claim = pl.DataFrame([row]).with_columns(module=pl.col("collective"))
-        out.append(
-            Finding(
-                rule=rule,
-                device_id=device,
-                phase=phase,
-                place=f"{x.where(device)}, {phase_text(phase)}, {what}",
-                evidence=evidence,
-                evidence_rows=f"ops.parquet: category communication, device_id {device}, "
-                f"{phase_text(phase)}; overlap.parquet (exposed_ns)",
-                basis_ns=time,
-                claims=claims_of(
-                    claim,
-                    "comm_exposed",
-                    ["device_id", "phase", "module", "collective"],
-                    "exposed_ns",
-                    "exposed_ns",
-                    x.rank,
-                ),
-                estimate="the exposed communication time: overlapped perfectly it would be "
-                "hidden; time spent waiting for slower ranks stays",
-                confidence=MEDIUM,
-                fix=FIXES.get(what, OTHER_FIX),
-                rank=x.rank,
-                extra_key=what,
-            )
-        )
-    return out
+        return []
+    rows = found.sort("device_id", "phase", "collective", nulls_last=True)
+    made = (_finding(x, rule, row) for row in rows.iter_rows(named=True))
+    return [f for f in made if f is not None]
+
+
+COMM_KEYS = ["device_id", "phase", "module", "collective"]  # comm_exposed's keys
+
+
+def _finding(x: Inputs, rule: Rule, row: dict) -> Finding | None:
+    device, phase, what = row["device_id"], row["phase"], row["collective"]
+    steps, step_ns = x.step_count(device), x.step_ns(device)
+    time, hidden_share = row["exposed_ns"], 1 - (share(row["exposed_ns"], row["comm_ns"]) or 0)
+    if time / steps < rule.value("min_share") * step_ns:
+        return None
+    evidence = (
+        f"{plural(row['kernels'] / steps, f'{what} kernel')} per step in {phase_text(phase)} "
+        f"take {ms(row['comm_ns'] / steps)} per step, of which {pct(hidden_share)} hidden "
+        f"behind compute and {ms(time / steps)} exposed "
+        f"({pct(share(time / steps, step_ns))} of the step)"
+    )
+    claim = pl.DataFrame([row]).with_columns(module=pl.col("collective"))
+    return Finding(
+        rule=rule,
+        device_id=device,
+        phase=phase,
+        place=f"{x.where(device)}, {phase_text(phase)}, {what}",
+        evidence=evidence,
+        evidence_rows=f"ops.parquet: category communication, device_id {device}, "
+        f"{phase_text(phase)}; overlap.parquet (exposed_ns)",
+        basis_ns=time,
+        claims=claims_of(claim, "comm_exposed", COMM_KEYS, "exposed_ns", "exposed_ns", x.rank),
+        estimate="the exposed communication time: overlapped perfectly it would be hidden; "
+        "time spent waiting for slower ranks stays",
+        confidence=MEDIUM,
+        fix=FIXES.get(what, OTHER_FIX),
+        rank=x.rank,
+        extra_key=what,
+    )

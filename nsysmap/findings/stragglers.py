@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from nsysmap.findings.comm import exposed
+from nsysmap.findings.comm import COMM_KEYS, exposed
 from nsysmap.findings.inputs import Inputs, total_ns
 from nsysmap.findings.model import MEDIUM, Claim, Finding, Rule, claims_of, spread
 from nsysmap.findings.words import count, ms, pct, share
@@ -24,44 +24,25 @@ from nsysmap.scalars import to_float
 def straggler(x: Inputs, rule: Rule) -> list[Finding]:
     """One finding for the job whose fastest rank waits for a slower one."""
     across = x.across or {}
-    steps = (
-        across.get("stragglers", pl.DataFrame()).filter(pl.col("step").is_not_null())
-        if across
-        else None
-    )
-    if steps is None or steps.is_empty() or "rank_steps" not in across:
+    if "stragglers" not in across or "rank_steps" not in across:
         return []
-    n = steps.height
-    cost = total_ns(steps, "straggler_cost_ns")
+    steps = across["stragglers"].filter(pl.col("step").is_not_null())
     spans = across["rank_steps"].filter(pl.col("step").is_not_null())
+    n, cost = steps.height, total_ns(steps, "straggler_cost_ns")
     step_ns = round(to_float(spans["span_ns"].mean())) if spans.height else 0
-    if cost / n < rule.value("min_share") * step_ns or not cost:
+    if not cost or cost / n < rule.value("min_share") * step_ns:
         return []
-    slow = _most(steps, "slowest_rank")
-    fast = _most(steps, "fastest_rank")
+    slow, fast = _most(steps, "slowest_rank"), _most(steps, "fastest_rank")
     layer = _slow_layer(across.get("rank_module_phase"), slow)
-    where = f"rank {slow}" + (
-        f", module {layer['module']} ({layer['phase'] or 'no phase'})" if layer else ""
-    )
-    slowest = steps.filter(pl.col("slowest_rank") == slow).height
-    evidence = (
-        f"rank {slow} computes the longest in {count(slowest)} of {count(n)} steps; the "
-        f"fastest rank (most often rank {fast}) waits {ms(cost / n)} per step for it inside "
-        f"the collectives ({pct(share(cost / n, step_ns))} of the step)"
-    )
-    if layer:
-        evidence += (
-            f"; rank {slow} spends {ms(layer['excess_ns'] / n)} per step more than the median "
-            f"rank in `{layer['module']}`"
-        )
     return [
         Finding(
             rule=rule,
             device_id=None,
             module=layer["module"] if layer else None,
             phase=layer["phase"] if layer else None,
-            place=where,
-            evidence=evidence,
+            place=f"rank {slow}"
+            + (f", module {layer['module']} ({layer['phase'] or 'no phase'})" if layer else ""),
+            evidence=_evidence(steps, slow, fast, layer, step_ns),
             evidence_rows="stragglers.parquet (slowest_rank, straggler_cost_ns); "
             "rank_module_phase.parquet (excess_ns); rank_steps.parquet (collective_wait_ns)",
             basis_ns=cost,
@@ -74,6 +55,22 @@ def straggler(x: Inputs, rule: Rule) -> list[Finding]:
             step_ns=step_ns,
         )
     ]
+
+
+def _evidence(steps: pl.DataFrame, slow: int, fast: int, layer: dict | None, step_ns: int) -> str:
+    n, cost = steps.height, total_ns(steps, "straggler_cost_ns")
+    slowest = steps.filter(pl.col("slowest_rank") == slow).height
+    text = (
+        f"rank {slow} computes the longest in {count(slowest)} of {count(n)} steps; the "
+        f"fastest rank (most often rank {fast}) waits {ms(cost / n)} per step for it inside "
+        f"the collectives ({pct(share(cost / n, step_ns))} of the step)"
+    )
+    if layer:
+        text += (
+            f"; rank {slow} spends {ms(layer['excess_ns'] / n)} per step more than the median "
+            f"rank in `{layer['module']}`"
+        )
+    return text
 
 
 def _most(steps: pl.DataFrame, column: str) -> int:
@@ -99,5 +96,4 @@ def _claims(x: Inputs, fast: int, cost: int) -> tuple[Claim, ...]:
     if rows.is_empty():
         return (Claim(("straggler", fast, None, None, None, None), cost, cost),)
     rows = spread(rows.with_columns(module=pl.col("collective")), cost, "exposed_ns")
-    keys = ["device_id", "phase", "module", "collective"]
-    return claims_of(rows, "comm_exposed", keys, "_want", "exposed_ns", fast)
+    return claims_of(rows, "comm_exposed", COMM_KEYS, "_want", "exposed_ns", fast)

@@ -130,33 +130,35 @@ def sync_copy(x: Inputs, rule: Rule) -> list[Finding]:
         pageable=name.str.contains(PAGEABLE).sum(),
     )
     found = x.with_busy(grouped.collect())
-    out = []
-    for device in found["device_id"].unique().sort().to_list():
-        rows = found.filter(pl.col("device_id") == device)
-        steps, step_ns = x.step_count(device), x.step_ns(device)
-        time = total_ns(rows, "copy_ns")
-        if time / steps < rule.value("min_share") * step_ns:
-            continue
-        evidence = (
-            f"{plural(total_ns(rows, 'copies') / steps, COPY, COPIES)} per step take "
-            f"{ms(time / steps)} of the GPU's time ({pct(share(time / steps, step_ns))} of the "
-            f"step): {count(total_ns(rows, 'synchronous') / steps)} synchronous (cudaMemcpy), "
-            f"{count(total_ns(rows, 'pageable') / steps)} from pageable memory"
-        )
-        out.append(
-            Finding(
-                rule=rule,
-                device_id=device,
-                place=x.where(device),
-                evidence=evidence,
-                evidence_rows=f"ops.parquet: kind memcpy, host to device, device_id {device} "
-                "(launch_api, name)",
-                basis_ns=time,
-                claims=claims_of(rows, "busy", BUSY_KEYS, "copy_ns", "busy_ns", x.rank),
-                estimate="the copies' time: pinned, asynchronous copies run beside the compute "
-                "(and faster), so at most this much goes",
-                confidence=MEDIUM,
-                rank=x.rank,
-            )
-        )
-    return out
+    made = (
+        _copy_finding(x, rule, device, found.filter(pl.col("device_id") == device))
+        for device in found["device_id"].unique().sort().to_list()
+    )
+    return [f for f in made if f is not None]
+
+
+def _copy_finding(x: Inputs, rule: Rule, device: int, rows: pl.DataFrame) -> Finding | None:
+    steps, step_ns = x.step_count(device), x.step_ns(device)
+    time = total_ns(rows, "copy_ns")
+    if time / steps < rule.value("min_share") * step_ns:
+        return None
+    evidence = (
+        f"{plural(total_ns(rows, 'copies') / steps, COPY, COPIES)} per step take "
+        f"{ms(time / steps)} of the GPU's time ({pct(share(time / steps, step_ns))} of the "
+        f"step): {count(total_ns(rows, 'synchronous') / steps)} synchronous (cudaMemcpy), "
+        f"{count(total_ns(rows, 'pageable') / steps)} from pageable memory"
+    )
+    return Finding(
+        rule=rule,
+        device_id=device,
+        place=x.where(device),
+        evidence=evidence,
+        evidence_rows=f"ops.parquet: kind memcpy, host to device, device_id {device} "
+        "(launch_api, name)",
+        basis_ns=time,
+        claims=claims_of(rows, "busy", BUSY_KEYS, "copy_ns", "busy_ns", x.rank),
+        estimate="the copies' time: pinned, asynchronous copies run beside the compute "
+        "(and faster), so at most this much goes",
+        confidence=MEDIUM,
+        rank=x.rank,
+    )

@@ -58,23 +58,29 @@ def fix_first_chart(answer: Mapping[str, Any]) -> Chart | None:
                 height=max(260, 34 * len(shown) + 120),
             ),
         },
-        Table(
-            ["#", "finding", "where", "saving per step", "of the step", "confidence", "fix"],
-            [
-                [
-                    r["priority"],
-                    r["title"],
-                    r["place"],
-                    ms(r["saving_ns_per_step"]),
-                    ratio(r["saving_share"]),
-                    r["confidence"],
-                    r["fix"],
-                ]
-                for r in rows
-            ],
-            ["number", "text", "text", "ms", "share", "text", "text"],
-        ),
+        _table(rows),
     )
+
+
+COLUMNS = ["#", "finding", "where", "saving per step", "of the step", "confidence", "fix"]
+KINDS = ["number", "text", "text", "ms", "share", "text", "text"]
+
+
+def _table(rows: list[Mapping[str, Any]]) -> Table:
+    """The findings behind the chart, every one."""
+    cells: list[list[Any]] = [
+        [
+            r["priority"],
+            r["title"],
+            r["place"],
+            ms(r["saving_ns_per_step"]),
+            ratio(r["saving_share"]),
+            r["confidence"],
+            r["fix"],
+        ]
+        for r in rows
+    ]
+    return Table(COLUMNS, cells, KINDS)
 
 
 def _label(row: Mapping[str, Any]) -> str:
