@@ -12,7 +12,7 @@ trains `torch.compile(model)` (`--compile-mode reduce-overhead` for CUDA graphs)
 `--optimizer` picks AdamW's implementation: `default` (PyTorch's choice: one
 kernel per operation and parameter on the CPU, the foreach one on CUDA),
 `per-parameter` (`foreach=False`), `foreach` (`foreach=True`) or `fused`
-(`fused=True`).
+(`fused=True`); `--tf32` lets fp32 matmuls run as TF32 on tensor cores.
 """
 
 from __future__ import annotations
@@ -73,6 +73,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="AdamW's implementation: PyTorch's default, per-parameter (foreach=False), "
         "foreach=True or fused=True",
     )
+    parser.add_argument(
+        "--tf32",
+        action="store_true",
+        help="torch.backends.cuda.matmul.allow_tf32 = True (fp32 matmuls as TF32 on CUDA)",
+    )
     parser.add_argument("--inference", action="store_true", help="forward only, no optimizer")
     parser.add_argument("--compile", action="store_true", help="model = torch.compile(model)")
     parser.add_argument(
@@ -115,6 +120,8 @@ def main(argv: list[str] | None = None) -> None:
         ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     )
     seq_len = args.seq_len or DEFAULT_SEQ_LEN[args.size]
+    if args.tf32:
+        torch.backends.cuda.matmul.allow_tf32 = True
     torch.manual_seed(args.seed)
     model = build_model(args.size, args.attn, device)
     compiled = args.compile or args.compile_mode is not None

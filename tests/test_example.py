@@ -40,6 +40,31 @@ def test_training_prints_one_loss_per_step_starting_near_ln_vocab(example, capsy
     assert abs(values[0] - math.log(example.SIZES["tiny"]["vocab_size"])) < 0.1
 
 
+@pytest.mark.parametrize(
+    ("choice", "implementation"),
+    [
+        ("per-parameter", {"foreach": False}),
+        ("foreach", {"foreach": True}),
+        ("fused", {"fused": True}),
+    ],
+)
+def test_optimizer_option_picks_adamws_implementation(
+    example, capsys, monkeypatch, choice, implementation
+):
+    made = []
+    adamw = torch.optim.AdamW
+
+    def recording(params, **kwargs):
+        made.append(kwargs)
+        return adamw(params, **kwargs)
+
+    monkeypatch.setattr(torch.optim, "AdamW", recording)
+    example.main(["--steps", "1", "--optimizer", choice])
+    example.main(["--steps", "1"])  # without the option: PyTorch's own choice, as before
+    assert made == [{"lr": 3e-4, **implementation}, {"lr": 3e-4}]
+    assert f"AdamW {choice}" in capsys.readouterr().out
+
+
 def test_inference_runs_forward_only(example, capsys):
     example.main(["--inference", "--steps", "2", "--seed", "1"])
     assert len(losses(capsys.readouterr().out)) == 2

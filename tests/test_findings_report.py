@@ -101,13 +101,15 @@ def test_the_terminal_summary_ends_with_the_top_three(a100_run):
 
 @pytest.fixture(scope="module")
 def before_after(tmp_path_factory) -> tuple[Path, Path, Path]:
-    """A: a per-parameter optimizer (40 kernels with 0.02 ms launch gaps); B: the same run with
-    one multi-tensor kernel of 0.4 ms instead (0.8 ms shorter per step); C: B, and a GEMM
-    3 ms shorter besides."""
+    """A: a per-parameter optimizer (40 kernels of 0.01 ms after 0.02 ms launch gaps: its
+    phase 1.18 ms from the first kernel's start); B: one multi-tensor kernel of 0.4 ms instead
+    (the phase 0.78 ms shorter, the step 0.8 ms); C: that kernel 0.05 ms only, and a GEMM 3 ms
+    shorter outside the phase."""
     root = tmp_path_factory.mktemp("diff")
     a = attributed(Plan(PER_PARAMETER, gpu=V100), root, "a")
     b = attributed(Plan([K(GEMM, 5.0), FUSED], gpu=V100), root, "b")
-    c = attributed(Plan([K(GEMM, 2.0), FUSED], gpu=V100), root, "c")
+    quick = K(FUSED.name, 0.05, phase="optimizer")
+    c = attributed(Plan([K(GEMM, 2.0), quick], gpu=V100), root, "c")
     return a, b, c
 
 
@@ -118,7 +120,9 @@ def test_a_fixed_finding_is_gone_and_its_saving_within_the_estimate(before_after
     assert fixed.gone["rule"].to_list() == ["per_parameter_optimizer"]
     assert fixed.still.is_empty() and fixed.new.is_empty()
     assert fixed.estimated_ns == pytest.approx(0.8 * MS, abs=2)
-    assert fixed.measured_ns == pytest.approx(0.8 * MS, abs=2)
+    assert fixed.phase == "optimizer"  # measured where the saving is taken from
+    assert fixed.measured_ns == pytest.approx(0.78 * MS, abs=2)
+    assert fixed.step[0] - fixed.step[1] == pytest.approx(0.8 * MS, abs=2)
     assert fixed.verdict == "within"
     text = "\n".join(check_lines(fixed))
     assert "gone: #1 per_parameter_optimizer" in text and "within the estimate" in text
@@ -128,7 +132,8 @@ def test_more_saved_than_estimated_says_something_else_changed(before_after):
     a, _, c = before_after
     fixed = check(read_run(a), read_run(c))
     assert fixed is not None and fixed.verdict == "above"
-    assert fixed.measured_ns == pytest.approx(3.8 * MS, abs=2)
+    assert fixed.measured_ns == pytest.approx(1.13 * MS, abs=2)  # the GEMM is not counted
+    assert fixed.step[0] - fixed.step[1] == pytest.approx(4.15 * MS, abs=2)
 
 
 def test_the_diff_command_prints_the_check(before_after):

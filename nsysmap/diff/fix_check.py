@@ -2,12 +2,13 @@
 within their estimate (pure).
 
 Findings are matched by `finding_key` (the rule and where: device, phase,
-module, ...). The *measured* saving is the drop in step time from A to B on
-the devices of the findings gone: a step's time as the findings define it
-(nsysmap.findings.inputs: its wall time and the gap before the next step),
-the median over the steps, which a step slowed by something outside the run
-moves little. Against the *estimated* saving (the gone findings' savings per
-step, summed) it is:
+module, ...). The *measured* saving is the drop from A to B, on the devices
+of the findings gone, in the time of the one phase they are all about (its
+wall time in each step: what their savings are taken from), else in the step
+time (a step's wall time and the gap before the next, as findings count it:
+nsysmap.findings.inputs); both the median over the steps, which a step
+slowed by something outside the run moves little. Against the *estimated*
+saving (the gone findings' savings per step, summed) it is:
 
 * `no saving`: B's steps are not shorter;
 * for savings that are upper bounds: `within` when measured ≤ estimated ×
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from nsysmap.findings import Inputs
+from nsysmap.findings.inputs import STEPS
 from nsysmap.report.answers import RunData
 from nsysmap.scalars import to_float
 from nsysmap.schemas import FINDINGS, IDLE, LAUNCH_COST
@@ -42,30 +44,45 @@ class FixCheck:
     new: pl.DataFrame  # B's findings not in A
     estimated_ns: int | None  # the gone findings' savings per step, summed (None: none known)
     upper_bound: bool  # every one of them an upper bound
-    a_step_ns: float | None  # mean step time on the gone findings' devices, A and B
-    b_step_ns: float | None
-    verdict: str | None  # within, above, below, no saving; None: nothing to compare
+    step: tuple[float | None, float | None]  # A's and B's median step time (those devices)
+    phase: str | None = None  # the one phase every gone finding is about, else None
+    in_phase: tuple[float | None, float | None] = (None, None)  # its time per step, A and B
 
     @property
     def measured_ns(self) -> float | None:
-        if self.a_step_ns is None or self.b_step_ns is None:
+        """The drop in the phase's time where the findings gone are about one phase, else in
+        the step's."""
+        a, b = self.in_phase if self.phase is not None else self.step
+        return None if a is None or b is None else a - b
+
+    @property
+    def verdict(self) -> str | None:
+        """within, above, below, no saving; None: nothing to compare."""
+        measured = self.measured_ns
+        if self.estimated_ns is None or measured is None:
             return None
-        return self.a_step_ns - self.b_step_ns
+        return judged(self.estimated_ns, measured, self.upper_bound)
 
 
-def step_times(run: RunData) -> dict[int, float]:
-    """device -> its median step time: a step's wall time and the gap before the next
-    (findings' step time, nsysmap.findings.inputs), the median over the steps followed by
-    another (all of them when none is), so that a step slowed by something outside the
-    run (the machine busy with other work) moves it little."""
+def median_times(run: RunData, phase: str | None = None) -> dict[int, float]:
+    """device -> the median over the steps of its step time (a step's wall time and the gap
+    before the next, as findings count it: nsysmap.findings.inputs; of the steps followed by
+    another, where any is), or with `phase`, of that phase's wall time in each step. A
+    median: a step slowed by something outside the run (a busy machine) moves it little."""
     x = Inputs(run.ops.lazy(), pl.DataFrame(schema=LAUNCH_COST), pl.DataFrame(schema=IDLE))
-    times = x.windows.with_columns(time_ns=pl.col("wall_ns") + pl.col("gap_ns"))
-    out = {}
-    for (device,), rows in times.group_by("device_id"):
-        followed = rows.filter(pl.col("time_ns").is_not_null())
-        column = followed["time_ns"] if followed.height else rows["wall_ns"]
-        out[int(str(device))] = to_float(column.median())
-    return out
+    if phase is None:
+        times = x.windows.with_columns(time_ns=pl.col("wall_ns") + pl.col("gap_ns"))
+        times = times.with_columns(
+            time_ns=pl.when(pl.col("time_ns").is_not_null().any().over("device_id"))
+            .then("time_ns")
+            .otherwise("wall_ns")
+        )
+    else:
+        key = ["device_id", "step"] if x.basis == STEPS else ["device_id"]
+        ops = x.measured().filter(pl.col("phase") == phase).group_by(key)
+        times = ops.agg(time_ns=pl.col("end_ns").max() - pl.col("start_ns").min()).collect()
+    medians = times.group_by("device_id").agg(pl.col("time_ns").median())
+    return {int(r["device_id"]): to_float(r["time_ns"]) for r in medians.iter_rows(named=True)}
 
 
 def check(a: RunData, b: RunData) -> FixCheck | None:
@@ -81,20 +98,18 @@ def check(a: RunData, b: RunData) -> FixCheck | None:
     known = gone.filter(pl.col("saving_ns_per_step").is_not_null())
     estimated = int(known["saving_ns_per_step"].sum()) if known.height else None
     bound = bool(known["upper_bound"].all()) if known.height else True
-    a_time, b_time = _step_time(a, known), _step_time(b, known)
-    verdict = None
-    if estimated is not None and a_time is not None and b_time is not None:
-        verdict = judged(estimated, a_time - b_time, bound)
-    return FixCheck(gone, still, new.sort("priority"), estimated, bound, a_time, b_time, verdict)
+    step = (_summed(a, known, None), _summed(b, known, None))
+    phases = known["phase"].unique().to_list()
+    phase = phases[0] if len(phases) == 1 else None
+    in_phase = (_summed(a, known, phase), _summed(b, known, phase)) if phase else (None, None)
+    return FixCheck(gone, still, new.sort("priority"), estimated, bound, step, phase, in_phase)
 
 
-def _step_time(run: RunData, findings: pl.DataFrame) -> float | None:
-    """The step times of the findings' devices, summed (None when a device has none)."""
+def _summed(run: RunData, findings: pl.DataFrame, phase: str | None) -> float | None:
+    """`median_times` of the findings' devices, summed (None when a device has none)."""
     devices = findings["device_id"].unique().to_list()
-    if not devices:
-        return None
-    times = step_times(run)
-    if any(d not in times for d in devices):
+    times = median_times(run, phase)
+    if not devices or any(d not in times for d in devices):
         return None
     return float(sum(times[d] for d in devices))
 
@@ -139,10 +154,15 @@ def check_lines(fixed: FixCheck | None) -> list[str]:
     if fixed.estimated_ns is None or fixed.measured_ns is None:
         return lines
     bound = "up to " if fixed.upper_bound else "about "
+    where = (
+        f"in phase {fixed.phase} ({_ms(fixed.in_phase[0])} per step in A, "
+        f"{_ms(fixed.in_phase[1])} in B; the step {_ms(fixed.step[0])} and {_ms(fixed.step[1])})"
+        if fixed.phase is not None
+        else f"(step time {_ms(fixed.step[0])} in A, {_ms(fixed.step[1])} in B)"
+    )
     lines.append(
         f"Saving of the findings gone: estimated {bound}{_ms(fixed.estimated_ns)} per step; "
-        f"measured {_ms(fixed.measured_ns)} (step time {_ms(fixed.a_step_ns)} in A, "
-        f"{_ms(fixed.b_step_ns)} in B): {_SAID[fixed.verdict or 'no saving']} "
+        f"measured {_ms(fixed.measured_ns)} {where}: {_SAID[fixed.verdict or 'no saving']} "
         f"(±{100 * TOLERANCE:.0f} %)."
     )
     return lines
