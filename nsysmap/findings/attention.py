@@ -33,9 +33,12 @@ def attention_ops(x: Inputs) -> pl.DataFrame:
     """The measured operations of attention modules (else of attention ranges), with the
     place each belongs to (`place`: a layer path, or a range path) and its kind."""
     ops = x.measured().select(*BUSY_KEYS, "module_class", "range_path", "dur_ns", "kind")
+    modules = ops.select("module", "module_class").unique().collect()  # a layer per module once
+    attention = modules.filter(pl.col("module_class").str.contains(ATTENTION).fill_null(False))
+    places = attention.select("module", "module_class", place=layer_path("module"))
     by_module = (
-        ops.filter(pl.col("module_class").str.contains(ATTENTION).fill_null(False))
-        .with_columns(place=layer_path("module"), by=pl.lit("module"))
+        ops.join(places.lazy(), on=["module", "module_class"], how="inner")
+        .with_columns(by=pl.lit("module"))
         .collect()
     )
     if by_module.height:
@@ -66,6 +69,8 @@ def _attention_range(path: str) -> str | None:
 
 def unfused_attention(x: Inputs, rule: Rule) -> list[Finding]:
     """One finding per device and attention layer (or range) that runs unfused."""
+    if not x.has("softmax"):
+        return []
     ops = attention_ops(x)
     out = []
     for (device, place), rows in ops.group_by("device_id", "place", maintain_order=True):

@@ -38,7 +38,14 @@ def chains(x: Inputs, short_ns: float, min_chain: int) -> pl.DataFrame:
     ordered = (
         x.measured()
         .filter(pl.col("kind").is_in(["kernel", "cpu_op"]))
-        .select(*lane, "start_ns", "end_ns", "dur_ns", "phase", "module", _member=member)
+        .select(
+            *lane,
+            "start_ns",
+            "end_ns",
+            "dur_ns",
+            pl.col("phase", "module").cast(pl.Categorical),  # codes, not texts, through the sort
+            _member=member,
+        )
         .sort([*lane, "start_ns"])
         .with_columns(
             _new=~pl.col("_member")
@@ -59,11 +66,14 @@ def chains(x: Inputs, short_ns: float, min_chain: int) -> pl.DataFrame:
         gaps_ns=pl.col("_gap").sum(),
     )
     kept = found.filter(pl.col("kernels") >= min_chain).drop("_chain").collect()
+    kept = kept.with_columns(pl.col("phase", "module").cast(pl.String))
     return kept.with_columns(gaps_ns=pl.lit(0, pl.Int64)) if x.cpu else kept
 
 
 def elementwise_chain(x: Inputs, rule: Rule) -> list[Finding]:
     """One finding per device, phase and layer whose elementwise chains fusion would shorten."""
+    if not x.has(ELEMENTWISE, in_module=True):
+        return []
     found = chains(x, rule.value("short_kernel_ns"), int(rule.value("min_chain")))
     if found.is_empty():
         return []

@@ -44,6 +44,8 @@ ONE_OFF = "broadcast"  # without steps: taken as initialisation, left out
 
 def exposed(x: Inputs) -> pl.DataFrame:
     """Per device, phase and collective: kernels, their time and the exposed part."""
+    if not x.has("communication"):
+        return pl.DataFrame()
     comm = hidden_communication(x.measured(), keep=("phase", "name", "range_path"))
     if comm.is_empty():
         return pl.DataFrame()

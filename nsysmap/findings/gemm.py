@@ -18,7 +18,7 @@ from dataclasses import replace
 
 import polars as pl
 
-from nsysmap.findings.inputs import BUSY_KEYS, Inputs, total_ns
+from nsysmap.findings.inputs import BUSY_KEYS, OWNER_TYPES, Inputs, total_ns
 from nsysmap.findings.model import LOW, MEDIUM, Finding, Rule, claims_of
 from nsysmap.findings.words import listed, ms, pct, plural, share
 from nsysmap.flops.peaks import Peak, find_peak
@@ -38,15 +38,14 @@ BF16_FIX = (
 
 def simt_gemms(x: Inputs) -> pl.DataFrame:
     """The measured fp32 SIMT GEMM kernels, per BUSY_KEYS: ops, time and kernel names."""
+    if not x.has("gemm"):
+        return pl.DataFrame(schema={**OWNER_TYPES, "category": pl.String, "simt_ns": pl.Int64})
+    gemms = x.measured().filter((pl.col("kind") == "kernel") & (pl.col("category") == "gemm"))
     name = pl.col("name").fill_null(pl.col("short_name"))
+    names = gemms.select(name.unique()).collect().to_series()  # each distinct name once
+    simt = names.filter(names.str.contains(SIMT_FP32) & ~names.str.contains(NOT_SIMT))
     picked = (
-        x.measured()
-        .filter(
-            (pl.col("kind") == "kernel")
-            & (pl.col("category") == "gemm")
-            & name.str.contains(SIMT_FP32)
-            & ~name.str.contains(NOT_SIMT)
-        )
+        gemms.filter(name.is_in(simt.implode()))
         .group_by(BUSY_KEYS)
         .agg(
             simt_ops=pl.len(),

@@ -165,6 +165,14 @@ class Inputs:
         )
         return grouped.collect()
 
+    def has(self, category: str, *, in_module: bool = False) -> bool:
+        """Does any measured operation (of a module, with `in_module`) have this category?
+        From the busy pool: a rule with nothing to look at reads no operation again."""
+        rows = self.busy.filter(pl.col("category") == category)
+        if in_module:
+            rows = rows.filter(pl.col("module").is_not_null())
+        return rows.height > 0
+
     def with_busy(self, frame: pl.DataFrame) -> pl.DataFrame:
         """`frame` (keyed by BUSY_KEYS) with the busy pool's `busy_ns` there."""
         return frame.join(self.busy, on=BUSY_KEYS, how="left", nulls_equal=True)

@@ -67,17 +67,8 @@ def _sync_evidence(x: Inputs, device: int, idle: int) -> str:
         (pl.col("device_id") == device) & (pl.col("kind").cast(pl.String) == "sync")
     )
     before = _before(x, gaps)
-    copies = (
-        x.measured()
-        .filter(
-            (pl.col("device_id") == device)
-            & (pl.col("kind") == "memcpy")
-            & pl.col("name").str.contains(DTOH)
-        )
-        .select(pl.len())
-        .collect()
-        .item()
-    )
+    to_host = pl.col("name").str.contains(DTOH)
+    copies = _copies(x).filter((pl.col("device_id") == device) & to_host).height
     text = (
         f"the GPU sat idle {ms(idle / steps)} per step ({pct(share(idle / steps, step_ns))} of "
         f"the step) in {plural(gaps.height / steps, 'gap')} while the host was blocked in a "
@@ -114,14 +105,18 @@ def _before(x: Inputs, gaps: pl.DataFrame) -> list[str]:
     return [cut(label, LABEL) for label in labels.to_list()]
 
 
+def _copies(x: Inputs) -> pl.DataFrame:
+    """The measured copies (a few among the kernels: names are matched on these only)."""
+    copies = x.measured().filter(pl.col("kind") == "memcpy")
+    return copies.select(*BUSY_KEYS, "name", "launch_api", "dur_ns").collect()
+
+
 def sync_copy(x: Inputs, rule: Rule) -> list[Finding]:
     """One finding per device whose steps copy to the GPU synchronously or from pageable memory."""
     name = pl.col("name").fill_null("")
     sync = is_sync_copy(pl.col("launch_api"))
-    copies = x.measured().filter(
-        (pl.col("kind") == "memcpy")
-        & name.str.contains(HTOD)
-        & (sync | name.str.contains(PAGEABLE))
+    copies = (
+        _copies(x).lazy().filter(name.str.contains(HTOD) & (sync | name.str.contains(PAGEABLE)))
     )
     grouped = copies.group_by(BUSY_KEYS).agg(
         copies=pl.len(),
