@@ -22,31 +22,16 @@ from nsysmap.findings.rank import ranked
 from nsysmap.findings.threshold import Threshold
 from tests.findings_plans import K, Plan, findings_of
 
-SPECIFIC = Rule(
-    "specific",
-    "a specific rule",
-    "fix",
-    "specific",
-    (Threshold("min_share", 0, ""),),
-    lambda x, r: [],
-)
-GENERAL = Rule(
-    "general",
-    "a general rule",
-    "fix",
-    "general",
-    (Threshold("min_share", 0, ""),),
-    lambda x, r: [],
-    tier=GENERAL_TIER,
-)
-CAUSE = Rule(
-    "cause",
-    "a cause",
-    "fix",
-    "cause",
-    (Threshold("min_share", 0, ""),),
-    lambda x, r: [],
-    tier=CAUSE_TIER,
+
+def _rule(name: str, tier: int) -> Rule:
+    """A rule of `tier` that finds nothing itself (the findings are drawn)."""
+    return Rule(name, name, "fix", name, (Threshold("min_share", 0, ""),), lambda x, r: [], tier)
+
+
+CAUSE, SPECIFIC, GENERAL = (
+    _rule("cause", CAUSE_TIER),
+    _rule("specific", 1),
+    _rule("general", GENERAL_TIER),
 )
 KEYS: list[Key] = [
     (pool, None, 0, phase, None, None) for pool in ("busy", "idle") for phase in ("f", "b", "o")
