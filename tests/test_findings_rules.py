@@ -15,6 +15,9 @@ import pytest
 
 from nsysmap.findings import Inputs, findings_table, job_inputs
 from nsysmap.findings.rule_table import RULES, rule
+from nsysmap.pipeline import analyse, load_profile
+from nsysmap.synth import SynthExport
+from tests.findings_plans import A100 as A100_GPU
 from tests.findings_plans import DTOH, HTOD, V100, K, Plan, findings_of
 
 MS = 1_000_000
@@ -55,6 +58,9 @@ def test_fp16_gemms_or_an_older_gpu_make_no_fp32_finding(tmp_path):
     assert of(found(tensor_cores, tmp_path), "fp32_gemm").is_empty()
     volta = Plan([K("volta_sgemm_128x64_tn", 10.0), K(EW, 1.0)], gpu=V100)
     assert of(found(volta, tmp_path), "fp32_gemm").is_empty()
+    # cuDNN's convolutions follow cudnn.allow_tf32 (on by default), whatever their name says
+    conv = "void cudnn::detail::implicit_convolve_sgemm<float, float, 1024, 5, 5, 3, 3, 3, 1>()"
+    assert of(found(Plan([K(conv, 10.0), K(EW, 1.0)]), tmp_path), "fp32_gemm").is_empty()
 
 
 def test_a_gpu_missing_from_the_peaks_says_what_it_needs(tmp_path):
@@ -81,6 +87,27 @@ def test_kernels_launched_in_time_or_after_long_host_work_are_not_launch_bound(t
     assert of(found(in_time, tmp_path), "launch_bound").is_empty()
     host_work = Plan([BIG, *[K(EW, 0.01, gap=1.0)] * 5])  # gaps longer than max_launch_gap_ns
     assert of(found(host_work, tmp_path), "launch_bound").is_empty()
+
+
+def test_cuda_graph_replays_make_no_launch_bound_finding(tmp_path):
+    """50 replays of a CUDA graph traced whole, each after a launch gap: the phase already
+    runs graphs (and what they hold is not seen), so no launch-bound finding."""
+    b = SynthExport()
+    b.thread(1, 10, "python")
+    b.gpu(0, A100_GPU[0], compute=A100_GPU[1])
+    t = 1.0
+    for step in range(3):
+        b.range(1, 10, t - 0.05, t + 4.0, f"nsysmap:step:{step}")
+        b.range(1, 10, t - 0.04, t + 3.9, "nsysmap:phase:forward")
+        for i in range(50):
+            corr = step * 100 + i + 1
+            start = t + 0.05 + i * 0.06
+            b.launch(1, 10, start - 0.006, start - 0.004, corr, api="cudaGraphLaunch_v10000")
+            b.graph_replay(1, 0, 7, start, start + 0.01, corr, graph=1, exec_id=1)
+        t += 5.0
+    path = b.write(tmp_path / "graphs.sqlite")
+    table = analyse(load_profile(path)).findings
+    assert table is not None and of(table, "launch_bound").is_empty()
 
 
 # ---------------------------------------------------------------- per_parameter_optimizer
