@@ -155,3 +155,32 @@ def test_the_diff_command_prints_the_check(before_after):
 )
 def test_verdicts(estimated, measured, bound, verdict):
     assert judged(estimated, measured, bound) == verdict
+
+
+def test_the_html_evidence_is_escaped_and_names_are_code():
+    from nsysmap.report.html.fix_first_chart import evidence_html, fix_first_chart
+
+    row = {
+        "priority": 1,
+        "title": "A <b>title</b>",
+        "place": "GPU 0",
+        "evidence": "the range `<script>alert(1)</script>` & more",
+        "estimate": "e",
+        "overlaps": None,
+        "fix": "f()",
+        "evidence_rows": "r",
+        "doc": "docs/findings.md#x",
+        "needs": None,
+        "saving_ns_per_step": 2 * MS,
+        "saving_share": 0.5,
+        "upper_bound": True,
+        "confidence": "low",
+    }
+    answer = {"findings": [row], "rules": "docs/findings.md", "unknown": None}
+    page = evidence_html(answer)
+    assert "<script>" not in page and "<b>title" not in page
+    assert "<code>&lt;script&gt;alert(1)&lt;/script&gt;</code> &amp; more" in page
+    assert 'id="finding-1"' in page
+    chart = fix_first_chart(answer)
+    assert chart is not None and chart.figure["data"][0]["customdata"] == ["#finding-1"]
+    assert chart.figure["data"][0]["y"] == ["1. A &lt;b&gt;title&lt;/b&gt;"]

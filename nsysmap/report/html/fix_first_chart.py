@@ -11,6 +11,7 @@ and its rule's docs. Both read nsysmap.report.fix_first's answer only.
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -102,11 +103,16 @@ def evidence_html(answer: Mapping[str, Any]) -> str:
     return f'<section class="limits fix-first"><h2>{e(TITLE)}: evidence</h2>{body}</section>'
 
 
+def _code(escaped: str) -> str:
+    """An escaped text's `names` (the evidence marks them so for Markdown) as <code>."""
+    return re.sub(r"`([^`]*)`", r"<code>\1</code>", escaped)
+
+
 def _item(r: Mapping[str, Any]) -> str:
     e = html.escape
     parts = [
         f"<b>{e(r['title'])}</b> ({e(r['place'])}): {e(saving_text(r))} per step",
-        f"Evidence: {e(r['evidence'])}.",
+        f"Evidence: {_code(e(r['evidence']))}.",
         f"Estimate: {e(r['estimate'])}."
         + (f" Overlaps {e(r['overlaps'])}." if r["overlaps"] else ""),
         f"Fix: <code>{e(r['fix'])}</code>",
