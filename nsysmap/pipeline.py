@@ -30,7 +30,7 @@ from nsysmap.input_kinds import called
 from nsysmap.load import load_profile
 from nsysmap.output.ops_sinks import HoldOps, OpsSink, sink_for
 from nsysmap.output.placement import check_output_dir, staging
-from nsysmap.output.writer import OPS_FILE, input_identity, write_outputs
+from nsysmap.output.writer import OPS_FILE, OUTPUT_NAMES, input_identity, write_outputs
 from nsysmap.profile import NestedProfile
 from nsysmap.read.regular_file import regular_file
 from nsysmap.stages import Stages
@@ -122,7 +122,7 @@ def attribute_file(
 ) -> Analysis:
     """`analyse_file` with its settings, and `before_write` applied to the
     analysis before it is written (`nsysmap run` adds the model's FLOPs)."""
-    out_dir = check_output_dir(out_dir)
+    out_dir = check_output_dir(out_dir, OUTPUT_NAMES)
     path = regular_file(path, called(path))
     stages = settings.stages
     stop = threading.Event()

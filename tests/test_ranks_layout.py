@@ -20,7 +20,14 @@ from nsysmap.many.rank_ids import FILE_ORDER, RankOf
 from nsysmap.many.task import OK, Outcome, Unit
 from nsysmap.many.write import RankParts, ranks_manifest
 from nsysmap.output.ops_sinks import HeldOps
-from nsysmap.output.writer import ACROSS_RANKS, PER_DEVICE, read_outputs, write_outputs
+from nsysmap.output.placement import MANIFEST_SCHEMA
+from nsysmap.output.writer import (
+    ACROSS_RANKS,
+    PER_DEVICE,
+    read_outputs,
+    table_entries,
+    write_outputs,
+)
 
 OPS = pl.DataFrame({"op_id": [1, 2, 3], "dur_ns": [5, 6, 7]})
 
@@ -94,7 +101,10 @@ def test_an_output_of_either_layout_replaces_the_other_as_a_whole(tmp_path: Path
     assert sorted(p.name for p in (out / "ops").iterdir()) == ["rank=0"]
     table = {"by_phase": schemas.empty(schemas.BY_PHASE)}
     write_outputs(
-        table, {"tables": {"ops": {"file": "ops.parquet", "rows": 3}}}, out, ops=HeldOps(OPS)
+        table,
+        {"schema": MANIFEST_SCHEMA, "tables": table_entries({"ops": 3, **table})},
+        out,
+        ops=HeldOps(OPS),
     )
     assert sorted(p.name for p in out.iterdir()) == [
         "by_phase.parquet",

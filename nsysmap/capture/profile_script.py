@@ -49,6 +49,7 @@ from nsysmap.flops.flops_document import attach_model_flops
 from nsysmap.flow import Settings
 from nsysmap.input_kinds import NSYS_REPORT, NSYS_SQLITE
 from nsysmap.output.placement import check_output_dir, remove_outputs, write_failed
+from nsysmap.output.writer import OUTPUT_NAMES
 from nsysmap.pipeline import Analysis, attribute_file
 from nsysmap.stages import Stages
 
@@ -113,7 +114,7 @@ def run(
     """
     script = _existing(request.script)
     backend, reason, nsys = choose_backend(request.backend)
-    out_dir = check_output_dir(request.out_dir or default_out_dir(script))
+    out_dir = check_output_dir(request.out_dir or default_out_dir(script), OUTPUT_NAMES)
     capture = _fresh_capture_dir(out_dir)
     program = launcher_command(request, backend, capture, launcher)
     cmd = (

@@ -32,7 +32,7 @@ from nsysmap.many.ranks_text import findings, terminal_summary
 from nsysmap.many.task import FAILED, OK, Outcome, attribute_one
 from nsysmap.many.write import WORK_DIR, RankParts, clear_previous, ranks_manifest
 from nsysmap.output.placement import check_output_dir, write_failed
-from nsysmap.output.writer import write_outputs
+from nsysmap.output.writer import OUTPUT_NAMES, write_outputs
 
 if TYPE_CHECKING:
     from distributed import Client, Future
@@ -74,7 +74,7 @@ def run_many(
 ) -> ManyResult:
     """Attribute every report in `inputs` (files, directories, globs) into `out_dir`."""
     paths = [p.resolve() for p in expand_inputs(inputs)]
-    out = check_output_dir(out_dir).resolve()
+    out = check_output_dir(out_dir, OUTPUT_NAMES).resolve()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -23,7 +23,14 @@ import polars as pl
 
 from nsysmap import schemas
 from nsysmap._version import __version__
-from nsysmap.output.placement import MANIFEST, commit, staging, write_failed
+from nsysmap.output.placement import (
+    MANIFEST,
+    MANIFEST_SCHEMA,
+    OPS_DIR,
+    commit,
+    staging,
+    write_failed,
+)
 from nsysmap.output.summarise import SUMMARY_SCHEMAS
 from nsysmap.profile import Profile
 from nsysmap.waits.tables import SCHEMAS as WAITS_SCHEMAS
@@ -32,7 +39,6 @@ from nsysmap.waits.tables import SCHEMAS as WAITS_SCHEMAS
 PARQUET: dict[str, Any] = {"compression": "zstd", "compression_level": 1, "statistics": True}
 _HASH_CHUNK = 1 << 20
 OPS_FILE = "ops.parquet"
-OPS_DIR = "ops"  # several ranks: the operations as a Hive dataset, ops/rank=N/part-0.parquet
 RANKS_LAYOUT = "ranks"  # the manifest's `layout` of several ranks (one report's has none)
 # The tables kept per device: in the multi-rank layout each gains a leading `rank`.
 PER_DEVICE: dict[str, pl.Schema] = {**SUMMARY_SCHEMAS, **WAITS_SCHEMAS}
@@ -45,6 +51,15 @@ ACROSS_RANKS: dict[str, pl.Schema] = {
     "rank_module": schemas.RANK_MODULE,
     "rank_comm": schemas.RANK_COMM,
 }
+# The names the outputs of `attribute` and `run` take in their folder, which nsysmap
+# replaces only where a manifest of its own proves it wrote them (placement.check_replaceable).
+OUTPUT_NAMES = frozenset(
+    {
+        OPS_FILE,
+        OPS_DIR,
+        *(f"{name}.parquet" for name in (*PER_DEVICE, *ACROSS_RANKS, *schemas.INFERRED_SCHEMAS)),
+    }
+)
 
 
 class PlacesOps(Protocol):
@@ -86,6 +101,7 @@ def build_manifest(
     """
     meta = dict(zip(profile.meta["key"], profile.meta["value"], strict=True))
     return {
+        "schema": MANIFEST_SCHEMA,
         "nsysmap_version": __version__,
         "output_schema_version": schemas.OUTPUT_SCHEMA_VERSION,
         "backend": meta.get("backend"),
