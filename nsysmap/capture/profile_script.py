@@ -34,7 +34,7 @@ from typing import Any
 from instrument import contract
 from instrument.contract import CAPTURE_DIR, LAUNCH_RECORD, REPORT_BASE
 from instrument.contract import TRACE as TRACE_FILE
-from nsysmap import nsys_tool
+from nsysmap import interrupts, nsys_tool
 from nsysmap._version import __version__
 from nsysmap.attribution.rules import BUILTIN, NameRules
 from nsysmap.errors import (
@@ -238,7 +238,7 @@ def run_child(cmd: list[str], notify: Notify) -> tuple[int, bool]:
         except subprocess.TimeoutExpired:
             continue
         except KeyboardInterrupt:
-            if interrupted:
+            if interrupts.rearm() or interrupted:  # a second Ctrl-C (maybe while taking this one)
                 _signal_group(proc, signal.SIGKILL)
                 proc.wait()
                 raise
