@@ -48,7 +48,7 @@ from nsysmap.errors import (
 from nsysmap.flops.flops_document import attach_model_flops
 from nsysmap.flow import Settings
 from nsysmap.input_kinds import NSYS_REPORT, NSYS_SQLITE
-from nsysmap.output.placement import check_output_dir, remove_outputs, write_failed
+from nsysmap.output.placement import check_output_dir, remove_outputs, write_failed, write_file
 from nsysmap.output.writer import OUTPUT_NAMES
 from nsysmap.pipeline import Analysis, attribute_file
 from nsysmap.stages import Stages
@@ -134,7 +134,7 @@ def run(
     try:
         analysis = _analyse_capture(record, request, capture, nsys, out_dir)
     finally:
-        (out_dir / RUN_RECORD).write_text(json.dumps(record, indent=2, default=str) + "\n")
+        write_file(out_dir / RUN_RECORD, json.dumps(record, indent=2, default=str) + "\n")
     steps = step_count(record["launch"].get("profiled_steps"))
     status, interrupted = record["exit_status"], record["interrupted"]
     return RunResult(script, backend, reason, out_dir, status, interrupted, steps, analysis)

@@ -33,8 +33,6 @@ it, is refused before anything runs (`check_replaceable`, exit 10).
 from __future__ import annotations
 
 import os
-import re
-import secrets
 import stat
 import time
 from collections.abc import Collection, Iterator
@@ -54,20 +52,30 @@ from nsysmap.output.ownership import (
 )
 from nsysmap.output.swap import (
     MARK,
+    STAGING_MARK,
     exchange,
     hold,
     mirror,
     move,
-    read_mark,
+    recover,
     release,
     settle,
+    staging_path,
     write_mark,
 )
 from nsysmap.output.whole_file import written_whole
 
-__all__ = ["MANIFEST", "MANIFEST_SCHEMA", "OPS_DIR", "WORK_DIR", "own_manifest", "proven_outputs"]
+__all__ = [
+    "MANIFEST",
+    "MANIFEST_SCHEMA",
+    "OPS_DIR",
+    "STAGING_MARK",
+    "WORK_DIR",
+    "own_manifest",
+    "proven_outputs",
+    "recover",
+]
 
-STAGING_MARK = ".nsysmap-"
 LOCK_WAIT_S = 60.0  # how long a commit waits for another nsysmap replacing the same folder
 
 
@@ -171,7 +179,7 @@ def staging(out_dir: Path) -> Iterator[Path]:
     made: list[tuple[Path, int | None]] = []
     try:
         try:
-            recover(target)
+            recover(target)  # earlier runs' staging folders, killed, say
             with interrupts.deferred():  # a Ctrl-C once it is made: removed below
                 made.append(_new_staging(target))
         except OSError as exc:
@@ -193,7 +201,7 @@ def _new_staging(target: Path) -> tuple[Path, int | None]:
             "swapping it with a new one beside it: give a folder inside it"
         )
     while True:
-        folder = target.parent / f".{target.name}{STAGING_MARK}{secrets.token_hex(4)}"
+        folder = staging_path(target)
         try:
             os.mkdir(folder, 0o777)  # the user's umask applies, as to any folder they make
         except FileExistsError:
@@ -205,33 +213,6 @@ def _new_staging(target: Path) -> tuple[Path, int | None]:
 
 def _own_mount(folder: Path) -> bool:
     return os.path.ismount(folder) or os.stat(folder).st_dev != os.stat(folder.parent).st_dev
-
-
-def recover(out_dir: Path) -> None:
-    """Settle the staging folders of `out_dir` that earlier runs left (killed, say) and
-    no live nsysmap holds: nsysmap's own files in them removed, the rest moved into
-    `out_dir` (nsysmap.output.swap.settle). Folders a swap took out go first, so that
-    an `out_dir` left missing between two renames is the old folder again."""
-    target = _real(out_dir)
-    pattern = re.compile(rf"\.{re.escape(target.name)}\.nsysmap-[0-9a-f]{{8}}")
-    try:
-        names = sorted(n for n in os.listdir(target.parent) if pattern.fullmatch(n))
-    except OSError:
-        return
-    stale = [target.parent / n for n in names if (target.parent / n).is_dir()]
-    for folder in sorted(stale, key=lambda f: read_mark(f)[0]):
-        try:
-            lock = None if folder.is_symlink() else hold(folder, wait=False)
-        except OSError:
-            lock = None
-        if lock is None:
-            continue  # a link, unreadable, or in use by a live nsysmap
-        try:
-            settle(folder, target)
-        except OSError:
-            pass  # left as it is; the next run tries again
-        finally:
-            release(lock)
 
 
 def commit(folder: Path, out_dir: Path) -> Path:
@@ -291,7 +272,7 @@ def _swap_in(folder: Path, target: Path, new: list[str], out_dir: Path) -> None:
 def _taken_aside(target: Path) -> Path:
     """Rename `target` to a free staging name beside it (no RENAME_EXCHANGE here)."""
     while True:
-        aside = target.parent / f".{target.name}{STAGING_MARK}{secrets.token_hex(4)}"
+        aside = staging_path(target)
         try:
             move(target, aside)
             return aside

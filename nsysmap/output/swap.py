@@ -15,6 +15,8 @@ says how they make one replacement):
                         thing, then remove it
     hold(path)          an advisory lock (flock) on a folder, so that a folder
                         a live nsysmap is using is never settled by another
+    recover(dir)        settle every staging folder of `dir` (`.DIR.nsysmap-XXXXXXXX`,
+                        `staging_path`) that no live nsysmap holds
 
 What in a folder is nsysmap's own is told by its mark, the file
 `.nsysmap-staging` that `staging` puts into every folder it makes: while the
@@ -32,6 +34,8 @@ import fcntl
 import functools
 import json
 import os
+import re
+import secrets
 import shutil
 import stat
 import sys
@@ -42,6 +46,7 @@ from typing import Any
 
 from nsysmap.output.ownership import MANIFEST, WORK_DIR, manifest_doc, proven_outputs
 
+STAGING_MARK = ".nsysmap-"  # in the names of the folders and files nsysmap stages
 MARK = ".nsysmap-staging"  # the mark of a folder nsysmap made (the module's docstring)
 KEPT = ".nsysmap-kept"  # the suffix of an entry settled beside one of the same name
 _MARK_KIND = "nsysmap staging folder"
@@ -92,6 +97,35 @@ def _libc_renameat2() -> Any:
     call.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
     call.restype = ctypes.c_int
     return call
+
+
+def staging_path(target: Path) -> Path:
+    """A fresh name beside `target` for a folder `recover` takes as its staging folder."""
+    return target.parent / f".{target.name}{STAGING_MARK}{secrets.token_hex(4)}"
+
+
+def recover(target: Path) -> None:
+    """Settle the staging folders of the folder `target` (no link) that earlier runs
+    left (killed, say) and no live nsysmap holds (`settle`). Folders a swap took out go
+    first, so that a `target` left missing between two renames is the old folder again."""
+    pattern = re.compile(rf"\.{re.escape(target.name)}{re.escape(STAGING_MARK)}[0-9a-f]{{8}}")
+    try:
+        names = sorted(n for n in os.listdir(target.parent) if pattern.fullmatch(n))
+    except OSError:
+        return
+    stale = [target.parent / n for n in names if (target.parent / n).is_dir()]
+    for folder in sorted(stale, key=lambda f: read_mark(f)[0]):
+        try:
+            lock = None if folder.is_symlink() else hold(folder, wait=False)
+        except OSError:
+            lock = None
+        if lock is None:
+            continue  # a link, unreadable, or in use by a live nsysmap
+        try:
+            with suppress(OSError):  # left as it is; the next run tries again
+                settle(folder, target)
+        finally:
+            release(lock)
 
 
 def hold(folder: Path, *, wait: bool = True) -> int | None:
