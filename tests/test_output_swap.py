@@ -321,3 +321,31 @@ def test_a_reader_reads_one_set_when_a_commit_comes_between(tmp_path, monkeypatc
     assert tables["by_step"]["step"].to_list() == [7]
     expected = read_outputs(new)
     assert all(tables[name].equals(expected[name]) for name in expected)
+
+
+def test_a_mount_point_is_refused_before_anything_runs(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    real = os.path.ismount
+    monkeypatch.setattr(os.path, "ismount", lambda p: Path(p) == out or real(p))
+    code = nsysmap_cli(["attribute", tmp_path / "missing.sqlite", "-o", out])
+    err = capsys.readouterr().err
+    assert code == 10 and "is a mount point" in err and "give a folder inside it" in err
+
+
+def test_a_file_removed_while_it_is_linked_is_not_an_error(tmp_path, monkeypatch):
+    """Another program's file renamed over or removed in the folder while nsysmap links
+    the user's entries: nothing to keep, and the swap goes on."""
+    out = tmp_path / "out"
+    _write(tmp_path, out)
+    (out / "checkpoint.tmp").write_text("being renamed\n")
+    real_link = os.link
+
+    def link_after_it_went(src: object, dst: object, **kwargs: object) -> None:
+        if Path(str(src)).name == "checkpoint.tmp":
+            Path(str(src)).unlink()
+        real_link(src, dst, **kwargs)
+
+    monkeypatch.setattr(os, "link", link_after_it_went)
+    _write(tmp_path, out, step=7)
+    assert _steps(out) == [7] and not (out / "checkpoint.tmp").exists()

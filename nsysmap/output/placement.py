@@ -103,6 +103,7 @@ def check_output_dir(
         where = "" if existing == target else f" ({existing} is not writable)"
         raise OutputFailed(f"{target}: cannot write there{where}: Permission denied")
     if replacing is not None and existing == target:
+        _check_renamable(target)
         check_replaceable(target, replacing)
     return target
 
@@ -193,13 +194,21 @@ def staging(out_dir: Path) -> Iterator[Path]:
             release(lock)
 
 
-def _new_staging(target: Path) -> tuple[Path, int | None]:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if target.is_dir() and _own_mount(target):
+def _check_renamable(out_dir: Path) -> None:
+    """Refuse (OutputFailed) an output folder that is a mount point: it cannot be swapped."""
+    target = _real(out_dir)
+    if target.is_dir() and (
+        os.path.ismount(target) or os.stat(target).st_dev != os.stat(target.parent).st_dev
+    ):
         raise OutputFailed(
-            f"{target}: is a mount point, and nsysmap replaces an output folder by "
+            f"{out_dir}: is a mount point, and nsysmap replaces an output folder by "
             "swapping it with a new one beside it: give a folder inside it"
         )
+
+
+def _new_staging(target: Path) -> tuple[Path, int | None]:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _check_renamable(target)
     while True:
         folder = staging_path(target)
         try:
@@ -209,10 +218,6 @@ def _new_staging(target: Path) -> tuple[Path, int | None]:
         lock = hold(folder)
         write_mark(folder)
         return folder, lock
-
-
-def _own_mount(folder: Path) -> bool:
-    return os.path.ismount(folder) or os.stat(folder).st_dev != os.stat(folder.parent).st_dev
 
 
 def commit(folder: Path, out_dir: Path) -> Path:

@@ -182,6 +182,15 @@ def mirror(source: Path, target: Path, keep: Collection[str]) -> None:
 
 
 def _mirror_entry(source: Path, target: Path) -> None:
+    try:
+        _mirror_one(source, target)
+    except FileNotFoundError as exc:
+        if exc.filename not in (str(source), os.fsdecode(source)):
+            raise
+        # removed meanwhile (another program's file, renamed over): nothing to keep
+
+
+def _mirror_one(source: Path, target: Path) -> None:
     info = os.lstat(source)
     if stat.S_ISDIR(info.st_mode):
         try:
