@@ -64,7 +64,8 @@ def noted() -> bool:
 def deferred() -> Iterator[None]:
     """A Ctrl-C inside the block is taken once the block is done (main thread only):
     what must not stop halfway (the swap of an output folder) does not."""
-    if threading.current_thread() is not threading.main_thread():
+    main = threading.current_thread() is threading.main_thread()
+    if not main or signal.getsignal(signal.SIGINT) is None:  # None: a handler not from Python
         yield
         return
     caught: list[int] = []

@@ -5,7 +5,9 @@ The group itself (`NsysmapGroup.main`) turns every NsysmapError into one line
 on stderr and its documented exit code (docs/cli.md); anything else is
 reported as an internal error, on one line too, with the traceback only when
 NSYSMAP_DEBUG=1. So the console script and click's test runner
-(`CliRunner().invoke(cli, ...)`) behave the same.
+(`CliRunner().invoke(cli, ...)`) behave the same; the console script
+(nsysmap.console) adds only the Ctrl-C taken before these imports and
+after the command.
 """
 
 from __future__ import annotations
