@@ -79,11 +79,15 @@ def test_a_code_span_shows_the_name_and_nothing_else(name):
     assert not markup(span)
 
 
+def row_cells(cell: str) -> list[str]:
+    """The cells of a one-row table whose first cell is `cell` and second `1`, rendered."""
+    rendered = markdown().render(f"| name | n |\n|---|---|\n| {markdown_cell(cell)} | 1 |\n")
+    return re.findall(r"<td>(.*?)</td>", rendered, re.S)
+
+
 @pytest.mark.parametrize("name", [*NAMED, *EDGES])
 def test_a_code_span_in_a_table_cell_keeps_the_row_whole(name):
-    row = f"| {markdown_cell(markdown_code(name))} | 1 |"
-    rendered = markdown().render(f"| name | n |\n|---|---|\n{row}\n")
-    cells = re.findall(r"<td>(.*?)</td>", rendered, re.S)
+    cells = row_cells(markdown_code(name))
     assert len(cells) == 2 and cells[1] == "1"
     code = re.fullmatch(r"<code>(.*)</code>", cells[0], re.S)
     assert code is not None and html.unescape(code.group(1)) == (visible(name) or " ")
@@ -116,10 +120,10 @@ def test_prose_keeps_its_own_code_spans():
 
 @pytest.mark.parametrize("name", [*NAMED, *EDGES])
 def test_prose_in_a_table_cell_keeps_the_row_whole(name):
-    row = f"| {markdown_cell(markdown_text(name))} | 1 |"
-    rendered = markdown().render(f"| name | n |\n|---|---|\n{row}\n")
-    cells = re.findall(r"<td>(.*?)</td>", rendered, re.S)
+    cells = row_cells(markdown_text(name))
     assert len(cells) == 2 and cells[1] == "1"
+    shown = html.unescape(re.sub(r"</?code>", "", cells[0]))
+    assert _letters(shown) == _letters(visible(name))
 
 
 @pytest.mark.parametrize("name", [*NAMED, *EDGES])
