@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nsysmap.errors import ExitCode
 from nsysmap.synth.builder import SynthExport
 from tests.cli_runner import invoke
 
@@ -69,6 +70,8 @@ CONTROLS = frozenset(
 MARKERS = ("pwned.invalid", "window.pwned", "font-size:300px")
 # The device name: the GPU row of the export and the torch trace.
 DEVICE = f"GPU {SCRIPT_SVG} {TERMINAL}"
+# `nsysmap diff --fail-above`: every module and kernel of B is slower than A's.
+GATED = ("--by", "module", "--by", "kernel")
 # Module classes: no ':' (the range grammar ends the class at the first one).
 CLASSES = {key: name for key, name in NAMES.items() if ":" not in name and key != "long"}
 
@@ -194,11 +197,12 @@ def hostile_outputs(root: Path) -> Outputs:
         "report_t": ["report", root / "T", "--html"],
         "diff": ["diff", root / "A", root / "B", "--html", root / "diff.html"],
         "export": ["export", root / "A", "--perfetto", root / "A.json"],
+        "gate": ["diff", root / "A", root / "B", "--quiet", "--fail-above", "1", *GATED],
     }
     texts = {}
     for key, argv in commands.items():
         code, out, err = invoke(argv)
-        if code != 0:
+        if code != (ExitCode.REGRESSION if key == "gate" else 0):
             raise AssertionError(f"nsysmap {key} exited with {code}: {err}")
         texts[key] = out + err
     return Outputs(root, texts)

@@ -62,7 +62,10 @@ def assert_terminal_safe(text: str) -> None:
     assert not re.search(r"^# Injected heading|^- item", text, re.M)
 
 
-@pytest.mark.parametrize("command", ["attribute_a", "attribute_t", "report_a", "report_t", "diff"])
+TERMINAL_TEXTS = ["attribute_a", "attribute_t", "report_a", "report_t", "diff", "gate"]
+
+
+@pytest.mark.parametrize("command", TERMINAL_TEXTS)
 def test_terminal_texts_show_control_characters_escaped(outputs, command):
     text = outputs.texts[command]
     assert_terminal_safe(text)
