@@ -14,6 +14,7 @@ from typing import Any
 import polars as pl
 
 from nsysmap.errors import NotAnOutput
+from nsysmap.inert import markdown_code
 from nsysmap.many.ranks_text import findings, markdown_section
 from nsysmap.many.write import LAYOUT
 from nsysmap.output.writer import MANIFEST
@@ -37,5 +38,5 @@ def rank_report(run_dir: Path) -> str:
         tables = {name: pl.read_parquet(run_dir / f"{name}.parquet") for name in NEEDED}
     except (OSError, pl.exceptions.PolarsError) as exc:
         raise NotAnOutput(f"{run_dir}: unreadable multi-rank table: {exc}") from exc
-    title = f"# nsysmap report: {run_dir.name}\n\n"
+    title = f"# nsysmap report: {markdown_code(run_dir.name)}\n\n"
     return title + markdown_section(findings(manifest, tables))
