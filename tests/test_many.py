@@ -167,6 +167,6 @@ def test_hive_dataset_reads_as_one_table(result: dict[str, Any]) -> None:
 def test_report_on_the_output_writes_the_rank_section(result: dict[str, Any]) -> None:
     code, stdout, _ = invoke(["report", str(result["out"])])
     assert code == 0
-    assert "## Ranks" in stdout and f"Slowest layer: {SLOW_LAYER}" in stdout
+    assert "## Ranks" in stdout and f"Slowest layer: `{SLOW_LAYER}`" in stdout
     assert "rank06.sqlite" in stdout  # the failed report is listed
     assert (result["out"] / "report.md").read_text().strip() == stdout.strip()

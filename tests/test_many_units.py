@@ -192,6 +192,8 @@ def test_progress_line_names_the_slowest_running_report() -> None:
     line = progress_line(5, 1, 16, {"rank07.sqlite": 12.4, "rank09.sqlite": 3.0})
     assert line == "nsysmap: 5/16 reports done, 1 failed; slowest running: rank07.sqlite 12 s"
     assert progress_line(16, 0, 16, {}) == "nsysmap: 16/16 reports done"
+    hostile = progress_line(1, 0, 2, {"r\x1b]0;title\x07.sqlite": 1.0})
+    assert hostile.endswith("slowest running: r\\x1b]0;title\\x07.sqlite 1 s")
 
 
 def test_progress_is_silent_off_a_terminal() -> None:

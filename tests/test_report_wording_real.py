@@ -216,7 +216,7 @@ def test_the_brief_names_a_copy_as_a_copy_and_the_largest_kind_of_wait(tmp_path)
     result = build_report(read_run(tmp_path))
     brief = _section(result.markdown, "Answers in brief")
     assert (
-        "- Top kernel of the whole capture: [CUDA memcpy HtoD] (62.7 % of its time, a memcpy,"
+        "- Top kernel of the whole capture: `[CUDA memcpy HtoD]` (62.7 % of its time, a memcpy,"
         in (brief)
     )
     top = result.answers["answers"]["waits"]["busiest"][0]

@@ -28,6 +28,7 @@ from nsysmap.cli.flops import flops_command
 from nsysmap.cli.report import report_command
 from nsysmap.cli.run import run_command
 from nsysmap.errors import ExitCode, NsysmapError, one_line
+from nsysmap.inert import terminal_text
 
 
 class NsysmapGroup(click.Group):
@@ -90,7 +91,7 @@ def _exit_code(run: Callable[[], Any]) -> int:
         exc.show()
         return exc.exit_code
     except NsysmapError as exc:
-        click.echo(f"nsysmap: error: {exc}", err=True)
+        click.echo(f"nsysmap: error: {terminal_text(exc)}", err=True)
         return getattr(exc, "process_exit", int(exc.exit_code))
     except KeyboardInterrupt:
         click.echo(interrupts.interrupted_line(), err=True)
@@ -99,7 +100,8 @@ def _exit_code(run: Callable[[], Any]) -> int:
         if os.environ.get("NSYSMAP_DEBUG") == "1":
             raise
         click.echo(
-            f"nsysmap: internal error: {type(exc).__name__}: {one_line(str(exc), 300)} "
+            f"nsysmap: internal error: {type(exc).__name__}: "
+            f"{terminal_text(one_line(str(exc), 300))} "
             "(set NSYSMAP_DEBUG=1 for the traceback)",
             err=True,
         )

@@ -119,6 +119,7 @@ def _attribute_many(
     cluster: dict[str, Any],
     rules: NameRules,
 ) -> None:
+    from nsysmap.inert import terminal_text
     from nsysmap.many import ClusterOptions, run_many
     from nsysmap.many.ranks_text import not_one_job
 
@@ -137,7 +138,7 @@ def _attribute_many(
         click.echo(result.summary_text, nl=False)
     doubt = not_one_job(result.manifest)
     if doubt:
-        click.echo(f"nsysmap: warning: {doubt} (docs/many.md)", err=True)
+        click.echo(f"nsysmap: warning: {terminal_text(doubt)} (docs/many.md)", err=True)
     n_tables = len(result.manifest["tables"])
     click.echo(f"Wrote the ops dataset, {n_tables - 1} tables and manifest.json to {target}")
     if result.failed:

@@ -7,6 +7,7 @@ import polars as pl
 from nsysmap.attribution.module_names import block_index, block_list, with_block
 from nsysmap.diff.compare import Diff
 from nsysmap.diff.diff_text import names, summary, unmatched
+from nsysmap.inert import plotly_texts
 from nsysmap.report.html.chart import Chart, Table, bar, layout, ms, ratio
 from nsysmap.report.html.names import distinct_labels
 from nsysmap.report.html.page import page
@@ -51,7 +52,7 @@ def side_by_side(diff: Diff, level: str, title: str, caption: str) -> Chart | No
     if level == "phase":  # training order
         order = {p: i for i, p in enumerate(phase_order(rows["key"].drop_nulls().to_list()))}
         rows = rows.sort(pl.col("key").replace_strict(order, default=len(order)))
-    x = names(diff, level, rows)
+    x = plotly_texts(names(diff, level, rows))
     data = [
         bar("A", x, [ms(v) for v in rows["a_ns_per_step"]], A_COLOUR),
         bar("B", x, [ms(v) for v in rows["b_ns_per_step"]], B_COLOUR),
@@ -68,7 +69,7 @@ def changes(diff: Diff, level: str, title: str, caption: str) -> Chart | None:
     rows = diff.levels[level].filter(pl.col("change_ns_per_step") != 0).head(TOP)
     if rows.is_empty():
         return None
-    labels = distinct_labels(names(diff, level, rows), 60)
+    labels = plotly_texts(distinct_labels(names(diff, level, rows), 60))
     values = [ms(v) for v in rows["change_ns_per_step"]]
     trace = bar("change", values[::-1], labels[::-1], None, orientation="h")
     signs = rows["change_ns_per_step"].to_list()[::-1]
@@ -98,7 +99,7 @@ def blocks_chart(diff: Diff) -> Chart | None:
     sums = sums.with_columns(
         _list=block_list(pl.col("block")), _index=block_index(pl.col("block"))
     ).sort("_list", "_index")
-    x = sums["block"].to_list()
+    x = plotly_texts(sums["block"])
     data = [
         bar("A", x, [ms(v) for v in sums["a_ns_per_step"]], A_COLOUR),
         bar("B", x, [ms(v) for v in sums["b_ns_per_step"]], B_COLOUR),

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import TextIO
 
+from nsysmap.inert import terminal_text
 from nsysmap.stages import is_terminal
 
 TICK_S = 0.5
@@ -28,7 +29,7 @@ def progress_line(done: int, failed: int, total: int, running: dict[str, float])
         text += f", {failed} failed"
     if running:
         name, seconds = max(running.items(), key=lambda item: (item[1], item[0]))
-        text += f"; slowest running: {name} {seconds:.0f} s"
+        text += f"; slowest running: {terminal_text(name)} {seconds:.0f} s"
     return text
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import polars as pl
 
 from nsysmap.errors import NotAnOutput
+from nsysmap.inert import markdown_code
 from nsysmap.many.ranks_text import findings, markdown_section
 from nsysmap.many.write import LAYOUT
 from nsysmap.output.read_back import whole
@@ -35,7 +36,7 @@ def rank_report(run_dir: Path) -> str:
     """The Markdown report of a multi-rank output directory (its manifest and tables
     of one set: nsysmap.output.read_back)."""
     manifest, tables = whole(run_dir, lambda: _read(run_dir))
-    title = f"# nsysmap report: {run_dir.name}\n\n"
+    title = f"# nsysmap report: {markdown_code(run_dir.name)}\n\n"
     return title + markdown_section(findings(manifest, tables))
 
 

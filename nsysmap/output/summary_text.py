@@ -8,6 +8,7 @@ import polars as pl
 
 from nsysmap.attribution.labels import OPERATOR_RANGE
 from nsysmap.attribution.paths import PATH_SEPARATOR
+from nsysmap.inert import terminal_text
 from nsysmap.output.by_range import FOLDED, is_user_range
 from nsysmap.output.comm_overlap import overlap_line
 from nsysmap.output.graph_note import graph_line
@@ -87,7 +88,7 @@ def _header(summaries: Summaries, meta: dict[str, str], unit: str) -> str:
     plural = "s" if devices != 1 else ""
     source = meta.get("source_path") or "(not recorded)"
     return (
-        f"input {source}\nbackend {backend} · {devices} device{plural} · "
+        f"input {terminal_text(source)}\nbackend {backend} · {devices} device{plural} · "
         f"{int(cov['ops'].sum()):,} ops · {unit} {_ms(int(cov['time_ns'].sum()))} ms"
     )
 
@@ -97,7 +98,7 @@ NOTE_KEYS = ("events_skipped_detail",)
 
 
 def _notes(meta: dict[str, str]) -> str:
-    return "".join(f"\nNote: {meta[key]}." for key in NOTE_KEYS if meta.get(key))
+    return "".join(f"\nNote: {terminal_text(meta[key])}." for key in NOTE_KEYS if meta.get(key))
 
 
 def _coverage(cov: pl.DataFrame, unit: str) -> str:
@@ -217,7 +218,7 @@ def _ranges(table: pl.DataFrame, top: int) -> str:
     total = chosen.total_ns
     rows = [
         [
-            _path_label(r["range_path"]),
+            terminal_text(_path_label(r["range_path"])),
             f"{r['calls']:,}",
             _ms(r["time_ns"]),
             _ms(r["inclusive_ns"]),
@@ -319,7 +320,7 @@ def _label(value: object) -> str:
     if value is None:
         return _NONE
     text = "(root)" if value == "" else str(value)
-    return text if len(text) <= MAX_LABEL else text[: MAX_LABEL - 1] + "…"
+    return terminal_text(text if len(text) <= MAX_LABEL else text[: MAX_LABEL - 1] + "…")
 
 
 def _ms(ns: int) -> str:

@@ -26,6 +26,7 @@ from typing import Any
 
 import polars as pl
 
+from nsysmap.inert import markdown_code
 from nsysmap.output.comm_overlap import COMM, hidden_communication, same_keys
 from nsysmap.report.collectives import collective
 from nsysmap.report.format import OUTSIDE_PHASES, ms, pct, table
@@ -199,7 +200,7 @@ def _one_off_text(one_off: list[dict[str, Any]]) -> list[str]:
 
 def _cells(r: dict[str, Any], where: str) -> list[str]:
     return [
-        f"`{r['collective']}`",
+        markdown_code(r["collective"]),
         r["phase"] or OUTSIDE_PHASES,
         where,
         f"{r['calls']:,}",

@@ -9,11 +9,11 @@ milliseconds per step (one step on one device) where the run has steps.
 
 from __future__ import annotations
 
-import html
 from typing import TYPE_CHECKING
 
 import polars as pl
 
+from nsysmap.inert import plotly_text, plotly_texts, visible
 from nsysmap.report import scope_tables as rt
 from nsysmap.report.answers import run_label
 from nsysmap.report.html.chart import (
@@ -66,9 +66,10 @@ def matmul_chart(f: Findings, c: Findings | None) -> Chart:
             other.append(ratio(1 - share))
             rows.append([run, rt.scope_label(x.run.ops, scope), ms(total), ms(mm), ratio(share)])
     text = [f"{100 * s:.1f} %" for s in matmul]
+    drawn = plotly_texts(labels)
     data = [
-        bar("matrix multiplication", labels, matmul, CATEGORY_COLOURS["gemm"], text=text),
-        bar("everything else", labels, other, "#d9d9d9"),
+        bar("matrix multiplication", drawn, matmul, CATEGORY_COLOURS["gemm"], text=text),
+        bar("everything else", drawn, other, "#d9d9d9"),
     ]
     return Chart(
         "matmul",
@@ -98,9 +99,10 @@ def categories_chart(f: Findings) -> Chart | None:
         return None
     names = [c or "(none)" for c in cats["category"]]
     time = [ratio(v) for v in cats["time_share"]]
-    data = [bar("time share", names, time, "#1f77b4")]
+    x = plotly_texts(names)
+    data = [bar("time share", x, time, "#1f77b4")]
     if f.source is not None:
-        data.append(bar("FLOP share", names, [ratio(v) for v in cats["flop_share"]], "#ff7f0e"))
+        data.append(bar("FLOP share", x, [ratio(v) for v in cats["flop_share"]], "#ff7f0e"))
     rows = [
         [n, r["ops"], ms(r["time_ns"]), ratio(r["time_share"]), ratio(r["flop_share"])]
         for n, r in zip(names, cats.iter_rows(named=True), strict=True)
@@ -136,11 +138,11 @@ def top_kernels_chart(f: Findings) -> Chart | None:
         return None
     steps, unit = per_step(f)
     names = [n or s or "?" for n, s in zip(top["name"], top["short_name"], strict=True)]
-    labels = kernel_labels(names)
+    labels = plotly_texts(kernel_labels(names))
     colours = [CATEGORY_COLOURS.get(c or "other", "#7f7f7f") for c in top["category"]]
     per = [ms(t / steps) for t in top["time_ns"]]
     hover = [
-        f"{_wrap(n)}<br>{c} · {calls:g} calls per step · "
+        f"{_wrap(n)}<br>{plotly_text(c)} · {calls:g} calls per step · "
         f"{fwd if fwd is not None else '–'} per forward pass"
         for n, c, calls, fwd in zip(
             names,
@@ -199,7 +201,8 @@ def top_kernels_chart(f: Findings) -> Chart | None:
 
 def _wrap(text: str, width: int = 100) -> str:
     """A long name in lines of `width` characters, for a hover box."""
-    return "<br>".join(html.escape(text[i : i + width]) for i in range(0, len(text), width))
+    shown = visible(text)  # cut before escaping: never inside an entity
+    return "<br>".join(plotly_text(shown[i : i + width]) for i in range(0, len(shown), width))
 
 
 def _fwd(top: pl.DataFrame) -> list[str | None]:

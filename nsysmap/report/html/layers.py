@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from nsysmap.inert import plotly_text, plotly_texts
 from nsysmap.report.blocks import block_totals, part_label, part_order
 from nsysmap.report.html import tree
 from nsysmap.report.html.chart import (
@@ -49,8 +50,9 @@ def blocks_phase_chart(f: Findings) -> Chart | None:
     columns = {p: [ms(v / steps) for v in totals[f"{p}_ns"]] for p in ("forward", "backward")}
     columns["no direction"] = [ms(v / steps) for v in totals["other_ns"]]
     drawn, cut = first_rows(len(names), "blocks")
+    x = plotly_texts(names[:drawn])
     data = [
-        bar(p, names[:drawn], columns[p][:drawn], PHASE_COLOURS[p])
+        bar(p, x, columns[p][:drawn], PHASE_COLOURS[p])
         for p in ("forward", "backward", "no direction")
     ]
     rows = [
@@ -96,11 +98,11 @@ def blocks_parts_chart(f: Findings) -> Chart | None:
     drawn, cut = first_rows(len(names), "blocks")
     names = names[:drawn]
     times = {(r["block"], r["part"]): r["time_ns"] for r in f.blocks.iter_rows(named=True)}
-    data, rows = [], []
+    data, rows, x = [], [], plotly_texts(names)
     for i, part in enumerate(part_order(f.blocks)):
         y = [ms(times.get((b, part), 0) / steps) for b in names]
         colour = PART_COLOURS.get(part, SERIES[i % len(SERIES)])
-        data.append(bar(part_label(part), names, y, colour))
+        data.append(bar(plotly_text(part_label(part)), x, y, colour))
     for r in f.blocks.iter_rows(named=True):
         rows.append(
             [
@@ -170,10 +172,10 @@ def tree_chart(f: Findings) -> Chart | None:
         "type": "icicle",
         "ids": nodes["id"].to_list(),
         "parents": nodes["parent"].to_list(),
-        "labels": [middle(x, TREE_LABEL) for x in nodes["label"]],
+        "labels": [plotly_text(middle(x, TREE_LABEL)) for x in nodes["label"]],
         "values": [ms(v / steps) for v in nodes["own_ns"]],
         "branchvalues": "remainder",
-        "customdata": nodes["path"].to_list(),
+        "customdata": plotly_texts(nodes["path"]),
         "hovertemplate": "%{customdata}<br>%{value:.3f} " + unit + "<extra></extra>",
         "maxdepth": drawn_depth(nodes),
         "textinfo": "label",
@@ -223,10 +225,11 @@ def rates_chart(f: Findings) -> Chart | None:
     names = [x or "(root)" for x in layers["layer"]]
     drawn = top_layers(layers)
     full = [x or "(root)" for x in drawn["layer"]]
-    x = distinct_labels(full, LAYER_LABEL)
+    x = plotly_texts(distinct_labels(full, LAYER_LABEL))
     data = [bar("TFLOP/s", x, [ratio(v) for v in drawn["tflops_per_s"]], "#1f77b4")]
     data[0].update(
-        customdata=full, hovertemplate="%{customdata}<br>%{y:.3f} TFLOP/s<extra></extra>"
+        customdata=plotly_texts(full),
+        hovertemplate="%{customdata}<br>%{y:.3f} TFLOP/s<extra></extra>",
     )
     extra: dict[str, dict] = {}
     if layers["mfu"].is_not_null().any():
