@@ -39,6 +39,7 @@ FLOORS: dict[str, tuple[str, ...]] = {
     "nsysmap.errors": ("nsysmap.",),
     "nsysmap.range_names": ("nsysmap.",),
     "nsysmap.scalars": ("nsysmap.",),
+    "nsysmap.interrupts": ("nsysmap.",),
     "nsysmap.inert": ("nsysmap.",),
     "nsysmap.nsys_tool": ("nsysmap.read", "nsysmap.attribution", "nsysmap.pipeline"),
     "nsysmap.intervals": (
@@ -334,8 +335,8 @@ def _batches(package: str) -> list[list[str]]:
     """One batch per subpackage (and one for the top-level modules), importers first.
 
     Each batch starts from a fresh interpreter. Any nsysmap import first runs
-    nsysmap/__init__ (the public API: the core flow), so a batch's own modules
-    are what it loads fresh; importing those that nothing imports first means a
+    nsysmap/__init__, which imports its public names only when used, so a
+    batch's own modules are what it loads fresh; importing those that nothing imports first means a
     module that only works after some other module was imported fails here.
     (`__main__` modules are entry points, run rather than imported.)
     """
@@ -380,3 +381,11 @@ def test_every_barred_prefix_names_modules_that_exist(graph):
     barred = {prefix.rstrip(".") for bars in FLOORS.values() for prefix in bars}
     dead = sorted(p for p in barred if not any(m == p or m.startswith(p + ".") for m in graph))
     assert dead == []
+
+
+@pytest.mark.fresh
+def test_the_console_script_takes_ctrl_c_before_the_heavy_imports():
+    """`nsysmap`'s console script (nsysmap.console) loads none of the libraries the
+    commands need before it has installed its SIGINT handler (docs/cli.md, Ctrl-C)."""
+    loaded = _import_in_fresh_interpreter(["nsysmap.console"], ("polars", "pyarrow", "click"))
+    assert loaded == []

@@ -34,7 +34,7 @@ from typing import Any
 from instrument import contract
 from instrument.contract import CAPTURE_DIR, LAUNCH_RECORD, REPORT_BASE
 from instrument.contract import TRACE as TRACE_FILE
-from nsysmap import nsys_tool
+from nsysmap import interrupts, nsys_tool
 from nsysmap._version import __version__
 from nsysmap.attribution.rules import BUILTIN, NameRules
 from nsysmap.errors import (
@@ -48,7 +48,7 @@ from nsysmap.errors import (
 from nsysmap.flops.flops_document import attach_model_flops
 from nsysmap.flow import Settings
 from nsysmap.input_kinds import NSYS_REPORT, NSYS_SQLITE
-from nsysmap.output.placement import check_output_dir, remove_outputs, write_failed
+from nsysmap.output.placement import check_output_dir, remove_outputs, write_failed, write_file
 from nsysmap.output.writer import OUTPUT_NAMES
 from nsysmap.pipeline import Analysis, attribute_file
 from nsysmap.stages import Stages
@@ -134,7 +134,7 @@ def run(
     try:
         analysis = _analyse_capture(record, request, capture, nsys, out_dir)
     finally:
-        (out_dir / RUN_RECORD).write_text(json.dumps(record, indent=2, default=str) + "\n")
+        write_file(out_dir / RUN_RECORD, json.dumps(record, indent=2, default=str) + "\n")
     steps = step_count(record["launch"].get("profiled_steps"))
     status, interrupted = record["exit_status"], record["interrupted"]
     return RunResult(script, backend, reason, out_dir, status, interrupted, steps, analysis)
@@ -238,7 +238,7 @@ def run_child(cmd: list[str], notify: Notify) -> tuple[int, bool]:
         except subprocess.TimeoutExpired:
             continue
         except KeyboardInterrupt:
-            if interrupted:
+            if interrupts.rearm() or interrupted:  # a second Ctrl-C (maybe while taking this one)
                 _signal_group(proc, signal.SIGKILL)
                 proc.wait()
                 raise

@@ -17,6 +17,7 @@ from nsysmap.errors import NotAnOutput
 from nsysmap.inert import markdown_code
 from nsysmap.many.ranks_text import findings, markdown_section
 from nsysmap.many.write import LAYOUT
+from nsysmap.output.read_back import whole
 from nsysmap.output.writer import MANIFEST
 
 NEEDED = ("rank_comm", "stragglers", "rank_module_phase", "rank_module")
@@ -32,11 +33,17 @@ def is_multi_rank(run_dir: Path) -> bool:
 
 
 def rank_report(run_dir: Path) -> str:
-    """The Markdown report of a multi-rank output directory."""
+    """The Markdown report of a multi-rank output directory (its manifest and tables
+    of one set: nsysmap.output.read_back)."""
+    manifest, tables = whole(run_dir, lambda: _read(run_dir))
+    title = f"# nsysmap report: {markdown_code(run_dir.name)}\n\n"
+    return title + markdown_section(findings(manifest, tables))
+
+
+def _read(run_dir: Path) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
     manifest: dict[str, Any] = json.loads((run_dir / MANIFEST).read_text())
     try:
         tables = {name: pl.read_parquet(run_dir / f"{name}.parquet") for name in NEEDED}
     except (OSError, pl.exceptions.PolarsError) as exc:
         raise NotAnOutput(f"{run_dir}: unreadable multi-rank table: {exc}") from exc
-    title = f"# nsysmap report: {markdown_code(run_dir.name)}\n\n"
-    return title + markdown_section(findings(manifest, tables))
+    return manifest, tables

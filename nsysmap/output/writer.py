@@ -31,6 +31,7 @@ from nsysmap.output.placement import (
     staging,
     write_failed,
 )
+from nsysmap.output.read_back import whole
 from nsysmap.output.summarise import SUMMARY_SCHEMAS
 from nsysmap.profile import Profile
 from nsysmap.waits.tables import SCHEMAS as WAITS_SCHEMAS
@@ -178,9 +179,14 @@ def declared(name: str, df: pl.DataFrame, *, ranked: bool = False) -> pl.DataFra
 
 def read_outputs(out_dir: Path) -> dict[str, pl.DataFrame]:
     """Read back every table a manifest in `out_dir` lists (of either layout: the
-    operations of several ranks as one frame, with their `rank`)."""
-    manifest = json.loads((out_dir / MANIFEST).read_text())
-    return {name: _read_table(out_dir, info) for name, info in manifest["tables"].items()}
+    operations of several ranks as one frame, with their `rank`), all of one set
+    however often the folder is replaced meanwhile (nsysmap.output.read_back)."""
+
+    def read() -> dict[str, pl.DataFrame]:
+        manifest = json.loads((out_dir / MANIFEST).read_text())
+        return {name: _read_table(out_dir, info) for name, info in manifest["tables"].items()}
+
+    return whole(Path(out_dir), read)
 
 
 def _read_table(out_dir: Path, info: dict[str, Any]) -> pl.DataFrame:

@@ -10,6 +10,8 @@ import polars as pl
 from nsysmap.errors import InputNotFound, NotAnOutput
 from nsysmap.flops.flops_document import load_flops, load_flops_description
 from nsysmap.output.placement import write_failed
+from nsysmap.output.read_back import whole
+from nsysmap.output.whole_file import written_whole
 from nsysmap.output.writer import MANIFEST
 from nsysmap.report.answers import RunData
 from nsysmap.report.build import ReportResult
@@ -21,10 +23,25 @@ ANSWERS_JSON = "answers.json"
 
 
 def read_run(run_dir: str | Path) -> RunData:
-    """The ops table, manifest and model FLOPs of an `attribute` / `run` output directory."""
+    """The ops table, manifest and model FLOPs of an `attribute` / `run` output directory,
+    all of one set however often it is replaced meanwhile (nsysmap.output.read_back)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise InputNotFound(f"{run_dir}: no such directory")
+        raise InputNotFound(_not_a_folder(run_dir))
+    return whole(run_dir, lambda: _read_run(run_dir))
+
+
+def _not_a_folder(path: Path) -> str:
+    """Why `path`, which is not a folder, cannot be read as an output folder."""
+    if not path.is_file():
+        return f"{path}: no such directory"
+    return (
+        f"{path}: is a file; this command reads the output folder of `nsysmap attribute` "
+        f"or `nsysmap run`: make one with `nsysmap attribute {path} -o DIR`, then give DIR"
+    )
+
+
+def _read_run(run_dir: Path) -> RunData:
     try:
         manifest = json.loads((run_dir / MANIFEST).read_text())
         ops_file = manifest["tables"]["ops"]["file"]
@@ -78,13 +95,14 @@ def write_report(result: ReportResult, out_dir: Path, markdown: Path | None = No
     returns the Markdown's path."""
     target = markdown or out_dir / REPORT_MD
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
         for name, frame in result.tables.items():
-            frame.write_parquet(out_dir / f"{name}.parquet", statistics=True)
+            with written_whole(out_dir / f"{name}.parquet") as draft:
+                frame.write_parquet(draft, statistics=True)
         answers = json.dumps(result.answers, indent=1, allow_nan=False, ensure_ascii=False)
-        (out_dir / ANSWERS_JSON).write_text(answers + "\n")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(result.markdown)
+        with written_whole(out_dir / ANSWERS_JSON) as draft:
+            draft.write_text(answers + "\n")
+        with written_whole(target) as draft:
+            draft.write_text(result.markdown)
     except OSError as exc:
         raise write_failed(target if exc.filename == str(target) else out_dir, exc) from None
     return target
