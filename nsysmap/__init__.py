@@ -14,9 +14,9 @@ Everything not in `__all__` is private to the package (docs/api.md).
 
 from nsysmap._version import __version__
 from nsysmap.attribution.attribute import attribute
-from nsysmap.output.summarise import Summaries, summarise
-from nsysmap.pipeline import Analysis, analyse, analyse_file, load_profile, write
-from nsysmap.profile import NestedProfile, Profile
+from nsysmap.core.profile import NestedProfile, Profile
+from nsysmap.flow.verbs import Analysis, analyse, analyse_file, load_profile, write
+from nsysmap.summaries.summarise import Summaries, summarise
 
 __all__ = [
     "Analysis",

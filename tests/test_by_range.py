@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from nsysmap.attribution.attribute import attribute
-from nsysmap.output import by_range as rg
-from nsysmap.output import range_tree
-from nsysmap.output.summarise import combine_summaries, partial_summaries, summarise
+from nsysmap.summaries import by_range as rg
+from nsysmap.summaries import range_tree
+from nsysmap.summaries.summarise import combine_summaries, partial_summaries, summarise
 from tests.frames import MS, Frames
 
 

@@ -1,4 +1,4 @@
-"""A single-process export read in time windows (nsysmap.by_window) gives the tables of a
+"""A single-process export read in time windows (nsysmap.sources.by_window) gives the tables of a
 whole read: every written table, op ids and range ids aside (tests/window_tables.py)."""
 
 from __future__ import annotations
@@ -10,18 +10,25 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap import flow, window_cuts
+from devtools.synth.bulk import bulk_tables, write_export
+from devtools.synth.tile import gpt_tables
 from nsysmap.attribution.rules import BUILTIN
-from nsysmap.by_process import merged_profile
-from nsysmap.by_window import WINDOWS_ENV, Plan, WindowCheck, window_profiles, windows_read_apart
-from nsysmap.flow import Settings, Source
+from nsysmap.core.timings import Stages
+from nsysmap.flow import run_stages as flow
+from nsysmap.flow.run_stages import Settings, Source
+from nsysmap.flow.verbs import analyse, analyse_file, load_profile
 from nsysmap.output.ops_sinks import HoldOps
-from nsysmap.pipeline import analyse, analyse_file, load_profile
-from nsysmap.read.nsys_sql import RowWindow
-from nsysmap.read.nsys_sqlite import read_sqlite
-from nsysmap.stages import Stages
-from nsysmap.synth.bulk import bulk_tables, write_export
-from nsysmap.synth.tile import gpt_tables
+from nsysmap.read.nsys import window_cuts
+from nsysmap.read.nsys.nsys_sql import RowWindow
+from nsysmap.read.nsys.nsys_sqlite import read_sqlite
+from nsysmap.sources.by_process import merged_profile
+from nsysmap.sources.by_window import (
+    WINDOWS_ENV,
+    Plan,
+    WindowCheck,
+    window_profiles,
+    windows_read_apart,
+)
 from tests.window_tables import differences
 
 pytestmark = pytest.mark.slow  # whole-pipeline runs, twice each

@@ -1,4 +1,4 @@
-"""Time windows cut where ranges are open (nsysmap.window_carry): a range around the run,
+"""Time windows cut where ranges are open (nsysmap.sources.window_carry): a range around the run,
 epochs and step ranges back to back leave no quiet moment, yet a single-process export
 is split, and every written table is that of a whole read (tests/window_tables.py)."""
 
@@ -10,14 +10,14 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap import by_window, window_carry, window_cuts
-from nsysmap.by_window import WINDOWS_ENV, WindowCheck, window_profiles, windows_read_apart
-from nsysmap.pipeline import analyse_file
-from nsysmap.read import nsys_sql
-from nsysmap.read.nsys_sqlite import read_sqlite
-from nsysmap.stages import Stages
-from nsysmap.synth.bulk import write_export
-from nsysmap.synth.tile import gpt_tables
+from devtools.synth.bulk import write_export
+from devtools.synth.tile import gpt_tables
+from nsysmap.core.timings import Stages
+from nsysmap.flow.verbs import analyse_file
+from nsysmap.read.nsys import nsys_sql, window_cuts
+from nsysmap.read.nsys.nsys_sqlite import read_sqlite
+from nsysmap.sources import by_window, window_carry
+from nsysmap.sources.by_window import WINDOWS_ENV, WindowCheck, window_profiles, windows_read_apart
 from tests.window_tables import differences
 
 pytestmark = pytest.mark.slow  # whole-pipeline runs, twice each

@@ -8,12 +8,12 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
+from nsysmap.core.timings import Stages
+from nsysmap.flow.verbs import analyse, analyse_file, load_profile
 from nsysmap.output import ops_sinks as streamed
 from nsysmap.output.ops_sinks import HeldOps, OpsFile
-from nsysmap.pipeline import analyse, analyse_file, load_profile
 from nsysmap.report.answers import RunData
 from nsysmap.report.build import build_report
-from nsysmap.stages import Stages
 from tests.corpus import independent_gpu_totals
 from tests.test_by_range import reference_by_range
 

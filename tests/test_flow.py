@@ -1,4 +1,4 @@
-"""One flow: only nsysmap.flow calls the stages in order, only the sources read and
+"""One flow: only nsysmap.flow.run_stages calls the stages in order, only the sources read and
 normalise, only the table of input kinds (and the per-process source) picks a reader.
 
 Checked on the import statements of every module of nsysmap (inside functions
@@ -31,13 +31,21 @@ _AFTER_READING = (
 )
 ONLY_FROM: dict[str, set[str]] = {
     # The stages after reading: the flow alone strings them together.
-    **{name: {"nsysmap.flow"} for name in _AFTER_READING},
+    **{name: {"nsysmap.flow.run_stages"} for name in _AFTER_READING},
     # Reading and normalising: the sources of the flow.
-    "normalise": {"nsysmap.load", "nsysmap.by_process", "nsysmap.by_window"},
-    "read_trace": {"nsysmap.input_kinds"},
-    # by process (nsysmap.by_process.read_parts) and by time window (carried ranges
-    # renumbered between reading and nesting: nsysmap.by_window.window_profiles)
-    "read_sqlite": {"nsysmap.input_kinds", "nsysmap.by_process", "nsysmap.by_window"},
+    "normalise": {
+        "nsysmap.sources.reading",
+        "nsysmap.sources.by_process",
+        "nsysmap.sources.by_window",
+    },
+    "read_trace": {"nsysmap.read.input_kinds"},
+    # by process (nsysmap.sources.by_process.read_parts) and by time window (carried ranges
+    # renumbered between reading and nesting: nsysmap.sources.by_window.window_profiles)
+    "read_sqlite": {
+        "nsysmap.read.input_kinds",
+        "nsysmap.sources.by_process",
+        "nsysmap.sources.by_window",
+    },
 }
 
 
@@ -79,7 +87,7 @@ def test_the_check_finds_a_driver_that_strings_stages_together(tmp_path: Path):
     )
     flow = tmp_path / "flow.py"
     flow.write_text("from nsysmap.attribution.attribute import attribute_blocks\n")
-    files = {"nsysmap.capture.driver": driver, "nsysmap.flow": flow}
+    files = {"nsysmap.capture.driver": driver, "nsysmap.flow.run_stages": flow}
     assert stray_imports(files) == ["nsysmap.capture.driver imports attribute_blocks"]
 
 

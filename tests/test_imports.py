@@ -23,85 +23,93 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # What each part of nsysmap may not import (prefixes of module names). A
 # prefix matches the module itself and everything below it.
-_DRIVERS = ("nsysmap.pipeline", "nsysmap.capture", "nsysmap.many", "nsysmap.cli")  # run the flow
+_DRIVERS = ("nsysmap.flow.verbs", "nsysmap.capture", "nsysmap.many", "nsysmap.cli")  # run the flow
 _LATER = ("nsysmap.output", "nsysmap.infer", "nsysmap.report")  # work on attributed ops
-_NSYS_QUERY = ("nsysmap.read.nsys_probe", "nsysmap.read.nsys_sql")
-_NSYS_ASSEMBLY = "nsysmap.read.nsys_sqlite"
+_NSYS_QUERY = ("nsysmap.read.nsys.nsys_probe", "nsysmap.read.nsys.nsys_sql")
+_NSYS_ASSEMBLY = "nsysmap.read.nsys.nsys_sqlite"
 _NSYS_FRAMES = (
-    "nsysmap.read.nsys_frames",
-    "nsysmap.read.nsys_gpu_ops",
-    "nsysmap.read.nsys_graphs",
-    "nsysmap.read.nsys_env",
+    "nsysmap.read.nsys.nsys_frames",
+    "nsysmap.read.nsys.nsys_gpu_ops",
+    "nsysmap.read.nsys.nsys_graphs",
+    "nsysmap.read.nsys.nsys_env",
 )
 FLOORS: dict[str, tuple[str, ...]] = {
     # Leaves: shared by everything, know nothing of the flow.
-    "nsysmap.schemas": ("nsysmap.",),
-    "nsysmap.errors": ("nsysmap.",),
-    "nsysmap.range_names": ("nsysmap.",),
-    "nsysmap.scalars": ("nsysmap.",),
-    "nsysmap.nsys_tool": ("nsysmap.read", "nsysmap.attribution", "nsysmap.pipeline"),
+    "nsysmap.core.schemas": ("nsysmap.",),
+    "nsysmap.core.errors": ("nsysmap.",),
+    "nsysmap.core.range_names": ("nsysmap.",),
+    "nsysmap.core.scalars": ("nsysmap.",),
+    "nsysmap.read.nsys.nsys_tool": ("nsysmap.read", "nsysmap.attribution", "nsysmap.flow.verbs"),
     "nsysmap.intervals": (
         "nsysmap.read",
         "nsysmap.attribution",
         *_LATER,
-        "nsysmap.pipeline",
+        "nsysmap.flow.verbs",
         "nsysmap.cli",
     ),
     # Readers: files in, normalised frames out.
     "nsysmap.read": ("nsysmap.attribution", *_LATER, *_DRIVERS),
     # Within the nsys reader, one direction: probe -> query -> frames -> assemble
     # (nsys_sqlite); nothing calls back into an earlier stage's caller.
-    "nsysmap.read.nsys_probe": ("nsysmap.read.nsys_sql", *_NSYS_FRAMES, _NSYS_ASSEMBLY),
-    "nsysmap.read.nsys_sql": (*_NSYS_FRAMES, _NSYS_ASSEMBLY),
+    "nsysmap.read.nsys.nsys_probe": ("nsysmap.read.nsys.nsys_sql", *_NSYS_FRAMES, _NSYS_ASSEMBLY),
+    "nsysmap.read.nsys.nsys_sql": (*_NSYS_FRAMES, _NSYS_ASSEMBLY),
     # Frames are built in Polars only: no file, no SQL.
-    "nsysmap.read.nsys_frames": (*_NSYS_QUERY, _NSYS_ASSEMBLY),
-    "nsysmap.read.nsys_gpu_ops": (*_NSYS_QUERY, "nsysmap.read.nsys_frames", _NSYS_ASSEMBLY),
-    "nsysmap.read.nsys_graphs": (*_NSYS_QUERY, "nsysmap.read.nsys_frames", _NSYS_ASSEMBLY),
-    "nsysmap.read.nsys_env": (*_NSYS_QUERY, "nsysmap.read.nsys_frames", _NSYS_ASSEMBLY),
-    "nsysmap.read.nsys_specs": ("nsysmap.",),
+    "nsysmap.read.nsys.nsys_frames": (*_NSYS_QUERY, _NSYS_ASSEMBLY),
+    "nsysmap.read.nsys.nsys_gpu_ops": (
+        *_NSYS_QUERY,
+        "nsysmap.read.nsys.nsys_frames",
+        _NSYS_ASSEMBLY,
+    ),
+    "nsysmap.read.nsys.nsys_graphs": (
+        *_NSYS_QUERY,
+        "nsysmap.read.nsys.nsys_frames",
+        _NSYS_ASSEMBLY,
+    ),
+    "nsysmap.read.nsys.nsys_env": (*_NSYS_QUERY, "nsysmap.read.nsys.nsys_frames", _NSYS_ASSEMBLY),
+    "nsysmap.read.nsys.nsys_specs": ("nsysmap.",),
     # The pure middle.
     "nsysmap.attribution": ("nsysmap.read", *_LATER, *_DRIVERS),
     "nsysmap.infer": ("nsysmap.read", "nsysmap.output", "nsysmap.report", *_DRIVERS),
     "nsysmap.output": ("nsysmap.read", "nsysmap.report", *_DRIVERS),
     "nsysmap.waits": ("nsysmap.read", "nsysmap.attribution", *_LATER, *_DRIVERS),
     # The flow and what works on its outputs: nothing below the CLI imports it.
-    "nsysmap.load": (
+    "nsysmap.sources.reading": (
         "nsysmap.output",
         "nsysmap.infer",
         "nsysmap.report",
         *_DRIVERS,
-        "nsysmap.by_process",
+        "nsysmap.sources.by_process",
     ),
     # The table of input kinds is read by the flow's first stage and everything above it.
-    "nsysmap.input_kinds": (
+    "nsysmap.read.input_kinds": (
         "nsysmap.output",
         "nsysmap.infer",
         "nsysmap.report",
         *_DRIVERS,
-        "nsysmap.load",
-        "nsysmap.by_process",
-        "nsysmap.flow",
+        "nsysmap.sources.reading",
+        "nsysmap.sources.by_process",
+        "nsysmap.flow.run_stages",
     ),
     # What the flow makes: known to the flow and its drivers, knowing neither.
-    "nsysmap.analysis": (
+    "nsysmap.flow.analysis": (
         "nsysmap.read",
-        "nsysmap.load",
-        "nsysmap.by_process",
-        "nsysmap.flow",
+        "nsysmap.sources.reading",
+        "nsysmap.sources.by_process",
+        "nsysmap.flow.run_stages",
         *_DRIVERS,
         "nsysmap.report",
     ),
     # The one flow: its drivers (pipeline, capture, many, cli) call it, never the reverse.
-    "nsysmap.flow": (*_DRIVERS, "nsysmap.report"),
-    "nsysmap.pipeline": ("nsysmap.capture", "nsysmap.many", "nsysmap.report", "nsysmap.cli"),
-    "nsysmap.by_process": (*_DRIVERS, "nsysmap.report", "nsysmap.flow"),
+    "nsysmap.flow.run_stages": (*_DRIVERS, "nsysmap.report"),
+    "nsysmap.flow.verbs": ("nsysmap.capture", "nsysmap.many", "nsysmap.report", "nsysmap.cli"),
+    "nsysmap.sources.by_process": (*_DRIVERS, "nsysmap.report", "nsysmap.flow.run_stages"),
     "nsysmap.report": ("nsysmap.capture", "nsysmap.many.run_many", "nsysmap.cli"),
     "nsysmap.capture": ("nsysmap.cli",),
     "nsysmap.many": ("nsysmap.cli",),
     "nsysmap.flops": ("nsysmap.cli",),
     "nsysmap.diff": ("nsysmap.cli",),
     "nsysmap.export": ("nsysmap.cli",),
-    "nsysmap.synth": ("nsysmap.cli",),
+    "devtools.synth": ("nsysmap.cli",),
 }
 
 # The modules of instrument/ that nsysmap may import: the formats and the vocabulary

@@ -14,7 +14,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap import schemas
+from nsysmap.core import schemas
 from nsysmap.many.collect import ranks_table
 from nsysmap.many.rank_ids import FILE_ORDER, RankOf
 from nsysmap.many.task import OK, Outcome, Unit

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from nsysmap.by_process import processes_read_apart
-from nsysmap.errors import ExitCode
-from nsysmap.synth import SynthExport
+from devtools.synth import SynthExport
+from nsysmap.core.errors import ExitCode
+from nsysmap.sources.by_process import processes_read_apart
 from tests.cli_runner import nsysmap_cli
 from tests.corpus import corpus_path
 from tests.torch_traces import complete, kernel, launch, op, write_trace

@@ -11,17 +11,17 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from bench import compare, sql_engine
-from nsysmap import flow
+from devtools.synth.bulk import bulk_tables, write_export
+from devtools.synth.tile import gpt_tables
 from nsysmap.attribution.attribute import attribute
 from nsysmap.attribution.rules import BUILTIN
-from nsysmap.by_process import processes_read_apart
-from nsysmap.flow import Settings
+from nsysmap.core.timings import Stages
+from nsysmap.flow import run_stages as flow
+from nsysmap.flow.run_stages import Settings
+from nsysmap.flow.verbs import analyse, analyse_file, load_profile
 from nsysmap.output import ops_sinks as streamed
 from nsysmap.output.ops_sinks import HeldOps, HoldOps, OpsFile
-from nsysmap.pipeline import analyse, analyse_file, load_profile
-from nsysmap.stages import Stages
-from nsysmap.synth.bulk import bulk_tables, write_export
-from nsysmap.synth.tile import gpt_tables
+from nsysmap.sources.by_process import processes_read_apart
 from tests.reference import reference_attribution
 
 pytestmark = pytest.mark.slow  # large synthetic exports

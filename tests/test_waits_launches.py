@@ -14,10 +14,10 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
+from devtools.synth import SynthExport
 from nsysmap.attribution.attribute import attribute_blocks
-from nsysmap.pipeline import analyse, load_profile
-from nsysmap.schemas import WaitKind
-from nsysmap.synth import SynthExport
+from nsysmap.core.schemas import WaitKind
+from nsysmap.flow.verbs import analyse, load_profile
 from nsysmap.waits import gaps
 from nsysmap.waits.tables import (
     call_facts,

@@ -1,4 +1,4 @@
-"""Output folders compared table by table, whatever the ids (tests of nsysmap.by_window).
+"""Output folders compared table by table, whatever the ids (tests of nsysmap.sources.by_window).
 
 A split read numbers operations and ranges part by part, so `op_id` and
 `range_id` differ from a whole read's; everything else must not. Each

@@ -27,7 +27,7 @@ The chain, each link a vectorised lookup:
    (`nsysmap.attribution.compiled_modules`, from the capture's compiled.json).
 8. step or phase still unknown -> what PyTorch records anyway: autograd's
    thread and node ranges, module calls, optimizer kernels
-   (`nsysmap.attribution.records`, over all operations before the blocks);
+   (`nsysmap.attribution.recorded_steps`, over all operations before the blocks);
    `step_source` / `phase_source` say which ("range" or "records").
 
 No operation is dropped: `attribution` says how far the chain got
@@ -45,17 +45,17 @@ from collections.abc import Iterator
 
 import polars as pl
 
-from nsysmap import schemas
 from nsysmap.attribution.categories import category_expr
 from nsysmap.attribution.compiled_modules import apply_compiled, compiled_context
 from nsysmap.attribution.labels import name_labels
 from nsysmap.attribution.locate import ANCHORS, WARMUP, Scope, locate, queries, thread_keys
 from nsysmap.attribution.paths import range_paths
 from nsysmap.attribution.record_evidence import evidence
-from nsysmap.attribution.records import record_labels
+from nsysmap.attribution.recorded_steps import record_labels
 from nsysmap.attribution.rules import BUILTIN, NameRules
-from nsysmap.launch_keys import call_key, first_calls
-from nsysmap.profile import NestedProfile, Profile
+from nsysmap.core import schemas
+from nsysmap.core.launch_keys import call_key, first_calls
+from nsysmap.core.profile import NestedProfile, Profile
 
 
 def attribute(profile: NestedProfile, rules: NameRules = BUILTIN) -> pl.DataFrame:
@@ -258,7 +258,7 @@ def _with_launches(ops: pl.DataFrame, api_calls: pl.DataFrame) -> pl.DataFrame:
     is not an OPS column: `launch_durations`).
 
     Of calls sharing (pid, correlation_id), the one `first_calls` keeps
-    (nsysmap/launch_keys.py: the one that started first). The calls are
+    (nsysmap/core/launch_keys.py: the one that started first). The calls are
     joined as they are first: when no operation finds two (the readers drop
     duplicates, so nearly always), that is the join of the kept calls, and
     the calls need not be de-duplicated.

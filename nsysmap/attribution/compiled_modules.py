@@ -30,9 +30,9 @@ from dataclasses import dataclass
 import polars as pl
 
 from instrument.compiled_doc import CALL_PREFIX, CALL_RANGE, RUNTIME_PREFIX
-from nsysmap import schemas
 from nsysmap.attribution.compiled_replay import UNIT, replayed
-from nsysmap.profile import Profile
+from nsysmap.core import schemas
+from nsysmap.core.profile import Profile
 
 ADDED = {"compiled_graph": pl.String, "fused_modules": pl.String}
 _KEYS = ["pid", "tid"]

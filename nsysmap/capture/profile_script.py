@@ -34,10 +34,9 @@ from typing import Any
 from instrument import contract
 from instrument.contract import CAPTURE_DIR, LAUNCH_RECORD, REPORT_BASE
 from instrument.contract import TRACE as TRACE_FILE
-from nsysmap import nsys_tool
 from nsysmap._version import __version__
 from nsysmap.attribution.rules import BUILTIN, NameRules
-from nsysmap.errors import (
+from nsysmap.core.errors import (
     ExitCode,
     InputNotFound,
     NoGpuData,
@@ -45,13 +44,14 @@ from nsysmap.errors import (
     ProfilerFailed,
     ScriptFailed,
 )
+from nsysmap.core.timings import Stages
 from nsysmap.flops.flops_document import attach_model_flops
-from nsysmap.flow import Settings
-from nsysmap.input_kinds import NSYS_REPORT, NSYS_SQLITE
+from nsysmap.flow.run_stages import Settings
+from nsysmap.flow.verbs import Analysis, attribute_file
 from nsysmap.output.placement import check_output_dir, remove_outputs, write_failed
 from nsysmap.output.writer import OUTPUT_NAMES
-from nsysmap.pipeline import Analysis, attribute_file
-from nsysmap.stages import Stages
+from nsysmap.read.input_kinds import NSYS_REPORT, NSYS_SQLITE
+from nsysmap.read.nsys import nsys_tool
 
 LAUNCHER_MODULE = "instrument.launch"
 BACKENDS = ("auto", "nsys", "torch")

@@ -24,7 +24,7 @@ from nsysmap.cli.export import export_command
 from nsysmap.cli.flops import flops_command
 from nsysmap.cli.report import report_command
 from nsysmap.cli.run import run_command
-from nsysmap.errors import ExitCode, NsysmapError, one_line
+from nsysmap.core.errors import ExitCode, NsysmapError, one_line
 
 
 class NsysmapGroup(click.Group):

@@ -22,8 +22,8 @@ import polars as pl
 from instrument.contract import CAPTURE_DIR
 from instrument.contract import FLOPS as FLOPS_JSON
 from nsysmap.flops.module_flops import FlopsFormatError, flops_table
+from nsysmap.flow.verbs import Analysis, with_tables
 from nsysmap.output.writer import MANIFEST
-from nsysmap.pipeline import Analysis, with_tables
 
 FLOPS_TABLE = "flops"
 _BULKY = ("rows", "modules", "flop_counter")

@@ -4,7 +4,7 @@ The summary tables of one report (coverage, by_phase, ..., by_category) come
 back per rank with a leading `rank` column, so each rank's rows add up to
 that rank's GPU time; the waits tables (idle, stream_idle, launch_cost) per
 rank too, each rank with its own GPUs' rows; then the cross-rank tables
-(nsysmap.many.across) and `ranks`, which says which input and process each
+(nsysmap.many.cross_rank) and `ranks`, which says which input and process each
 rank is.
 """
 
@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from nsysmap import schemas
-from nsysmap.many import across
+from nsysmap.core import schemas
+from nsysmap.many import cross_rank as across
 from nsysmap.many.rank_ids import RankOf
 from nsysmap.many.rank_overlap import EXPOSED_COMM
 from nsysmap.many.task import OK, UNIT_KEY, UNIT_STEPS, Outcome

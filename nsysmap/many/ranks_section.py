@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap.errors import NotAnOutput
+from nsysmap.core.errors import NotAnOutput
 from nsysmap.many.ranks_text import findings, markdown_section
 from nsysmap.many.write import LAYOUT
 from nsysmap.output.writer import MANIFEST

@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap.scalars import to_float
+from nsysmap.core.scalars import to_float
 
 MS = 1e6
 SHOWN_RANKS = 16  # more ranks than this: the slowest ones only

@@ -1,8 +1,8 @@
 """The work done for one report on a Dask worker: its ranks through the one flow.
 
-`attribute_one` drives the one flow (nsysmap.flow) with the report's
+`attribute_one` drives the one flow (nsysmap.flow.run_stages) with the report's
 sources (`rank_sources`): each process with GPU operations of an nsys
-export read and attributed on its own (nsysmap.by_process), else the whole
+export read and attributed on its own (nsysmap.sources.by_process), else the whole
 report. A flow's OPS rows are held, or streamed into the work directory
 past STREAM_OPS; `rank_units` then gives each process its rank's `Unit`,
 with its operations in its own Parquet part and its summary and waits
@@ -32,21 +32,21 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap import schemas
-from nsysmap.analysis import Analysis
 from nsysmap.attribution.rules import BUILTIN, NameRules
-from nsysmap.by_process import merged_meta, process_profiles
-from nsysmap.errors import ExitCode, NsysmapError
-from nsysmap.flow import Settings, Source, file_source, flow, whole
-from nsysmap.input_kinds import called, kind_of
+from nsysmap.core import schemas
+from nsysmap.core.errors import ExitCode, NsysmapError
+from nsysmap.core.profile import NestedProfile
+from nsysmap.core.timings import Stages
+from nsysmap.flow.analysis import Analysis
+from nsysmap.flow.run_stages import Settings, Source, file_source, flow, whole
 from nsysmap.many.rank_overlap import COMMUNICATION, exposed_communication
 from nsysmap.output.ops_sinks import OpsFile, OpsSink, sink_for
-from nsysmap.output.summarise import summarise
 from nsysmap.output.writer import input_identity
-from nsysmap.profile import NestedProfile
-from nsysmap.read.nsys_sqlite import gpu_processes
+from nsysmap.read.input_kinds import called, kind_of
+from nsysmap.read.nsys.nsys_sqlite import gpu_processes
 from nsysmap.read.regular_file import regular_file
-from nsysmap.stages import Stages
+from nsysmap.sources.by_process import merged_meta, process_profiles
+from nsysmap.summaries.summarise import summarise
 
 OK, FAILED = "ok", "failed"
 UNIT_KEY = "pid"  # the column that says which unit a row of a unit table belongs to
@@ -116,12 +116,12 @@ def attribute_one(
 
 
 def rank_sources(path: Path, stages: Stages) -> Iterator[Source]:
-    """The sources of the one flow (nsysmap.flow) for report `path`, one flow each:
+    """The sources of the one flow (nsysmap.flow.run_stages) for report `path`, one flow each:
     every process with GPU work read alone, where the report's kind can be read by
-    process (nsysmap.input_kinds) and it holds several; else the whole report.
+    process (nsysmap.read.input_kinds) and it holds several; else the whole report.
 
     The processes are read in turn, op_id and range_id counting on from one to
-    the next (nsysmap.by_process), and each is let go before the next is read.
+    the next (nsysmap.sources.by_process), and each is let go before the next is read.
     """
     processes = gpu_processes(path) if kind_of(path).by_process else None
     if processes is None or len(processes) < 2:

@@ -1,7 +1,7 @@
 """Where the OPS rows go as they are made: held in memory, or streamed into ops.parquet.
 
 Attribution makes the OPS rows a block at a time (`attribute_blocks`); the
-flow (`nsysmap.pipeline`) summarises each block as it passes and hands the
+flow (`nsysmap.flow.verbs`) summarises each block as it passes and hands the
 blocks to a sink, which decides what stays in memory::
 
     profile ─> locate (all ops) ──> block 1 ──┬─> partial summaries ──> summaries
@@ -29,7 +29,7 @@ from typing import Protocol
 import polars as pl
 from polars.io.plugins import register_io_source
 
-from nsysmap import schemas
+from nsysmap.core import schemas
 from nsysmap.output.placement import STAGING_MARK
 from nsysmap.output.writer import OPS_FILE, PARQUET
 

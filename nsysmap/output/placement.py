@@ -35,7 +35,7 @@ from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from nsysmap.errors import OutputFailed
+from nsysmap.core.errors import OutputFailed
 
 MANIFEST = "manifest.json"
 STAGING_MARK = ".nsysmap-"

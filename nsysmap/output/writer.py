@@ -21,8 +21,9 @@ from typing import Any, Protocol
 
 import polars as pl
 
-from nsysmap import schemas
 from nsysmap._version import __version__
+from nsysmap.core import schemas
+from nsysmap.core.profile import Profile
 from nsysmap.output.placement import (
     MANIFEST,
     MANIFEST_SCHEMA,
@@ -31,8 +32,7 @@ from nsysmap.output.placement import (
     staging,
     write_failed,
 )
-from nsysmap.output.summarise import SUMMARY_SCHEMAS
-from nsysmap.profile import Profile
+from nsysmap.summaries.summarise import SUMMARY_SCHEMAS
 from nsysmap.waits.tables import SCHEMAS as WAITS_SCHEMAS
 
 # zstd level 1: as small as the default level here, and faster to write.
@@ -42,7 +42,7 @@ OPS_FILE = "ops.parquet"
 RANKS_LAYOUT = "ranks"  # the manifest's `layout` of several ranks (one report's has none)
 # The tables kept per device: in the multi-rank layout each gains a leading `rank`.
 PER_DEVICE: dict[str, pl.Schema] = {**SUMMARY_SCHEMAS, **WAITS_SCHEMAS}
-# The tables only several ranks have: they compare the ranks (nsysmap.many.across).
+# The tables only several ranks have: they compare the ranks (nsysmap.many.cross_rank).
 ACROSS_RANKS: dict[str, pl.Schema] = {
     "ranks": schemas.RANKS,
     "rank_steps": schemas.RANK_STEPS,

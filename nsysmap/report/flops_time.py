@@ -24,9 +24,9 @@ from __future__ import annotations
 import polars as pl
 
 from nsysmap.attribution.module_names import layer_path
+from nsysmap.core.schemas import DIRECTIONS
 from nsysmap.flops.module_flops import RECOMPUTE_PARTS
 from nsysmap.report.scope_tables import passes, scope_filter
-from nsysmap.schemas import DIRECTIONS
 
 _FLOPS = ("matmul_flop", "recompute_flop", "other_flop_estimate")
 # Time by call direction (the ops' `direction`, as in by_module), whatever the phase:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from nsysmap.core.scalars import to_float, to_int
 from nsysmap.report.blocks import block_totals, part_label, part_order
 from nsysmap.report.html import tree
 from nsysmap.report.html.chart import (
@@ -23,7 +24,6 @@ from nsysmap.report.html.chart import (
     time_axis,
 )
 from nsysmap.report.html.names import distinct_labels, middle
-from nsysmap.scalars import to_float, to_int
 
 if TYPE_CHECKING:
     from nsysmap.report.answers import Findings
