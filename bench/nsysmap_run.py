@@ -19,7 +19,8 @@ from pathlib import Path
 
 from nsysmap.core.timings import Stages
 from nsysmap.flow.verbs import Analysis, analyse_file
-from nsysmap.sources.by_window import META_KEY, REFUSED_KEY, WINDOWS_ENV
+from nsysmap.sources.by_window import META_KEY, REFUSED_KEY
+from nsysmap.sources.choose import WINDOWS_ENV
 
 
 def attributed(

@@ -138,7 +138,7 @@ def test_nsysmap_run_says_it_read_a_one_process_export_in_windows(tmp_path, monk
     from bench import nsysmap_run
     from devtools.synth.bulk import write_export
     from devtools.synth.tile import gpt_tables
-    from nsysmap.sources.by_window import WINDOWS_ENV
+    from nsysmap.sources.choose import WINDOWS_ENV
 
     export = tmp_path / "one.sqlite"
     write_export(export, gpt_tables(5_000, seed=0, processes=1))

@@ -15,21 +15,17 @@ from devtools.synth.tile import gpt_tables
 from nsysmap.attribution.rules import BUILTIN
 from nsysmap.core.timings import Stages
 from nsysmap.flow import run_stages as flow
-from nsysmap.flow.run_stages import Settings, Source
+from nsysmap.flow.run_stages import Settings
 from nsysmap.flow.verbs import analyse, analyse_file, load_profile
 from nsysmap.output.ops_sinks import HoldOps
 from nsysmap.read.nsys import window_cuts
 from nsysmap.read.nsys.nsys_sql import RowWindow
-from nsysmap.read.nsys.nsys_sqlite import read_sqlite
+from nsysmap.read.nsys.nsys_sqlite import open_export, read_sqlite
+from nsysmap.sources import choose
 from nsysmap.sources.by_process import merged_profile
-from nsysmap.sources.by_window import (
-    WINDOWS_ENV,
-    Plan,
-    WindowCheck,
-    window_profiles,
-    windows_read_apart,
-)
-from tests.window_tables import differences
+from nsysmap.sources.by_window import CUT_RULES, Plan, WindowCheck, window_profiles
+from nsysmap.sources.choose import WINDOWS_ENV, Source
+from tests.window_tables import differences, windows_read_apart
 
 pytestmark = pytest.mark.slow  # whole-pipeline runs, twice each
 QUIET = Stages(progress=False)
@@ -132,11 +128,11 @@ def test_an_edge_inside_ranges_changes_by_range_and_is_refused(one_process, monk
 
     def attributed(check: WindowCheck | None) -> flow.Analysis:
         source = Source(
-            window_profiles(one_process, careless, stages=QUIET, check=check),
+            window_profiles(open_export(one_process), careless, stages=QUIET, check=check),
             apart=True,
             merged=merged_profile,
             check=check,
-            fallback=lambda reason: flow.whole(load_profile(one_process)),
+            fallback=lambda reason: choose.whole(load_profile(one_process)),
         )
         return flow.flow(source, lambda _: HoldOps(), Settings(BUILTIN))
 
@@ -152,7 +148,7 @@ def test_the_budget_chooses_the_windows(one_process, tmp_path, monkeypatch):
     monkeypatch.delenv(WINDOWS_ENV, raising=False)
     assert windows_read_apart(one_process, None) is None  # fits in memory
     plan = windows_read_apart(one_process, memory_gb=1e-6)
-    found = window_cuts.segments(str(one_process), 4100)
+    found = window_cuts.segments(open_export(one_process), 4100, CUT_RULES)
     assert isinstance(found, window_cuts.Segments) and len(found.cuts) >= 5
     assert plan is not None and plan.refused is None
     # A budget far too small: a window per stretch of calls between candidate cuts.

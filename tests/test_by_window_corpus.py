@@ -10,9 +10,9 @@ import pytest
 from nsysmap.core.timings import Stages
 from nsysmap.flow.verbs import analyse_file
 from nsysmap.read.nsys.nsys_sqlite import gpu_processes
-from nsysmap.sources.by_window import WINDOWS_ENV, windows_read_apart
+from nsysmap.sources.choose import WINDOWS_ENV
 from tests.corpus import NO_GPU_FILES, corpus_files, corpus_path, real_profiles
-from tests.window_tables import differences
+from tests.window_tables import differences, windows_read_apart
 
 pytestmark = [pytest.mark.corpus, pytest.mark.slow]
 FILES = list(dict.fromkeys([*corpus_files(), *real_profiles("nsys-sqlite")]))

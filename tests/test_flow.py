@@ -1,5 +1,6 @@
-"""One flow: only nsysmap.flow.run_stages calls the stages in order, only the sources read and
-normalise, only the table of input kinds (and the per-process source) picks a reader.
+"""One flow: only the flow (flow/run_stages.py) calls the stages in order, only the sources
+read and normalise (sources/reading.py, once for a whole file and for its parts), only
+the table of input kinds (and the sources read in parts) picks a reader.
 
 Checked on the import statements of every module of nsysmap (inside functions
 too), the way tests/test_imports.py checks the floors: a driver that put the
@@ -32,17 +33,16 @@ _AFTER_READING = (
 ONLY_FROM: dict[str, set[str]] = {
     # The stages after reading: the flow alone strings them together.
     **{name: {"nsysmap.flow.run_stages"} for name in _AFTER_READING},
-    # Reading and normalising: the sources of the flow.
-    "normalise": {
-        "nsysmap.sources.reading",
-        "nsysmap.sources.by_process",
-        "nsysmap.sources.by_window",
-    },
-    "read_trace": {"nsysmap.read.input_kinds"},
-    # by process (nsysmap.sources.by_process.read_parts) and by time window (carried ranges
-    # renumbered between reading and nesting: nsysmap.sources.by_window.window_profiles)
+    # Summarising a frame of operations at once: the public verb, and the flow's per
+    # process summaries of a flow over several processes (several reports never do).
+    "summarise": {"nsysmap", "nsysmap.flow.run_stages"},
+    # Reading then normalising: written once, for a whole file and for its parts.
+    "normalise": {"nsysmap.sources.reading"},
+    "read_trace": {"nsysmap.sources.input_kinds"},
+    # by process and by time window (carried ranges renumbered between reading and
+    # nesting), each given the export opened once
     "read_sqlite": {
-        "nsysmap.read.input_kinds",
+        "nsysmap.sources.input_kinds",
         "nsysmap.sources.by_process",
         "nsysmap.sources.by_window",
     },

@@ -1,4 +1,4 @@
-"""The table of input kinds (nsysmap.read.input_kinds): every kind complete, and a file's
+"""The table of input kinds (nsysmap.sources.input_kinds): every kind complete, and a file's
 kind by its name, or by its content when the content says another kind."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from devtools.synth.bulk import bulk_tables, write_export
 from nsysmap.core.errors import ExitCode, NotAProfile
 from nsysmap.flow.verbs import load_profile
 from nsysmap.many.input_files import expand_inputs, is_report
-from nsysmap.read import input_kinds
-from nsysmap.read.input_kinds import KINDS, NSYS_REPORT, NSYS_SQLITE, TORCH_TRACE, kind_of
+from nsysmap.sources import input_kinds
+from nsysmap.sources.input_kinds import KINDS, NSYS_REPORT, NSYS_SQLITE, TORCH_TRACE, kind_of
 from tests.cli_runner import nsysmap_cli
 from tests.torch_traces import STREAM, flow, kernel, launch, op, write_trace
 

@@ -21,7 +21,9 @@ from nsysmap.flow.run_stages import Settings
 from nsysmap.flow.verbs import analyse, analyse_file, load_profile
 from nsysmap.output import ops_sinks as streamed
 from nsysmap.output.ops_sinks import HeldOps, HoldOps, OpsFile
-from nsysmap.sources.by_process import processes_read_apart
+from nsysmap.sources import choose
+from nsysmap.sources.choose import BY_PROCESS, BY_WINDOW, WHOLE, Choice, choice
+from nsysmap.sources.reading import whole_profile
 from tests.reference import reference_attribution
 
 pytestmark = pytest.mark.slow  # large synthetic exports
@@ -97,8 +99,8 @@ def test_analyse_file_lets_the_ranges_go_before_inference(gpt_export, tmp_path, 
     """Nothing holds the profile's ranges or API calls once the summaries are taken."""
     frames: list[weakref.ref] = []
 
-    def load(path, *, stages=None):
-        profile = load_profile(path, stages=stages)
+    def load(path, kind, opened, stages):
+        profile = whole_profile(path, kind, opened, stages)
         frames.extend(weakref.ref(f) for f in (profile.ranges, profile.api_calls))
         return profile
 
@@ -110,7 +112,7 @@ def test_analyse_file_lets_the_ranges_go_before_inference(gpt_export, tmp_path, 
         alive.append([ref() is not None for ref in frames])
         return real_infer(ops)
 
-    monkeypatch.setattr(flow, "load_profile", load)
+    monkeypatch.setattr(choose, "whole_profile", load)
     monkeypatch.setattr(flow, "infer_ops", infer)
     analysis = analyse_file(gpt_export, tmp_path / "out", stages=Stages(progress=False))
     assert alive == [[False, False]]
@@ -148,18 +150,18 @@ def test_one_process_at_a_time_gives_the_tables_of_the_whole(gpt_export, tmp_pat
         assert meta[0]["report_meta"][key] == meta[1]["report_meta"][key], key
 
 
-def test_small_or_single_process_exports_are_read_whole(gpt_export, tmp_path):
+def test_small_exports_are_read_whole_and_large_ones_apart(gpt_export, tmp_path):
     single = write_export(tmp_path / "one.sqlite", bulk_tables(300))
-    assert processes_read_apart(gpt_export, memory_gb=None) is None  # fits in memory
-    assert processes_read_apart(gpt_export, memory_gb=1e-6) == [4100, 4101]
-    assert processes_read_apart(single, memory_gb=1e-6) is None  # one process
+    assert choice(gpt_export, memory_gb=None) == Choice(WHOLE)  # fits in memory
+    assert choice(gpt_export, memory_gb=1e-6) == Choice(BY_PROCESS, (4100, 4101))
+    assert choice(single, memory_gb=1e-6).how == BY_WINDOW  # one process: in time windows
 
 
 def test_rows_held_in_blocks_equal_those_held_whole(gpt_export):
     """The in-memory sink fed many blocks: the same rows, summaries and inference."""
     report = load_profile(gpt_export)
     whole = analyse(report)
-    blocks = flow.flow(flow.whole(report), lambda _: HoldOps(block_rows=333), Settings(BUILTIN))
+    blocks = flow.flow(choose.whole(report), lambda _: HoldOps(block_rows=333), Settings(BUILTIN))
     assert blocks.store.frame.n_chunks() > 1 and whole.store.frame.n_chunks() == 1
     assert_frame_equal(blocks.ops, whole.ops)
     for name, table in whole.summaries.tables().items():

@@ -50,8 +50,8 @@ from nsysmap.flow.run_stages import Settings
 from nsysmap.flow.verbs import Analysis, attribute_file
 from nsysmap.output.placement import check_output_dir, remove_outputs, write_failed
 from nsysmap.output.writer import OUTPUT_NAMES
-from nsysmap.read.input_kinds import NSYS_REPORT, NSYS_SQLITE
 from nsysmap.read.nsys import nsys_tool
+from nsysmap.sources.input_kinds import NSYS_REPORT, NSYS_SQLITE
 
 LAUNCHER_MODULE = "instrument.launch"
 BACKENDS = ("auto", "nsys", "torch")

@@ -22,10 +22,9 @@ sink's store, the same way whichever it is.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import chain
-from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -41,10 +40,8 @@ from nsysmap.flow.leftovers import Kept
 from nsysmap.infer.summary import INFER_COLUMNS, Inferred, combined, infer_ops, infer_scan
 from nsysmap.output.ops_sinks import HeldOps, OpsSink, OpsStore
 from nsysmap.output.writer import build_manifest
-from nsysmap.sources.by_process import merged_profile, process_profiles, processes_read_apart
-from nsysmap.sources.by_window import META_KEY, REFUSED_KEY, WindowCheck, window_profiles
-from nsysmap.sources.by_window import windows_read_apart as windows_planned
-from nsysmap.sources.reading import load_profile
+from nsysmap.sources.by_window import WindowCheck
+from nsysmap.sources.choose import Source
 from nsysmap.summaries.by_range import by_range, combine_leaves, merge_by_range
 from nsysmap.summaries.conservation import check_conservation
 from nsysmap.summaries.summarise import (
@@ -52,65 +49,10 @@ from nsysmap.summaries.summarise import (
     Summaries,
     combine_summaries,
     partial_summaries,
+    summarise,
     with_overlap,
     with_waits,
 )
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where the flow's normalised profiles come from, read as they are asked for.
-
-    `apart`: the profiles are parts of one input (its processes or time
-    windows), none kept whole once attributed, their meta put together by
-    `merged`; else a single profile, the whole input. `check` watches the
-    parts' OPS rows (nsysmap.sources.by_window): where it refuses them, the flow
-    runs again on `fallback(reason)`.
-    """
-
-    profiles: Iterable[NestedProfile]
-    apart: bool = False
-    merged: Callable[[list[NestedProfile]], NestedProfile] = merged_profile
-    check: WindowCheck | None = None
-    fallback: Callable[[str], Source] | None = None
-
-
-def whole(profile: NestedProfile) -> Source:
-    """A profile already in memory."""
-    return Source((profile,))
-
-
-def file_source(path: Path, memory_gb: float | None, stages: Stages) -> Source:
-    """`path` read whole, or, when its kind can be (nsysmap.read.input_kinds) and it
-    would not fit in `memory_gb`, one process at a time (nsysmap.sources.by_process) or,
-    for a single process, one time window at a time (nsysmap.sources.by_window)."""
-    processes = processes_read_apart(path, memory_gb)
-    if processes is not None:
-        return Source(process_profiles(path, processes, stages=stages), apart=True)
-    with stages.stage("read", "finding where to cut the timeline"):
-        plan = windows_planned(path, memory_gb)
-    if plan is None:
-        return Source(_read_whole(path, stages))
-    if plan.refused is not None:
-        return Source(_read_whole(path, stages, plan.refused))
-    check = WindowCheck(plan.ops, plan.autograd, plan.nodes)
-    return Source(
-        window_profiles(path, plan, stages=stages, check=check),
-        apart=True,
-        merged=lambda parts: merged_profile(parts, META_KEY),
-        check=check,
-        fallback=lambda reason: Source(_read_whole(path, stages, reason)),
-    )
-
-
-def _read_whole(path: Path, stages: Stages, refused: str | None = None) -> Iterator[NestedProfile]:
-    """The profile of `path` (read only when the flow asks for it); `refused`: why it
-    was not read in time windows (its meta's `windows_refused`)."""
-    profile = load_profile(path, stages=stages)
-    if refused is not None:
-        note = pl.DataFrame({"key": [REFUSED_KEY], "value": [refused]}, schema=profile.meta.schema)
-        profile = replace(profile, meta=pl.concat([profile.meta, note]))
-    yield profile
 
 
 @dataclass(frozen=True)
@@ -337,6 +279,13 @@ def _recorded_options(settings: Settings) -> dict[str, Any]:
     """The manifest's options: the caller's, the name rules, and inference when off."""
     off = {} if settings.infer else {"infer": False}
     return {**(settings.options or {}), **settings.rules.options(), **off}
+
+
+def process_summary(analysis: Analysis, pid: int | None) -> Summaries:
+    """The summary tables of process `pid`'s operations alone, of a flow over several
+    processes (several reports: one rank each, nsysmap.many.task); without by_range,
+    whose ranges the flow has not kept."""
+    return summarise(analysis.store.scan().filter(pl.col("pid") == pid).collect())
 
 
 def _require_ops(profile: NestedProfile) -> None:

@@ -27,12 +27,12 @@ from nsysmap.attribution.rules import BUILTIN, NameRules
 from nsysmap.core.profile import NestedProfile
 from nsysmap.core.timings import Stages
 from nsysmap.flow.analysis import Analysis, inferred_text, with_tables
-from nsysmap.flow.run_stages import Settings, file_source, flow, whole
+from nsysmap.flow.run_stages import Settings, flow
 from nsysmap.output.ops_sinks import HoldOps, OpsSink, sink_for
 from nsysmap.output.placement import check_output_dir, staging
 from nsysmap.output.writer import OPS_FILE, OUTPUT_NAMES, input_identity, write_outputs
-from nsysmap.read.input_kinds import called
-from nsysmap.read.regular_file import regular_file
+from nsysmap.sources.choose import choose, whole
+from nsysmap.sources.input_kinds import kind_of
 from nsysmap.sources.reading import load_profile
 
 __all__ = [
@@ -123,7 +123,7 @@ def attribute_file(
     """`analyse_file` with its settings, and `before_write` applied to the
     analysis before it is written (`nsysmap run` adds the model's FLOPs)."""
     out_dir = check_output_dir(out_dir, OUTPUT_NAMES)
-    path = regular_file(path, called(path))
+    kind = kind_of(path)  # the one check of the path, before the hash reads it
     stages = settings.stages
     stop = threading.Event()
     with ThreadPoolExecutor(1) as pool, ExitStack() as cleanup:
@@ -133,7 +133,7 @@ def attribute_file(
             def read() -> None:  # hashed beside attribution (reading keeps both cores busy)
                 hashed.append(pool.submit(_timed_identity, path, stop))
 
-            source = file_source(path, memory_gb, stages)
+            source = choose(path, kind, memory_gb, stages)
 
             def staged() -> Path:  # large OPS rows are staged beside out_dir, then moved in
                 return cleanup.enter_context(staging(out_dir)) / OPS_FILE

@@ -11,107 +11,43 @@ summarised process by process, holding one process's profile at a time:
 
 Every summary adds up over processes (by_range's calls, sums and spans are
 per range instance, and an instance is one process's), and op_id and
-range_id go on counting from one process to the next. `processes_read_apart`
-decides whether to split (the export's expected peak memory against what
-is free), `process_profiles` yields each process's profile in turn (a
-source of the one flow, nsysmap.flow.run_stages), and `merged_profile` puts their
-meta back together.
+range_id go on counting from one process to the next. Whether to split is
+decided in nsysmap.sources.choose (the export's expected peak memory against
+what is free), `process_profiles` yields each process's profile in turn (a
+source of the one flow, nsysmap.flow.run_stages), and `merged_profile` puts
+their meta back together.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
 
 import polars as pl
 
-from nsysmap.attribution.normalise import normalise
 from nsysmap.core.profile import NestedProfile
-from nsysmap.core.scalars import opt_int
 from nsysmap.core.timings import Stages
-from nsysmap.read.input_kinds import kind_of
-from nsysmap.read.nsys import nsys_specs as specs
-from nsysmap.read.nsys.nsys_probe import open_export
-from nsysmap.read.nsys.nsys_sql import last_rowid
-from nsysmap.read.nsys.nsys_sqlite import GPU_WORK_SPECS, gpu_processes, read_sqlite
-
-# Peak resident memory of a whole-export run per row of its GPU activity,
-# CUDA API and NVTX tables: 15.4 GB for 49.5 million rows (10^7 kernels,
-# 2.9·10^7 ranges, 10^7 API calls) in the benchmark (docs/performance.md).
-BYTES_PER_ROW = 310
-# Split when the expected peak is above this share of the memory available.
-AVAILABLE_SHARE = 0.8
-_ROW_SPECS = (*GPU_WORK_SPECS, specs.RUNTIME, specs.NVTX)
-
-
-def processes_read_apart(path: Path, memory_gb: float | None) -> list[int] | None:
-    """The processes to read and attribute one at a time, or None to read `path` whole.
-
-    Only for inputs whose kind can be read by process (nsysmap.read.input_kinds:
-    nsys SQLite exports) with work on two processes or more, whose expected
-    peak (`expected_bytes`) is above `memory_gb` (None: 80 % of the memory
-    available now; none known: never split).
-    """
-    if not kind_of(path).by_process:
-        return None
-    budget = memory_gb * 1e9 if memory_gb is not None else available_bytes()
-    if budget is None or expected_bytes(path) <= budget:
-        return None
-    processes = gpu_processes(path)
-    return processes if processes is not None and len(processes) > 1 else None
-
-
-def expected_bytes(path: Path) -> int:
-    """About the peak memory of reading `path` whole: BYTES_PER_ROW per row
-    (by the tables' largest rowids: no scan)."""
-    export = open_export(path)
-    return BYTES_PER_ROW * sum(last_rowid(export, spec.table) or 0 for spec in _ROW_SPECS)
-
-
-def available_bytes() -> float | None:
-    """AVAILABLE_SHARE of the memory available now (Linux), else None."""
-    try:
-        lines = Path("/proc/meminfo").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        name, _, value = line.partition(":")
-        if name == "MemAvailable" and value.split()[0].isdigit():
-            return AVAILABLE_SHARE * int(value.split()[0]) * 1024
-    return None
+from nsysmap.read.nsys.nsys_sqlite import Export, read_sqlite
+from nsysmap.sources.reading import Part, normalised_parts
 
 
 def process_profiles(
-    path: Path, processes: list[int], *, stages: Stages
+    export: Export, processes: list[int], *, stages: Stages
 ) -> Iterator[NestedProfile]:
-    """Each process of `path` in turn, read and normalised (a source of nsysmap.flow.run_stages).
+    """Each process of `export` in turn, read and normalised (a source of the flow).
 
     op_id and range_id go on counting from one process to the next. Only
     one process's profile is read at a time: the caller lets go of one
     before asking for the next.
     """
-    reads = ((f"reading process {pid}", {"process": pid}) for pid in processes)
-    return read_parts(path, reads, stages=stages)
 
+    def part(pid: int) -> Part:
+        return Part(
+            f"reading process {pid}",
+            lambda first_ids: read_sqlite(export, first_ids=first_ids, process=pid),
+        )
 
-def read_parts(
-    path: Path, reads: Iterable[tuple[str, dict[str, Any]]], *, stages: Stages
-) -> Iterator[NestedProfile]:
-    """Each part of `path` in turn (a process, a time window: `read_sqlite`'s keywords,
-    after the progress line that says which), read and normalised; op_id and
-    range_id go on counting from one part to the next."""
-    first_ids = (0, 0)
-    for label, keywords in reads:
-        with stages.stage("read", label):
-            raw = read_sqlite(path, first_ids=first_ids, **keywords)
-        with stages.stage("normalise", "nesting ranges"):
-            profile = normalise(raw)
-        del raw
-        first_ids = next_ids(profile, first_ids)
-        yield profile
-        del profile
+    return normalised_parts((part(pid) for pid in processes), stages)
 
 
 def merged_profile(
@@ -124,19 +60,6 @@ def merged_profile(
         profiles[0],
         threads=pl.concat([p.threads for p in profiles]).unique(maintain_order=True),
         meta=merged_meta([p.meta for p in profiles], len(profiles), key),
-    )
-
-
-def next_ids(profile: NestedProfile, first_ids: tuple[int, int]) -> tuple[int, int]:
-    """Where the next process's op_id and range_id start (past every id of this one,
-    the synthetic FSDP ranges that nesting added included)."""
-    last_op, last_range = (
-        opt_int(profile.ops["op_id"].max()),
-        opt_int(profile.ranges["range_id"].max()),
-    )
-    return (
-        first_ids[0] if last_op is None else max(first_ids[0], last_op + 1),
-        first_ids[1] if last_range is None else max(first_ids[1], last_range + 1),
     )
 
 

@@ -8,8 +8,9 @@ summarised on its own, like a process read apart::
              ├─ window [t1, t2): ... and the ranges open across t1    ─> OPS blocks, partial sums
              └─ window [t2, ..): ... and the ranges open across t2       by_range per window, merged
 
-Where to cut (nsysmap.read.nsys.window_cuts): at a range's start near equal numbers
-of runtime calls, the one with the fewest ranges open across it, and never
+Where to cut (the reader's: nsysmap.read.nsys.window_plan, given the names no
+cut may cross, CUT_RULES): at a range's start near equal numbers of runtime
+calls, the one with the fewest ranges open across it, and never
 across what cannot be carried: an autograd sequence number on both sides
 (the forward operator's range and the backward's are not carried into each
 other's window), a range left open (closed at its thread's last event), an
@@ -19,8 +20,9 @@ read into every window it overlaps, with one range id (nsysmap.sources.window_ca
 so that nesting, labels, steps from step ranges and attribution in each
 window are those of a whole read; by_range counts its instance once, with
 the span of all its operations (`merge_by_range`). op_id counts on from one
-window to the next. `windows_read_apart` decides (the memory budget, or
-NSYSMAP_WINDOWS), `window_profiles` yields the windows' profiles, and
+window to the next. Whether to cut, and into how many windows, is decided in
+nsysmap.sources.choose (the memory budget, or NSYSMAP_WINDOWS); `window_plan`
+asks the reader where, `window_profiles` yields the windows' profiles, and
 `WindowCheck` watches them for what would make them differ from a whole
 read: the two sides of an edge reading, nesting or clipping a carried range
 apart, a carried range nested over MAX_PATH_DEPTH deep, steps or phases
@@ -32,32 +34,32 @@ different numbers.
 
 from __future__ import annotations
 
-import itertools
-import math
-import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, field
 
 import polars as pl
 
-from nsysmap.attribution.normalise import normalise
-from nsysmap.core.profile import NestedProfile
+from nsysmap.attribution.labels import AUTOGRAD_NODE, FSDP_HOOK, SEQ
+from nsysmap.attribution.record_evidence import AUTOGRAD_THREAD
+from nsysmap.core.profile import NestedProfile, Profile
 from nsysmap.core.timings import Stages
-from nsysmap.read.input_kinds import kind_of
-from nsysmap.read.nsys.nsys_sql import RowWindow
-from nsysmap.read.nsys.nsys_sqlite import gpu_processes, read_sqlite
-from nsysmap.read.nsys.window_cuts import Segments, segments
-from nsysmap.sources.by_process import available_bytes, expected_bytes, next_ids
-from nsysmap.sources.window_carry import Carry, carried_rows, crossing_ids, inside, path_rows
+from nsysmap.read.nsys.nsys_sqlite import Export, read_sqlite
+from nsysmap.read.nsys.window_plan import CutRules, RowWindow, plan_windows
+from nsysmap.sources.reading import Part, normalised_parts
+from nsysmap.sources.window_carry import Carry, crossing_ids, inside, path_rows
+from nsysmap.waits.sync_rules import SYNC_RANGE, one_pattern
 
-# Forces the number of windows (an integer; tests and measurements), whatever
-# the memory budget: `NSYSMAP_WINDOWS=4 nsysmap attribute ...`.
-WINDOWS_ENV = "NSYSMAP_WINDOWS"
 META_KEY = "windows_read_apart"
 REFUSED_KEY = "windows_refused"
-# A cut with more ranges open across it than this is not used (each is read by rowid).
-MAX_CARRIED = 4096
+# The names no cut may cross, as attribution and the waits read them (the reader
+# holds none of the name rules).
+CUT_RULES = CutRules(
+    seq=SEQ,
+    fsdp_hook=FSDP_HOOK,
+    autograd_node=AUTOGRAD_NODE,
+    sync_range=one_pattern(SYNC_RANGE),
+    autograd_thread=AUTOGRAD_THREAD,
+)
 
 
 @dataclass(frozen=True)
@@ -73,119 +75,43 @@ class Plan:
     carried: tuple[int, ...] = ()  # per window, how many ranges are open across its start
 
 
-def windows_read_apart(path: Path, memory_gb: float | None) -> Plan | None:
-    """The windows to read `path` in, or None to read it whole.
-
-    Only for inputs read by process (nsys SQLite exports) with GPU work on one
-    process, expected to need more than `memory_gb` (None: 80 % of the memory
-    available) or split by NSYSMAP_WINDOWS: as many windows as the expected
-    peak is over the budget, doubled (a window's peak is not its share of
-    the rows). A plan with `refused` says why it cannot be cut exactly.
-    """
-    if not kind_of(path).by_process:
-        return None
-    count = _forced()
-    if count is None:
-        budget = memory_gb * 1e9 if memory_gb is not None else available_bytes()
-        need = expected_bytes(path)
-        if budget is None or need <= budget:
-            return None
-        count = 2 * math.ceil(need / max(budget, 1.0))
-    processes = gpu_processes(path)
-    if count < 2 or processes is None or len(processes) != 1:
-        return None
-    found = segments(str(path), processes[0])
+def window_plan(export: Export, pid: int, count: int) -> Plan:
+    """At most `count` windows to read process `pid` of `export` in (each with calls),
+    or why it cannot be cut exactly (nsysmap.sources.choose decides to cut)."""
+    found = plan_windows(export, pid, count, CUT_RULES)
     if isinstance(found, str):
-        return Plan(processes[0], [], 0, refused=found)
-    windows, carried = _windows(found, count, str(path), processes[0])
-    if len(windows) < 2:
-        refused = "no cut outside every autograd link and range left open has calls on both sides"
-        return Plan(processes[0], [], 0, refused=refused)
-    return Plan(processes[0], windows, found.ops, found.autograd, found.nodes, carried=carried)
-
-
-def _forced() -> int | None:
-    value = os.environ.get(WINDOWS_ENV, "").strip()
-    return int(value) if value.isdigit() else None
-
-
-def _windows(
-    found: Segments, count: int, path: str, pid: int
-) -> tuple[list[RowWindow], tuple[int, ...]]:
-    """`count` windows or fewer, each with calls, and the ranges open across each
-    window's start (read into it by rowid): cut at the candidate cuts with the
-    fewest ranges open across them near equal numbers of runtime calls."""
-    m = len(found.cuts)
-    every = pl.DataFrame({"segment": pl.int_range(0, m + 1, eager=True, dtype=pl.UInt32)})
-    stats = every.join(found.calls.cast({"segment": pl.UInt32}), on="segment", how="left")
-    stats = stats.with_columns(pl.col("calls").fill_null(0))
-    cum = stats["calls"].cum_sum()
-    # A boundary after segment s cuts at cuts[s].
-    ends = _chosen(cum.slice(0, m), int(cum[-1]), found.open_across, count) if m else []
-    quiet = found.exact and all(found.open_across[s] == 0 for s in ends)
-    rows = [[] for _ in ends] if quiet else carried_rows(path, pid, [found.cuts[s] for s in ends])
-    usable = MAX_CARRIED if found.nvtx_rows is not None else 0  # else no rowid is read
-    kept = [(s, r) for s, r in zip(ends, rows, strict=True) if len(r) <= usable]
-    edges = [0, *(s + 1 for s, _ in kept), m + 1]
-    carried: list[list[int]] = [[], *(r for _, r in kept)]
-    windows = []
-    for (first, after), extra in zip(itertools.pairwise(edges), carried, strict=True):
-        start = (
-            found.cuts[first - 1] if first else None,
-            found.cuts[after - 1] if after <= m else None,
-        )
-        window = found.window(stats.slice(first, after - first), start)
-        # The carried ranges are read by rowid beside the domain creations.
-        windows.append(replace(window, domains=tuple(sorted({*window.domains, *extra}))))
-    return windows, tuple(len(r) for r in carried)
-
-
-def _chosen(before: pl.Series, total: int, across: list[int], count: int) -> list[int]:
-    """The candidate cuts (by index) to cut at: for each of `count` - 1 targets at
-    equal numbers of calls, the one with the fewest ranges open across it
-    (`across`) within a quarter window's calls of the target, else the nearest.
-    `before`: the calls before each candidate, of `total`."""
-    frame = pl.DataFrame({"i": pl.int_range(before.len(), eager=True), "cum": before})
-    frame = frame.with_columns(open=pl.Series(across, dtype=pl.Int64))
-    frame = frame.filter((pl.col("cum") > 0) & (pl.col("cum") < total))
-    distinct = frame.unique("cum", keep="first", maintain_order=True)
-    if distinct.height < count:  # as many windows as there are stretches with calls
-        return distinct["i"].to_list()
-    slack = total / (4 * count)
-    picked: set[int] = set()
-    for j in range(1, count):
-        near = frame.with_columns(d=(pl.col("cum") - total * j / count).abs())
-        close = near.filter(pl.col("d") <= slack)
-        best = close.sort("open", "d", "i") if close.height else near.sort("d", "i")
-        if best.height:
-            picked.add(int(best["i"][0]))
-    return sorted(picked)
+        return Plan(pid, [], 0, refused=found)
+    return Plan(pid, found.windows, found.ops, found.autograd, found.nodes, carried=found.carried)
 
 
 def window_profiles(
-    path: Path, plan: Plan, *, stages: Stages, check: WindowCheck | None = None
+    export: Export, plan: Plan, *, stages: Stages, check: WindowCheck | None = None
 ) -> Iterator[NestedProfile]:
-    """Each window of `plan` in turn, read and normalised (a source of nsysmap.flow.run_stages);
+    """Each window of `plan` in turn, read and normalised (a source of the flow);
     op_id counts on from one window to the next, a range carried into a window
     keeps the id it had in the window before, others count on. `check` learns
     what each window carries (and refuses windows whose carried ranges differ)."""
-    carry, first_ids = Carry(), (0, 0)
-    for i, window in enumerate(plan.windows):
-        with stages.stage("read", f"reading window {i + 1}/{len(plan.windows)}"):
+    carry = Carry()
+
+    def part(i: int, window: RowWindow) -> Part:
+        refusals: list[str | None] = []
+
+        def read(first_ids: tuple[int, int]) -> Profile:
             raw = read_sqlite(
-                path, first_ids=first_ids, process=plan.pid, window=window, require_gpu=False
+                export, first_ids=first_ids, process=plan.pid, window=window, require_gpu=False
             )
             raw, refused = carry.identified(raw, window)
-        with stages.stage("normalise", "nesting ranges"):
-            profile = normalise(raw)
-            handed = carry.handed_on(raw, profile, window)
-        refused = refused or handed
-        del raw
-        if check is not None:
-            check.carry(i, profile, window, refused)
-        first_ids = next_ids(profile, first_ids)
-        yield profile
-        del profile
+            refusals.append(refused)
+            return raw
+
+        def nested(raw: Profile, profile: NestedProfile) -> None:
+            refused = refusals[0] or carry.handed_on(raw, profile, window)
+            if check is not None:
+                check.carry(i, profile, window, refused)
+
+        return Part(f"reading window {i + 1}/{len(plan.windows)}", read, nested)
+
+    return normalised_parts((part(i, w) for i, w in enumerate(plan.windows)), stages)
 
 
 @dataclass

@@ -9,10 +9,9 @@ cut falls in) is read into each window it overlaps, with one range id::
     window 1 [ calls ......... )                            gives steps as in a whole read
     window 2                   [ calls ............ )
 
-* `carried_rows` (planning): per cut, the rowids of the ranges open across
-  it (start < cut <= end), one scan of NVTX in which SQLite keeps only
-  those rows; the reader reads them into the window after the cut with its
-  own rows.
+* planning (the reader's: nsysmap.read.nsys.window_scans.carried_rows): per
+  cut, the rowids of the ranges open across it, read into the window after
+  the cut with its own rows.
 * `Carry` (reading): gives a carried range, in the window after the cut,
   the id it had in the window before (ranges are matched by thread, times,
   name, kind and domain: identical ones are interchangeable), and says why
@@ -33,68 +32,13 @@ import polars as pl
 
 from nsysmap.attribution.paths import PATH_SEPARATOR
 from nsysmap.core.profile import NestedProfile, Profile
-from nsysmap.read.nsys import nsys_specs as specs
-from nsysmap.read.nsys import nsys_sql as sql
-from nsysmap.read.nsys.nsys_frames import RANGE_KINDS
-from nsysmap.read.nsys.nsys_probe import BACKEND_ERRORS, open_export, unreadable
-from nsysmap.read.nsys.nsys_sql import RowWindow
-from nsysmap.read.nsys.window_cuts import END
+from nsysmap.read.nsys.window_plan import RowWindow
 from nsysmap.summaries.by_range import MAX_PATH_DEPTH, path_keys
 from nsysmap.summaries.range_tree import preorder
 
 # What names a range across windows (with its place among identical ones).
 KEY = ["pid", "tid", "start_ns", "end_ns", "name", "kind", "domain"]
 _NESTED = ["range_id", "depth", "parent_id", "end_ns"]
-_KINDS = ", ".join(str(kind) for kind in RANGE_KINDS)
-# Cuts asked about in one scan (each adds a term to the query's condition).
-CUTS_PER_SCAN = 100
-
-
-def carried_rows(path: str, pid: int, cuts: list[int]) -> list[list[int]]:
-    """Per cut of `cuts` (ascending), the rowids of process `pid`'s NVTX ranges open
-    across it (start < cut <= end; a range left open: to the end of time). SQLite
-    keeps only those rows, in one scan per CUTS_PER_SCAN cuts."""
-    export = open_export(path)
-    present = export.columns(specs.NVTX.table)
-    per_cut: list[list[int]] = [[] for _ in cuts]
-    if present is None or not cuts:
-        return per_cut
-    whose = ""
-    if sql.has_process_column(specs.NVTX, present):
-        whose = f' AND (("{specs.NVTX.process}" >> 24) & {specs.ID_MASK}) = ?'
-    found = []
-    for first in range(0, len(cuts), CUTS_PER_SCAN):
-        chunk = cuts[first : first + CUTS_PER_SCAN]
-        crossing = " OR ".join(['("start" < ? AND coalesce("end", ?) >= ?)'] * len(chunk))
-        query = (
-            f'SELECT rowid AS "rowid", "start" AS "start", "end" AS "end" FROM "{specs.NVTX.table}"'
-            f' WHERE "eventType" IN ({_KINDS}){whose} AND ({crossing})'
-        )
-        values = [*([pid] if whose else []), *(v for cut in chunk for v in (cut, END, cut))]
-        try:
-            with export.connect() as conn, conn.cursor() as cur:
-                cur.execute(query, parameters=values)
-                table = pl.from_arrow(cur.fetch_arrow_table())
-        except BACKEND_ERRORS as exc:
-            raise unreadable(export.file, exc) from None
-        assert isinstance(table, pl.DataFrame)
-        found.append(table.cast(_ROWS))
-    rows = pl.concat([pl.DataFrame(schema=_ROWS), *found])
-    bounds = pl.Series(cuts, dtype=pl.Int64)
-    rows = rows.with_columns(
-        cut=pl.int_ranges(
-            bounds.search_sorted(rows["start"], side="right"),
-            bounds.search_sorted(rows["end"].fill_null(END), side="right"),
-        )
-    ).explode("cut")
-    for (cut,), at in (
-        rows.drop_nulls("cut").sort("rowid").partition_by("cut", as_dict=True).items()
-    ):
-        per_cut[int(cut)] = at["rowid"].to_list()
-    return per_cut
-
-
-_ROWS = pl.Schema({"rowid": pl.Int64, "start": pl.Int64, "end": pl.Int64})
 
 
 def _keyed(ranges: pl.DataFrame) -> pl.DataFrame:

@@ -79,9 +79,11 @@ class Export:
         return adbc.connect(self.uri)
 
 
-def open_export(path: str | os.PathLike[str]) -> Export:
-    """Check the export at `path` and probe its tables (opened read-only)."""
-    file = check_file(path)
+def open_export(path: str | os.PathLike[str], *, checked: bool = False) -> Export:
+    """Check the export at `path` and probe its tables (opened read-only).
+
+    `checked`: `path` already passed `regular_file` (it is not checked again)."""
+    file = check_file(path, checked=checked)
     uri = f"file:{quote(str(file.resolve()))}?mode=ro&immutable=1"
     try:
         with adbc.connect(uri) as conn:
@@ -103,9 +105,15 @@ def unreadable(file: Path, exc: BaseException) -> NotAProfile:
     return NotAProfile(f"{file}: unreadable SQLite database ({detail})")
 
 
-def check_file(path: str | os.PathLike[str]) -> Path:
-    """`path` as a Path, once its first bytes look like a complete SQLite file."""
-    file = regular_file(path, "an nsys .sqlite export")
+def opened(source: Export | str | os.PathLike[str]) -> Export:
+    """`source` itself when already opened and probed, else the export at that path."""
+    return source if isinstance(source, Export) else open_export(source)
+
+
+def check_file(path: str | os.PathLike[str], *, checked: bool = False) -> Path:
+    """`path` as a Path, once its first bytes look like a complete SQLite file
+    (`checked`: it already passed `regular_file`)."""
+    file = Path(path) if checked else regular_file(path, "an nsys .sqlite export")
     try:
         with file.open("rb") as stream:
             header = stream.read(100)

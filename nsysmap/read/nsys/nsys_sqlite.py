@@ -31,7 +31,11 @@ from nsysmap.core.profile import Profile, meta_frame
 from nsysmap.read.nsys import nsys_frames as frames
 from nsysmap.read.nsys import nsys_specs as specs
 from nsysmap.read.nsys import nsys_sql as sql
-from nsysmap.read.nsys.nsys_probe import Export, open_export
+from nsysmap.read.nsys.nsys_probe import Export, open_export, opened
+
+# What the sources of the flow use (nsysmap.sources): an export opened and probed
+# once, then read whole or in parts, and how large a whole read would be.
+__all__ = ["Export", "expected_bytes", "gpu_processes", "open_export", "read_sqlite"]
 
 GPU_SPECS = (specs.KERNEL, specs.MEMCPY, specs.MEMSET)
 # Tables of GPU work: the core ones and CUDA graph replays traced as a whole.
@@ -39,6 +43,10 @@ GPU_WORK_SPECS = (*GPU_SPECS, specs.GRAPH_TRACE)
 GRAPH_SPECS = (specs.GRAPH_TRACE, specs.GRAPH_NODE_EVENTS, specs.GRAPH_EVENTS)
 CORE_TABLES = tuple(s.table for s in (*GPU_SPECS, specs.RUNTIME, specs.NVTX))
 # Every table the reader uses, biggest first (so the reading threads finish together).
+# Peak resident memory of a whole-export run per row of its GPU activity,
+# CUDA API and NVTX tables: 15.4 GB for 49.5 million rows (10^7 kernels,
+# 2.9·10^7 ranges, 10^7 API calls) in the benchmark (docs/performance.md).
+BYTES_PER_ROW = 310
 TABLES = (
     specs.NVTX,
     *GPU_SPECS,
@@ -54,14 +62,15 @@ TABLES = (
 
 
 def read_sqlite(
-    path: str | os.PathLike[str],
+    source: Export | str | os.PathLike[str],
     *,
     require_gpu: bool = True,
     process: int | None = None,
     first_ids: tuple[int, int] = (0, 0),
     window: sql.RowWindow | None = None,
 ) -> Profile:
-    """The export at `path` as a Profile of normalised frames.
+    """The export at `source` (a path, or an export already opened) as a Profile of
+    normalised frames.
 
     `process`: only that process's rows (see `gpu_processes`), with op_id and
     range_id counting from `first_ids` (operations, ranges). `window`: only
@@ -72,7 +81,7 @@ def read_sqlite(
     holds no kernel, memcpy, memset or graph replay) NoGpuData, each with a
     one-line message.
     """
-    export = open_export(path)
+    export = opened(source)
     strings = specs.strings_table(sql.read_table(export, specs.STRINGS))
     if require_gpu and not any(export.has(s.table) for s in GPU_WORK_SPECS):
         _require_ops(export, {specs.RUNTIME.table: sql.read_table(export, specs.RUNTIME)}, strings)
@@ -104,14 +113,14 @@ def read_sqlite(
     ).checked()
 
 
-def gpu_processes(path: str | os.PathLike[str]) -> list[int] | None:
+def gpu_processes(source: Export | str | os.PathLike[str]) -> list[int] | None:
     """The processes that ran GPU work, ascending, when every row of the export
     can be read one process at a time; None when some cannot (a table that
     does not say whose its rows are, or a row of GPU work without a process).
 
     One scan of each GPU activity table.
     """
-    export = open_export(path)
+    export = opened(source)
     for spec in TABLES:
         present = export.columns(spec.table)
         if spec.process and present is not None and not sql.has_process_column(spec, present):
@@ -122,6 +131,14 @@ def gpu_processes(path: str | os.PathLike[str]) -> list[int] | None:
     if None in found:
         return None
     return sorted(p for p in found if p is not None)
+
+
+def expected_bytes(source: Export | str | os.PathLike[str]) -> int:
+    """About the peak memory of reading the export whole: BYTES_PER_ROW per row
+    (by the tables' largest rowids: no scan)."""
+    export = opened(source)
+    rows = (*GPU_WORK_SPECS, specs.RUNTIME, specs.NVTX)
+    return BYTES_PER_ROW * sum(sql.last_rowid(export, spec.table) or 0 for spec in rows)
 
 
 def _keep_launched(raw: frames.Raw) -> None:

@@ -43,15 +43,16 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from nsysmap.attribution.labels import AUTOGRAD_NODE, FSDP_HOOK, SEQ
 from nsysmap.read.nsys import nsys_specs as specs
 from nsysmap.read.nsys import nsys_sql as sql
 from nsysmap.read.nsys.nsys_frames import RANGE_KINDS, nvtx_batch
-from nsysmap.read.nsys.nsys_probe import Export, open_export
+from nsysmap.read.nsys.nsys_probe import Export, opened
 from nsysmap.read.nsys.nsys_sql import DOMAIN_CREATE, RowWindow
 from nsysmap.read.nsys.window_scans import (
     CHUNK_ROWS,
+    END,
     GPU_WORK,
+    CutRules,
     autograd_threads,
     call_stretches,
     counted,
@@ -60,9 +61,7 @@ from nsysmap.read.nsys.window_scans import (
     op_batches,
     scan,
 )
-from nsysmap.waits.sync_rules import SYNC_RANGE, matches
 
-END = (1 << 63) - 1  # where a range left open ends
 # With more NVTX domain creations than this, windows read NVTX without rowid bounds.
 MAX_DOMAINS = 256
 # The NVTX reduction's kinds of rows: spans no cut may cross, autograd sequence numbers,
@@ -152,14 +151,14 @@ def _bounds(rows: pl.DataFrame) -> tuple[int, int]:
     return (lo - 1, hi)
 
 
-def segments(path: str, pid: int) -> Segments | str:
+def segments(source: Export | str, pid: int, rules: CutRules) -> Segments | str:
     """The stretches of process `pid`'s timeline, or why it cannot be cut exactly."""
-    export = open_export(path)
+    export = opened(source)
     refused = _unsupported(export)
     if refused is not None:
         return refused
     strings = specs.strings_table(sql.read_table(export, specs.STRINGS))
-    found = _range_spans(export, pid, strings)
+    found = _range_spans(export, pid, strings, rules)
     if isinstance(found, str):
         return found
     candidates, (nvtx_rows, outliers), domains, nodes, exact = found
@@ -171,7 +170,7 @@ def segments(path: str, pid: int) -> Segments | str:
     calls = call_stretches(export, pid, candidates["t"].to_list())
     if calls["segment"].null_count():
         return "runtime calls without a start time"
-    autograd = autograd_threads(export, pid, strings)
+    autograd = autograd_threads(export, pid, strings, rules)
     op_rows = op_batches(export, pid)
     ops = sum(int(batches["n"].sum()) for batches in op_rows.values())
     calls = calls.drop_nulls("segment")
@@ -199,14 +198,14 @@ _CANDIDATES = pl.Schema({"t": pl.Int64, "open": pl.Int64})
 
 
 def _range_spans(
-    export: Export, pid: int, strings: pl.DataFrame
+    export: Export, pid: int, strings: pl.DataFrame, rules: CutRules
 ) -> tuple[pl.DataFrame | None, _Rows, tuple[int, ...], bool, bool] | str:
     """The candidate cuts (t, and about how many ranges are open across it: `open`;
     None without NVTX), the NVTX chunks' start times and rowids and the rows kept
     apart from them (None: not to bound), the rowids of its domain creations,
     whether a range names an autograd node and whether `open` is exact; or a
     refusal."""
-    reduced = scan(export, specs.NVTX, lambda batch: _reduced(batch, strings), pid)
+    reduced = scan(export, specs.NVTX, lambda batch: _reduced(batch, strings, rules), pid)
     if reduced is None:
         return None, (None, None), (), False, True  # no NVTX
     kinds = set(reduced["kind"].unique())
@@ -258,7 +257,7 @@ def open_across(times: pl.Series, spans: pl.DataFrame) -> pl.Series:
     return (before - ended).alias("open")
 
 
-def _reduced(batch: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
+def _reduced(batch: pl.DataFrame, strings: pl.DataFrame, rules: CutRules) -> pl.DataFrame:
     """A batch of NVTX rows as _REDUCED rows: the spans no cut may cross (ranges left
     open, `.item()` ranges), its sequence numbers' spans, candidate cuts, ranges
     reaching past its last start, its start times and rowids, one row when it holds
@@ -283,20 +282,21 @@ def _reduced(batch: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
         row_lo=pl.col("rowid").min(),
         row_hi=pl.col("rowid").max(),
     )
-    seqs = rows.select("lo", "hi", seq=pl.col("name").str.extract(SEQ, 1).cast(pl.Int64))
+    seqs = rows.select("lo", "hi", seq=pl.col("name").str.extract(rules.seq, 1).cast(pl.Int64))
     seqs = seqs.drop_nulls("seq").group_by("seq").agg(pl.col("lo").min(), pl.col("hi").max())
     flags = []
-    if rows["name"].str.contains(FSDP_HOOK).any():
+    if rows["name"].str.contains(rules.fsdp_hook).any():
         flags.append(_FSDP)
     if rows["lo"].null_count():
         flags.append(_NO_START)
-    if rows["name"].str.contains(AUTOGRAD_NODE).any():
+    if rows["name"].str.contains(rules.autograd_node).any():
         flags.append(_NODE)
     domains = batch.filter(pl.col("eventType") == DOMAIN_CREATE).select(
         kind=pl.lit(_DOMAIN), row_lo="rowid"
     )
     timed = rows.drop_nulls("lo")
-    fixed = timed.filter((pl.col("hi") == END) | matches("name", SYNC_RANGE)).select("lo", "hi")
+    waits_read = pl.col("name").str.contains(rules.sync_range)
+    fixed = timed.filter((pl.col("hi") == END) | waits_read).select("lo", "hi")
     parts = [
         domains,
         extent,

@@ -10,16 +10,35 @@ reads only the stretches of a table that hold its rows.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import polars as pl
 
-from nsysmap.attribution.record_evidence import AUTOGRAD_THREAD
 from nsysmap.read.nsys import nsys_specs as specs
 from nsysmap.read.nsys import nsys_sql as sql
+from nsysmap.read.nsys.nsys_frames import RANGE_KINDS
 from nsysmap.read.nsys.nsys_probe import BACKEND_ERRORS, Export, unreadable
 
 CHUNK_ROWS = 1 << 16
+END = (1 << 63) - 1  # where a range left open ends
+_KINDS = ", ".join(str(kind) for kind in RANGE_KINDS)
+# Cuts asked about in one scan (each adds a term to the query's condition).
+CUTS_PER_SCAN = 100
+
+
+@dataclass(frozen=True)
+class CutRules:
+    """The range and thread names a cut must respect: name rules of attribution and
+    of the waits, which the caller gives (nsysmap.sources.by_window), so that the
+    reader holds none of them. Each is a regular expression."""
+
+    seq: str  # an operator's autograd sequence number (`seq = N`, group 1)
+    fsdp_hook: str  # an FSDP hook range (paired into spans across any gap)
+    autograd_node: str  # a range naming an autograd node (work inside is backward work)
+    sync_range: str  # a range the waits read per window (`.item()`)
+    autograd_thread: str  # the name of autograd's threads (their work is backward work)
+
+
 GPU_WORK = (specs.KERNEL, specs.MEMCPY, specs.MEMSET, specs.GRAPH_TRACE)
 
 
@@ -42,15 +61,17 @@ def even_cuts(export: Export, pid: int) -> list[int]:
     return sorted({lo + (hi - lo) * i // EVEN_CUTS for i in range(1, EVEN_CUTS)} - {lo})
 
 
-def autograd_threads(export: Export, pid: int, strings: pl.DataFrame) -> tuple[int, ...]:
-    """The process's threads named as autograd's (nsysmap.attribution.record_evidence)."""
+def autograd_threads(
+    export: Export, pid: int, strings: pl.DataFrame, rules: CutRules
+) -> tuple[int, ...]:
+    """The process's threads named as autograd's (`rules.autograd_thread`)."""
     names = sql.read_table(export, specs.THREAD_NAMES, process=pid)
     if names is None:
         return ()
     named = names.select(
         tid=specs.thread_id("globalTid"), name=specs.string_value("nameId", strings)
     )
-    found = named.filter(pl.col("name").str.contains(AUTOGRAD_THREAD))["tid"]
+    found = named.filter(pl.col("name").str.contains(rules.autograd_thread))["tid"]
     return tuple(sorted(set(found.to_list())))
 
 
@@ -126,3 +147,49 @@ def counted(table: str, ints: str, process: str) -> specs.TableSpec:
 
 def height(batch: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame({"n": [batch.height]}, schema={"n": pl.Int64})
+
+
+def carried_rows(export: Export, pid: int, cuts: list[int]) -> list[list[int]]:
+    """Per cut of `cuts` (ascending), the rowids of process `pid`'s NVTX ranges open
+    across it (start < cut <= end; a range left open: to the end of time). SQLite
+    keeps only those rows, in one scan per CUTS_PER_SCAN cuts."""
+    present = export.columns(specs.NVTX.table)
+    per_cut: list[list[int]] = [[] for _ in cuts]
+    if present is None or not cuts:
+        return per_cut
+    whose = ""
+    if sql.has_process_column(specs.NVTX, present):
+        whose = f' AND (("{specs.NVTX.process}" >> 24) & {specs.ID_MASK}) = ?'
+    found = []
+    for first in range(0, len(cuts), CUTS_PER_SCAN):
+        chunk = cuts[first : first + CUTS_PER_SCAN]
+        crossing = " OR ".join(['("start" < ? AND coalesce("end", ?) >= ?)'] * len(chunk))
+        query = (
+            f'SELECT rowid AS "rowid", "start" AS "start", "end" AS "end" FROM "{specs.NVTX.table}"'
+            f' WHERE "eventType" IN ({_KINDS}){whose} AND ({crossing})'
+        )
+        values = [*([pid] if whose else []), *(v for cut in chunk for v in (cut, END, cut))]
+        try:
+            with export.connect() as conn, conn.cursor() as cur:
+                cur.execute(query, parameters=values)
+                table = pl.from_arrow(cur.fetch_arrow_table())
+        except BACKEND_ERRORS as exc:
+            raise unreadable(export.file, exc) from None
+        assert isinstance(table, pl.DataFrame)
+        found.append(table.cast(_ROWS))
+    rows = pl.concat([pl.DataFrame(schema=_ROWS), *found])
+    bounds = pl.Series(cuts, dtype=pl.Int64)
+    rows = rows.with_columns(
+        cut=pl.int_ranges(
+            bounds.search_sorted(rows["start"], side="right"),
+            bounds.search_sorted(rows["end"].fill_null(END), side="right"),
+        )
+    ).explode("cut")
+    for (cut,), at in (
+        rows.drop_nulls("cut").sort("rowid").partition_by("cut", as_dict=True).items()
+    ):
+        per_cut[int(cut)] = at["rowid"].to_list()
+    return per_cut
+
+
+_ROWS = pl.Schema({"rowid": pl.Int64, "start": pl.Int64, "end": pl.Int64})

@@ -4,14 +4,15 @@ Each `InputKind` row says, for one kind of profile file, how it is
 recognised (its name's suffixes, and a probe of its first bytes), what a
 message calls it, how it is read (a reader imported only when used, which
 returns a raw `Profile`), whether it is converted first (an `.nsys-rep`
-report is exported to SQLite by nsys), whether it can be read one process
-at a time (nsysmap.sources.by_process), and what is done once it is normalised
+report is exported to SQLite by nsys), whether it can be read in parts (one
+process or one time window at a time) and opened once for all its reads
+(an nsys export, probed once), and what is done once it is normalised
 (torch traces: the compiled kernels' modules and the compile time).
 
-Every other module asks this table: the flow (nsysmap.sources.reading,
-nsysmap.sources.by_process), several reports (nsysmap.many.input_files) and
-`nsysmap run` (nsysmap.capture). Adding an input kind is one reader module
-and one row (docs/architecture.md shows one).
+Every other module asks this table: the sources of the flow
+(nsysmap.sources.choose, nsysmap.sources.reading), several reports
+(nsysmap.many.input_files) and `nsysmap run` (nsysmap.capture). Adding an
+input kind is one reader module and one row (docs/architecture.md shows one).
 
 Which kind a file is (`kind_of`): the kind its name says, unless its first
 bytes fail that kind's probe and pass another's, which then wins (a trace
@@ -25,10 +26,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from nsysmap.core.profile import NestedProfile, Profile
 from nsysmap.read.nsys import nsys_tool
 from nsysmap.read.regular_file import regular_file
+
+if TYPE_CHECKING:
+    from nsysmap.read.nsys.nsys_sqlite import Export
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"
@@ -42,12 +47,17 @@ class InputKind:
     name: str
     suffixes: tuple[str, ...]  # lower case, with the dot
     called: str  # what a message calls a file of this kind ("a torch.profiler trace")
-    read: Callable[[Path], Profile]  # the raw profile (imports its reader when called)
+    # The raw profile, of the path or of what `open` gave (imports its reader when called)
+    read: Callable[[Any], Profile]
     probe: Callable[[bytes], bool] | None = None  # the file's first bytes look like this kind
     # Converted first: into the file beside it with the suffix `converted` (then read)
     convert: Callable[[Path, Path], Path] | None = None
     converted: str = ""
-    by_process: bool = False  # can be read one process at a time (nsysmap.sources.by_process)
+    # Can be read in parts, one process or one time window at a time (nsysmap.sources.choose)
+    by_process: bool = False
+    # Opened once, its path already checked (an nsys export probed once): what `read`
+    # and the reads by process or window are then given instead of the path.
+    open: Callable[[Path], Any] | None = None
     # Once normalised: what this kind adds (the input's path given too).
     after_normalise: Callable[[NestedProfile, Path], NestedProfile] | None = None
 
@@ -55,8 +65,11 @@ class InputKind:
         """Does `path`'s name end with one of this kind's suffixes?"""
         return path.name.lower().endswith(self.suffixes)
 
-    def read_raw(self, path: Path) -> Profile:
-        """The raw profile of `path`, converted first when this kind is."""
+    def read_raw(self, path: Path, opened: Any = None) -> Profile:
+        """The raw profile of `path` (or of `opened`, what `open` gave for it), converted
+        first when this kind is."""
+        if opened is not None:
+            return self.read(opened)
         if self.convert is not None:
             path = self.convert(path, path.with_suffix(self.converted))
         return self.read(path)
@@ -72,10 +85,16 @@ def _is_json_or_gzip(head: bytes) -> bool:
     return head.startswith(GZIP_MAGIC) or text[:1] in (b"{", b"[")
 
 
-def _read_sqlite(path: Path) -> Profile:
+def _read_sqlite(source: Path | Export) -> Profile:
     from nsysmap.read.nsys.nsys_sqlite import read_sqlite
 
-    return read_sqlite(path)
+    return read_sqlite(source)
+
+
+def _open_sqlite(path: Path) -> Export:
+    from nsysmap.read.nsys.nsys_sqlite import open_export
+
+    return open_export(path, checked=True)
 
 
 def _read_trace(path: Path) -> Profile:
@@ -105,6 +124,7 @@ NSYS_SQLITE = InputKind(
     _read_sqlite,
     probe=_is_sqlite,
     by_process=True,
+    open=_open_sqlite,
 )
 NSYS_REPORT = InputKind(
     "nsys-report",
