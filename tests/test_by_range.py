@@ -13,7 +13,7 @@ from polars.testing import assert_frame_equal
 
 from nsysmap.attribution.attribute import attribute
 from nsysmap.summaries import by_range as rg
-from nsysmap.summaries import range_tree
+from nsysmap.summaries import range_paths, range_tree
 from nsysmap.summaries.summarise import combine_summaries, partial_summaries, summarise
 from tests.frames import MS, Frames
 
@@ -401,8 +401,8 @@ def test_path_key_codes_agree_with_path_keys():
             "ProfilerStep#3",
         ]
     )
-    codes, keys = rg.path_key_codes(names)
-    expected = rg.path_keys(names)
+    codes, keys = range_paths.path_key_codes(names)
+    expected = range_paths.path_keys(names)
     assert keys.gather(codes).to_list() == expected.to_list()
     assert keys.n_unique() == keys.len() == expected.n_unique()
     assert codes[0] == codes[2] and codes[1] == codes[4] and codes[3] == codes[6]

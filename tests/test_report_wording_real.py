@@ -12,7 +12,7 @@ from nsysmap.report.answers import RunData
 from nsysmap.report.build import build_report
 from nsysmap.report.format import ms, pct, per
 from nsysmap.report.report_files import read_run
-from nsysmap.summaries.by_range import is_user_range
+from nsysmap.summaries.range_paths import is_user_range
 from nsysmap.summaries.summarise import summarise
 from nsysmap.summaries.summary_text import render_summary
 from tests.corpus import corpus_path

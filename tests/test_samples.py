@@ -8,7 +8,8 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from nsysmap.core.schemas import INFERRED_SCHEMAS, OPS
+from nsysmap.core.inferred_schemas import INFERRED_SCHEMAS
+from nsysmap.core.schemas import OPS
 from nsysmap.flow.verbs import load_profile
 from nsysmap.summaries.summarise import SUMMARY_SCHEMAS
 from nsysmap.waits.tables import SCHEMAS as WAITS_SCHEMAS

@@ -16,7 +16,7 @@ from polars.testing import assert_frame_equal
 
 from devtools.synth import SynthExport
 from nsysmap.attribution.attribute import attribute_blocks
-from nsysmap.core.schemas import WaitKind
+from nsysmap.core.wait_schemas import WaitKind
 from nsysmap.flow.verbs import analyse, load_profile
 from nsysmap.waits import gaps
 from nsysmap.waits.tables import (

@@ -4,7 +4,10 @@ Column names carry their unit (`_ns` nanoseconds, `_bytes`, `_flop`); ids are
 Int64 so that joins never need casts. The normalised tables are the internal
 contract between the readers (nsys SQLite, torch.profiler traces) and the
 attribution engine; the output tables are the public Parquet format documented
-in docs/outputs.md and versioned by `OUTPUT_SCHEMA_VERSION`.
+in docs/outputs.md and versioned by `OUTPUT_SCHEMA_VERSION`. Here: how tables
+are declared and checked, the normalised tables, the OPS rows and the summary
+tables; by family beside it, the waits' tables (wait_schemas.py), the tables
+of several ranks (rank_schemas.py) and the inferred ones (inferred_schemas.py).
 """
 
 from __future__ import annotations
@@ -255,66 +258,6 @@ OVERLAP = declare(
     }
 )
 
-# ------------------------------------------- where the GPU waits (nsysmap.waits)
-# The kinds of idle gap (docs/waits.md): between two operations, then the window's edges.
-WAIT_INTERIOR = ("sync", "launch", "other_stream", "latency", "unknown")
-WAIT_EDGES = ("before_first", "after_last")
-WAIT_KINDS = (*WAIT_INTERIOR, *WAIT_EDGES)
-WaitKind = pl.Enum(WAIT_KINDS)
-
-
-def idle_by_kind(kinds: tuple[str, ...]) -> dict[str, ColumnType]:
-    """An Int64 column `idle_<kind>_ns` for each of `kinds`."""
-    return {f"idle_{kind}_ns": pl.Int64 for kind in kinds}
-
-
-_STREAM_STEP = {"device_id": pl.Int64, "stream_id": pl.Int64, "step": pl.Int64}
-# One row per idle gap of a stream in a step, given to the operation that ends it.
-IDLE = declare(
-    {
-        **_STREAM_STEP,
-        "start_ns": pl.Int64,
-        "end_ns": pl.Int64,
-        "dur_ns": pl.Int64,
-        "kind": WaitKind,
-        "next_op_id": pl.Int64,  # the operation that ends the gap (null: after_last)
-        "range_path": pl.String,  # ... its range path, phase and module
-        "phase": pl.String,
-        "module": pl.String,
-    }
-)
-# Per device, stream and step: the step's wall time as busy + idle, idle split by kind.
-STREAM_IDLE = declare(
-    {
-        **_STREAM_STEP,
-        "wall_start_ns": pl.Int64,  # the device's first operation of the step (any stream)
-        "wall_end_ns": pl.Int64,  # ... and its last end
-        "wall_ns": pl.Int64,
-        "ops": pl.Int64,
-        "busy_ns": pl.Int64,  # union of the stream's operations
-        "idle_ns": pl.Int64,  # wall_ns - busy_ns: the gaps of idle.parquet, summed
-        "gaps": pl.Int64,
-        **idle_by_kind(WAIT_KINDS),
-    }
-)
-# Per device, step, phase and module: GPU time, the idle time before it, its launches.
-LAUNCH_COST = declare(
-    {
-        "device_id": pl.Int64,
-        "step": pl.Int64,
-        "phase": pl.String,
-        "module": pl.String,
-        "ops": pl.Int64,  # GPU operations
-        "busy_ns": pl.Int64,  # their summed durations
-        "launches": pl.Int64,  # ... of them with a launch call
-        "launch_cpu_ns": pl.Int64,  # the launch calls' summed durations (host time)
-        "shorter_than_launch": pl.Int64,  # operations shorter than their launch call
-        "idle_before_ns": pl.Int64,  # gaps these operations ended (all but after_last)
-        **idle_by_kind(WAIT_INTERIOR),
-        "launch_bound_share": pl.Float64,  # idle_launch_ns / (busy_ns + idle_before_ns)
-    }
-)
-
 # GPU time per range path (nsysmap.summaries.by_range); range_path null: outside every range.
 BY_RANGE = declare(
     {
@@ -356,119 +299,3 @@ def conform(df: pl.DataFrame, schema: pl.Schema, table: str) -> pl.DataFrame:
 def empty(schema: pl.Schema) -> pl.DataFrame:
     """An empty frame of the given schema."""
     return pl.DataFrame(schema=schema)
-
-
-# ------------------------------------------------ several profiles (ranks)
-# `nsysmap attribute` on several profiles (nsysmap.many): every summary above
-# gains a leading `rank`; these tables compare the ranks (docs/outputs.md).
-def with_rank(schema: pl.Schema) -> pl.Schema:
-    """`schema` with a leading `rank` column."""
-    return declare({"rank": pl.Int64, **schema})
-
-
-RANKS = declare(
-    {
-        "rank": pl.Int64,
-        "input": pl.String,  # the profile's file
-        "pid": pl.Int64,
-        "device_ids": pl.List(pl.Int64),
-        "rank_source": pl.String,  # declared, process, file_order
-        "declared_rank": pl.Int64,  # what the profile itself said, if anything
-        "ops": pl.Int64,
-        "time_ns": pl.Int64,
-    }
-)
-RANK_STEPS = declare(
-    {
-        "rank": pl.Int64,
-        "step": pl.Int64,
-        "ops": pl.Int64,
-        "time_ns": pl.Int64,
-        "comm_ns": pl.Int64,  # communication operations
-        "compute_ns": pl.Int64,  # everything else
-        "first_start_ns": pl.Int64,
-        "last_end_ns": pl.Int64,
-        "span_ns": pl.Int64,
-        "collective_wait_ns": pl.Int64,  # comm_ns minus the least of any rank in this step
-    }
-)
-STRAGGLERS = declare(
-    {
-        "step": pl.Int64,
-        "ranks": pl.Int64,
-        "slowest_rank": pl.Int64,
-        "fastest_rank": pl.Int64,
-        "slowest_compute_ns": pl.Int64,
-        "median_compute_ns": pl.Float64,
-        "fastest_compute_ns": pl.Int64,
-        "straggler_cost_ns": pl.Int64,  # the fastest rank's collective wait
-    }
-)
-RANK_MODULE_PHASE = declare(
-    {
-        "module": pl.String,
-        "module_class": pl.String,
-        "phase": pl.String,
-        "ranks": pl.Int64,
-        "min_ns": pl.Int64,
-        "median_ns": pl.Float64,
-        "max_ns": pl.Int64,
-        "slowest_rank": pl.Int64,
-        "fastest_rank": pl.Int64,
-        "excess_ns": pl.Float64,  # max_ns - median_ns
-    }
-)
-RANK_MODULE = declare(
-    {
-        "module": pl.String,
-        "module_class": pl.String,
-        **{
-            k: v
-            for k, v in RANK_MODULE_PHASE.items()
-            if k not in ("module", "module_class", "phase")
-        },
-    }
-)
-RANK_COMM = declare(
-    {
-        "rank": pl.Int64,
-        "ops": pl.Int64,
-        "time_ns": pl.Int64,
-        "compute_ns": pl.Int64,
-        "comm_ns": pl.Int64,  # sum of communication operations' durations
-        "comm_busy_ns": pl.Int64,  # time with at least one communication operation running
-        "overlapped_ns": pl.Int64,  # ... while another operation runs on the same device
-        "exposed_ns": pl.Int64,  # ... while nothing else runs on the device
-        "collective_wait_ns": pl.Int64,  # summed over steps (rank_steps)
-    }
-)
-
-
-# ------------------------------------------------------- inferred (nsysmap.infer)
-# Kept apart from measured attribution: inferred.parquet, keyed by op_id.
-INFERRED = declare(
-    {
-        "op_id": pl.Int64,
-        "device_id": pl.Int64,
-        "inferred_step": pl.Int64,  # the pass: a training step or one forward pass
-        "inferred_phase": pl.String,  # forward, backward, optimizer, data, other
-        "inferred_region": pl.String,  # prefix, block, between, suffix; null: no blocks
-        "inferred_block": pl.Int64,  # 0 .. L-1; null outside the repeated blocks
-        "inferred_part": pl.Int64,  # position in the block's kernel motif
-        "inferred_confidence": pl.Float64,  # of the op's block, else of its pass
-    }
-)
-BY_INFERRED_BLOCK = declare(
-    {
-        "device_id": pl.Int64,
-        "inferred_phase": pl.String,
-        "inferred_region": pl.String,
-        "inferred_block": pl.Int64,
-        "ops": pl.Int64,
-        "time_ns": pl.Int64,
-        "time_share": pl.Float64,
-        "confidence": pl.Float64,  # time-weighted mean of the ops' inferred_confidence
-        "top_kernel": pl.String,  # short name of the kernel with most time in the group
-    }
-)
-INFERRED_SCHEMAS = {"inferred": INFERRED, "by_inferred_block": BY_INFERRED_BLOCK}

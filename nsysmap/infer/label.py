@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from nsysmap.core.schemas import INFERRED
+from nsysmap.core.inferred_schemas import INFERRED
 from nsysmap.infer.motif import Region, block_index, motif_regions, recurs
 from nsysmap.infer.repeats import Evidence, passes
 from nsysmap.infer.sequence import PHASES, parts, sequence_query, sequences

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from instrument.phase_vocabulary import INFERRED_OF
-from nsysmap.core.schemas import BY_INFERRED_BLOCK
+from nsysmap.core.inferred_schemas import BY_INFERRED_BLOCK
 from nsysmap.infer.label import Found, infer, infer_sequences
 from nsysmap.infer.sequence import READ, sequence_query
 

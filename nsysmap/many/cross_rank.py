@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from nsysmap.core import schemas
+from nsysmap.core import rank_schemas, schemas
 
 MODULE_KEYS = ["module", "module_class", "phase"]
 
@@ -50,7 +50,7 @@ def rank_steps(steps: pl.DataFrame) -> pl.DataFrame:
         (pl.col("comm_ns") - pl.col("comm_ns").min().over("step")).alias("collective_wait_ns"),
     ).sort("rank", "step", nulls_last=True)
     return schemas.conform(
-        done.select(schemas.RANK_STEPS.names()), schemas.RANK_STEPS, "rank_steps"
+        done.select(rank_schemas.RANK_STEPS.names()), rank_schemas.RANK_STEPS, "rank_steps"
     )
 
 
@@ -70,19 +70,19 @@ def stragglers(per_step: pl.DataFrame) -> pl.DataFrame:
         )
         .sort("step", nulls_last=True)
     )
-    return schemas.conform(out, schemas.STRAGGLERS, "stragglers")
+    return schemas.conform(out, rank_schemas.STRAGGLERS, "stragglers")
 
 
 def rank_module_phase(by_module_phase: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
     """Per module and phase: time per rank as min, median, max, slowest and fastest rank."""
     out = _spread(by_module_phase, MODULE_KEYS, "time_ns", ranks)
-    return schemas.conform(out, schemas.RANK_MODULE_PHASE, "rank_module_phase")
+    return schemas.conform(out, rank_schemas.RANK_MODULE_PHASE, "rank_module_phase")
 
 
 def rank_module(by_module: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
     """Per module, its inclusive time (with the modules inside it) compared across ranks."""
     out = _spread(by_module, ["module", "module_class"], "inclusive_ns", ranks)
-    return schemas.conform(out, schemas.RANK_MODULE, "rank_module")
+    return schemas.conform(out, rank_schemas.RANK_MODULE, "rank_module")
 
 
 def _spread(frame: pl.DataFrame, keys: list[str], value: str, ranks: list[int]) -> pl.DataFrame:
@@ -123,5 +123,5 @@ def rank_comm(per_step: pl.DataFrame, overlap: pl.DataFrame) -> pl.DataFrame:
     out = totals.join(hidden, on="rank", how="left").with_columns(
         pl.col("comm_busy_ns", "overlapped_ns", "exposed_ns").fill_null(0)
     )
-    out = out.sort("rank").select(schemas.RANK_COMM.names())
-    return schemas.conform(out, schemas.RANK_COMM, "rank_comm")
+    out = out.sort("rank").select(rank_schemas.RANK_COMM.names())
+    return schemas.conform(out, rank_schemas.RANK_COMM, "rank_comm")

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import polars as pl
 
 from nsysmap._version import __version__
-from nsysmap.core import schemas
+from nsysmap.core import inferred_schemas, rank_schemas, schemas
 from nsysmap.core.profile import Profile
 from nsysmap.output.placement import (
     MANIFEST,
@@ -44,12 +44,12 @@ RANKS_LAYOUT = "ranks"  # the manifest's `layout` of several ranks (one report's
 PER_DEVICE: dict[str, pl.Schema] = {**SUMMARY_SCHEMAS, **WAITS_SCHEMAS}
 # The tables only several ranks have: they compare the ranks (nsysmap.many.cross_rank).
 ACROSS_RANKS: dict[str, pl.Schema] = {
-    "ranks": schemas.RANKS,
-    "rank_steps": schemas.RANK_STEPS,
-    "stragglers": schemas.STRAGGLERS,
-    "rank_module_phase": schemas.RANK_MODULE_PHASE,
-    "rank_module": schemas.RANK_MODULE,
-    "rank_comm": schemas.RANK_COMM,
+    "ranks": rank_schemas.RANKS,
+    "rank_steps": rank_schemas.RANK_STEPS,
+    "stragglers": rank_schemas.STRAGGLERS,
+    "rank_module_phase": rank_schemas.RANK_MODULE_PHASE,
+    "rank_module": rank_schemas.RANK_MODULE,
+    "rank_comm": rank_schemas.RANK_COMM,
 }
 # The names the outputs of `attribute` and `run` take in their folder, which nsysmap
 # replaces only where a manifest of its own proves it wrote them (placement.check_replaceable).
@@ -57,7 +57,10 @@ OUTPUT_NAMES = frozenset(
     {
         OPS_FILE,
         OPS_DIR,
-        *(f"{name}.parquet" for name in (*PER_DEVICE, *ACROSS_RANKS, *schemas.INFERRED_SCHEMAS)),
+        *(
+            f"{name}.parquet"
+            for name in (*PER_DEVICE, *ACROSS_RANKS, *inferred_schemas.INFERRED_SCHEMAS)
+        ),
     }
 )
 
@@ -170,7 +173,7 @@ def declared(name: str, df: pl.DataFrame, *, ranked: bool = False) -> pl.DataFra
     otherwise); any other table as it is."""
     schema = PER_DEVICE.get(name)
     if schema is not None and ranked:
-        schema = schemas.with_rank(schema)
+        schema = rank_schemas.with_rank(schema)
     if schema is None and ranked:
         schema = ACROSS_RANKS.get(name)
     return df if schema is None else schemas.conform(df, schema, name)

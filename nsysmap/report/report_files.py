@@ -8,7 +8,8 @@ from pathlib import Path
 import polars as pl
 
 from nsysmap.core.errors import InputNotFound, NotAnOutput
-from nsysmap.core.schemas import BY_INFERRED_BLOCK, BY_RANGE, OPS, SchemaMismatch, conform
+from nsysmap.core.inferred_schemas import BY_INFERRED_BLOCK
+from nsysmap.core.schemas import BY_RANGE, OPS, SchemaMismatch, conform
 from nsysmap.flops.flops_document import load_flops, load_flops_description
 from nsysmap.output.placement import write_failed
 from nsysmap.output.writer import MANIFEST

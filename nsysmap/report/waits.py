@@ -18,7 +18,7 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap.core.schemas import WAIT_INTERIOR, WAIT_KINDS
+from nsysmap.core.wait_schemas import WAIT_INTERIOR, WAIT_KINDS
 from nsysmap.report.format import ms, pct, plural, sentence, table
 from nsysmap.waits.tables import SCHEMAS, is_sync_copy
 

@@ -33,7 +33,8 @@ import polars as pl
 from nsysmap.attribution.paths import PATH_SEPARATOR
 from nsysmap.core.profile import NestedProfile, Profile
 from nsysmap.read.nsys.window_plan import RowWindow
-from nsysmap.summaries.by_range import MAX_PATH_DEPTH, path_keys
+from nsysmap.summaries.by_range import MAX_PATH_DEPTH
+from nsysmap.summaries.range_paths import path_keys
 from nsysmap.summaries.range_tree import preorder
 
 # What names a range across windows (with its place among identical ones).

@@ -9,9 +9,10 @@ import polars as pl
 from nsysmap.attribution.labels import OPERATOR_RANGE
 from nsysmap.attribution.paths import PATH_SEPARATOR
 from nsysmap.core.range_names import PREFIX as NSYSMAP
-from nsysmap.summaries.by_range import FOLDED, is_user_range
+from nsysmap.summaries.by_range import FOLDED
 from nsysmap.summaries.comm_overlap import overlap_line
 from nsysmap.summaries.graph_note import graph_line
+from nsysmap.summaries.range_paths import is_user_range
 from nsysmap.summaries.summarise import Summaries
 from nsysmap.summaries.top_ranges import top_ranges
 from nsysmap.waits.text import waits_line

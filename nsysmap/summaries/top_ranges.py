@@ -28,7 +28,8 @@ import polars as pl
 from nsysmap.attribution.labels import OPERATOR_RANGE
 from nsysmap.attribution.paths import PATH_SEPARATOR
 from nsysmap.core.range_names import PREFIX as NSYSMAP
-from nsysmap.summaries.by_range import FOLDED, is_user_range
+from nsysmap.summaries.by_range import FOLDED
+from nsysmap.summaries.range_paths import is_user_range
 
 SLIVER = 0.01  # of all the time: paths with less inside them are not listed
 ENOUGH = 0.5  # the user's listed ranges hold less: nsysmap's step and phase ranges too
