@@ -6,7 +6,10 @@ commit BASELINE into a temporary folder (`git archive`), runs `nsysmap
 attribute` of that tree and of this one on every file of
 ../shared/corpus/{nsys,real,real2,real3}, and compares the exit codes, the
 error lines, the files written, every Parquet table (values, types, order)
-and the manifest. The nsys exports are attributed a second time read apart
+and the manifest; then `nsysmap report --html` and `nsysmap diff --html` of
+each output (the report's Markdown, answers.json, its tables and HTML page,
+the diff's page: each the same but for the output folder's name, which
+they quote). The nsys exports are attributed a second time read apart
 (`--memory-gb` below any export, `NSYSMAP_WINDOWS=3`): by process where they
 hold several processes with GPU work, else in time windows.
 
@@ -43,6 +46,10 @@ SUFFIXES = (".sqlite", ".json", ".json.gz")
 APART = (["--memory-gb", "0.000001"], {"NSYSMAP_WINDOWS": "3"})
 # Manifest entries that say where and when, not what.
 VOLATILE = ("input",)
+DIFF_PAGE = "diff.html"
+# The files of `nsysmap report` and `nsysmap diff` compared as text (the output
+# folder's name, which they quote, aside).
+TEXTS = ("report.md", "answers.json", "report.html", DIFF_PAGE)
 
 
 def corpus_files() -> list[Path]:
@@ -92,10 +99,19 @@ def _python(tree: Path, argv: list[str], env: dict[str, str]) -> subprocess.Comp
 
 
 def _attributed(tree: Path, profile: Path, out: Path, apart: bool) -> tuple[int, str]:
+    """`nsysmap attribute` of `tree` into `out`, then (where it succeeded, and for the
+    whole read) `nsysmap report --html` and `nsysmap diff --html` of that output."""
     options, env = APART if apart else ([], {})
     argv = ["-m", "nsysmap.cli", "attribute", str(profile), "-o", str(out), "--quiet", *options]
     done = _python(tree, argv, env)
-    return done.returncode, done.stderr.replace(str(out), "OUT")
+    errors = done.stderr
+    if done.returncode == 0 and not apart:
+        report = _python(tree, ["-m", "nsysmap.cli", "report", str(out), "--html", "--quiet"], {})
+        diff = [str(out), str(out), "--html", str(out / DIFF_PAGE)]
+        diffed = _python(tree, ["-m", "nsysmap.cli", "diff", *diff], {})
+        errors += f"report: {report.returncode} {report.stderr}"
+        errors += f"diff: {diffed.returncode} {diffed.stderr}"
+    return done.returncode, errors.replace(str(out), "OUT")
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +156,11 @@ def tables_differ(before: Path, after: Path) -> list[str]:
                 found.append(f"{name}: {str(exc).splitlines()[0]}")
     if (before / "manifest.json").is_file() and _manifest(before) != _manifest(after):
         found.append("manifest.json")
+    for name in TEXTS:
+        if (before / name).is_file():
+            texts = [(d / name).read_text().replace(str(d), "OUT") for d in (before, after)]
+            if texts[0] != texts[1]:
+                found.append(name)
     return found
 
 
