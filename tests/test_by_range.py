@@ -46,7 +46,7 @@ def _sample() -> Frames:
     f.kernel(1, 81, dur=6)  # addmm #2, 82..88
     f.kernel(1, 95, dur=7)  # A itself, 96..103
     f.kernel(1, 200, dur=8)  # outside every range
-    f.kernel(None, 0, dur=9)  # no launch record
+    f.kernel(None, 0, dur=9)  # no launch call
     f.kernel(1, 15, dur=10, device=1)  # B #1, on device 1
     return f
 

@@ -205,7 +205,7 @@ def _block(**columns: list[object]) -> pl.DataFrame:
 
 
 @pytest.mark.parametrize(
-    ("blocks", "reason"),
+    ("chunks", "reason"),
     [
         ([_block(step_source=["records"])], "records"),
         ([_block(attribution=["no_launch"])], "without a launch call"),
@@ -218,11 +218,11 @@ def _block(**columns: list[object]) -> pl.DataFrame:
         ([_block(step=[None], phase=[None]), _block(step=[None])], "outside every step"),
     ],
 )
-def test_the_check_names_what_would_differ(blocks, reason):
-    check = WindowCheck(ops=sum(b.height for b in blocks), autograd=(7,))
-    for block in blocks:
+def test_the_check_names_what_would_differ(chunks, reason):
+    check = WindowCheck(ops=sum(b.height for b in chunks), autograd=(7,))
+    for chunk in chunks:
         check.next_part()
-        check.block(block)
+        check.chunk(chunk)
     found = check.refusal()
     assert (found is None) if reason is None else (found is not None and reason in found)
 
@@ -234,14 +234,14 @@ def test_backward_work_is_possible_without_step_ranges_where_autograd_has_a_thre
     for autograd, refused in (((), False), ((7,), True)):
         check = WindowCheck(ops=1, autograd=autograd)
         check.next_part()
-        check.block(alone)
+        check.chunk(alone)
         assert (check.refusal() is not None) == refused
 
 
 def test_a_row_lost_or_read_twice_is_refused():
     check = WindowCheck(ops=3)
     check.next_part()
-    check.block(_block(step=[0, 0]))
+    check.chunk(_block(step=[0, 0]))
     assert check.refusal() == "2 rows of GPU work read in windows, 3 in the export"
 
 

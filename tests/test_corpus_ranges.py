@@ -88,7 +88,7 @@ def test_streamed_by_range_equals_the_in_memory_one(tmp_path, monkeypatch):
     path = real_path(FILES[1])
     held = analyse_file(path, tmp_path / "held", stages=Stages(progress=False))
     monkeypatch.setattr(streamed, "STREAM_OPS", 100)
-    monkeypatch.setattr(streamed, "BLOCK_ROWS", 97)
+    monkeypatch.setattr(streamed, "CHUNK_ROWS", 97)
     run = analyse_file(path, tmp_path / "streamed", stages=Stages(progress=False))
     assert isinstance(held.store, HeldOps) and isinstance(run.store, OpsFile)
     a, b = (pl.read_parquet(tmp_path / d / "by_range.parquet") for d in ("held", "streamed"))

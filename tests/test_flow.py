@@ -20,7 +20,7 @@ from tests.test_imports import module_files
 
 # Stage function -> the modules that may import it (besides the module that defines it).
 _AFTER_READING = (
-    "attribute_blocks",
+    "attribute_chunks",
     "partial_summaries",
     "combine_summaries",
     "with_overlap",
@@ -82,13 +82,13 @@ def test_the_check_finds_a_driver_that_strings_stages_together(tmp_path: Path):
     driver = tmp_path / "driver.py"
     driver.write_text(
         "def run(p):\n"
-        "    from nsysmap.attribution.attribute import attribute_blocks\n"
-        "    return attribute_blocks(p)\n"
+        "    from nsysmap.attribution.attribute import attribute_chunks\n"
+        "    return attribute_chunks(p)\n"
     )
     flow = tmp_path / "flow.py"
-    flow.write_text("from nsysmap.attribution.attribute import attribute_blocks\n")
+    flow.write_text("from nsysmap.attribution.attribute import attribute_chunks\n")
     files = {"nsysmap.capture.driver": driver, "nsysmap.flow.run_stages": flow}
-    assert stray_imports(files) == ["nsysmap.capture.driver imports attribute_blocks"]
+    assert stray_imports(files) == ["nsysmap.capture.driver imports attribute_chunks"]
 
 
 @pytest.mark.parametrize("name", sorted(ONLY_FROM))

@@ -194,14 +194,14 @@ def _record_collects(monkeypatch: pytest.MonkeyPatch) -> list[pl.DataFrame]:
     return collected
 
 
-def _record_kept(monkeypatch: pytest.MonkeyPatch) -> list[kept_module.Kept]:
-    """The flow's Kept, once per part it takes in (until monkeypatch.undo())."""
-    kept: list[kept_module.Kept] = []
-    real_add = kept_module.Kept.add
+def _record_kept(monkeypatch: pytest.MonkeyPatch) -> list[kept_module.Leftovers]:
+    """The flow's Leftovers, once per part it takes in (until monkeypatch.undo())."""
+    kept: list[kept_module.Leftovers] = []
+    real_add = kept_module.Leftovers.add
 
-    def add(self: kept_module.Kept, profile, ranges_summary) -> None:
+    def add(self: kept_module.Leftovers, profile, ranges_summary) -> None:
         real_add(self, profile, ranges_summary)
         kept.append(self)
 
-    monkeypatch.setattr(kept_module.Kept, "add", add)
+    monkeypatch.setattr(kept_module.Leftovers, "add", add)
     return kept

@@ -69,7 +69,7 @@ def test_bulk_export_matches_the_reference_op_by_op(tmp_path):
 def test_streamed_outputs_equal_the_in_memory_ones(gpt_export, tmp_path, monkeypatch):
     held = analyse_file(gpt_export, tmp_path / "held", stages=Stages(progress=False))
     monkeypatch.setattr(streamed, "STREAM_OPS", 100)
-    monkeypatch.setattr(streamed, "BLOCK_ROWS", 333)
+    monkeypatch.setattr(streamed, "CHUNK_ROWS", 333)
     streamed_run = analyse_file(gpt_export, tmp_path / "streamed", stages=Stages(progress=False))
     assert isinstance(held.store, HeldOps) and isinstance(streamed_run.store, OpsFile)
     assert streamed_run.store.path == tmp_path / "streamed" / "ops.parquet"
@@ -157,19 +157,19 @@ def test_small_exports_are_read_whole_and_large_ones_apart(gpt_export, tmp_path)
     assert choice(single, memory_gb=1e-6).how == BY_WINDOW  # one process: in time windows
 
 
-def test_rows_held_in_blocks_equal_those_held_whole(gpt_export):
-    """The in-memory sink fed many blocks: the same rows, summaries and inference."""
+def test_rows_held_in_chunks_equal_those_held_whole(gpt_export):
+    """The in-memory sink fed many chunks: the same rows, summaries and inference."""
     report = load_profile(gpt_export)
     whole = analyse(report)
-    blocks = flow.flow(choose.whole(report), lambda _: HoldOps(block_rows=333), Settings(BUILTIN))
-    assert blocks.store.frame.n_chunks() > 1 and whole.store.frame.n_chunks() == 1
-    assert_frame_equal(blocks.ops, whole.ops)
+    chunks = flow.flow(choose.whole(report), lambda _: HoldOps(chunk_rows=333), Settings(BUILTIN))
+    assert chunks.store.frame.n_chunks() > 1 and whole.store.frame.n_chunks() == 1
+    assert_frame_equal(chunks.ops, whole.ops)
     for name, table in whole.summaries.tables().items():
-        assert_frame_equal(blocks.summaries.tables()[name], table, check_exact=False, rel_tol=1e-12)
-    assert whole.inferred is not None and blocks.inferred is not None
+        assert_frame_equal(chunks.summaries.tables()[name], table, check_exact=False, rel_tol=1e-12)
+    assert whole.inferred is not None and chunks.inferred is not None
     for name, table in whole.inferred.tables().items():
-        assert_frame_equal(blocks.inferred.tables()[name], table)
-    assert blocks.manifest == whole.manifest
+        assert_frame_equal(chunks.inferred.tables()[name], table)
+    assert chunks.manifest == whole.manifest
 
 
 def test_the_benchmark_sql_engine_agrees_per_range(gpt_export, tmp_path):

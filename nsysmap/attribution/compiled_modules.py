@@ -41,7 +41,7 @@ _SEQ_SUFFIX = r", (?:stashed )?seq = .*$"  # the trace reader's autograd-link su
 
 @dataclass(frozen=True)
 class CompiledContext:
-    """Graph calls and kernel units of a profile, found once for all blocks of ops."""
+    """Graph calls and kernel units of a profile, found once for all chunks of ops."""
 
     calls: pl.DataFrame  # pid, tid, start_ns, end_ns, call, graph, graph_direction
     units: pl.DataFrame  # pid, tid, start_ns, end_ns, unit columns (CPU-side kernel calls)

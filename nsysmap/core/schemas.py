@@ -156,7 +156,7 @@ OPS = declare(
         "device_id": pl.Int64,
         "stream_id": pl.Int64,
         "pid": pl.Int64,
-        "tid": pl.Int64,  # launching thread; null without a launch record
+        "tid": pl.Int64,  # launching thread; null without a launch call
         "correlation_id": pl.Int64,
         "start_ns": pl.Int64,
         "end_ns": pl.Int64,

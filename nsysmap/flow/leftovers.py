@@ -1,4 +1,4 @@
-"""What the flow keeps of each profile once its OPS blocks are out (nsysmap.flow.run_stages).
+"""What is left of each profile once its OPS chunks are out: what the flow keeps of it.
 
 Of a profile read whole, the profile itself (released of its ranges and API
 calls once the summaries are taken, when asked). Of parts read apart (processes,
@@ -23,15 +23,15 @@ from nsysmap.waits.tables import is_sync_copy
 
 
 @dataclass
-class Kept:
-    """What the flow keeps of each profile once its blocks are out."""
+class Leftovers:
+    """What the flow keeps of each profile once its chunks are out."""
 
     apart: bool
     merged: Callable[[list[NestedProfile]], NestedProfile] = merged_profile
     by_range: list[pl.DataFrame] = field(default_factory=list)
     totals: list[pl.DataFrame] = field(default_factory=list)  # input_totals per profile
     profiles: list[NestedProfile] = field(default_factory=list)  # parts: without ops, ranges
-    # Each profile's operations' launch calls as attribution joined them (`attribute_blocks`).
+    # Each profile's operations' launch calls as attribution joined them (`attribute_chunks`).
     launches: list[pl.DataFrame] = field(default_factory=list)
     # Read apart: each part's synchronisations and `.item()` ranges (what the waits read).
     waits: list[tuple[pl.DataFrame, pl.DataFrame]] = field(default_factory=list)
@@ -76,7 +76,7 @@ def host_waits_of(part: NestedProfile) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 
 def slim_launches(launches: pl.DataFrame) -> pl.DataFrame:
-    """A part's launch calls (`attribute_blocks`'s `launches`) as the waits read them:
+    """A part's launch calls (`attribute_chunks`'s `launches`) as the waits read them:
     the API name kept only where it is a synchronous copy (`is_sync_copy`: all that
     the waits read of it), null elsewhere, so that no part's API names stay alive."""
     api = pl.col("launch_api")

@@ -6,7 +6,7 @@ drives it: `nsysmap.analyse` (one profile in memory), `nsysmap attribute`
 (the file it captured, the same way) and several reports (each report's
 file, nsysmap.many.task)::
 
-    source ──> profile 1 ─> attribute, block by block ─┬─> partial sums ──> summaries
+    source ──> profile 1 ─> attribute, chunk by chunk ─┬─> partial sums ──> summaries
                profile 2 ─> ...                       └─> sink (held, or ops.parquet)
                (its ranges: by_range; its ops: the totals checked at the end)
 
@@ -29,14 +29,14 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap.attribution.attribute import attribute_blocks
+from nsysmap.attribution.attribute import attribute_chunks
 from nsysmap.attribution.rules import NameRules
 from nsysmap.core import schemas
 from nsysmap.core.errors import NoGpuData
 from nsysmap.core.profile import NestedProfile
 from nsysmap.core.timings import Stages
 from nsysmap.flow.analysis import Analysis, flow_tables
-from nsysmap.flow.leftovers import Kept
+from nsysmap.flow.leftovers import Leftovers
 from nsysmap.infer.summary import INFER_COLUMNS, Inferred, combined, infer_ops, infer_scan
 from nsysmap.output.ops_sinks import HeldOps, OpsSink, OpsStore
 from nsysmap.output.writer import build_manifest
@@ -90,30 +90,30 @@ def flow(
     sink = sink_for(first)
     chained = chain([first], profiles)
     del first  # one part at a time: the flow holds no other reference to it
-    store, summaries, kept = _summarised(chained, source, sink, settings)
+    store, summaries, leftovers = _summarised(chained, source, sink, settings)
     refused = None if source.check is None else source.check.refusal()
     if refused is not None and source.fallback is not None:
-        del store, summaries, kept
+        del store, summaries, leftovers
         return flow(source.fallback(refused), sink_for, settings)
-    profile, totals = kept.profile(settings.release), kept.input_totals()
-    del kept  # what follows runs without the ranges and API calls of a released profile
+    profile, totals = leftovers.profile(settings.release), leftovers.input_totals()
+    del leftovers  # what follows runs without the ranges and API calls of a released profile
     return _completed(profile, store, summaries, totals, settings)
 
 
 def _summarised(
     profiles: Iterator[NestedProfile], source: Source, sink: OpsSink, settings: Settings
-) -> tuple[OpsStore, Summaries, Kept]:
-    """The OPS rows in `sink`, the summary tables, and what was kept of the profiles."""
-    stages, kept = settings.stages, Kept(source.apart, source.merged)
+) -> tuple[OpsStore, Summaries, Leftovers]:
+    """The OPS rows in `sink`, the summary tables, and what is left of the profiles."""
+    stages, leftovers = settings.stages, Leftovers(source.apart, source.merged)
     parts: list[dict[str, pl.DataFrame]] = []
-    blocks = _blocks(profiles, kept, parts, sink.block_rows, settings, source.check)
-    store = _taken(blocks, parts, sink, stages)
+    chunks = _chunks(profiles, leftovers, parts, sink.chunk_rows, settings, source.check)
+    store = _taken(chunks, parts, sink, stages)
     with stages.stage("summarise", "summarising"):
         summaries = combine_summaries(parts)
         carried = None if source.check is None else source.check.carried_instances()
-        summaries = summaries.replaced(by_range=merge_by_range(kept.by_range, carried))
-        summaries = _per_device(summaries, store, kept.waits_context())
-    return store, summaries, kept
+        summaries = summaries.replaced(by_range=merge_by_range(leftovers.by_range, carried))
+        summaries = _per_device(summaries, store, leftovers.waits_context())
+    return store, summaries, leftovers
 
 
 def _per_device(
@@ -156,21 +156,21 @@ def _devices(store: OpsStore) -> list[pl.LazyFrame]:
     return [scan.filter(mine) for mine in on]
 
 
-def _blocks(
+def _chunks(
     profiles: Iterator[NestedProfile],
-    kept: Kept,
+    leftovers: Leftovers,
     parts: list[dict[str, pl.DataFrame]],
-    block_rows: int | None,
+    chunk_rows: int | None,
     settings: Settings,
     check: WindowCheck | None = None,
 ) -> Iterator[pl.DataFrame]:
-    """The OPS blocks of each profile in turn, `block_rows` rows at a time.
+    """The OPS chunks of each profile in turn, `chunk_rows` rows at a time.
 
-    The caller summarises each block into `parts` before asking for the
-    next; once a profile's last block is out, its by_range is taken from
-    those blocks' range leaves, and it is let go before the next is read.
+    The caller summarises each chunk into `parts` before asking for the
+    next; once a profile's last chunk is out, its by_range is taken from
+    those chunks' range leaves, and it is let go before the next is read.
     With a `check` (time windows), a window without operations adds only its
-    meta, and the blocks stop once the check refuses them.
+    meta, and the chunks stop once the check refuses them.
     """
     profile = next(profiles, None)
     while profile is not None:
@@ -180,44 +180,44 @@ def _blocks(
             _require_ops(profile)
             start = len(parts)
             yield from _checked(
-                attribute_blocks(
+                attribute_chunks(
                     profile,
-                    block_rows=block_rows,
+                    chunk_rows=chunk_rows,
                     rules=settings.rules,
-                    launches=kept.launches,
+                    launches=leftovers.launches,
                 ),
                 check,
             )
             with settings.stages.stage("summarise", "summarising"):
                 leaves = combine_leaves([part.pop(LEAVES) for part in parts[start:]])
-                kept.add(profile, by_range(leaves, profile.ranges))
+                leftovers.add(profile, by_range(leaves, profile.ranges))
             del leaves
         else:
-            kept.add(profile, schemas.empty(schemas.BY_RANGE))
+            leftovers.add(profile, schemas.empty(schemas.BY_RANGE))
         del profile
         if check is not None and check.refused is not None:
             return
         profile = next(profiles, None)
 
 
-def _checked(blocks: Iterator[pl.DataFrame], check: WindowCheck | None) -> Iterator[pl.DataFrame]:
-    for block in blocks:
+def _checked(chunks: Iterator[pl.DataFrame], check: WindowCheck | None) -> Iterator[pl.DataFrame]:
+    for chunk in chunks:
         if check is not None:
-            check.block(block)
-        yield block
+            check.chunk(chunk)
+        yield chunk
 
 
 def _taken(
-    blocks: Iterator[pl.DataFrame],
+    chunks: Iterator[pl.DataFrame],
     parts: list[dict[str, pl.DataFrame]],
     sink: OpsSink,
     stages: Stages,
 ) -> OpsStore:
-    """`blocks` given to `sink`, each block's partial summaries appended to `parts`
-    before the next block is asked for.
+    """`chunks` given to `sink`, each chunk's partial summaries appended to `parts`
+    before the next chunk is asked for.
 
     Times attribution, the partial summaries and the sink's own work (its
-    `stage`) apart, although they interleave; stages that `blocks` times
+    `stage`) apart, although they interleave; stages that `chunks` times
     itself (reading the next process) are not counted again as attribution.
     """
     spent = {"attribute": 0.0, "summarise": 0.0}
@@ -225,19 +225,19 @@ def _taken(
     def summarised() -> Iterator[pl.DataFrame]:
         while True:
             start, timed = time.perf_counter(), sum(stages.timings.values())
-            block = next(blocks, None)
+            chunk = next(chunks, None)
             middle = time.perf_counter()
             spent["attribute"] += middle - start - (sum(stages.timings.values()) - timed)
-            if block is None:
+            if chunk is None:
                 return
-            parts.append(partial_summaries(block))
+            parts.append(partial_summaries(chunk))
             spent["summarise"] += time.perf_counter() - middle
-            yield block
+            yield chunk
 
     start, timed = time.perf_counter(), sum(stages.timings.values())
     with stages.progress("attributing"):
         store = sink.take(summarised())
-    inside = sum(stages.timings.values()) - timed  # stages timed by `blocks` itself
+    inside = sum(stages.timings.values()) - timed  # stages timed by `chunks` itself
     for name, seconds in spent.items():
         stages.add(name, seconds)
     stages.add(sink.stage, time.perf_counter() - start - sum(spent.values()) - inside)

@@ -14,7 +14,7 @@ Two sources of FLOPs, one per report (`flop_source`):
 time is `flop_time_ns`: the summed duration of the group's operations whose
 FLOPs could be counted (CPU self time on the CPU backend, where there is no
 MFU). With `shapes` those are the operations whose PyTorch operator is known
-(a kernel with no launch record or outside every operator range has no
+(a kernel with no launch call or outside every operator range has no
 shapes, so neither its FLOPs nor its time count); with `model`, all of them.
 Pooled rows (several devices) divide by the summed capacity Σ time·peak.
 """

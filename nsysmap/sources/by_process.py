@@ -5,7 +5,7 @@ around it and the ranges of other threads that give it a step or phase are
 all its own process's. So the export can be read, nested, attributed and
 summarised process by process, holding one process's profile at a time:
 
-    export ─┬─ process 4100: read, nest, attribute ─┬─> OPS blocks ──> ops.parquet
+    export ─┬─ process 4100: read, nest, attribute ─┬─> OPS chunks ──> ops.parquet
             └─ process 4101: read, nest, attribute ─┘   partial sums ─> summaries
                                                         by_range per process ─> merged
 

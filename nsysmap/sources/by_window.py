@@ -5,7 +5,7 @@ but its timeline can be cut into windows, each read, nested, attributed and
 summarised on its own, like a process read apart::
 
     process ─┬─ window [.., t1): calls starting there, the GPU work they launched, its ranges
-             ├─ window [t1, t2): ... and the ranges open across t1    ─> OPS blocks, partial sums
+             ├─ window [t1, t2): ... and the ranges open across t1    ─> OPS chunks, partial sums
              └─ window [t2, ..): ... and the ranges open across t2       by_range per window, merged
 
 Where to cut (the reader's: nsysmap.read.nsys.window_plan, given the names no
@@ -117,7 +117,7 @@ def window_profiles(
 @dataclass
 class WindowCheck:
     """Watches the windows (what each carries across its edges, from
-    `window_profiles`) and their OPS rows, block by block, for what would differ
+    `window_profiles`) and their OPS rows, chunk by chunk, for what would differ
     from the export read whole; `refusal` says what (None: exact). Also keeps,
     for by_range, where the operations inside each carried range lie
     (`carried_instances`)."""
@@ -134,7 +134,7 @@ class WindowCheck:
     backward: bool = False  # a row is backward work, or phased by records
     refused: str | None = None
     # Ranges open across an edge: per window, range_id -> the carried range it is in
-    # (`window_carry.inside`); their by_range keys; per block, their operations' extent.
+    # (`window_carry.inside`); their by_range keys; per chunk, their operations' extent.
     inside: dict[int, pl.DataFrame] = field(default_factory=dict)
     paths: dict[int, pl.DataFrame] = field(default_factory=dict)
     extents: list[pl.DataFrame] = field(default_factory=list)
@@ -161,20 +161,20 @@ class WindowCheck:
         if new.len():
             self.paths[part] = path_rows(profile.ranges, new)
 
-    def block(self, block: pl.DataFrame) -> None:
-        """Take in one block of OPS rows of the current window."""
+    def chunk(self, chunk: pl.DataFrame) -> None:
+        """Take in one chunk of OPS rows of the current window."""
         if self.refused is not None:
             return
-        self.seen += block.height
-        if (block["step_source"] == "records").any():
+        self.seen += chunk.height
+        if (chunk["step_source"] == "records").any():
             self.refused = "steps from PyTorch's records (counted over the whole process)"
-        elif (block["attribution"] == "no_launch").any():
+        elif (chunk["attribution"] == "no_launch").any():
             self.refused = "GPU work without a launch call (placed by its stream's neighbours)"
-        self.range_steps |= bool((block["step_source"] == "range").any())
-        self.backward |= bool(self._backward(block).any())
+        self.range_steps |= bool((chunk["step_source"] == "range").any())
+        self.backward |= bool(self._backward(chunk).any())
         if self.part in self.inside:
-            self.extents.append(self._extent(block, self.inside[self.part]))
-        unstepped = block.filter(pl.col("step").is_null())
+            self.extents.append(self._extent(chunk, self.inside[self.part]))
+        unstepped = chunk.filter(pl.col("step").is_null())
         if unstepped.height:
             self.unstepped_parts.add(self.part)
             self.unstepped_phased |= bool(self._backward(unstepped).any())
@@ -184,8 +184,8 @@ class WindowCheck:
         if len(self.unstepped_parts) > 1 and (self.unstepped_phased or hidden):
             self.refused = self.refused or "phases of work outside every step, in two windows"
 
-    def _extent(self, block: pl.DataFrame, inside: pl.DataFrame) -> pl.DataFrame:
-        """Per (device, carried range), the first start and last end of the block's
+    def _extent(self, chunk: pl.DataFrame, inside: pl.DataFrame) -> pl.DataFrame:
+        """Per (device, carried range), the first start and last end of the chunk's
         operations inside it, as by_range's instances count them: by their
         innermost range, or by the range of another thread that took them in."""
         other = pl.col("other_thread_range_id")
@@ -193,8 +193,8 @@ class WindowCheck:
         columns = ("device_id", "start_ns", "end_ns")
         ops = pl.concat(
             [
-                block.select(*columns, "range_id"),
-                block.filter(taken).select(*columns, range_id=other),
+                chunk.select(*columns, "range_id"),
+                chunk.filter(taken).select(*columns, range_id=other),
             ]
         )
         grouped = ops.join(inside, on="range_id").group_by("device_id", "carried")
@@ -217,10 +217,10 @@ class WindowCheck:
         an autograd node's range, or from autograd's thread)?"""
         return self.nodes or bool(self.autograd)
 
-    def _backward(self, block: pl.DataFrame) -> pl.Series:
+    def _backward(self, chunk: pl.DataFrame) -> pl.Series:
         """Rows that are backward work (by phase, direction or autograd's thread) or
         phased by records."""
-        return block.select(
+        return chunk.select(
             (pl.col("phase") == "backward")
             | (pl.col("direction") == "backward")
             | (pl.col("phase_source") == "records")

@@ -22,8 +22,8 @@ and step numbers (`ProfilerStep#*`). Per device and path:
 * `calls`: instances of the path with at least one operation inside;
 * `span_ns`: per instance, first GPU start to last GPU end of those operations.
 
-How: operations are summed per innermost range (`range_leaves`, also block
-by block); `nsysmap.summaries.range_tree` answers every range instance at once
+How: operations are summed per innermost range (`range_leaves`, also chunk
+by chunk); `nsysmap.summaries.range_tree` answers every range instance at once
 from the ranges in nesting pre-order. Paths are built level by level over
 distinct (parent path, name) pairs (nsysmap.summaries.range_paths). Ranges
 nested more than MAX_PATH_DEPTH deep are folded into one row
@@ -59,7 +59,7 @@ RANGE_LEAVES = pl.Schema(
 
 
 def range_leaves(ops: pl.DataFrame) -> pl.DataFrame:
-    """RANGE_LEAVES of an OPS frame (or of a block of it)."""
+    """RANGE_LEAVES of an OPS frame (or of a chunk of it)."""
     return conform_leaves(leaves_query(ops.lazy()).collect())
 
 

@@ -26,8 +26,8 @@ from nsysmap.waits.tables import empty_waits, waits_tables
 
 
 class Aggregate(NamedTuple):
-    """An extra column of a summary table: its aggregation over one block's ops, and
-    how the blocks' partial values combine (`sum`, `min` or `max` of them)."""
+    """An extra column of a summary table: its aggregation over one chunk's ops, and
+    how the chunks' partial values combine (`sum`, `min` or `max` of them)."""
 
     over_ops: pl.Expr
     combine: Literal["sum", "min", "max"]
@@ -35,9 +35,9 @@ class Aggregate(NamedTuple):
 
 # How a summary table is computed (`SummaryTable.source`).
 Source = Literal["grouped", "ranges", "whole"]
-GROUPED: Source = "grouped"  # by its keys in every block of ops, the blocks' partials combined
-RANGES: Source = "ranges"  # from every block's range leaves and the profile's ranges (by_range)
-WHOLE: Source = "whole"  # from all the ops at once, after the blocks (overlap: `with_overlap`)
+GROUPED: Source = "grouped"  # by its keys in every chunk of ops, the chunks' partials combined
+RANGES: Source = "ranges"  # from every chunk's range leaves and the profile's ranges (by_range)
+WHOLE: Source = "whole"  # from all the ops at once, after the chunks (overlap: `with_overlap`)
 
 
 @dataclass(frozen=True)
@@ -222,7 +222,7 @@ def partial_summaries(
 
     Partial results of disjoint sets of ops combine into the summaries of
     their union (`combine_summaries`), so large profiles can be summarised
-    block by block.
+    chunk by chunk.
     """
     lazy = ops.lazy()
     queries = {

@@ -33,7 +33,7 @@ NO_MODULE = "(no module)"
 _REASONS = {
     "other_thread": "given step/phase from a range on another thread of the process",
     "no_range": "launched outside any range",
-    "no_launch": "no launch record in the capture",
+    "no_launch": "no launch call in the capture",
 }
 # What gives steps, phases and modules to a profile that lacks them (docs/outputs.md).
 _HOW = {

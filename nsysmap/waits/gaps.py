@@ -17,7 +17,7 @@ kind (nsysmap.core.wait_schemas.WAIT_KINDS, docs/waits.md):
   device during the gap (a cross-stream wait, communication);
 * `latency`: launched in time and nothing else ran: the GPU's own latency
   between operations (a few microseconds);
-* `unknown`: the next kernel has no launch record and nothing else explains it.
+* `unknown`: the next kernel has no launch call and nothing else explains it.
 
 busy + idle = wall for every row of `stream_idle`, to the nanosecond.
 """
