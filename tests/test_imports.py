@@ -56,9 +56,17 @@ FLOORS: dict[str, tuple[str, ...]] = {
     "nsysmap.read.nsys.nsys_sql": (*_NSYS_FRAMES, _NSYS_ASSEMBLY),
     # Frames are built in Polars only: no file, no SQL.
     "nsysmap.read.nsys.nsys_frames": (*_NSYS_QUERY, _NSYS_ASSEMBLY),
-    "nsysmap.read.nsys.nsys_gpu_ops": (*_NSYS_QUERY, "nsysmap.read.nsys.nsys_frames"),
-    "nsysmap.read.nsys.nsys_graphs": (*_NSYS_QUERY, "nsysmap.read.nsys.nsys_frames"),
-    "nsysmap.read.nsys.nsys_env": (*_NSYS_QUERY, "nsysmap.read.nsys.nsys_frames"),
+    "nsysmap.read.nsys.nsys_gpu_ops": (
+        *_NSYS_QUERY,
+        "nsysmap.read.nsys.nsys_frames",
+        _NSYS_ASSEMBLY,
+    ),
+    "nsysmap.read.nsys.nsys_graphs": (
+        *_NSYS_QUERY,
+        "nsysmap.read.nsys.nsys_frames",
+        _NSYS_ASSEMBLY,
+    ),
+    "nsysmap.read.nsys.nsys_env": (*_NSYS_QUERY, "nsysmap.read.nsys.nsys_frames", _NSYS_ASSEMBLY),
     "nsysmap.read.nsys.nsys_specs": ("nsysmap.",),
     # The pure middle: attribution and the waits' rules, then the summaries and inference.
     "nsysmap.attribution": ("nsysmap.read", *_MIDDLE[1:], "nsysmap.output", *_FLOW),
