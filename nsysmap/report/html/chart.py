@@ -168,6 +168,12 @@ def stacked(category: str, unit: str) -> dict[str, Any]:
     return {"barmode": "stack", "xaxis": category_axis(category), "yaxis": time_axis(unit)}
 
 
+def shares(barmode: str, category: str, of_what: str) -> dict[str, Any]:
+    """The layout of share bars over a category axis: `of_what` says of what (%)."""
+    yaxis = {**SHARE_AXIS, "title": f"share of {of_what} (%)"}
+    return {"barmode": barmode, "xaxis": category_axis(category), "yaxis": yaxis}
+
+
 def horizontal(labels: int, floor: int, per_label: int) -> dict[str, Any]:
     """The layout of horizontal bars: as tall as `labels` need, names flush left."""
     return {

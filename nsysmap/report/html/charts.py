@@ -18,14 +18,13 @@ from nsysmap.report import scope_tables as rt
 from nsysmap.report.answers import run_label
 from nsysmap.report.html.chart import (
     CATEGORY_COLOURS,
-    SHARE_AXIS,
     Chart,
     bar,
-    category_axis,
     chart,
     horizontal,
     ms,
     ratio,
+    shares,
     table,
     time_axis,
 )
@@ -103,9 +102,7 @@ def matmul_chart(f: Findings, c: Findings | None) -> Chart:
         heading="Matmul share: forward vs full step",
         data=data,
         rows=table(MATMUL_COLUMNS, rows),
-        barmode="stack",
-        xaxis=category_axis("scope"),
-        yaxis={**SHARE_AXIS, "title": "share of the scope's time (%)"},
+        **shares("stack", "scope", "the scope's time"),
     )
 
 
@@ -133,9 +130,7 @@ def categories_chart(f: Findings) -> Chart | None:
         heading="Kernel categories",
         data=data,
         rows=table(CATEGORY_COLUMNS, rows),
-        barmode="group",
-        xaxis=category_axis("kernel category"),
-        yaxis={**SHARE_AXIS, "title": "share of time or FLOPs (%)"},
+        **shares("group", "kernel category", "time or FLOPs"),
     )
 
 
