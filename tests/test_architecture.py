@@ -14,7 +14,7 @@ import importlib
 import re
 from pathlib import Path
 
-from tests.test_imports import module_files
+from tests.test_imports import module_files, parsed
 
 ROOT = Path(__file__).resolve().parents[1]
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
@@ -111,8 +111,7 @@ def function_lengths(root: Path = ROOT) -> dict[str, int]:
     found = {}
     for package in PACKAGES:
         for path in sorted((root / package).rglob("*.py")):
-            tree = ast.parse(path.read_text(), str(path))
-            for node in ast.walk(tree):
+            for node in ast.walk(parsed(path)):
                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                     name = f"{path.relative_to(root).as_posix()}:{node.name}"
                     found[name] = (node.end_lineno or node.lineno) - node.lineno + 1
@@ -165,8 +164,7 @@ def sql_outside_the_reader(files: dict[str, Path], root: Path = ROOT) -> list[st
     for module, path in sorted(files.items()):
         if path.relative_to(root).as_posix().startswith(NSYS_READER):
             continue
-        tree = ast.parse(path.read_text(), str(path))
-        for node in ast.walk(tree):
+        for node in ast.walk(parsed(path)):
             text = node.value if isinstance(node, ast.Constant) else None
             if isinstance(text, str) and _SQL.search(text):
                 found.append(f"{module}: SQL {text[:40]!r}")
@@ -232,7 +230,7 @@ def _dotted(path: str) -> str:
 
 def calls_from(caller: Path, module: str, function: str) -> bool:
     """Does the module at `caller` import `function` from `module` and call it?"""
-    tree = ast.parse(caller.read_text(), str(caller))
+    tree = parsed(caller)
     imported = any(
         isinstance(node, ast.ImportFrom)
         and node.module == module

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_imports import module_files
+from tests.test_imports import module_files, parsed
 
 # Stage function -> the modules that may import it (besides the module that defines it).
 _AFTER_READING = (
@@ -50,21 +50,16 @@ ONLY_FROM: dict[str, set[str]] = {
 
 
 @cache
-def _tree(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(), str(path))
-
-
-@cache
 def imported_names(path: Path) -> frozenset[str]:
     """Every name imported by `from X import name` anywhere in the file."""
-    nodes = ast.walk(_tree(path))
+    nodes = ast.walk(parsed(path))
     found = (alias.name for n in nodes if isinstance(n, ast.ImportFrom) for alias in n.names)
     return frozenset(found)
 
 
 @cache
 def defined_names(path: Path) -> frozenset[str]:
-    return frozenset(n.name for n in _tree(path).body if isinstance(n, ast.FunctionDef))
+    return frozenset(n.name for n in parsed(path).body if isinstance(n, ast.FunctionDef))
 
 
 def stray_imports(files: dict[str, Path]) -> list[str]:

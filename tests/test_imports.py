@@ -15,6 +15,7 @@ import subprocess
 import sys
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -116,6 +117,13 @@ def module_files(package: str, root: Path = ROOT) -> dict[str, Path]:
     return found
 
 
+@cache
+def parsed(path: Path) -> ast.Module:
+    """The syntax tree of a source file, parsed once per test process (the structure
+    tests of test_imports, test_architecture, test_flow and test_sources_choose)."""
+    return ast.parse(path.read_text(), str(path))
+
+
 def imported_modules(name: str, path: Path, known: Iterable[str]) -> set[str]:
     """The modules of `known` that module `name` imports anywhere in its text.
 
@@ -124,7 +132,7 @@ def imported_modules(name: str, path: Path, known: Iterable[str]) -> set[str]:
     known = set(known)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

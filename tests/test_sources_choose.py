@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from nsysmap.sources.choose import BY_PROCESS, BY_WINDOW, WHOLE, Choice, Facts, decide
-from tests.test_imports import module_files
+from tests.test_imports import module_files, parsed
 
 GB = 1e9
 NONE: list[int] | None = None
@@ -113,9 +113,8 @@ def choosers(files: dict[str, Path]) -> list[str]:
     for module, path in sorted(files.items()):
         if module == CHOOSER:
             continue
-        tree = ast.parse(path.read_text(), str(path))
         used = set()
-        for node in ast.walk(tree):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.ImportFrom):
                 used |= {alias.name for alias in node.names} & DECIDING_NAMES
             elif isinstance(node, ast.Attribute) and node.attr in DECIDING_NAMES:

@@ -7,7 +7,7 @@
                   its stdout and stderr are the user's; Ctrl-C is forwarded once
      3. capture   DIR/capture/report.nsys-rep -> nsys export -> report.sqlite,
                   or DIR/capture/trace.json
-     4. analyse   the file flow `nsysmap attribute` runs (pipeline.attribute_file:
+     4. analyse   the file flow `nsysmap attribute` runs (verbs.attribute_file:
                   streamed when large, one process at a time past --memory-gb),
                   + the model's FLOPs from DIR/capture/flops.json
                   -> DIR/*.parquet, manifest.json

@@ -1,4 +1,4 @@
-"""Wall time per pipeline stage, and a progress line while a stage runs.
+"""Wall time per stage of the flow, and a progress line while a stage runs.
 
 `Stages` records how long each stage of the flow took (read, normalise,
 attribute, summarise, write, ...). On a terminal it also keeps one line on
