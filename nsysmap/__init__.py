@@ -25,9 +25,9 @@ from nsysmap._version import __version__
 
 if TYPE_CHECKING:
     from nsysmap.attribution.attribute import attribute
-    from nsysmap.output.summarise import Summaries, summarise
-    from nsysmap.pipeline import Analysis, analyse, analyse_file, load_profile, write
-    from nsysmap.profile import NestedProfile, Profile
+    from nsysmap.core.profile import NestedProfile, Profile
+    from nsysmap.flow.verbs import Analysis, analyse, analyse_file, load_profile, write
+    from nsysmap.summaries.summarise import Summaries, summarise
 
 __all__ = [
     "Analysis",
@@ -46,15 +46,15 @@ __all__ = [
 # Where each public name lives (imported on first use).
 _HOMES = {
     "attribute": "nsysmap.attribution.attribute",
-    "Summaries": "nsysmap.output.summarise",
-    "summarise": "nsysmap.output.summarise",
-    "Analysis": "nsysmap.pipeline",
-    "analyse": "nsysmap.pipeline",
-    "analyse_file": "nsysmap.pipeline",
-    "load_profile": "nsysmap.pipeline",
-    "write": "nsysmap.pipeline",
-    "NestedProfile": "nsysmap.profile",
-    "Profile": "nsysmap.profile",
+    "Summaries": "nsysmap.summaries.summarise",
+    "summarise": "nsysmap.summaries.summarise",
+    "Analysis": "nsysmap.flow.verbs",
+    "analyse": "nsysmap.flow.verbs",
+    "analyse_file": "nsysmap.flow.verbs",
+    "load_profile": "nsysmap.flow.verbs",
+    "write": "nsysmap.flow.verbs",
+    "NestedProfile": "nsysmap.core.profile",
+    "Profile": "nsysmap.core.profile",
 }
 
 

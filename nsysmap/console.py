@@ -2,7 +2,7 @@
 
 The console script starts here rather than in nsysmap.cli, whose imports
 (Polars, PyArrow, click, every command) take a while: this module imports
-only the standard library and nsysmap.interrupts, and takes SIGINT before
+only the standard library and nsysmap.core.interrupts, and takes SIGINT before
 importing the CLI. Wherever a Ctrl-C lands, nsysmap prints one line and
 exits with 130:
 
@@ -27,7 +27,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from nsysmap import interrupts
+from nsysmap.core import interrupts
 
 INTERRUPTED = 130
 _answered: list[bool] = []

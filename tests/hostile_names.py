@@ -4,7 +4,7 @@ control characters, for checking that every renderer shows them as data.
 `NAMES` is the corpus: HTML that runs a script, Plotly's markup (links, styles),
 Markdown that breaks tables or injects headings, terminal control sequences,
 strings that break JSON, bidi and zero-width characters, a very long name.
-`hostile_export(path)` writes a synthetic nsys export (nsysmap.synth's builder)
+`hostile_export(path)` writes a synthetic nsys export (devtools.synth's builder)
 of three training steps whose kernels, user ranges, module classes and paths,
 and GPU name are these names; `hostile_trace(path)` writes a torch.profiler
 trace whose operators, modules, annotations and kernels are;
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nsysmap.errors import ExitCode
-from nsysmap.synth.builder import SynthExport
+from devtools.synth.builder import SynthExport
+from nsysmap.core.errors import ExitCode
 from tests.cli_runner import invoke
 
 SCRIPT_SVG = "<svg onload=\"window.pwned='svg'\">"

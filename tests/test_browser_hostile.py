@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-from nsysmap.report.html.browser import Chromium, find_chromium
+from devtools.browser import Chromium, find_chromium
 from tests.hostile_names import Outputs, hostile_outputs
 
 pytestmark = [

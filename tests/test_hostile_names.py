@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 from markdown_it import MarkdownIt
 
-from nsysmap.inert import visible
+from nsysmap.core.inert import visible
 from tests.cli_runner import invoke
 from tests.hostile_names import (
     CONTROLS,

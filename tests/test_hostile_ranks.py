@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from distributed import LocalCluster
 
-from nsysmap.inert import visible
+from nsysmap.core.inert import visible
 from tests.cli_runner import invoke
 from tests.hostile_names import TERMINAL, hostile_export
 from tests.test_hostile_names import assert_terminal_safe, markdown_tokens

@@ -1,4 +1,4 @@
-"""nsysmap.inert: each renderer's way of showing a name from a profile as data.
+"""nsysmap.core.inert: each renderer's way of showing a name from a profile as data.
 
 Markdown is checked by rendering it with markdown-it (CommonMark, raw HTML on as
 by default, GFM tables on): a name in a code span comes back character for
@@ -16,7 +16,7 @@ from functools import cache
 import pytest
 from markdown_it import MarkdownIt
 
-from nsysmap.inert import (
+from nsysmap.core.inert import (
     markdown_cell,
     markdown_code,
     markdown_text,

@@ -1,4 +1,4 @@
-"""The console script's SIGINT handler (nsysmap.interrupts): raises once, then notes.
+"""The console script's SIGINT handler (nsysmap.core.interrupts): raises once, then notes.
 
 A Ctrl-C raises KeyboardInterrupt once; another while the first is answered
 is only noted, until code that carries on after a Ctrl-C arms it again; a
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from nsysmap import interrupts
+from nsysmap.core import interrupts
 
 
 @pytest.fixture

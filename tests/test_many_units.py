@@ -8,15 +8,15 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap.errors import InputNotFound
-from nsysmap.many import across
+from nsysmap.core.errors import InputNotFound
+from nsysmap.many import cross_rank as across
 from nsysmap.many.cluster import BASE_TASK_BYTES, plan_local
 from nsysmap.many.input_files import expand_inputs
 from nsysmap.many.progress import Progress, progress_line
 from nsysmap.many.rank_ids import DECLARED, FILE_ORDER, PROCESS, assign_ranks
 from nsysmap.many.rank_overlap import exposed_communication
 from nsysmap.many.task import FAILED, OK, Outcome, Unit, by_device_owner
-from nsysmap.read.nsys_env import rank_facts
+from nsysmap.read.nsys.nsys_env import rank_facts
 from tests.cli_runner import invoke
 
 GiB = 1 << 30

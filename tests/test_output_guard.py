@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from nsysmap.errors import ExitCode
+from nsysmap.core.errors import ExitCode
 from tests.cli_runner import nsysmap_cli
 from tests.test_output_swap import _export
 

@@ -20,12 +20,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap.errors import OutputFailed
+from devtools.synth import SynthExport
+from nsysmap.core.errors import OutputFailed
 from nsysmap.output import swap
 from nsysmap.output.placement import MANIFEST_SCHEMA, commit, recover, staging
 from nsysmap.output.swap import MARK, hold, release, write_mark
 from nsysmap.output.writer import read_outputs
-from nsysmap.synth import SynthExport
 from tests.cli_runner import nsysmap_cli
 
 

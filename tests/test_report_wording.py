@@ -8,12 +8,12 @@ import re
 import pytest
 
 from nsysmap.flops.peaks import peak_tflops
-from nsysmap.pipeline import analyse, analyse_file
+from nsysmap.flow.verbs import analyse, analyse_file
 from nsysmap.report.answers import RunData
 from nsysmap.report.build import build_report
 from nsysmap.report.format import ratio
 from nsysmap.report.html.page import report_page
-from nsysmap.report.io import read_run
+from nsysmap.report.report_files import read_run
 from nsysmap.report.waits import waits_lead
 from tests.corpus import corpus_path
 from tests.frames import MS, Frames

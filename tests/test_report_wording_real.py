@@ -7,14 +7,14 @@ import polars as pl
 import pytest
 
 from nsysmap.attribution.attribute import attribute
-from nsysmap.output.by_range import is_user_range
-from nsysmap.output.summarise import summarise
-from nsysmap.output.summary_text import render_summary
-from nsysmap.pipeline import analyse, analyse_file, load_profile
+from nsysmap.flow.verbs import analyse, analyse_file, load_profile
 from nsysmap.report.answers import RunData
 from nsysmap.report.build import build_report
 from nsysmap.report.format import ms, pct, per
-from nsysmap.report.io import read_run
+from nsysmap.report.report_files import read_run
+from nsysmap.summaries.range_paths import is_user_range
+from nsysmap.summaries.summarise import summarise
+from nsysmap.summaries.summary_text import render_summary
 from tests.corpus import corpus_path
 from tests.frames import MS, Frames
 

@@ -7,7 +7,7 @@
                   its stdout and stderr are the user's; Ctrl-C is forwarded once
      3. capture   DIR/capture/report.nsys-rep -> nsys export -> report.sqlite,
                   or DIR/capture/trace.json
-     4. analyse   the file flow `nsysmap attribute` runs (pipeline.attribute_file:
+     4. analyse   the file flow `nsysmap attribute` runs (verbs.attribute_file:
                   streamed when large, one process at a time past --memory-gb),
                   + the model's FLOPs from DIR/capture/flops.json
                   -> DIR/*.parquet, manifest.json
@@ -34,10 +34,10 @@ from typing import Any
 from instrument import contract
 from instrument.contract import CAPTURE_DIR, LAUNCH_RECORD, REPORT_BASE
 from instrument.contract import TRACE as TRACE_FILE
-from nsysmap import interrupts, nsys_tool
 from nsysmap._version import __version__
 from nsysmap.attribution.rules import BUILTIN, NameRules
-from nsysmap.errors import (
+from nsysmap.core import interrupts
+from nsysmap.core.errors import (
     ExitCode,
     InputNotFound,
     NoGpuData,
@@ -45,13 +45,14 @@ from nsysmap.errors import (
     ProfilerFailed,
     ScriptFailed,
 )
+from nsysmap.core.timings import Stages
 from nsysmap.flops.flops_document import attach_model_flops
-from nsysmap.flow import Settings
-from nsysmap.input_kinds import NSYS_REPORT, NSYS_SQLITE
+from nsysmap.flow.run_stages import Settings
+from nsysmap.flow.verbs import Analysis, attribute_file
 from nsysmap.output.placement import check_output_dir, remove_outputs, write_failed, write_file
 from nsysmap.output.writer import OUTPUT_NAMES
-from nsysmap.pipeline import Analysis, attribute_file
-from nsysmap.stages import Stages
+from nsysmap.read.nsys import nsys_tool
+from nsysmap.sources.input_kinds import NSYS_REPORT, NSYS_SQLITE
 
 LAUNCHER_MODULE = "instrument.launch"
 BACKENDS = ("auto", "nsys", "torch")

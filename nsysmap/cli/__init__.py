@@ -19,7 +19,6 @@ from typing import Any
 
 import click
 
-from nsysmap import interrupts
 from nsysmap._version import __version__
 from nsysmap.cli.attribute import attribute_command
 from nsysmap.cli.diff import diff_command
@@ -27,8 +26,9 @@ from nsysmap.cli.export import export_command
 from nsysmap.cli.flops import flops_command
 from nsysmap.cli.report import report_command
 from nsysmap.cli.run import run_command
-from nsysmap.errors import ExitCode, NsysmapError, one_line
-from nsysmap.inert import terminal_text
+from nsysmap.core import interrupts
+from nsysmap.core.errors import ExitCode, NsysmapError, one_line
+from nsysmap.core.inert import terminal_text
 
 
 class NsysmapGroup(click.Group):

@@ -6,16 +6,16 @@ from pathlib import Path
 
 import click
 
+from nsysmap.core.errors import Regression
 from nsysmap.diff.compare import Diff, compare
 from nsysmap.diff.diff_charts import diff_page
 from nsysmap.diff.diff_text import render
 from nsysmap.diff.gate import GATED, grown, grown_lines
-from nsysmap.errors import Regression
 from nsysmap.output.guard import check_not_over
 from nsysmap.output.placement import check_output_dir, check_output_file, write_failed
 from nsysmap.output.whole_file import written_whole
 from nsysmap.report.html.page import plotly_js, write_page
-from nsysmap.report.io import read_run
+from nsysmap.report.report_files import read_run
 
 DIFF_PARQUET = "diff.parquet"
 

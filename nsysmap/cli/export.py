@@ -6,13 +6,13 @@ from pathlib import Path
 
 import click
 
-from nsysmap.errors import ExitCode, NsysmapError
+from nsysmap.core.errors import ExitCode, NsysmapError
 from nsysmap.export.perfetto import Selection, Trace, build_trace
 from nsysmap.export.window import DEFAULT_STEPS, OPERATION_LIMIT, default_selection
 from nsysmap.output.guard import check_not_over
 from nsysmap.output.placement import check_output_file, write_failed
 from nsysmap.output.whole_file import written_whole
-from nsysmap.report.io import read_run
+from nsysmap.report.report_files import read_run
 
 
 def _steps(

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from nsysmap.errors import ExitCode, NsysmapError
+from nsysmap.core.errors import ExitCode, NsysmapError
 from nsysmap.flops.peaks import DTYPES
 from nsysmap.many.ranks_section import is_multi_rank, rank_report
 from nsysmap.output.guard import check_not_over
@@ -15,7 +15,7 @@ from nsysmap.output.placement import check_output_dir, check_output_file, write_
 from nsysmap.report.answers import FLOP_SOURCES, ReportOptions
 from nsysmap.report.build import build_report
 from nsysmap.report.html.page import REPORT_HTML, plotly_js, report_page, write_page
-from nsysmap.report.io import REPORT_MD, read_run, write_report
+from nsysmap.report.report_files import REPORT_MD, read_run, write_report
 
 
 @click.command("report")

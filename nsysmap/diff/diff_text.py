@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from nsysmap.core.inert import terminal_text
 from nsysmap.diff.compare import OUTSIDE, Diff, Side, biggest
-from nsysmap.inert import terminal_text
 from nsysmap.report.html.names import distinct_labels
 
 ROWS = 10  # rows shown per level

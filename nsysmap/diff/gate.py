@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from nsysmap.core.inert import terminal_text
 from nsysmap.diff.compare import Diff
 from nsysmap.diff.diff_text import name
-from nsysmap.inert import terminal_text
 
 GATED = ("phase", "module", "kernel")  # the levels --by takes
 STEP = "step"  # the row that stands for the step time

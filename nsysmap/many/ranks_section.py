@@ -13,8 +13,8 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap.errors import NotAnOutput
-from nsysmap.inert import markdown_code
+from nsysmap.core.errors import NotAnOutput
+from nsysmap.core.inert import markdown_code
 from nsysmap.many.ranks_text import findings, markdown_section
 from nsysmap.many.write import LAYOUT
 from nsysmap.output.read_back import whole

@@ -13,8 +13,8 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap.inert import markdown_cell, markdown_code, markdown_text, terminal_text
-from nsysmap.scalars import to_float
+from nsysmap.core.inert import markdown_cell, markdown_code, markdown_text, terminal_text
+from nsysmap.core.scalars import to_float
 
 MS = 1e6
 SHOWN_RANKS = 16  # more ranks than this: the slowest ones only
@@ -66,7 +66,7 @@ def slow_layer(rank_module: pl.DataFrame) -> dict[str, Any] | None:
 
 
 def layer_line(f: Findings, name: Callable[[str], str] = terminal_text) -> str | None:
-    """The slowest layer; `name` shows its module's name (nsysmap.inert)."""
+    """The slowest layer; `name` shows its module's name (nsysmap.core.inert)."""
     row = f.layer
     if row is None:
         return None
@@ -141,7 +141,7 @@ def straggler_line(f: Findings) -> str | None:
 
 
 def _module_name(row: dict[str, Any], name: Callable[[str], str] = terminal_text) -> str:
-    """ "path (Class) phase", the names shown by `name` (nsysmap.inert)."""
+    """ "path (Class) phase", the names shown by `name` (nsysmap.core.inert)."""
     module = "(no module)" if row["module"] is None else name(row["module"] or "(root)")
     cls = f" ({name(row['module_class'])})" if row["module_class"] else ""
     phase = row["phase"] if row["phase"] is not None else "(no phase)"

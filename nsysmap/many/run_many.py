@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from nsysmap.attribution.rules import BUILTIN, NameRules
-from nsysmap.errors import ExitCode
+from nsysmap.core.errors import ExitCode
 from nsysmap.many import cluster as clusters
 from nsysmap.many.collect import output_tables
 from nsysmap.many.input_files import expand_inputs
-from nsysmap.many.one_job import ONE_JOB_DOUBTS, doubts
 from nsysmap.many.progress import Progress
 from nsysmap.many.rank_ids import assign_ranks
 from nsysmap.many.ranks_text import findings, terminal_summary
+from nsysmap.many.same_job import ONE_JOB_DOUBTS, doubts
 from nsysmap.many.task import FAILED, OK, Outcome, attribute_one
 from nsysmap.many.write import WORK_DIR, RankParts, clear_previous, ranks_manifest
 from nsysmap.output.placement import check_output_dir, write_failed

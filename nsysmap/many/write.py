@@ -20,8 +20,8 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap import schemas
 from nsysmap._version import __version__
+from nsysmap.core import schemas
 from nsysmap.many.rank_ids import RankOf
 from nsysmap.many.task import Outcome
 from nsysmap.output.ownership import WORK_DIR

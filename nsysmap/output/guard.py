@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from nsysmap.errors import OutputFailed
+from nsysmap.core.errors import OutputFailed
 from nsysmap.output.ownership import MANIFEST, manifest_doc, proven_outputs
 
 _PROFILE_MAGIC = (b"SQLite format 3\x00", b"PAR1", b"\x1f\x8b")

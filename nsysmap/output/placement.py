@@ -39,8 +39,8 @@ from collections.abc import Collection, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from nsysmap import interrupts
-from nsysmap.errors import OutputFailed
+from nsysmap.core import interrupts
+from nsysmap.core.errors import OutputFailed
 from nsysmap.output.ownership import (
     MANIFEST,
     MANIFEST_SCHEMA,

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from nsysmap.errors import NotAnOutput
+from nsysmap.core.errors import NotAnOutput
 from nsysmap.output.ownership import MANIFEST
 
 T = TypeVar("T")

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from nsysmap import interrupts
+from nsysmap.core import interrupts
 from nsysmap.output.swap import hold, release
 
 PART = ".part"

@@ -27,7 +27,7 @@ def _label(doc: dict[str, Any], scope: str) -> str:
 
 def brief(doc: dict[str, Any], name: Callable[[str], str] = str) -> list[str]:
     """The sentences, in the order of the questions; `name` shows a name from the profile
-    (a kernel, an operator) as the renderer must (nsysmap.inert)."""
+    (a kernel, an operator) as the renderer must (nsysmap.core.inert)."""
     answers = doc["answers"]
     lines = [_matmul(doc, answers["matmul_share"]), *_top(doc, answers["top_kernel"], name)]
     lines += [_non_matmul(doc, answers["non_matmul_kernels"], name), _softmax(answers)]

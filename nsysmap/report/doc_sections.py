@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nsysmap.inert import markdown_code, markdown_text
+from nsysmap.core.inert import markdown_code, markdown_text
 from nsysmap.report.blocks import part_label
 from nsysmap.report.format import OUTSIDE_PHASES, flop, kernel, ms, num, pct, sentence, table
 from nsysmap.report.operator_shapes import families_text

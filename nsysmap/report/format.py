@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap.inert import markdown_cell, markdown_code
+from nsysmap.core.inert import markdown_cell, markdown_code
 
 # How every table of the report names work outside every phase.
 OUTSIDE_PHASES = "(outside every phase)"
@@ -64,7 +64,7 @@ def ratio(x: float | None) -> str:
 
 
 def kernel(text: Any, width: int = 70) -> str:
-    """A kernel name as code, cut to `width` characters (nsysmap.inert.markdown_code)."""
+    """A kernel name as code, cut to `width` characters (nsysmap.core.inert.markdown_code)."""
     text = str(text or "?")
     return markdown_code(f"{text[: width - 1]}…" if len(text) > width else text)
 
@@ -78,7 +78,7 @@ def kernel_names(frame: pl.DataFrame) -> list[str]:
 
 
 def table(header: list[str], rows: list[list[str]]) -> list[str]:
-    """A Markdown table; a pipe in a cell never splits it (nsysmap.inert.markdown_cell)."""
+    """A Markdown table; a pipe in a cell never splits it (nsysmap.core.inert.markdown_cell)."""
     lines = ["| " + " | ".join(map(markdown_cell, header)) + " |", "|" + "---|" * len(header)]
     return lines + ["| " + " | ".join(map(markdown_cell, row)) + " |" for row in rows] + [""]
 
@@ -87,7 +87,7 @@ def devices_text(
     devices: pl.DataFrame | list[dict[str, Any]], name: Callable[[str], str] = str
 ) -> str:
     """ "A100 (device 0), CPU": the run's devices as one phrase (empty when none); `name`
-    shows a GPU's name (nsysmap.inert's function for the renderer)."""
+    shows a GPU's name (nsysmap.core.inert's function for the renderer)."""
     rows = devices.to_dicts() if isinstance(devices, pl.DataFrame) else devices
     return ", ".join(
         f"{name(row['device_name']) if row['device_name'] else 'unnamed GPU'} "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from nsysmap.inert import markdown_code, markdown_text
+from nsysmap.core.inert import markdown_code, markdown_text
 from nsysmap.report.brief import brief, same_as_forward
 from nsysmap.report.communication import communication_section
 from nsysmap.report.doc_sections import (

@@ -18,9 +18,9 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap.inert import markdown_code
+from nsysmap.core.inert import markdown_code
+from nsysmap.core.wait_schemas import WAIT_INTERIOR, WAIT_KINDS
 from nsysmap.report.format import ms, pct, plural, sentence, table
-from nsysmap.schemas import WAIT_INTERIOR, WAIT_KINDS
 from nsysmap.waits.tables import SCHEMAS, is_sync_copy
 
 ID = "waits"

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from nsysmap.inert import plotly_text, plotly_texts
+from nsysmap.core.inert import plotly_text, plotly_texts
+from nsysmap.core.scalars import to_float, to_int
 from nsysmap.report.blocks import block_totals, part_label, part_order
 from nsysmap.report.html import tree
 from nsysmap.report.html.chart import (
@@ -14,17 +15,18 @@ from nsysmap.report.html.chart import (
     SERIES,
     TOP_ROWS,
     Chart,
-    Table,
     bar,
     category_axis,
+    chart,
     first_rows,
-    layout,
+    markers,
     ms,
     ratio,
-    time_axis,
+    right_axis,
+    stacked,
+    table,
 )
 from nsysmap.report.html.names import distinct_labels, middle
-from nsysmap.scalars import to_float, to_int
 
 if TYPE_CHECKING:
     from nsysmap.report.answers import Findings
@@ -32,6 +34,32 @@ if TYPE_CHECKING:
 LAYER_LABEL = 32  # characters of a layer's name on the axis (whole on hover)
 TREE_LABEL = 24  # characters of a name in a box of the tree (its whole path on hover)
 PART_COLOURS = dict(zip(("attn", "mlp", "ln_1", "ln_2", ""), SERIES, strict=False))
+# The columns of each chart's table, and how each sorts and shows.
+BLOCK_PHASE_COLUMNS = (
+    ("block", "text"),
+    ("class", "text"),
+    ("forward", "ms"),
+    ("backward", "ms"),
+    ("no direction", "ms"),
+    ("total", "ms"),
+)
+BLOCK_PARTS_COLUMNS = (
+    ("block", "text"),
+    ("part", "text"),
+    ("class", "text"),
+    *BLOCK_PHASE_COLUMNS[2:],
+    ("TFLOP/s", "number"),
+    ("MFU", "share"),
+)
+RATES_COLUMNS = (
+    ("layer", "text"),
+    ("class", "text"),
+    ("modules", "number"),
+    ("time", "ms"),
+    ("matmul FLOPs", "number"),
+    ("TFLOP/s", "number"),
+    ("MFU", "share"),
+)
 
 
 def per_step(f: Findings) -> tuple[int, str]:
@@ -67,25 +95,18 @@ def blocks_phase_chart(f: Findings) -> Chart | None:
             strict=True,
         )
     ]
-    return Chart(
+    return chart(
         "blocks_phase",
         "Per block: forward and backward calls",
         "Each numbered block with every module below it; forward and backward are the time in "
         "forward and in backward calls, whatever the phase; devices pooled." + cut,
-        {
-            "data": data,
-            "layout": layout(
-                "Time per block by call direction",
-                barmode="stack",
-                xaxis=category_axis("block"),
-                yaxis=time_axis(unit),
-            ),
-        },
-        Table(
-            ["block", "class", "forward", "backward", "no direction", "total"],
+        heading="Time per block by call direction",
+        data=data,
+        rows=table(
+            BLOCK_PHASE_COLUMNS,
             rows,
-            ["text", "text", "ms", "ms", "ms", "ms"],
         ),
+        **stacked("block", unit),
     )
 
 
@@ -117,35 +138,18 @@ def blocks_parts_chart(f: Findings) -> Chart | None:
                 ratio(r["mfu"]),
             ]
         )
-    return Chart(
+    return chart(
         "blocks_parts",
         "Per block: attention, MLP, norms",
         "Parts are each block's direct children with the modules below them; "
         "(own) is the block's own operations." + cut,
-        {
-            "data": data,
-            "layout": layout(
-                "Time per block by part",
-                barmode="stack",
-                xaxis=category_axis("block"),
-                yaxis=time_axis(unit),
-            ),
-        },
-        Table(
-            [
-                "block",
-                "part",
-                "class",
-                "forward",
-                "backward",
-                "no direction",
-                "total",
-                "TFLOP/s",
-                "MFU",
-            ],
+        heading="Time per block by part",
+        data=data,
+        rows=table(
+            BLOCK_PARTS_COLUMNS,
             rows,
-            ["text", "text", "text", "ms", "ms", "ms", "ms", "number", "share"],
         ),
+        **stacked("block", unit),
     )
 
 
@@ -185,24 +189,20 @@ def tree_chart(f: Findings) -> Chart | None:
         [p or "(all)", ms(o / steps), i]
         for p, o, i in zip(nodes["path"], nodes["own_ns"], inclusive, strict=True)
     ]
-    return Chart(
+    return chart(
         "tree",
         f"Time over the {what}",
         f"Click a box to zoom into it, the top bar to go back; {unit}, devices pooled.",
-        {
-            "data": [trace],
-            "layout": layout(
-                f"Time over the {what}",
-                margin={"l": 10, "r": 10, "t": 46, "b": 10},
-                height=620,
-                uniformtext={"minsize": 8, "mode": "hide"},  # no text in slivers
-                # Branches in colours no phase uses: a blue or orange box here must not
-                # read as forward or backward beside the phase charts.
-                iciclecolorway=list(TREE_COLOURS),
-                extendiciclecolors=True,
-            ),
-        },
-        Table(["path", "own", "inclusive"], rows, ["text", "ms", "ms"]),
+        heading=f"Time over the {what}",
+        data=[trace],
+        rows=table([("path", "text"), ("own", "ms"), ("inclusive", "ms")], rows),
+        margin={"l": 10, "r": 10, "t": 46, "b": 10},
+        height=620,
+        uniformtext={"minsize": 8, "mode": "hide"},  # no text in slivers
+        # Branches in colours no phase uses: a blue or orange box here must not
+        # read as forward or backward beside the phase charts.
+        iciclecolorway=list(TREE_COLOURS),
+        extendiciclecolors=True,
     )
 
 
@@ -231,28 +231,11 @@ def rates_chart(f: Findings) -> Chart | None:
         customdata=plotly_texts(full),
         hovertemplate="%{customdata}<br>%{y:.3f} TFLOP/s<extra></extra>",
     )
-    extra: dict[str, dict] = {}
+    extra: dict[str, dict[str, Any]] = {}
     if layers["mfu"].is_not_null().any():
         mfu = [ratio(v) for v in drawn["mfu"]]
-        data.append(
-            {
-                "type": "scatter",
-                "mode": "markers",
-                "name": "MFU",
-                "x": x,
-                "y": mfu,
-                "yaxis": "y2",
-                "marker": {"color": "#d62728", "size": 9},
-            }
-        )
-        extra["yaxis2"] = {
-            "title": "MFU (% of peak)",
-            "overlaying": "y",
-            "side": "right",
-            "tickformat": ".0%",
-            "rangemode": "tozero",
-            "showgrid": False,
-        }
+        data.append(markers("MFU", x, mfu, "#d62728", yaxis="y2"))
+        extra["yaxis2"] = right_axis("MFU (% of peak)", tickformat=".0%", rangemode="tozero")
     rows = [
         [
             n,
@@ -265,30 +248,26 @@ def rates_chart(f: Findings) -> Chart | None:
         ]
         for n, r in zip(names, layers.iter_rows(named=True), strict=True)
     ]
-    return Chart(
+    others = layers.height - TOP_ROWS
+    return chart(
         "rates",
         "Achieved TFLOP/s and MFU per layer",
         f"{f.source_note}; numbered modules collapsed to *"
         + (
             f"; drawn: the {TOP_ROWS} layers with the most time, the other "
-            f"{layers.height - TOP_ROWS} as one bar (the table has them all)."
+            f"{others} as one bar (the table has them all)."
             if layers.height > drawn.height
             else "."
         ),
-        {
-            "data": data,
-            "layout": layout(
-                "TFLOP/s per layer",
-                xaxis=category_axis("layer"),
-                yaxis={"title": "achieved TFLOP/s"},
-                **extra,
-            ),
-        },
-        Table(
-            ["layer", "class", "modules", "time", "matmul FLOPs", "TFLOP/s", "MFU"],
+        heading="TFLOP/s per layer",
+        data=data,
+        rows=table(
+            RATES_COLUMNS,
             rows,
-            ["text", "text", "number", "ms", "number", "number", "share"],
         ),
+        xaxis=category_axis("layer"),
+        yaxis={"title": "achieved TFLOP/s"},
+        **extra,
     )
 
 
