@@ -2,7 +2,7 @@
 
 `python -m instrument.launch --out DIR` (instrument/launch/) writes these
 files inside the training process; `nsysmap run` (nsysmap/capture/profile_script.py),
-nsysmap/flops/flops_document.py and nsysmap/read/compiled_json.py read them after it. This
+nsysmap/flops/flops_document.py and nsysmap/read/torch/compiled_json.py read them after it. This
 module is the one both sides import for the layout and the record, so it
 imports neither torch nor polars; tests/test_contract_roundtrip.py writes
 with the launcher's code and reads with nsysmap's.

@@ -9,16 +9,19 @@ from typing import Any
 
 import polars as pl
 
+from nsysmap.findings import with_findings
+from nsysmap.flow.verbs import analyse_file
 from nsysmap.output.writer import read_outputs
-from nsysmap.pipeline import analyse_file
 
 CHARTS = "report_charts.json"
+# What `nsysmap attribute` runs: its options in the manifest, and the findings added.
+ATTRIBUTE = {"command": "attribute"}
 
 
 def attributed_tables(report: Path) -> dict[str, pl.DataFrame]:
     """Run the whole flow on `report` and read back what it wrote."""
     with tempfile.TemporaryDirectory() as tmp:
-        analyse_file(report, Path(tmp), options={"command": "attribute"})
+        analyse_file(report, Path(tmp), options=ATTRIBUTE, before_write=with_findings)
         return read_outputs(Path(tmp))
 
 
@@ -27,10 +30,10 @@ def chart_document(report: Path) -> dict[str, Any]:
     from nsysmap.report.build import build_report
     from nsysmap.report.html.charts import missing_charts, report_charts
     from nsysmap.report.html.fix_first_chart import fix_first_chart
-    from nsysmap.report.io import read_run
+    from nsysmap.report.report_files import read_run
 
     with tempfile.TemporaryDirectory() as tmp:
-        analyse_file(report, Path(tmp), options={"command": "attribute"})
+        analyse_file(report, Path(tmp), options=ATTRIBUTE, before_write=with_findings)
         findings = build_report(read_run(Path(tmp))).findings
     fix_first = fix_first_chart(findings.answers["answers"]["findings"])
     return {

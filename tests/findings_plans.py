@@ -2,7 +2,7 @@
 
 A `Plan` is the operations of one step, in the order one thread launches them
 (`K`: name, duration, phase, module, the idle gap before it and why). `export`
-repeats it for a number of steps as an nsys export (nsysmap.synth's builder),
+repeats it for a number of steps as an nsys export (devtools.synth's builder),
 with nsysmap's step, phase and module ranges around the launches, so the
 outputs hold exactly what was planned. Times are milliseconds:
 
@@ -20,8 +20,9 @@ from pathlib import Path
 
 import polars as pl
 
-from nsysmap.pipeline import analyse, load_profile
-from nsysmap.synth import SynthExport
+from devtools.synth import SynthExport
+from nsysmap.findings import with_findings
+from nsysmap.flow.verbs import analyse, load_profile
 
 PID, MAIN = 1, 10
 COMPUTE = 7
@@ -122,6 +123,6 @@ def _launch(b: SynthExport, k: K, tid: int, launch: float, start: float, corr: i
 
 def findings_of(plan: Plan, directory: Path) -> pl.DataFrame:
     """findings.parquet of the planned run (exported into `directory`, analysed in memory)."""
-    analysis = analyse(load_profile(export(plan, directory / "run.sqlite")))
+    analysis = with_findings(analyse(load_profile(export(plan, directory / "run.sqlite"))))
     assert analysis.findings is not None
     return analysis.findings

@@ -16,12 +16,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-import nsysmap.flow as flow
+import nsysmap.flow.run_stages as flow
+from devtools.synth import SynthExport
 from nsysmap.attribution.normalise import check_span_times
-from nsysmap.errors import DamagedTimes, ExitCode, NotAnOutput, NotAProfile
-from nsysmap.report.io import read_run
-from nsysmap.schemas import API_CALLS, RANGES
-from nsysmap.synth import SynthExport
+from nsysmap.core.errors import DamagedTimes, ExitCode, NotAnOutput, NotAProfile
+from nsysmap.core.schemas import API_CALLS, RANGES
+from nsysmap.report.report_files import read_run
 from tests.cli_runner import nsysmap_cli
 from tests.fuzz import sqlite_totals
 
@@ -169,7 +169,7 @@ def test_a_failed_write_leaves_the_previous_outputs_complete(tmp_path, capsys, m
 def test_a_new_run_replaces_every_output_of_the_old_one(tmp_path, capsys):
     out = tmp_path / "out"
     assert _run(capsys, "attribute", _export(tmp_path / "a.sqlite"), "-o", out)[0] == 0
-    (out / "old_table.parquet").write_bytes(b"stale")
+    pl.DataFrame({"stale": [1]}).write_parquet(out / "old_table.parquet")
     manifest = json.loads((out / "manifest.json").read_text())
     manifest["tables"]["old_table"] = {"file": "old_table.parquet", "rows": 1}
     (out / "manifest.json").write_text(json.dumps(manifest))

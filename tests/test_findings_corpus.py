@@ -16,8 +16,9 @@ from typing import Any
 import polars as pl
 import pytest
 
-from nsysmap.errors import NoGpuData
-from nsysmap.pipeline import analyse, load_profile
+from nsysmap.core.errors import NoGpuData
+from nsysmap.findings import with_findings
+from nsysmap.flow.verbs import analyse, load_profile
 from tests.corpus import CATALOGUE, FOLDERS, connect, corpus_path, needs_corpus
 
 pytestmark = [pytest.mark.corpus, pytest.mark.slow, needs_corpus]
@@ -93,7 +94,7 @@ EXPECTED: dict[str, set[str]] = {
 def findings(name: str) -> pl.DataFrame:
     """findings.parquet of one corpus file (empty for a file without GPU work)."""
     try:
-        analysis = analyse(load_profile(corpus_path(name)))
+        analysis = with_findings(analyse(load_profile(corpus_path(name))))
     except NoGpuData:
         return pl.DataFrame()
     assert analysis.findings is not None

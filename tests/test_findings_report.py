@@ -14,7 +14,7 @@ import pytest
 from nsysmap.diff.fix_check import TOLERANCE, check, check_lines, judged
 from nsysmap.report.build import build_report
 from nsysmap.report.fix_first import TITLE
-from nsysmap.report.io import read_run
+from nsysmap.report.report_files import read_run
 from tests.cli_runner import invoke, nsysmap_cli
 from tests.findings_plans import V100, K, Plan, export
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap.findings import Inputs, findings_table, job_inputs
+from devtools.synth import SynthExport
+from nsysmap.findings import Inputs, findings_table, job_inputs, with_findings
 from nsysmap.findings.rule_table import RULES, rule
-from nsysmap.pipeline import analyse, load_profile
-from nsysmap.synth import SynthExport
+from nsysmap.flow.verbs import analyse, load_profile
 from tests.findings_plans import A100 as A100_GPU
 from tests.findings_plans import DTOH, HTOD, V100, K, Plan, findings_of
 
@@ -106,7 +106,7 @@ def test_cuda_graph_replays_make_no_launch_bound_finding(tmp_path):
             b.graph_replay(1, 0, 7, start, start + 0.01, corr, graph=1, exec_id=1)
         t += 5.0
     path = b.write(tmp_path / "graphs.sqlite")
-    table = analyse(load_profile(path)).findings
+    table = with_findings(analyse(load_profile(path))).findings
     assert table is not None and of(table, "launch_bound").is_empty()
 
 

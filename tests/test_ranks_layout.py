@@ -14,13 +14,20 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap import schemas
+from nsysmap.core import rank_schemas, schemas, wait_schemas
 from nsysmap.many.collect import ranks_table
 from nsysmap.many.rank_ids import FILE_ORDER, RankOf
 from nsysmap.many.task import OK, Outcome, Unit
 from nsysmap.many.write import RankParts, ranks_manifest
 from nsysmap.output.ops_sinks import HeldOps
-from nsysmap.output.writer import ACROSS_RANKS, PER_DEVICE, read_outputs, write_outputs
+from nsysmap.output.placement import MANIFEST_SCHEMA
+from nsysmap.output.writer import (
+    ACROSS_RANKS,
+    PER_DEVICE,
+    read_outputs,
+    table_entries,
+    write_outputs,
+)
 
 OPS = pl.DataFrame({"op_id": [1, 2, 3], "dur_ns": [5, 6, 7]})
 
@@ -37,7 +44,7 @@ def _ranks(work: Path, sizes: list[int]) -> list[RankOf]:
 
 
 def _tables(ranks: list[RankOf]) -> dict[str, pl.DataFrame]:
-    per_device = {n: schemas.empty(schemas.with_rank(s)) for n, s in PER_DEVICE.items()}
+    per_device = {n: schemas.empty(rank_schemas.with_rank(s)) for n, s in PER_DEVICE.items()}
     return {"ranks": ranks_table(ranks), **per_device}
 
 
@@ -68,7 +75,7 @@ def test_ranks_are_written_by_the_one_writer(tmp_path: Path) -> None:
             "rows": pl.read_parquet(out / f"{name}.parquet").height,
         }
     idle = pl.read_parquet(out / "idle.parquet")
-    assert idle.schema == schemas.with_rank(schemas.IDLE)
+    assert idle.schema == rank_schemas.with_rank(wait_schemas.IDLE)
     read = read_outputs(out)  # the one reader reads either layout
     assert set(read) == set(manifest["tables"])
     assert read["ops"].group_by("rank").len().sort("rank").rows() == [(0, 3), (1, 2)]
@@ -79,7 +86,7 @@ def test_the_writer_holds_each_table_of_several_ranks_to_its_one_declaration(
     tmp_path: Path,
 ) -> None:
     """A per-device table needs its rank; a cross-rank table its own columns."""
-    rankless = {"stream_idle": schemas.empty(schemas.STREAM_IDLE)}
+    rankless = {"stream_idle": schemas.empty(wait_schemas.STREAM_IDLE)}
     with pytest.raises(schemas.SchemaMismatch, match="stream_idle"):
         write_outputs(rankless, {}, tmp_path / "a", ops=RankParts([]), ranked=True)
     comm = schemas.empty(ACROSS_RANKS["rank_comm"]).with_columns(pl.lit(1).alias("extra_ns"))
@@ -94,7 +101,10 @@ def test_an_output_of_either_layout_replaces_the_other_as_a_whole(tmp_path: Path
     assert sorted(p.name for p in (out / "ops").iterdir()) == ["rank=0"]
     table = {"by_phase": schemas.empty(schemas.BY_PHASE)}
     write_outputs(
-        table, {"tables": {"ops": {"file": "ops.parquet", "rows": 3}}}, out, ops=HeldOps(OPS)
+        table,
+        {"schema": MANIFEST_SCHEMA, "tables": table_entries({"ops": 3, **table})},
+        out,
+        ops=HeldOps(OPS),
     )
     assert sorted(p.name for p in out.iterdir()) == [
         "by_phase.parquet",

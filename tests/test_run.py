@@ -22,9 +22,9 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
+from devtools.synth import SynthExport
 from nsysmap.capture import profile_script as run_mod
-from nsysmap.errors import ExitCode, ScriptFailed
-from nsysmap.synth import SynthExport
+from nsysmap.core.errors import ExitCode, ScriptFailed
 from tests import fake_nsys
 from tests.cli_runner import nsysmap_cli
 
@@ -454,7 +454,7 @@ def test_run_passes_the_users_name_rules_to_the_attribution(with_nsys, capfd):
 def test_run_streams_a_large_capture_through_the_file_flow(with_nsys, monkeypatch):
     """`nsysmap run` attributes its capture as `nsysmap attribute` does: above
     STREAM_OPS operations the rows are streamed into ops.parquet, never held."""
-    from nsysmap import pipeline
+    from nsysmap.flow import verbs as pipeline
     from nsysmap.output import ops_sinks
     from nsysmap.output.ops_sinks import OpsFile
 
@@ -472,8 +472,8 @@ def test_run_streams_a_large_capture_through_the_file_flow(with_nsys, monkeypatc
 def test_run_past_its_memory_budget_reads_the_capture_one_process_at_a_time(
     with_nsys, tmp_path, capfd, monkeypatch
 ):
-    from nsysmap.synth.bulk import write_export
-    from nsysmap.synth.tile import gpt_tables
+    from devtools.synth.bulk import write_export
+    from devtools.synth.tile import gpt_tables
 
     two = write_export(tmp_path / "two.sqlite", gpt_tables(200, seed=3))
     monkeypatch.setenv("FAKE_NSYS_EXPORT_FROM", str(two))

@@ -7,7 +7,7 @@
                   its stdout and stderr are the user's; Ctrl-C is forwarded once
      3. capture   DIR/capture/report.nsys-rep -> nsys export -> report.sqlite,
                   or DIR/capture/trace.json
-     4. analyse   the file flow `nsysmap attribute` runs (pipeline.attribute_file:
+     4. analyse   the file flow `nsysmap attribute` runs (verbs.attribute_file:
                   streamed when large, one process at a time past --memory-gb),
                   + the model's FLOPs from DIR/capture/flops.json
                   -> DIR/*.parquet, manifest.json
@@ -34,10 +34,10 @@ from typing import Any
 from instrument import contract
 from instrument.contract import CAPTURE_DIR, LAUNCH_RECORD, REPORT_BASE
 from instrument.contract import TRACE as TRACE_FILE
-from nsysmap import nsys_tool
 from nsysmap._version import __version__
 from nsysmap.attribution.rules import BUILTIN, NameRules
-from nsysmap.errors import (
+from nsysmap.core import interrupts
+from nsysmap.core.errors import (
     ExitCode,
     InputNotFound,
     NoGpuData,
@@ -45,12 +45,15 @@ from nsysmap.errors import (
     ProfilerFailed,
     ScriptFailed,
 )
+from nsysmap.core.timings import Stages
+from nsysmap.findings import with_findings
 from nsysmap.flops.flops_document import attach_model_flops
-from nsysmap.flow import Settings
-from nsysmap.input_kinds import NSYS_REPORT, NSYS_SQLITE
-from nsysmap.output.placement import check_output_dir, remove_outputs, write_failed
-from nsysmap.pipeline import Analysis, attribute_file
-from nsysmap.stages import Stages
+from nsysmap.flow.run_stages import Settings
+from nsysmap.flow.verbs import Analysis, attribute_file
+from nsysmap.output.placement import check_output_dir, remove_outputs, write_failed, write_file
+from nsysmap.output.writer import OUTPUT_NAMES
+from nsysmap.read.nsys import nsys_tool
+from nsysmap.sources.input_kinds import NSYS_REPORT, NSYS_SQLITE
 
 LAUNCHER_MODULE = "instrument.launch"
 BACKENDS = ("auto", "nsys", "torch")
@@ -113,7 +116,7 @@ def run(
     """
     script = _existing(request.script)
     backend, reason, nsys = choose_backend(request.backend)
-    out_dir = check_output_dir(request.out_dir or default_out_dir(script))
+    out_dir = check_output_dir(request.out_dir or default_out_dir(script), OUTPUT_NAMES)
     capture = _fresh_capture_dir(out_dir)
     program = launcher_command(request, backend, capture, launcher)
     cmd = (
@@ -133,7 +136,7 @@ def run(
     try:
         analysis = _analyse_capture(record, request, capture, nsys, out_dir)
     finally:
-        (out_dir / RUN_RECORD).write_text(json.dumps(record, indent=2, default=str) + "\n")
+        write_file(out_dir / RUN_RECORD, json.dumps(record, indent=2, default=str) + "\n")
     steps = step_count(record["launch"].get("profiled_steps"))
     status, interrupted = record["exit_status"], record["interrupted"]
     return RunResult(script, backend, reason, out_dir, status, interrupted, steps, analysis)
@@ -167,13 +170,14 @@ def _analyse_capture(
         request.rules, options=_options(request, record), release=True, stages=quiet
     )
     try:
-        # The launcher's FLOP count of the model, when it made one, is written with the outputs.
+        # The launcher's FLOP count of the model, when it made one, and the findings (what to
+        # fix first) are written with the outputs.
         return attribute_file(
             captured,
             out_dir,
             settings,
             request.memory_gb,
-            before_write=lambda analysis: attach_model_flops(analysis, capture),
+            before_write=lambda analysis: with_findings(attach_model_flops(analysis, capture)),
         )
     except NoGpuData as exc:
         before = f"{request.script.name} exited with status {status}; " if status else ""
@@ -237,7 +241,7 @@ def run_child(cmd: list[str], notify: Notify) -> tuple[int, bool]:
         except subprocess.TimeoutExpired:
             continue
         except KeyboardInterrupt:
-            if interrupted:
+            if interrupts.rearm() or interrupted:  # a second Ctrl-C (maybe while taking this one)
                 _signal_group(proc, signal.SIGKILL)
                 proc.wait()
                 raise

@@ -26,11 +26,12 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from nsysmap.core.findings_schema import FINDINGS
+from nsysmap.core.scalars import to_float
+from nsysmap.core.wait_schemas import IDLE, LAUNCH_COST
 from nsysmap.findings import Inputs
 from nsysmap.findings.inputs import STEPS
 from nsysmap.report.answers import RunData
-from nsysmap.scalars import to_float
-from nsysmap.schemas import FINDINGS, IDLE, LAUNCH_COST
 
 TOLERANCE = 0.25
 

@@ -8,12 +8,18 @@ findings.parquet (schema FINDINGS, docs/outputs.md); docs/findings.md
 explains every rule, its thresholds and its estimate.
 """
 
+import time
+from dataclasses import replace
+
 import polars as pl
 
 from nsysmap.findings.find import findings_table
 from nsysmap.findings.inputs import Inputs, job_inputs
+from nsysmap.flow.analysis import Analysis, with_tables
 
-__all__ = ["Inputs", "findings_table", "job_inputs", "process_findings"]
+__all__ = ["Inputs", "findings_table", "job_inputs", "process_findings", "with_findings"]
+
+TABLE = "findings"
 
 
 def process_findings(
@@ -22,3 +28,16 @@ def process_findings(
     """findings.parquet of one profile: its OPS rows, waits tables, devices and meta."""
     cpu = meta.get("unit_of_work") == "cpu_op"
     return findings_table([Inputs(ops, waits["launch_cost"], waits["idle"], devices, cpu)])
+
+
+def with_findings(analysis: Analysis) -> Analysis:
+    """`analysis` with its findings: findings.parquet to be written with it (and listed in
+    its manifest), `Analysis.findings` for the terminal summary, their seconds in
+    `timings` ("findings"). `nsysmap attribute` and `nsysmap run` add them before the write."""
+    start = time.perf_counter()
+    meta = dict(zip(analysis.profile.meta["key"], analysis.profile.meta["value"], strict=True))
+    waits = analysis.summaries.waits
+    table = process_findings(analysis.store.scan(), waits, analysis.profile.devices, meta)
+    seconds = time.perf_counter() - start
+    added = with_tables(analysis, {TABLE: table})
+    return replace(added, findings=table, timings={**added.timings, TABLE: seconds})

@@ -1,7 +1,7 @@
 """Rule exposed_communication: communication kernels nothing hides, per collective and phase.
 
 Hidden and exposed time are nsysmap's one definition
-(nsysmap.output.comm_overlap: compute of the same process on another stream
+(nsysmap.summaries.comm_overlap: compute of the same process on another stream
 of the device hides a communication kernel); the collective is read from the
 kernel's name or its annotation (nsysmap.report.collectives). Only the
 measured steps count, so a one-off broadcast at initialisation, outside every
@@ -18,8 +18,8 @@ import polars as pl
 from nsysmap.findings.inputs import STEPS, Inputs
 from nsysmap.findings.model import MEDIUM, Finding, Rule, claims_of
 from nsysmap.findings.words import ms, pct, phase_text, plural, share
-from nsysmap.output.comm_overlap import hidden_communication
 from nsysmap.report.collectives import collective
+from nsysmap.summaries.comm_overlap import hidden_communication
 
 # What overlaps each collective with compute, by collective.
 FIXES = {

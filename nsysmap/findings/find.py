@@ -15,11 +15,11 @@ from dataclasses import replace
 
 import polars as pl
 
+from nsysmap.core.findings_schema import FINDINGS
 from nsysmap.findings.inputs import CAPTURE, Inputs
 from nsysmap.findings.model import LOW, Finding
 from nsysmap.findings.rank import Ranked, ranked
 from nsysmap.findings.rule_table import MIN_SHARE, RULES
-from nsysmap.schemas import FINDINGS
 
 # What a profile without steps or phases lacks for more than a low confidence.
 NO_STEPS = (

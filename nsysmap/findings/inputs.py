@@ -27,9 +27,10 @@ from typing import Any
 
 import polars as pl
 
+from nsysmap.core.scalars import to_int
+from nsysmap.core.schemas import OPS, empty
+from nsysmap.core.wait_schemas import IDLE, LAUNCH_COST
 from nsysmap.findings.threshold import LAUNCH_GAP
-from nsysmap.scalars import to_int
-from nsysmap.schemas import IDLE, LAUNCH_COST, OPS, empty
 
 # The OPS columns the rules read.
 COLUMNS = (

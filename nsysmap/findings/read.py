@@ -7,8 +7,9 @@ from pathlib import Path
 
 import polars as pl
 
+from nsysmap.core.schemas import conform
+from nsysmap.core.wait_schemas import IDLE, LAUNCH_COST
 from nsysmap.findings.inputs import Inputs, job_inputs
-from nsysmap.schemas import IDLE, LAUNCH_COST, conform
 
 ACROSS = ("rank_steps", "stragglers", "rank_module_phase")
 

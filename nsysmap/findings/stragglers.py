@@ -1,6 +1,6 @@
 """Rule straggler: across ranks, the rank that makes the others wait, and its slow layer.
 
-Read from the tables of several reports (nsysmap.many.across): per step,
+Read from the tables of several reports (nsysmap.many.cross_rank): per step,
 `stragglers.parquet` names the rank with the most compute and the time the
 fastest rank waits for it inside the collectives (`straggler_cost_ns`);
 `rank_module_phase.parquet` says in which module and phase the slow rank
@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import polars as pl
 
+from nsysmap.core.scalars import to_float
 from nsysmap.findings.comm import COMM_KEYS, exposed
 from nsysmap.findings.inputs import Inputs, total_ns
 from nsysmap.findings.model import MEDIUM, Claim, Finding, Rule, claims_of, spread
 from nsysmap.findings.words import count, ms, pct, share
-from nsysmap.scalars import to_float
 
 
 def straggler(x: Inputs, rule: Rule) -> list[Finding]:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import polars as pl
 
 from nsysmap.attribution.paths import PATH_SEPARATOR
-from nsysmap.output.by_range import path_keys
+from nsysmap.summaries.range_paths import path_keys
 
 NO_MODULE = "(no module)"
 

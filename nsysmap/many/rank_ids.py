@@ -2,7 +2,7 @@
 
 A report may declare its rank: an nsys export in the environment nsys
 launched it with (`RANK`, `OMPI_COMM_WORLD_RANK`, `PMI_RANK`, ...; meta keys
-`rank` and `rank_variable`, nsysmap.read.nsys_env), a torch.profiler trace in
+`rank` and `rank_variable`, nsysmap.read.nsys.nsys_env), a torch.profiler trace in
 its `distributedInfo` (meta key `rank`). The declared ranks are used when
 every attributed report declares one, each holds one process with GPU
 operations, and no two declare the same rank. Otherwise every rank is

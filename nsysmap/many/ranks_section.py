@@ -13,9 +13,11 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap.errors import NotAnOutput
+from nsysmap.core.errors import NotAnOutput
+from nsysmap.core.inert import markdown_code
 from nsysmap.many.ranks_text import findings, markdown_section
 from nsysmap.many.write import LAYOUT
+from nsysmap.output.read_back import whole
 from nsysmap.output.writer import MANIFEST
 from nsysmap.report.fix_first import fix_first_answer, fix_first_section, read_findings
 
@@ -32,12 +34,19 @@ def is_multi_rank(run_dir: Path) -> bool:
 
 
 def rank_report(run_dir: Path) -> str:
-    """The Markdown report of a multi-rank output directory."""
+    """The Markdown report of a multi-rank output directory (its manifest and tables
+    of one set: nsysmap.output.read_back)."""
+    manifest, tables = whole(run_dir, lambda: _read(run_dir))
+    title = f"# nsysmap report: {markdown_code(run_dir.name)}\n\n"
+    fix_first = fix_first_section(fix_first_answer(tables.get("findings")))
+    return title + "\n".join(fix_first) + "\n" + markdown_section(findings(manifest, tables))
+
+
+def _read(run_dir: Path) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
     manifest: dict[str, Any] = json.loads((run_dir / MANIFEST).read_text())
     try:
         tables = {name: pl.read_parquet(run_dir / f"{name}.parquet") for name in NEEDED}
+        found = read_findings(run_dir, manifest)  # None: written before findings.parquet
     except (OSError, pl.exceptions.PolarsError) as exc:
         raise NotAnOutput(f"{run_dir}: unreadable multi-rank table: {exc}") from exc
-    title = f"# nsysmap report: {run_dir.name}\n\n"
-    fix_first = fix_first_section(fix_first_answer(read_findings(run_dir, manifest)))
-    return title + "\n".join(fix_first) + "\n" + markdown_section(findings(manifest, tables))
+    return manifest, tables if found is None else {**tables, "findings": found}

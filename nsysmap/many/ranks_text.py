@@ -7,12 +7,14 @@ time differs most between ranks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
-from nsysmap.scalars import to_float
+from nsysmap.core.inert import markdown_cell, markdown_code, markdown_text, terminal_text
+from nsysmap.core.scalars import to_float
 
 MS = 1e6
 SHOWN_RANKS = 16  # more ranks than this: the slowest ones only
@@ -63,12 +65,13 @@ def slow_layer(rank_module: pl.DataFrame) -> dict[str, Any] | None:
     return deepest.row(0, named=True)
 
 
-def layer_line(f: Findings) -> str | None:
+def layer_line(f: Findings, name: Callable[[str], str] = terminal_text) -> str | None:
+    """The slowest layer; `name` shows its module's name (nsysmap.core.inert)."""
     row = f.layer
     if row is None:
         return None
     return (
-        f"Slowest layer: {_module_name({**row, 'phase': ''}).strip()} on rank "
+        f"Slowest layer: {_module_name({**row, 'phase': ''}, name).strip()} on rank "
         f"{row['slowest_rank']}: {_ms(row['max_ns'])} ms with the modules inside it, against a "
         f"median of {_ms(row['median_ns'])} ms (+{_ms(row['excess_ns'])} ms)."
     )
@@ -137,19 +140,20 @@ def straggler_line(f: Findings) -> str | None:
     )
 
 
-def _module_name(row: dict[str, Any]) -> str:
-    module = "(no module)" if row["module"] is None else row["module"] or "(root)"
-    cls = f" ({row['module_class']})" if row["module_class"] else ""
+def _module_name(row: dict[str, Any], name: Callable[[str], str] = terminal_text) -> str:
+    """ "path (Class) phase", the names shown by `name` (nsysmap.core.inert)."""
+    module = "(no module)" if row["module"] is None else name(row["module"] or "(root)")
+    cls = f" ({name(row['module_class'])})" if row["module_class"] else ""
     phase = row["phase"] if row["phase"] is not None else "(no phase)"
     return f"{module}{cls} {phase}"
 
 
 def terminal_summary(f: Findings) -> str:
     """The summary `nsysmap attribute` prints for several reports."""
-    lines = [headline(f)]
-    lines += [f"  failed: {text}" for text in _failed(f.manifest)]
+    lines = [terminal_text(headline(f))]
+    lines += [f"  failed: {terminal_text(text)}" for text in _failed(f.manifest)]
     doubt = not_one_job(f.manifest)
-    lines += [f"  warning: {doubt}"] if doubt else []
+    lines += [f"  warning: {terminal_text(doubt)}"] if doubt else []
     lines += ["", _rank_table_text(f)]
     lines += [line for line in (slowest_line(f), layer_line(f), straggler_line(f)) if line]
     if not f.modules.is_empty():
@@ -192,14 +196,14 @@ def _rank_table_text(f: Findings) -> str:
 
 def markdown_section(f: Findings) -> str:
     """The same as a Markdown section (what `nsysmap report` writes for a multi-rank output)."""
-    out = ["## Ranks", "", headline(f) + ".", ""]
+    out = ["## Ranks", "", markdown_text(headline(f) + "."), ""]
     failed = _failed(f.manifest)
     if failed:
-        out += ["Reports that failed:", "", *(f"- {t}" for t in failed), ""]
+        out += ["Reports that failed:", "", *(f"- {markdown_text(t)}" for t in failed), ""]
     doubts = f.manifest.get("one_job_doubts") or []
     if doubts:
         out += [f"**Warning: {NOT_ONE_JOB}**, so comparing them may mean nothing:", ""]
-        out += [*(f"- {d}" for d in doubts), ""]
+        out += [*(f"- {markdown_text(d)}" for d in doubts), ""]
     shown, hidden = _shown(f)
     out += [
         "| rank | " + " | ".join(_RANK_HEADERS) + " |",
@@ -212,7 +216,8 @@ def markdown_section(f: Findings) -> str:
     if hidden:
         out.append(f"\n{hidden} faster rank(s) not shown; `rank_comm.parquet` lists every rank.")
     out.append("")
-    out += [f"{line}\n" for line in (slowest_line(f), layer_line(f), straggler_line(f)) if line]
+    lines = (slowest_line(f), layer_line(f, markdown_code), straggler_line(f))
+    out += [f"{line}\n" for line in lines if line]
     if not f.modules.is_empty():
         out += [
             "### Largest differences between ranks, by module and phase",
@@ -221,7 +226,8 @@ def markdown_section(f: Findings) -> str:
             "|---|---:|---:|---:|---:|---:|",
         ]
         out += [
-            f"| {_module_name(r)} | {r['slowest_rank']} | {_ms(r['max_ns'])} | "
+            f"| {markdown_cell(_module_name(r, markdown_code))} | {r['slowest_rank']} | "
+            f"{_ms(r['max_ns'])} | "
             f"{_ms(r['median_ns'])} | {_ms(r['min_ns'])} | {_ms(r['excess_ns'])} |"
             for r in f.modules.iter_rows(named=True)
         ]

@@ -21,20 +21,20 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from nsysmap.attribution.rules import BUILTIN, NameRules
-from nsysmap.errors import ExitCode
+from nsysmap.core.errors import ExitCode
 from nsysmap.many import cluster as clusters
 from nsysmap.many.collect import output_tables
 from nsysmap.many.input_files import expand_inputs
-from nsysmap.many.one_job import ONE_JOB_DOUBTS, doubts
 from nsysmap.many.progress import Progress
 from nsysmap.many.rank_findings import job_findings
 from nsysmap.many.rank_ids import assign_ranks
 from nsysmap.many.ranks_text import findings, terminal_summary
+from nsysmap.many.same_job import ONE_JOB_DOUBTS, doubts
 from nsysmap.many.task import FAILED, OK, Outcome, attribute_one
 from nsysmap.many.write import WORK_DIR, RankParts, clear_previous, ranks_manifest
-from nsysmap.output.fix_first_text import findings_lines
 from nsysmap.output.placement import check_output_dir, write_failed
-from nsysmap.output.writer import write_outputs
+from nsysmap.output.writer import OUTPUT_NAMES, write_outputs
+from nsysmap.summaries.fix_first_text import findings_lines
 
 if TYPE_CHECKING:
     from distributed import Client, Future
@@ -76,7 +76,7 @@ def run_many(
 ) -> ManyResult:
     """Attribute every report in `inputs` (files, directories, globs) into `out_dir`."""
     paths = [p.resolve() for p in expand_inputs(inputs)]
-    out = check_output_dir(out_dir).resolve()
+    out = check_output_dir(out_dir, OUTPUT_NAMES).resolve()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

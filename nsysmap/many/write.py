@@ -20,14 +20,14 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap import schemas
 from nsysmap._version import __version__
+from nsysmap.core import schemas
 from nsysmap.many.rank_ids import RankOf
 from nsysmap.many.task import Outcome
-from nsysmap.output.writer import OPS_DIR, RANKS_LAYOUT, table_entries
+from nsysmap.output.ownership import WORK_DIR
+from nsysmap.output.writer import MANIFEST_SCHEMA, OPS_DIR, RANKS_LAYOUT, table_entries
 
 PART = "part-0.parquet"
-WORK_DIR = ".nsysmap-work"  # per-report work directories, removed at the end
 LAYOUT = RANKS_LAYOUT  # the manifest's `layout` for several reports
 
 
@@ -37,12 +37,8 @@ def rank_dir(out_dir: Path, rank: int) -> Path:
 
 
 def clear_previous(out_dir: Path) -> None:
-    """Remove rank partitions and work left in `out_dir` by an earlier run."""
-    ops = out_dir / OPS_DIR
-    if ops.is_dir():
-        for part in ops.glob("rank=*"):
-            if part.is_dir():
-                shutil.rmtree(part)
+    """Remove the work folder an earlier, interrupted run left in `out_dir` (its outputs
+    stay until the new ones replace them: nsysmap.output.placement)."""
     shutil.rmtree(out_dir / WORK_DIR, ignore_errors=True)
 
 
@@ -80,6 +76,7 @@ def ranks_manifest(
         ranks_of.setdefault(r.index, []).append(r.rank)
     listed = table_entries({"ops": RankParts(ranks).rows, **tables}, ranked=True)
     return {
+        "schema": MANIFEST_SCHEMA,
         "nsysmap_version": __version__,
         "output_schema_version": schemas.OUTPUT_SCHEMA_VERSION,
         "layout": LAYOUT,

@@ -21,32 +21,52 @@ from typing import Any, Protocol
 
 import polars as pl
 
-from nsysmap import schemas
 from nsysmap._version import __version__
-from nsysmap.output.placement import MANIFEST, commit, staging, write_failed
-from nsysmap.output.summarise import SUMMARY_SCHEMAS
-from nsysmap.profile import Profile
+from nsysmap.core import inferred_schemas, rank_schemas, schemas
+from nsysmap.core.findings_schema import FINDINGS
+from nsysmap.core.profile import Profile
+from nsysmap.output.placement import (
+    MANIFEST,
+    MANIFEST_SCHEMA,
+    OPS_DIR,
+    commit,
+    staging,
+    write_failed,
+)
+from nsysmap.output.read_back import whole
+from nsysmap.summaries.summarise import SUMMARY_SCHEMAS
 from nsysmap.waits.tables import SCHEMAS as WAITS_SCHEMAS
 
 # zstd level 1: as small as the default level here, and faster to write.
 PARQUET: dict[str, Any] = {"compression": "zstd", "compression_level": 1, "statistics": True}
 _HASH_CHUNK = 1 << 20
 OPS_FILE = "ops.parquet"
-OPS_DIR = "ops"  # several ranks: the operations as a Hive dataset, ops/rank=N/part-0.parquet
 RANKS_LAYOUT = "ranks"  # the manifest's `layout` of several ranks (one report's has none)
 # The tables kept per device: in the multi-rank layout each gains a leading `rank`.
 PER_DEVICE: dict[str, pl.Schema] = {**SUMMARY_SCHEMAS, **WAITS_SCHEMAS}
-# The tables only several ranks have: they compare the ranks (nsysmap.many.across).
+# The tables only several ranks have: they compare the ranks (nsysmap.many.cross_rank).
 ACROSS_RANKS: dict[str, pl.Schema] = {
-    "ranks": schemas.RANKS,
-    "rank_steps": schemas.RANK_STEPS,
-    "stragglers": schemas.STRAGGLERS,
-    "rank_module_phase": schemas.RANK_MODULE_PHASE,
-    "rank_module": schemas.RANK_MODULE,
-    "rank_comm": schemas.RANK_COMM,
+    "ranks": rank_schemas.RANKS,
+    "rank_steps": rank_schemas.RANK_STEPS,
+    "stragglers": rank_schemas.STRAGGLERS,
+    "rank_module_phase": rank_schemas.RANK_MODULE_PHASE,
+    "rank_module": rank_schemas.RANK_MODULE,
+    "rank_comm": rank_schemas.RANK_COMM,
 }
 # The tables of either layout in a schema of their own (findings: one per report or job).
-WHOLE: dict[str, pl.Schema] = {"findings": schemas.FINDINGS}
+WHOLE: dict[str, pl.Schema] = {"findings": FINDINGS}
+# The names the outputs of `attribute` and `run` take in their folder, which nsysmap
+# replaces only where a manifest of its own proves it wrote them (placement.check_replaceable).
+OUTPUT_NAMES = frozenset(
+    {
+        OPS_FILE,
+        OPS_DIR,
+        *(
+            f"{name}.parquet"
+            for name in (*PER_DEVICE, *ACROSS_RANKS, *inferred_schemas.INFERRED_SCHEMAS, *WHOLE)
+        ),
+    }
+)
 
 
 class PlacesOps(Protocol):
@@ -88,6 +108,7 @@ def build_manifest(
     """
     meta = dict(zip(profile.meta["key"], profile.meta["value"], strict=True))
     return {
+        "schema": MANIFEST_SCHEMA,
         "nsysmap_version": __version__,
         "output_schema_version": schemas.OUTPUT_SCHEMA_VERSION,
         "backend": meta.get("backend"),
@@ -156,7 +177,7 @@ def declared(name: str, df: pl.DataFrame, *, ranked: bool = False) -> pl.DataFra
     (schemas.SchemaMismatch otherwise); any other table as it is."""
     schema = PER_DEVICE.get(name)
     if schema is not None and ranked:
-        schema = schemas.with_rank(schema)
+        schema = rank_schemas.with_rank(schema)
     if schema is None and ranked:
         schema = ACROSS_RANKS.get(name)
     schema = schema or WHOLE.get(name)
@@ -165,9 +186,14 @@ def declared(name: str, df: pl.DataFrame, *, ranked: bool = False) -> pl.DataFra
 
 def read_outputs(out_dir: Path) -> dict[str, pl.DataFrame]:
     """Read back every table a manifest in `out_dir` lists (of either layout: the
-    operations of several ranks as one frame, with their `rank`)."""
-    manifest = json.loads((out_dir / MANIFEST).read_text())
-    return {name: _read_table(out_dir, info) for name, info in manifest["tables"].items()}
+    operations of several ranks as one frame, with their `rank`), all of one set
+    however often the folder is replaced meanwhile (nsysmap.output.read_back)."""
+
+    def read() -> dict[str, pl.DataFrame]:
+        manifest = json.loads((out_dir / MANIFEST).read_text())
+        return {name: _read_table(out_dir, info) for name, info in manifest["tables"].items()}
+
+    return whole(Path(out_dir), read)
 
 
 def _read_table(out_dir: Path, info: dict[str, Any]) -> pl.DataFrame:

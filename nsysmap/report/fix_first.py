@@ -16,8 +16,8 @@ from typing import Any
 
 import polars as pl
 
+from nsysmap.core.findings_schema import FINDINGS
 from nsysmap.report.format import ms, pct, table
-from nsysmap.schemas import FINDINGS
 
 ID = "findings"
 QUESTION = "What should change first, and how much of each step would it save?"

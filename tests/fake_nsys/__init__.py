@@ -2,7 +2,7 @@
 
 `install(bin_dir)` writes an executable `nsys` into `bin_dir` whose shebang is
 the running interpreter; put `bin_dir` first on PATH. It follows the command
-lines nsysmap builds (see nsysmap/nsys_tool.py) and is steered by environment
+lines nsysmap builds (see nsysmap/read/nsys/nsys_tool.py) and is steered by environment
 variables:
 
     FAKE_NSYS_LOG          file that receives each invocation's argv, one JSON list a line

@@ -1,0 +1,37 @@
+"""Declared schema of findings.parquet: what to fix first (nsysmap.findings, docs/findings.md)."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from nsysmap.core.schemas import declare
+
+# One row per finding, ranked by estimated saving per step (docs/findings.md).
+FINDINGS = declare(
+    {
+        "priority": pl.Int64,  # 1: fix first (largest saving per step)
+        "finding_key": pl.String,  # the rule and where, the same in every run: diff matches on it
+        "rule": pl.String,  # fp32_gemm, launch_bound, ... (nsysmap.findings.rule_table)
+        "title": pl.String,  # what the rule finds, in words
+        "rank": pl.Int64,  # the process's rank (several reports), else null
+        "device_id": pl.Int64,  # null: every device of the rank or job
+        "phase": pl.String,  # null: the whole step
+        "module": pl.String,  # a module or layer path (numbers as *); null: none
+        "range_path": pl.String,  # a range path the finding is about; null: none
+        "place": pl.String,  # where, in words
+        "evidence": pl.String,  # the numbers that show it, in words
+        "evidence_rows": pl.String,  # the tables and rows that hold them
+        "steps": pl.Int64,  # steps the per-step figures average over (1: whole capture)
+        "step_ns": pl.Int64,  # the device's mean step wall time
+        "basis_ns_per_step": pl.Int64,  # the time the saving is taken from, per step
+        "saving_ns_per_step": pl.Int64,  # estimated saving per step; null: cannot tell
+        "saving_share": pl.Float64,  # saving_ns_per_step / step_ns
+        "upper_bound": pl.Boolean,  # the saving is an upper bound
+        "estimate": pl.String,  # how the saving was estimated
+        "confidence": pl.String,  # high, medium, low
+        "fix": pl.String,  # what to change: the option, call or code
+        "doc": pl.String,  # the docs page and section that explains the rule
+        "needs": pl.String,  # what the profile lacks to say more; null: nothing
+        "overlaps": pl.String,  # findings ranked above that took part of the same time
+    }
+)
