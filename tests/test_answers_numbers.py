@@ -23,6 +23,7 @@ from typing import Any
 import polars as pl
 import pytest
 
+from nsysmap.core.inert import markdown_text
 from nsysmap.report.build import build_report
 from nsysmap.report.format import flop, kernel, ms, num, pct, per, ratio
 from nsysmap.report.markdown import render
@@ -102,9 +103,13 @@ def prose(markdown: str, doc: dict[str, Any]) -> str:
         text = text.replace(constant, " ")
     texts: list[str] = []
     values(doc, [], texts)
-    # as the prose has them: a text's own code spans (names in a finding's evidence) blanked too
+    # as the prose has them: plain, or as prose quoting names (markdown_text: a finding's
+    # evidence), with their own code spans blanked too
     worded = {
-        CODE_SPAN.sub(" ", t) for t in texts if re.search(r"\d", t) and re.search(r"[A-Za-z]", t)
+        CODE_SPAN.sub(" ", form)
+        for t in texts
+        if re.search(r"\d", t) and re.search(r"[A-Za-z]", t)
+        for form in (t, markdown_text(t))
     }
     for t in sorted(worded, key=len, reverse=True):
         for form in {t, t[:1].upper() + t[1:]}:

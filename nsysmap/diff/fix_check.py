@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from nsysmap.core.findings_schema import FINDINGS
+from nsysmap.core.inert import terminal_text
 from nsysmap.core.scalars import to_float
 from nsysmap.core.wait_schemas import IDLE, LAUNCH_COST
 from nsysmap.findings import Inputs
@@ -147,9 +148,8 @@ def check_lines(fixed: FixCheck | None) -> list[str]:
     ]
     for what, rows in (("gone", fixed.gone), ("still", fixed.still), ("new", fixed.new)):
         for row in rows.head(LISTED).iter_rows(named=True):
-            lines.append(
-                f"  {what}: #{row['priority']} {row['rule']} ({row['place']}): {_saving(row)}"
-            )
+            where = terminal_text(row["place"])
+            lines.append(f"  {what}: #{row['priority']} {row['rule']} ({where}): {_saving(row)}")
         if rows.height > LISTED:
             lines.append(f"  {what}: ... {rows.height - LISTED} more")
     if fixed.estimated_ns is None or fixed.measured_ns is None:

@@ -19,6 +19,7 @@ import polars as pl
 
 from nsysmap.attribution.module_names import layer_path
 from nsysmap.attribution.paths import PATH_SEPARATOR
+from nsysmap.core.inert import markdown_code
 from nsysmap.findings.inputs import BUSY_KEYS, Inputs, total_ns
 from nsysmap.findings.model import MEDIUM, Finding, Rule, claims_of
 from nsysmap.findings.words import ms, path_text, pct, share
@@ -93,7 +94,8 @@ def _finding(x: Inputs, rule: Rule, device: int, place: str, rows: pl.DataFrame)
     classes = sorted(set(rows["module_class"].drop_nulls().to_list()))
     softmax = total_ns(rows.filter(pl.col("category") == "softmax"), "dur_ns")
     matmul = total_ns(rows.filter(pl.col("category").is_in(MATMUL)), "dur_ns")
-    what = f"`{place}` ({', '.join(classes)})" if by_module else f"the range `{place}`"
+    named = ", ".join(markdown_code(c) for c in classes)
+    what = f"{markdown_code(place)} ({named})" if by_module else f"the range {markdown_code(place)}"
     evidence = (
         f"{what} runs attention unfused: softmax {ms(softmax / steps)}, other non-matmul work "
         f"{ms((saving - softmax) / steps)} and matmuls {ms(matmul / steps)} per step, no fused "
@@ -106,13 +108,13 @@ def _finding(x: Inputs, rule: Rule, device: int, place: str, rows: pl.DataFrame)
         device_id=device,
         module=place if by_module else None,
         range_path=None if by_module else place,
-        place=f"{x.where(device)}, {'module' if by_module else 'range'} {place}",
+        place=f"{x.where(device)}, {'module' if by_module else 'range'} {markdown_code(place)}",
         evidence=evidence,
         evidence_rows=f"ops.parquet: device_id {device}, "
         + (
-            f"module class matching attention, layer {place}"
+            f"module class matching attention, layer {markdown_code(place)}"
             if by_module
-            else f"range path under {place}"
+            else f"range path under {markdown_code(place)}"
         )
         + " (category softmax, no category attention)",
         basis_ns=saving,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import polars as pl
 
 from nsysmap.attribution.module_names import layer_path
+from nsysmap.core.inert import markdown_code
 from nsysmap.findings.inputs import BUSY_KEYS, OWNER, Inputs, total_ns
 from nsysmap.findings.model import LOW, Claim, Finding, Rule, claims_of
 from nsysmap.findings.words import count, ms, pct, phase_text, plural, share
@@ -101,8 +102,9 @@ def _finding(
         return None
     kernels, busy = total_ns(rows, "kernels"), total_ns(rows, "busy_ns")
     unit = "CPU operators" if x.cpu else "kernels"
+    name = markdown_code(layer)
     evidence = (
-        f"in {phase_text(phase)}, `{layer}` runs {plural(rows.height / steps, 'chain')} of "
+        f"in {phase_text(phase)}, {name} runs {plural(rows.height / steps, 'chain')} of "
         f"elementwise {unit} per step ({count(kernels / rows.height)} {unit} each on average, "
         f"{ms(busy / steps)} per step"
         + ("" if x.cpu else f", with {ms(total_ns(rows, 'gaps_ns') / steps)} of gaps between them")
@@ -113,9 +115,9 @@ def _finding(
         device_id=device,
         phase=phase,
         module=layer,
-        place=f"{x.where(device)}, {phase_text(phase)}, module {layer}",
+        place=f"{x.where(device)}, {phase_text(phase)}, module {name}",
         evidence=evidence,
-        evidence_rows=f"ops.parquet: device_id {device}, {phase_text(phase)}, layer {layer}, "
+        evidence_rows=f"ops.parquet: device_id {device}, {phase_text(phase)}, layer {name}, "
         "category elementwise, in stream order",
         basis_ns=busy + total_ns(rows, "gaps_ns"),
         claims=claims,

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 import polars as pl
 
+from nsysmap.core.inert import markdown_code
 from nsysmap.findings.inputs import BUSY_KEYS, OWNER_TYPES, Inputs, total_ns
 from nsysmap.findings.model import LOW, MEDIUM, Finding, Rule, claims_of
 from nsysmap.findings.words import listed, ms, pct, plural, share
@@ -103,7 +104,7 @@ def _finding(x: Inputs, rule: Rule, device: int, rows: pl.DataFrame) -> Finding 
         fix=fix,
     )
     if ratio is None:
-        needs = f"the fp32 and TF32/bf16 peaks of {name}: it is not in nsysmap's table of peaks"
+        needs = f"the fp32 and TF32/bf16 peaks of {markdown_code(name)}: not in nsysmap's table"
         return replace(base, needs=needs + " (nsysmap/flops/peaks.py)", known=False)
     wanted = x.with_busy(rows).with_columns(
         _want=(pl.col("simt_ns") * (1 - ratio)).floor().cast(pl.Int64)
@@ -126,7 +127,8 @@ def _evidence(x: Inputs, device: int, rows: pl.DataFrame) -> str:
         f"{plural(total_ns(rows, 'simt_ops') / steps, 'fp32 GEMM kernel')} per step on the SIMT "
         f"cores ({listed(kernels)}): {ms(simt / steps)} per step, "
         f"{pct(share(simt, total_ns(gemms, 'busy_ns')))} of the GEMM time and "
-        f"{pct(share(simt / steps, step_ns))} of the step, on {x.device_name(device)}"
+        f"{pct(share(simt / steps, step_ns))} of the step, on "
+        f"{markdown_code(x.device_name(device))}"
     )
     capability = x.compute_capability(device)
     return text + (f" (compute capability {capability:.1f})" if capability is not None else "")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from nsysmap.core.inert import markdown_code
 from nsysmap.core.scalars import to_float
 from nsysmap.findings.comm import COMM_KEYS, exposed
 from nsysmap.findings.inputs import Inputs, total_ns
@@ -41,7 +42,11 @@ def straggler(x: Inputs, rule: Rule) -> list[Finding]:
             module=layer["module"] if layer else None,
             phase=layer["phase"] if layer else None,
             place=f"rank {slow}"
-            + (f", module {layer['module']} ({layer['phase'] or 'no phase'})" if layer else ""),
+            + (
+                f", module {markdown_code(layer['module'])} ({layer['phase'] or 'no phase'})"
+                if layer
+                else ""
+            ),
             evidence=_evidence(steps, slow, fast, layer, step_ns),
             evidence_rows="stragglers.parquet (slowest_rank, straggler_cost_ns); "
             "rank_module_phase.parquet (excess_ns); rank_steps.parquet (collective_wait_ns)",
@@ -68,7 +73,7 @@ def _evidence(steps: pl.DataFrame, slow: int, fast: int, layer: dict | None, ste
     if layer:
         text += (
             f"; rank {slow} spends {ms(layer['excess_ns'] / n)} per step more than the median "
-            f"rank in `{layer['module']}`"
+            f"rank in {markdown_code(layer['module'])}"
         )
     return text
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import polars as pl
 
 from nsysmap.attribution.paths import PATH_SEPARATOR
+from nsysmap.core.inert import markdown_code
 from nsysmap.summaries.range_paths import path_keys
 
 NO_MODULE = "(no module)"
@@ -48,7 +49,7 @@ def share(part: float, whole: float) -> float | None:
 
 def listed(names: Sequence[str], limit: int = 3) -> str:
     """`a`, `b`, `c` and N more."""
-    shown = ", ".join(f"`{n}`" for n in names[:limit])
+    shown = ", ".join(markdown_code(n) for n in names[:limit])
     more = len(names) - limit
     return shown + (f" and {more} more" if more > 0 else "")
 

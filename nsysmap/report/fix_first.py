@@ -17,6 +17,7 @@ from typing import Any
 import polars as pl
 
 from nsysmap.core.findings_schema import FINDINGS
+from nsysmap.core.inert import markdown_cell, markdown_code, markdown_text
 from nsysmap.report.format import ms, pct, table
 
 ID = "findings"
@@ -62,7 +63,7 @@ def fix_first_section(answer: Mapping[str, Any]) -> list[str]:
     """The Markdown section: a ranked table, then each finding's evidence, estimate and fix."""
     lines = [f"## {TITLE}", ""]
     if answer.get("unknown"):
-        return [*lines, f"Unknown: {answer['unknown']}.", ""]
+        return [*lines, f"Unknown: {markdown_text(answer['unknown'])}.", ""]
     rows = answer["findings"]
     if not rows:
         return [*lines, f"No rule found anything worth fixing (rules: `{answer['rules']}`).", ""]
@@ -74,8 +75,8 @@ def fix_first_section(answer: Mapping[str, Any]) -> list[str]:
     cells = [
         [
             str(r["priority"]),
-            _cell(r["title"]),
-            _cell(r["place"]),
+            markdown_cell(markdown_text(r["title"])),
+            markdown_cell(markdown_text(r["place"])),
             saving_text(r),
             pct(r["saving_share"]),
             r["confidence"],
@@ -89,17 +90,19 @@ def fix_first_section(answer: Mapping[str, Any]) -> list[str]:
 
 
 def _details(r: Mapping[str, Any]) -> list[str]:
+    """A finding in full; its texts as prose that may quote names (core/inert.py)."""
+    t = {key: markdown_text(r[key] or "") for key in PROSE}
     text = [
-        f"{r['priority']}. **{r['title']}** ({r['place']}): {r['evidence']}.",
-        f"   Estimate: {r['estimate']}"
-        + (f"; overlaps {r['overlaps']}." if r["overlaps"] else "."),
-        f"   Fix: {r['fix']}.",
-        f"   Rows: {r['evidence_rows']}. Rule: `{r['doc']}`.",
+        f"{r['priority']}. **{t['title']}** ({t['place']}): {t['evidence']}.",
+        f"   Estimate: {t['estimate']}"
+        + (f"; overlaps {t['overlaps']}." if r["overlaps"] else "."),
+        f"   Fix: {t['fix']}.",
+        f"   Rows: {t['evidence_rows']}. Rule: {markdown_code(r['doc'])}.",
     ]
     if r["needs"]:
-        text.insert(2, f"   Needs: {r['needs']}.")
+        text.insert(2, f"   Needs: {t['needs']}.")
     return text
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
+# The texts of a finding shown in report.md as prose.
+PROSE = ("title", "place", "evidence", "estimate", "overlaps", "fix", "evidence_rows", "needs")

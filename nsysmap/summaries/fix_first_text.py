@@ -7,6 +7,8 @@ from typing import Any
 
 import polars as pl
 
+from nsysmap.core.inert import terminal_text
+
 TOP = 3  # findings shown
 
 
@@ -16,7 +18,8 @@ def findings_lines(table: pl.DataFrame | None, top: int = TOP) -> str:
         return ""
     lines = ["What to fix first (estimated saving per step; findings.parquet, docs/findings.md)"]
     for row in table.sort("priority").head(top).iter_rows(named=True):
-        lines.append(f"  {row['priority']}. {row['title']} ({row['place']}): {_saving(row)}")
+        where = terminal_text(row["place"])
+        lines.append(f"  {row['priority']}. {row['title']} ({where}): {_saving(row)}")
         lines.append(f"     fix: {row['fix']}")
     if table.height > top:
         lines.append(f"  ... {table.height - top} more in findings.parquet")
@@ -26,7 +29,7 @@ def findings_lines(table: pl.DataFrame | None, top: int = TOP) -> str:
 def _saving(row: dict[str, Any]) -> str:
     saving = row["saving_ns_per_step"]
     if saving is None:
-        return f"saving unknown ({row['needs']})"
+        return f"saving unknown ({terminal_text(row['needs'])})"
     bound = "up to " if row["upper_bound"] else "about "
     share = pct(row["saving_share"])
     return f"{bound}{ms(saving)} ({share} of the step), confidence {row['confidence']}"

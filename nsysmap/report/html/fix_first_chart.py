@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from nsysmap.core.inert import plotly_text, visible
 from nsysmap.report.fix_first import TITLE, saving_text
 from nsysmap.report.html.chart import MAX_BARS, Chart, Table, bar, layout, ms, ratio
 
@@ -38,7 +39,7 @@ def fix_first_chart(answer: Mapping[str, Any]) -> Chart | None:
     trace.update(
         orientation="h",
         text=[f"{100 * (r['saving_share'] or 0):.1f} % of the step" for r in shown],
-        hovertext=[html.escape(r["evidence"]) for r in shown],
+        hovertext=[plotly_text(r["evidence"]) for r in shown],
         hoverinfo="x+text",
         customdata=[f"#{anchor(r)}" for r in shown],  # a click shows the evidence
     )
@@ -85,14 +86,14 @@ def _table(rows: list[Mapping[str, Any]]) -> Table:
 
 
 def _label(row: Mapping[str, Any]) -> str:
-    """A bar's label: its rank and title (escaped: Plotly reads labels as HTML)."""
+    """A bar's label: its rank and title, as Plotly shows text (core/inert.py)."""
     text = f"{row['priority']}. {row['title']}"
-    return html.escape(text if len(text) <= LABEL else text[: LABEL - 1] + "…")
+    return plotly_text(text if len(text) <= LABEL else text[: LABEL - 1] + "…")
 
 
 def evidence_html(answer: Mapping[str, Any]) -> str:
     """Each finding's evidence, estimate and fix, under the chart; or why there are none."""
-    e = html.escape
+    e = _escaped
     if answer.get("unknown"):
         body = f"<p>Unknown: {e(answer['unknown'])}.</p>"
     elif not answer.get("findings"):
@@ -103,13 +104,18 @@ def evidence_html(answer: Mapping[str, Any]) -> str:
     return f'<section class="limits fix-first"><h2>{e(TITLE)}: evidence</h2>{body}</section>'
 
 
+def _escaped(text: object) -> str:
+    """A text of the answer in the page: controls shown as escapes, markup escaped."""
+    return html.escape(visible(text))
+
+
 def _code(escaped: str) -> str:
     """An escaped text's `names` (the evidence marks them so for Markdown) as <code>."""
     return re.sub(r"`([^`]*)`", r"<code>\1</code>", escaped)
 
 
 def _item(r: Mapping[str, Any]) -> str:
-    e = html.escape
+    e = _escaped
     parts = [
         f"<b>{e(r['title'])}</b> ({e(r['place'])}): {e(saving_text(r))} per step",
         f"Evidence: {_code(e(r['evidence']))}.",
