@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,7 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from instrument import contract
 from instrument.contract import CAPTURE_DIR, LAUNCH_RECORD, REPORT_BASE
@@ -59,6 +60,7 @@ RUN_RECORD = "run.json"
 # launch.json fields (instrument/contract.py) that manifest.json's options repeat.
 LAUNCH_OPTIONS = ("steps_seen", "profiled_steps", "torch_version", "cuda_device")
 Notify = Callable[[str], None]
+Job = TypeVar("Job")
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,10 @@ class RunRequest:
     record_shapes: bool = True
     rules: NameRules = BUILTIN  # step and phase name rules for the attribution
     memory_gb: float | None = None  # the memory budget, as `nsysmap attribute --memory-gb`
+    # Distributed training (nsysmap.capture.distributed; docs/run.md):
+    nproc_per_node: int | None = None  # start this many ranks through torchrun's launcher
+    one_nsys_report: bool = False  # one nsys report for the whole job, not one per rank
+    scheduler: str | None = None  # the Dask scheduler that attributes the ranks (None: local)
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,19 @@ class RunResult:
     interrupted: bool
     profiled_steps: int | None
     analysis: Analysis
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def summary_text(self) -> str:
+        return self.analysis.summary_text
+
+    def done_line(self) -> str:
+        """The last line `nsysmap run` prints: the backend, why, and what was written where."""
+        tables = len(self.analysis.manifest["tables"])
+        return (
+            f"Profiled with {BACKEND_NAMES[self.backend]} ({self.backend_reason}); "
+            f"wrote {tables} tables, manifest.json and run.json to {self.out_dir}"
+        )
 
     def failure(self) -> ScriptFailed | None:
         """The error to exit with when the script failed, else None."""
@@ -105,11 +124,14 @@ def run(
     *,
     notify: Notify = lambda _: None,
     launcher: Sequence[str] | None = None,
-) -> RunResult:
+    spawned: Callable[[dict[str, Any], Path, Path | None], Job] | None = None,
+) -> RunResult | Job:
     """Profile `request.script` under the launcher and analyse the capture.
 
     `notify` receives progress lines meant for the user (stderr in the CLI);
-    `launcher` replaces `python -m instrument.launch`.
+    `launcher` replaces `python -m instrument.launch`; `spawned(record, out_dir,
+    nsys)` assembles the job when the script spawned its ranks itself
+    (torch.multiprocessing.spawn; nsysmap.capture.distributed).
     """
     script = _existing(request.script)
     backend, reason, nsys = choose_backend(request.backend)
@@ -130,6 +152,8 @@ def run(
         "nsys_version": None if nsys is None else nsys_tool.nsys_version(nsys),
         **_profile(cmd, capture, notify),
     }
+    if spawned is not None and record["launch"].get("spawned"):
+        return spawned(record, out_dir, nsys)
     try:
         analysis = _analyse_capture(record, request, capture, nsys, out_dir)
     finally:
@@ -343,6 +367,9 @@ def _fresh_capture_dir(out_dir: Path) -> Path:
         capture.mkdir(parents=True, exist_ok=True)
         for name in (LAUNCH_RECORD, TRACE_FILE, *reports):
             (capture / name).unlink(missing_ok=True)
+        for rank in capture.glob("rank*"):  # a distributed run's ranks
+            if rank.is_dir():
+                shutil.rmtree(rank)
         # The previous run's outputs describe a capture that is gone: none may look current.
         remove_outputs(out_dir)
         (out_dir / RUN_RECORD).unlink(missing_ok=True)
