@@ -247,3 +247,19 @@ def test_a_killed_rank_is_named_and_the_others_are_written(killed: dict[str, Any
     assert run["first_failure"].startswith("rank 1 of 3 was killed by SIGKILL")
     assert run["exit_status"] == 137
     assert json.loads((out / "manifest.json").read_text())["options"]["exit_status"] == 137
+
+
+def test_the_ddp_example_names_its_slow_rank_and_layer(tmp_path: Path, scheduler: str) -> None:
+    """examples/train_gpt2_ddp.py: a tiny GPT-2 under DDP whose rank 1 straggles."""
+    pytest.importorskip("transformers")
+    example = Path(__file__).parents[1] / "examples" / "train_gpt2_ddp.py"
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "nsysmap", "run", *WINDOW, "-o", str(out)]
+    command += ["--scheduler", scheduler, str(example), "--", "--spawn", "2", "--steps", "3"]
+    command += ["--slow-rank", "1"]
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable)}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Slowest rank: 1," in done.stdout
+    assert "Slowest layer: module.transformer.h.0.mlp.straggle (Straggle) on rank 1" in done.stdout
+    assert pl.read_parquet(out / "ranks.parquet")["rank"].to_list() == [0, 1]
