@@ -103,11 +103,15 @@ def write_launch_record(capture_dir: Path, record: LaunchRecord) -> Path:
 
 def read_launch_record(capture_dir: Path) -> dict[str, Any]:
     """capture_dir/launch.json as a JSON object ({} when missing, unreadable or not one)."""
+    return _json_object(Path(capture_dir) / LAUNCH_RECORD)
+
+
+def _json_object(path: Path) -> dict[str, Any]:
     try:
-        record = json.loads((Path(capture_dir) / LAUNCH_RECORD).read_text())
+        found = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
-    return record if isinstance(record, dict) else {}
+    return found if isinstance(found, dict) else {}
 
 
 def profiled_step_count(profiled: Any) -> int | None:
@@ -163,8 +167,4 @@ def write_rank_record(directory: Path, record: RankRecord) -> Path:
 
 def read_rank_record(directory: Path) -> dict[str, Any]:
     """directory/rank.json as a JSON object ({} when missing, unreadable or not one)."""
-    try:
-        record = json.loads((Path(directory) / RANK_RECORD).read_text())
-    except (OSError, ValueError):
-        return {}
-    return record if isinstance(record, dict) else {}
+    return _json_object(Path(directory) / RANK_RECORD)

@@ -158,13 +158,18 @@ def test_one_nsys_per_rank_with_the_rank_in_the_output_name(
     assert per_rank.sort("rank")["exposed_ns"].to_list() == comm["exposed_ns"].to_list()
 
 
+def one_profile(done: dict[str, Any]) -> list[str]:
+    """The one `nsys profile` of a run that made one report for the whole job."""
+    assert done["code"] == 0, done["said"]
+    (profile,) = [c for c in done["calls"] if c[1] == "profile"]
+    assert _option(profile, "output") == f"{done['out'] / 'capture'}/report"
+    return profile
+
+
 def test_one_nsys_report_for_the_whole_job(exports: Path, tmp_path: Path) -> None:
     done = run_with_nsys(tmp_path, exports, "one-report", "job.sqlite")
-    assert done["code"] == 0, done["said"]
     capture = done["out"] / "capture"
-    (profile,) = [c for c in done["calls"] if c[1] == "profile"]
-    assert _option(profile, "output") == f"{capture}/report"
-    program = _program(profile)
+    program = _program(one_profile(done))
     assert program[1:3] == ["-m", "torch.distributed.run"]
     inner = program[program.index("--") + 1 :]
     assert inner[1:5] == ["-m", "instrument.launch", "--backend", "nsys"]  # no nsys per rank
@@ -180,11 +185,8 @@ def test_one_nsys_report_for_the_whole_job(exports: Path, tmp_path: Path) -> Non
 
 def test_a_script_that_spawns_its_ranks_under_one_nsys(exports: Path, tmp_path: Path) -> None:
     done = run_with_nsys(tmp_path, exports, "spawn", "job.sqlite")
-    assert done["code"] == 0, done["said"]
     capture = done["out"] / "capture"
-    (profile,) = [c for c in done["calls"] if c[1] == "profile"]
-    assert _option(profile, "output") == f"{capture}/report"
-    assert _program(profile)[1:3] == ["-m", "instrument.launch"]
+    assert _program(one_profile(done))[1:3] == ["-m", "instrument.launch"]
     assert pl.read_parquet(done["out"] / "ranks.parquet")["rank"].to_list() == [0, 1]
     run = json.loads((done["out"] / "run.json").read_text())
     assert run["distributed"] == "torch.multiprocessing.spawn" and run["world_size"] == 2

@@ -17,6 +17,7 @@ from instrument import contract
 from instrument import rank_guard as guard
 from nsysmap.capture import rank_mode
 from nsysmap.capture.distributed import torchrun_command
+from nsysmap.capture.job_assemble import JobPlan, assemble
 from nsysmap.capture.profile_script import RunRequest
 from nsysmap.capture.rank_mode import rank_command
 from nsysmap.capture.rank_states import (
@@ -26,6 +27,7 @@ from nsysmap.capture.rank_states import (
     rank_states,
     window_doubt,
 )
+from nsysmap.errors import ProfilerFailed, ScriptFailed
 from nsysmap.many.rank_ids import DECLARED, FILE_ORDER, assign_ranks
 from nsysmap.many.task import OK, Outcome, Unit
 from tests.cli_runner import invoke
@@ -320,3 +322,36 @@ def test_a_rank_that_left_the_assembly_to_another_says_where_the_outputs_are(sta
     assert (failure is None) == (status == 0)
     if failure is not None:
         assert str(failure).startswith("rank 1 of 2: train.py exited with status 1")
+
+
+# ------------------------------------------------------------ a job with nothing captured
+
+
+def test_a_job_where_no_rank_captured_anything_names_the_first_failure(tmp_path: Path):
+    capture = tmp_path / "out" / contract.CAPTURE_DIR
+    write_record(capture, 0, 1, 5.0)
+    write_record(capture, 1, 137, 2.0)
+    launch = contract.rank_dir(capture, 0) / contract.LAUNCH_RECORD
+    launch.write_text(json.dumps({"exit_status": 1, "exception": "RuntimeError: peer gone"}))
+    plan = JobPlan(
+        RunRequest(Path("train.py")), tmp_path / "out", 2, "torchrun", "torch", "test", job="job1"
+    )
+    with pytest.raises(ScriptFailed) as failed:
+        assemble(plan)
+    assert failed.value.status == 137
+    assert str(failed.value).startswith(
+        "rank 1 of 2 exited with status 137; rank 0 failed after it (status 1); nothing was "
+        "captured (rank 0 captured nothing: exited with status 1 (RuntimeError: peer gone)"
+    )
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run["exit_status"] == 137 and run["failed_ranks"] == [0, 1]
+    assert run["not_captured"]["1"] == "rank 1 captured nothing: exited with status 137"
+
+
+def test_a_job_where_every_rank_succeeded_without_a_capture_is_profiler_failed(tmp_path: Path):
+    capture = tmp_path / "out" / contract.CAPTURE_DIR
+    for rank in (0, 1):
+        write_record(capture, rank, 0, 1.0)
+    plan = JobPlan(RunRequest(Path("train.py")), tmp_path / "out", 2, "torchrun", "torch", "t")
+    with pytest.raises(ProfilerFailed, match=r"no rank of train\.py captured anything"):
+        assemble(plan)
