@@ -107,6 +107,10 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
         if rank == 0:
             took = (time.perf_counter() - start) * 1e3
             print(f"step {step}: loss {loss.item():.4f} ({took:.0f} ms on rank 0)", flush=True)
+    # Leave once every rank is done, DDP's reducer released first: a rank that destroys its
+    # gloo group while another still talks to it can hang there (pytorch/pytorch#75097).
+    del ddp, optimizer, loss
+    dist.barrier()
     dist.destroy_process_group()
 
 

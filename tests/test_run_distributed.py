@@ -58,6 +58,8 @@ def train(rank, world, steps, die_rank):
         opt.zero_grad()
         model(torch.randn(8, 16, generator=data)).pow(2).mean().backward()
         opt.step()
+    del model, opt  # then no rank destroys its group while another still uses it
+    dist.barrier()
     dist.destroy_process_group()
 
 

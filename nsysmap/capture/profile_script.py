@@ -129,9 +129,8 @@ def run(
     """Profile `request.script` under the launcher and analyse the capture.
 
     `notify` receives progress lines meant for the user (stderr in the CLI);
-    `launcher` replaces `python -m instrument.launch`; `spawned(record, out_dir,
-    nsys)` assembles the job when the script spawned its ranks itself
-    (torch.multiprocessing.spawn; nsysmap.capture.distributed).
+    `launcher` replaces `python -m instrument.launch`; `spawned(record, out_dir, nsys)`
+    assembles the job of a script that spawned its ranks (capture/distributed.py).
     """
     script = _existing(request.script)
     backend, reason, nsys = choose_backend(request.backend)
