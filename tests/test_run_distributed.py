@@ -265,3 +265,40 @@ def test_the_ddp_example_names_its_slow_rank_and_layer(tmp_path: Path, scheduler
     assert "Slowest rank: 1," in done.stdout
     assert "Slowest layer: module.transformer.h.0.mlp.straggle (Straggle) on rank 1" in done.stdout
     assert pl.read_parquet(out / "ranks.parquet")["rank"].to_list() == [0, 1]
+
+
+CHILD_PROCESSES = """\
+import multiprocessing
+
+
+def work(index):
+    print(f"child {index} trains here, without nsysmap's instrumentation")
+
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context("spawn")
+    children = [context.Process(target=work, args=(i,)) for i in range(2)]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join()
+"""
+
+
+def test_work_done_in_child_processes_is_said_plainly(tmp_path: Path) -> None:
+    script = tmp_path / "children.py"
+    script.write_text(CHILD_PROCESSES)
+    command = [sys.executable, "-m", "nsysmap", "run", "--backend", "torch", str(script)]
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable)}
+    done = subprocess.run(
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 7, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == (
+        "nsysmap: error: children.py ran no step in its own process but in 2 child "
+        "process(es), which are not instrumented: start the ranks with `nsysmap run "
+        "--nproc-per-node N`, under torchrun, or with torch.multiprocessing.spawn"
+    )
+    launch = json.loads((tmp_path / "out" / "children" / "capture" / "launch.json").read_text())
+    assert launch["child_processes"] == 2 and launch["spawned"] is None

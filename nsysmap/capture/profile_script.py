@@ -330,6 +330,12 @@ def nothing_captured(script: Path, record: dict[str, Any]) -> str:
         return f"{script.name} was interrupted before anything was captured"
     if status != 0:
         return f"{script.name} exited with status {status} before anything was captured"
+    if launch.get("child_processes") and not launch.get("steps_seen"):
+        return (
+            f"{script.name} ran no step in its own process but in {launch['child_processes']} "
+            "child process(es), which are not instrumented: start the ranks with `nsysmap run "
+            "--nproc-per-node N`, under torchrun, or with torch.multiprocessing.spawn"
+        )
     if backend == "nsys" and not launch.get("cuda_device"):
         return (
             f"nsys captured nothing: no CUDA device was visible to {script.name} "
