@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,7 +38,7 @@ from nsysmap.pipeline import analyse_file
 pytestmark = [pytest.mark.slow, pytest.mark.torch]  # several torch processes per run
 
 TINY_DDP = """\
-import datetime, os, signal, socket, sys
+import datetime, os, signal, socket, sys, time
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -58,6 +60,10 @@ def train(rank, world, steps, die_rank):
         opt.zero_grad()
         model(torch.randn(8, 16, generator=data)).pow(2).mean().backward()
         opt.step()
+        if READY and rank == 0 and step == 3:
+            open(READY, "w").close()
+        if READY:
+            time.sleep(0.05)
     del model, opt  # then no rank destroys its group while another still uses it
     dist.barrier()
     dist.destroy_process_group()
@@ -66,6 +72,9 @@ def train(rank, world, steps, die_rank):
 def option(name, default=None):
     args = sys.argv[1:]
     return int(args[args.index(name) + 1]) if name in args else default
+
+
+READY = os.environ.get("TINY_DDP_READY")  # a file rank 0 writes after step 3, then slows down
 
 
 if __name__ == "__main__":
@@ -302,3 +311,44 @@ def test_work_done_in_child_processes_is_said_plainly(tmp_path: Path) -> None:
     )
     launch = json.loads((tmp_path / "out" / "children" / "capture" / "launch.json").read_text())
     assert launch["child_processes"] == 2 and launch["spawned"] is None
+
+
+def test_ctrl_c_stops_every_rank_and_their_captures_are_attributed(tmp_path: Path) -> None:
+    """Ctrl-C reaches nsysmap, which passes it to torchrun, which passes it to every rank."""
+    ready, out = tmp_path / "ready", tmp_path / "out"
+    (tmp_path / "tiny_ddp.py").write_text(TINY_DDP)
+    command = [sys.executable, "-m", "nsysmap", "run", "--nproc-per-node", "2", "-o", str(out)]
+    command += ["--backend", "torch", "--steps", "0", "tiny_ddp.py", "--", "--steps", "100000"]
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable), "TINY_DDP_READY": str(ready)}
+    proc = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert ready.exists(), "rank 0 did not reach step 3"
+        proc.send_signal(signal.SIGINT)  # as a terminal's Ctrl-C reaches nsysmap
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err[-3000:]
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith(
+            "nsysmap: error: ranks 0 and 1 of 2 were interrupted (status 130); outputs for ranks 0 "
+            "and 1 are in"
+        )
+    )
+    assert pl.read_parquet(out / "ranks.parquet")["rank"].to_list() == [0, 1]
+    steps = pl.read_parquet(out / "rank_steps.parquet").filter(pl.col("step").is_not_null())
+    assert steps.group_by("rank").agg(pl.len())["len"].min() >= 2

@@ -187,6 +187,18 @@ def test_the_first_failure_is_named_with_what_ended_it():
     assert failure_line([states[2]], 3) is None
 
 
+def test_an_interrupted_job_is_said_in_one_line():
+    states = [
+        state(0, 130, 2.0, exit_status=130, interrupted=True),
+        state(1, 130, 1.0, exit_status=130, interrupted=True),
+        state(2, 1, 3.0, exit_status=1),
+    ]
+    assert failure_line(states, 3) == (
+        "ranks 0 and 1 of 3 were interrupted (status 130); rank 2 failed after it (status 1)"
+    )
+    assert failure_line(states[1:2], 3) == "rank 1 of 3 was interrupted (status 130)"
+
+
 def test_a_rank_without_records_comes_after_those_with_one():
     states = [state(0, None), state(1, 143, 8.0, exit_status=143, interrupted=True)]
     assert first_failure(states) is states[1]

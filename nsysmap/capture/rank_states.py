@@ -119,8 +119,15 @@ def failure_line(states: Sequence[RankState], world_size: int) -> str | None:
     first = first_failure(states)
     if first is None:
         return None
-    line = f"rank {first.rank} of {world_size} {first.how()}"
-    after = [s for s in states if s.failed and s is not first]
+    if first.launch.get("interrupted"):  # Ctrl-C reaches every rank: one line for them all
+        stopped = [s for s in states if s.launch.get("interrupted")]
+        were = "was" if len(stopped) == 1 else "were"
+        line = f"{ranks_text([s.rank for s in stopped])} of {world_size} {were} interrupted"
+        line += f" (status {', '.join(sorted({str(s.status) for s in stopped}))})"
+    else:
+        stopped = [first]
+        line = f"rank {first.rank} of {world_size} {first.how()}"
+    after = [s for s in states if s.failed and s not in stopped]
     if after:
         codes = sorted({str(s.status) for s in after if s.status is not None})
         said = f" (status {', '.join(codes)})" if codes else ""
