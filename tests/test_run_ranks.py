@@ -9,15 +9,17 @@ import json
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from instrument import contract
 from instrument import rank_guard as guard
 from nsysmap.capture import rank_mode
 from nsysmap.capture.distributed import torchrun_command
-from nsysmap.capture.job_assemble import JobPlan, assemble
+from nsysmap.capture.job_assemble import JobPlan, JobResult, assemble
 from nsysmap.capture.profile_script import RunRequest
 from nsysmap.capture.rank_mode import rank_command
 from nsysmap.capture.rank_states import (
@@ -27,9 +29,10 @@ from nsysmap.capture.rank_states import (
     rank_states,
     window_doubt,
 )
-from nsysmap.errors import ProfilerFailed, ScriptFailed
+from nsysmap.errors import ProfilerFailed, ScriptFailed, SomeProfilesFailed
+from nsysmap.many import ManyResult
 from nsysmap.many.rank_ids import DECLARED, FILE_ORDER, assign_ranks
-from nsysmap.many.task import OK, Outcome, Unit
+from nsysmap.many.task import FAILED, OK, Outcome, Unit
 from tests.cli_runner import invoke
 
 TORCHRUN_ENV = {
@@ -367,3 +370,20 @@ def test_a_job_where_every_rank_succeeded_without_a_capture_is_profiler_failed(t
     plan = JobPlan(RunRequest(Path("train.py")), tmp_path / "out", 2, "torchrun", "torch", "t")
     with pytest.raises(ProfilerFailed, match=r"no rank of train\.py captured anything"):
         assemble(plan)
+
+
+def test_a_capture_that_could_not_be_attributed_is_exit_9(tmp_path: Path):
+    states = tuple(state(r, 0, 1.0, exit_status=0) for r in (0, 1))
+    outcomes = (
+        Outcome(0, "rank0/trace.json", OK),
+        Outcome(1, "rank1/trace.json", FAILED, error="not a trace", exit_code=4),
+    )
+    ranks = pl.DataFrame({"rank": [0]})
+    many = ManyResult(tmp_path, outcomes, {"ranks": ranks}, {"tables": {}}, "")
+    plan = JobPlan(RunRequest(Path("train.py")), tmp_path, 2, "torchrun", "torch", "t")
+    failure = JobResult(plan, states, many, ()).failure()
+    assert isinstance(failure, SomeProfilesFailed) and failure.exit_code == 9
+    assert str(failure).startswith(
+        "1 of 2 captures could not be attributed (rank1/trace.json: not a trace)"
+    )
+    assert JobResult(plan, states, replace(many, outcomes=outcomes[:1]), ()).failure() is None

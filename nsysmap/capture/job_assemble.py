@@ -40,7 +40,7 @@ from nsysmap.capture.rank_states import (
     ranks_text,
     window_doubt,
 )
-from nsysmap.errors import NsysmapError, ProfilerFailed, ScriptFailed
+from nsysmap.errors import NsysmapError, ProfilerFailed, ScriptFailed, SomeProfilesFailed
 
 if TYPE_CHECKING:
     from nsysmap.many import ManyResult
@@ -98,19 +98,30 @@ class JobResult:
             f"and run.json to {plan.out_dir}"
         )
 
-    def failure(self) -> ScriptFailed | None:
+    def failure(self) -> NsysmapError | None:
         """The error naming the rank that failed first, with its status (with `own`, this
-        rank's status, and only when this rank failed); None: none failed."""
+        rank's status, and only when this rank failed); when every rank succeeded but a
+        capture could not be attributed, exit 9; None: all went well."""
         line = failure_line(self.states, self.plan.world_size)
         first = first_failure(self.states)
         if line is None or first is None:
-            return None
+            return self._not_attributed()
         where = f"outputs for {ranks_text(self.attributed)} are in {self.plan.out_dir}/"
         if self.own is not None:
             if not self.own.failed:
                 return None
             first = self.own
         return ScriptFailed(f"{line}; {where}", status=first.status or 1)
+
+    def _not_attributed(self) -> NsysmapError | None:
+        failed = self.many.failed
+        if not failed:
+            return None
+        names = ", ".join(f"{o.path}: {o.error}" for o in failed[:2])
+        return SomeProfilesFailed(
+            f"{len(failed)} of {len(self.many.outcomes)} captures could not be attributed "
+            f"({names}); the others were written to {self.plan.out_dir}/"
+        )
 
 
 def assemble(plan: JobPlan) -> JobResult:
@@ -156,13 +167,21 @@ def captures(plan: JobPlan, states: list[RankState]) -> tuple[dict[int, Path], d
             if trace.is_file():
                 found[state.rank] = trace
             else:
-                missing[state.rank] = f"rank {state.rank} captured nothing: {state.how()}"
+                missing[state.rank] = f"rank {state.rank} captured nothing: {_why(state)}"
         return found, missing
     if plan.one_report:
         return _exported({-1: plan.capture / REPORT_BASE})
     return _exported(
         {s.rank: contract.rank_dir(plan.capture, s.rank) / REPORT_BASE for s in states}
     )
+
+
+def _why(state: RankState) -> str:
+    """Why a rank left no capture: how it failed, else its launcher's first note."""
+    notes = state.launch.get("notes") or []
+    if state.failed or not notes:
+        return state.how()
+    return str(notes[0])
 
 
 def _exported(bases: dict[int, Path]) -> tuple[dict[int, Path], dict[int, str]]:
