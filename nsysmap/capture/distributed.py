@@ -98,7 +98,8 @@ def run_job(request: RunRequest, notify: Notify) -> JobResult:
     capture = profile_script._fresh_capture_dir(out_dir)
     nproc, job = int(request.nproc_per_node or 1), uuid.uuid4().hex[:12]
     one = request.one_nsys_report and nsys is not None
-    cmd = torchrun_command(nproc, capture, job, rank_command(request, backend, capture, nsys))
+    per_rank = None if one else nsys  # one nsys around torchrun, or one in every rank
+    cmd = torchrun_command(nproc, capture, job, rank_command(request, backend, capture, per_rank))
     if one and nsys is not None:
         cmd = nsys_tool.profile_command(nsys, capture / REPORT_BASE, cmd)
     notify(
