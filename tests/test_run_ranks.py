@@ -32,6 +32,7 @@ from nsysmap.capture.rank_states import (
 from nsysmap.errors import ProfilerFailed, ScriptFailed, SomeProfilesFailed
 from nsysmap.many import ManyResult
 from nsysmap.many.rank_ids import DECLARED, FILE_ORDER, assign_ranks
+from nsysmap.many.ranks_text import Findings, job_line, steps_said, straggler_line
 from nsysmap.many.task import FAILED, OK, Outcome, Unit
 from tests.cli_runner import invoke
 
@@ -387,3 +388,37 @@ def test_a_capture_that_could_not_be_attributed_is_exit_9(tmp_path: Path):
         "1 of 2 captures could not be attributed (rank1/trace.json: not a trace)"
     )
     assert JobResult(plan, states, replace(many, outcomes=outcomes[:1]), ()).failure() is None
+
+
+# ------------------------------------------------------------ answers that name rank and step
+
+
+def test_the_cross_rank_answers_name_their_steps():
+    steps = pl.DataFrame({"rank": [0, 0, 1, 1, 0], "step": [1, 2, 1, 2, None]})
+    assert steps_said(steps) == "steps 1-2 and the time outside steps"
+    assert steps_said(steps.drop_nulls()) == "steps 1-2"
+    assert steps_said(pl.DataFrame({"rank": [0], "step": [3]})) == "step 3"
+    assert steps_said(pl.DataFrame({"rank": [0, 0, 0], "step": [1, 3, 5]})) == "steps 1, 3, 5"
+    assert steps_said(None) == "the profile"
+
+
+def test_the_straggler_line_names_the_step_that_cost_most_and_the_job_line_the_failure():
+    stragglers = pl.DataFrame(
+        {
+            "step": [1, 2, None],
+            "ranks": [2, 2, 2],
+            "slowest_rank": [1, 1, 0],
+            "fastest_rank": [0, 0, 1],
+            "straggler_cost_ns": [1_000_000, 5_000_000, 0],
+        }
+    )
+    options = {"first_failure": "rank 1 of 2 was killed by SIGKILL (status 137)"}
+    found = Findings({"options": options}, pl.DataFrame(), stragglers, pl.DataFrame(), None, None)
+    found = replace(found, steps="steps 1-2 and the time outside steps")
+    line = straggler_line(found)
+    assert line is not None and line.startswith(
+        "Straggler cost: 6.000 ms over 3 step(s) (steps 1-2 and the time outside steps)"
+    )
+    assert line.endswith("the most in step 2, 5.000 ms (rank 1 slowest, rank 0 fastest).")
+    assert job_line(found) == "The job failed: rank 1 of 2 was killed by SIGKILL (status 137)."
+    assert job_line(replace(found, manifest={"options": {}})) is None
