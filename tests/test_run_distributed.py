@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +32,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from nsysmap.pipeline import analyse_file
+from tests.cli_runner import interrupt_when_ready
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]  # several torch processes per run
 
@@ -320,27 +319,8 @@ def test_ctrl_c_stops_every_rank_and_their_captures_are_attributed(tmp_path: Pat
     command = [sys.executable, "-m", "nsysmap", "run", "--nproc-per-node", "2", "-o", str(out)]
     command += ["--backend", "torch", "--steps", "0", "tiny_ddp.py", "--", "--steps", "100000"]
     env = {**os.environ, "PATH": os.path.dirname(sys.executable), "TINY_DDP_READY": str(ready)}
-    proc = subprocess.Popen(
-        command,
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-    try:
-        deadline = time.monotonic() + 300
-        while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert ready.exists(), "rank 0 did not reach step 3"
-        proc.send_signal(signal.SIGINT)  # as a terminal's Ctrl-C reaches nsysmap
-        _, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 130, err[-3000:]
+    code, err = interrupt_when_ready(command, ready, 300, cwd=tmp_path, env=env)
+    assert code == 130, err[-3000:]
     assert (
         err.strip()
         .splitlines()[-1]
