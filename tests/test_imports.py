@@ -97,6 +97,7 @@ FLOORS: dict[str, tuple[str, ...]] = {
 # names, their order and colours (instrument/phase_vocabulary.py).
 SHARED_LEAVES = (
     "instrument.contract",
+    "instrument.rank_guard",
     "instrument.compiled_doc",
     "instrument.flops.estimates",
     "instrument.phase_vocabulary",

@@ -71,8 +71,11 @@ def run_many(
     options: dict[str, Any] | None = None,
     rules: NameRules = BUILTIN,
     progress: bool | None = None,
+    known_ranks: Sequence[int] | None = None,
 ) -> ManyResult:
-    """Attribute every report in `inputs` (files, directories, globs) into `out_dir`."""
+    """Attribute every report in `inputs` (files, directories, globs) into `out_dir`.
+
+    `known_ranks`: the rank of each input file, when the caller knows them."""
     paths = [p.resolve() for p in expand_inputs(inputs)]
     out = check_output_dir(out_dir, OUTPUT_NAMES).resolve()
     try:
@@ -85,7 +88,8 @@ def run_many(
     with clusters.connect(where.scheduler, plan) as client:
         described = clusters.describe(client, where.scheduler, plan)
         outcomes = _attribute_all(client, paths, out / WORK_DIR, (options or {}, rules), progress)
-    ranks, rule = assign_ranks(outcomes)
+    known = dict(enumerate(known_ranks)) if known_ranks is not None else None
+    ranks, rule = assign_ranks(outcomes, known)
     tables = output_tables(outcomes, ranks)
     manifest = ranks_manifest(
         outcomes, ranks, tables, rank_rule=rule, options=options or {}, cluster=described
