@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # pipeline order: core/ (the leaves) and intervals/ -> read/ -> attribution/,
 # waits/ -> summaries/, infer/ -> output/ (the files written) -> sources/ ->
 # flow/ -> what works on the outputs (report/, export/, diff/, flops/) -> the
-# drivers (capture/, many/) -> cli/. Nothing imports a folder later in the list
+# drivers (many/, then capture/, whose distributed jobs go through many/) -> cli/.
+# Nothing imports a folder later in the list
 # (but flops/, which adds the model's FLOPs to an analysis of flow/).
 _DRIVERS = ("nsysmap.capture", "nsysmap.many", "nsysmap.cli")  # run the flow
 _ON_OUTPUTS = ("nsysmap.report", "nsysmap.export", "nsysmap.diff", "nsysmap.flops")
@@ -89,7 +90,7 @@ FLOORS: dict[str, tuple[str, ...]] = {
     # collectives), added to an analysis of flow/ before it is written, as flops/ does.
     "nsysmap.findings": ("nsysmap.read", "nsysmap.sources", *_ON_OUTPUTS[1:3], *_DRIVERS),
     # The drivers: several reports on Dask, `nsysmap run`; and the CLI above everything.
-    "nsysmap.capture": ("nsysmap.many", "nsysmap.cli", *_ON_OUTPUTS[:3]),
+    "nsysmap.capture": ("nsysmap.cli", *_ON_OUTPUTS[:3]),  # a job's ranks go through many/
     "nsysmap.many": ("nsysmap.capture", "nsysmap.cli", *_ON_OUTPUTS[1:]),
     "nsysmap.many.task": ("nsysmap.read", "nsysmap.summaries.summarise"),  # schedules flows
 }
@@ -100,6 +101,7 @@ FLOORS: dict[str, tuple[str, ...]] = {
 # names, their order and colours (instrument/phase_vocabulary.py).
 SHARED_LEAVES = (
     "instrument.contract",
+    "instrument.rank_guard",
     "instrument.compiled_doc",
     "instrument.flops.estimates",
     "instrument.phase_vocabulary",

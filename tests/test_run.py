@@ -13,9 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import polars as pl
@@ -26,7 +24,7 @@ from devtools.synth import SynthExport
 from nsysmap.capture import profile_script as run_mod
 from nsysmap.core.errors import ExitCode, ScriptFailed
 from tests import fake_nsys
-from tests.cli_runner import nsysmap_cli
+from tests.cli_runner import interrupt_when_ready, nsysmap_cli
 
 pytestmark = pytest.mark.slow  # end-to-end runs of scripts under the launcher
 
@@ -341,26 +339,8 @@ def test_ctrl_c_is_forwarded_and_the_capture_analysed(workdir):
     cmd = [sys.executable, "-c", "from nsysmap.cli import main; main()", "run"]
     cmd += ["--backend", "torch", "--warmup-steps", "0", "--steps", "0", "tiny_train.py"]
     cmd += ["--steps", "0", "--ready", str(ready)]
-    # SIGINT as an interactive shell leaves it (a background job inherits it ignored).
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert ready.exists(), "the script did not reach step 2"
-        proc.send_signal(signal.SIGINT)  # as a terminal's Ctrl-C reaches nsysmap
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 130, err
+    code, err = interrupt_when_ready(cmd, ready, 60)
+    assert code == 130, err
     assert "nsysmap: interrupting" in err
     assert err.strip().splitlines()[-1].startswith("nsysmap: error: tiny_train.py was interrupted")
     ops = pl.read_parquet(workdir / "out/tiny_train/ops.parquet")

@@ -2,7 +2,9 @@
 
 The single-report answers (FLOPs, MFU, shapes) need one report's operations;
 on a multi-rank output `nsysmap report` writes the cross-rank section of
-nsysmap.many.ranks_text instead, from the tables `nsysmap attribute` wrote.
+nsysmap.many.ranks_text instead, from the tables `nsysmap attribute` wrote,
+and the exposed communication per collective and rank, from its operations
+(nsysmap.many.rank_collectives).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import polars as pl
 
 from nsysmap.core.errors import NotAnOutput
 from nsysmap.core.inert import markdown_code
+from nsysmap.many.rank_collectives import collectives_section
 from nsysmap.many.ranks_text import findings, markdown_section
 from nsysmap.many.write import LAYOUT
 from nsysmap.output.read_back import whole
@@ -22,6 +25,7 @@ from nsysmap.output.writer import MANIFEST
 from nsysmap.report.fix_first import fix_first_answer, fix_first_section, read_findings
 
 NEEDED = ("rank_comm", "stragglers", "rank_module_phase", "rank_module")
+OPTIONAL = ("rank_steps",)  # the steps the answers name, when the output has it
 
 
 def is_multi_rank(run_dir: Path) -> bool:
@@ -38,14 +42,21 @@ def rank_report(run_dir: Path) -> str:
     of one set: nsysmap.output.read_back)."""
     manifest, tables = whole(run_dir, lambda: _read(run_dir))
     title = f"# nsysmap report: {markdown_code(run_dir.name)}\n\n"
-    fix_first = fix_first_section(fix_first_answer(tables.get("findings")))
-    return title + "\n".join(fix_first) + "\n" + markdown_section(findings(manifest, tables))
+    ranks = [int(r) for r in tables["rank_comm"]["rank"]]
+    fix_first = "\n".join(fix_first_section(fix_first_answer(tables.get("findings"))))
+    section = markdown_section(findings(manifest, tables))
+    return f"{title}{fix_first}\n{section}\n{collectives_section(run_dir, ranks)}"
 
 
 def _read(run_dir: Path) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
     manifest: dict[str, Any] = json.loads((run_dir / MANIFEST).read_text())
     try:
         tables = {name: pl.read_parquet(run_dir / f"{name}.parquet") for name in NEEDED}
+        tables |= {
+            name: pl.read_parquet(run_dir / f"{name}.parquet")
+            for name in OPTIONAL
+            if (run_dir / f"{name}.parquet").is_file()
+        }
         found = read_findings(run_dir, manifest)  # None: written before findings.parquet
     except (OSError, pl.exceptions.PolarsError) as exc:
         raise NotAnOutput(f"{run_dir}: unreadable multi-rank table: {exc}") from exc

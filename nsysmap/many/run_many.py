@@ -73,8 +73,11 @@ def run_many(
     options: dict[str, Any] | None = None,
     rules: NameRules = BUILTIN,
     progress: bool | None = None,
+    known_ranks: Sequence[int] | None = None,
 ) -> ManyResult:
-    """Attribute every report in `inputs` (files, directories, globs) into `out_dir`."""
+    """Attribute every report in `inputs` (files, directories, globs) into `out_dir`.
+
+    `known_ranks`: the rank of each input file, when the caller knows them."""
     paths = [p.resolve() for p in expand_inputs(inputs)]
     out = check_output_dir(out_dir, OUTPUT_NAMES).resolve()
     try:
@@ -87,7 +90,8 @@ def run_many(
     with clusters.connect(where.scheduler, plan) as client:
         described = clusters.describe(client, where.scheduler, plan)
         outcomes = _attribute_all(client, paths, out / WORK_DIR, (options or {}, rules), progress)
-    ranks, rule = assign_ranks(outcomes)
+    known = dict(enumerate(known_ranks)) if known_ranks is not None else None
+    ranks, rule = assign_ranks(outcomes, known)
     tables = output_tables(outcomes, ranks)
     tables["findings"] = job_findings(outcomes, ranks, tables)
     manifest = ranks_manifest(
