@@ -13,6 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from nsysmap.findings import with_findings
 from nsysmap.flow.verbs import analyse_file
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_reports"
@@ -24,7 +25,7 @@ def _pristine(name: str) -> Path:
     if name not in _PRISTINE:
         root = Path(tempfile.mkdtemp(prefix=f"nsysmap-sample-{name}-"))
         atexit.register(shutil.rmtree, root, ignore_errors=True)
-        analyse_file(SAMPLES / f"gpt2_tiny_{name}.sqlite", root / name)
+        analyse_file(SAMPLES / f"gpt2_tiny_{name}.sqlite", root / name, before_write=with_findings)
         _PRISTINE[name] = root / name
     return _PRISTINE[name]
 

@@ -18,6 +18,7 @@ from devtools.synth.bulk import write_export
 from devtools.synth.tile import gpt_tables
 from nsysmap.diff.compare import compare
 from nsysmap.diff.diff_charts import diff_page
+from nsysmap.findings import with_findings
 from nsysmap.flow.verbs import analyse_file
 from nsysmap.report.answers import ReportOptions
 from nsysmap.report.build import build_report
@@ -65,7 +66,7 @@ def pages(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("pages")
     analyse_samples(root)
     train = build_report(read_run(root / "train"), read_run(root / "infer"))
-    analyse_file(write_export(root / "gpt.sqlite", gpt_tables(1500, seed=4)), root / "gpt12")
+    analyse_file(write_export(root / "gpt.sqlite", gpt_tables(1500, seed=4)), root / "gpt12", before_write=with_findings)
     gpt = build_report(read_run(root / "gpt12"), options=ReportOptions(dtype="bf16"))
     diff = compare("train", train.findings.run.ops, "infer", train.compare.run.ops)
     return {

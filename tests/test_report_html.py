@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from devtools.synth.bulk import write_export
 from devtools.synth.tile import gpt_tables
 from nsysmap.cli import cli
+from nsysmap.findings import with_findings
 from nsysmap.flow.verbs import analyse_file
 from nsysmap.report.answers import ReportOptions
 from nsysmap.report.build import build_report
@@ -60,7 +61,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("html")
     analyse_samples(root)
     gpt = write_export(root / "gpt12.sqlite", gpt_tables(1500, seed=2))
-    analyse_file(gpt, root / "gpt12")
+    analyse_file(gpt, root / "gpt12", before_write=with_findings)
     return {"train": root / "train", "infer": root / "infer", "gpt12": root / "gpt12"}
 
 
