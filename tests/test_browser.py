@@ -66,7 +66,11 @@ def pages(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("pages")
     analyse_samples(root)
     train = build_report(read_run(root / "train"), read_run(root / "infer"))
-    analyse_file(write_export(root / "gpt.sqlite", gpt_tables(1500, seed=4)), root / "gpt12", before_write=with_findings)
+    analyse_file(
+        write_export(root / "gpt.sqlite", gpt_tables(1500, seed=4)),
+        root / "gpt12",
+        before_write=with_findings,
+    )
     gpt = build_report(read_run(root / "gpt12"), options=ReportOptions(dtype="bf16"))
     diff = compare("train", train.findings.run.ops, "infer", train.compare.run.ops)
     return {
