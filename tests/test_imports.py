@@ -64,6 +64,16 @@ FLOORS: dict[str, tuple[str, ...]] = {
     "nsysmap.infer": ("nsysmap.read", "nsysmap.output", "nsysmap.report", *_DRIVERS),
     "nsysmap.output": ("nsysmap.read", "nsysmap.report", *_DRIVERS),
     "nsysmap.waits": ("nsysmap.read", "nsysmap.attribution", *_LATER, *_DRIVERS),
+    # The structure model reads frames (operations, ranges, inferred labels) and the
+    # name rules; never the readers, the summaries, the report nor the flow.
+    "nsysmap.structure": (
+        "nsysmap.read",
+        "nsysmap.output",
+        "nsysmap.infer",
+        "nsysmap.report",
+        "nsysmap.flow",
+        *_DRIVERS,
+    ),
     # The flow and what works on its outputs: nothing below the CLI imports it.
     "nsysmap.load": (
         "nsysmap.output",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nsysmap.report.format import ms, pct, per, ratio
+from nsysmap.report.format import ms, pct, per, plural, ratio
 from nsysmap.report.softmax_answer import attention_coverage
 from nsysmap.report.waits import waits_lead
 
@@ -28,7 +28,8 @@ def brief(doc: dict[str, Any]) -> list[str]:
     """The sentences, in the order of the questions."""
     answers = doc["answers"]
     lines = [_matmul(doc, answers["matmul_share"]), *_top(doc, answers["top_kernel"])]
-    lines += [_non_matmul(doc, answers["non_matmul_kernels"]), _softmax(answers)]
+    lines += [_non_matmul(doc, answers["non_matmul_kernels"]), _copies(answers.get("copies"))]
+    lines.append(_softmax(answers))
     lines.append(_communication(answers["communication"]))
     if answers.get("waits") and answers["waits"]["unknown"] is None:
         lines.append("Where the GPU waits: " + waits_lead(answers["waits"]))
@@ -107,6 +108,34 @@ def _non_matmul(doc: dict[str, Any], answer: dict[str, Any]) -> str:
         for k in entry["kernels"][:3]
     )
     return f"Largest non-matmul work in the {_label(doc, scope)}: {listed}."
+
+
+_REGIONS = {"setup": "set-up", "warmup": "warm-up", "measured": "measured region", "tail": "tail"}
+
+
+def brief_copies(answer: dict[str, Any]) -> str:
+    """Copies and memsets in one sentence: the largest, and where they ran."""
+    top = answer["rows"][0]
+    where = top["regions_ns"]
+    if len(where) == 1:
+        place = next(iter(where))
+        at = f"all in the {_REGIONS.get(place, 'capture')}"
+    else:
+        at = ", ".join(f"{ms(v)} in the {_REGIONS.get(k, k)}" for k, v in where.items())
+    left = answer["time_ns"] - answer.get("in_step_scope_ns", 0)
+    leaves = f"; {ms(left)} of them is left out of the answers" if left else ""
+    return (
+        f"{ms(answer['time_ns'])} ({pct(answer['share'])} of all time); the largest, "
+        f"{top['name']}, {plural(top['calls'], 'call')}, {ms(top['time_ns'])}, {at}{leaves}."
+    )
+
+
+def _copies(answer: dict[str, Any] | None) -> str:
+    if not answer or answer.get("unknown") or not answer.get("rows"):
+        return ""
+    if (answer["share"] or 0) < BRIEF_MIN_SHARE:
+        return ""
+    return "Copies and memsets (no kernels): " + brief_copies(answer)
 
 
 def _softmax(answers: dict[str, Any]) -> str:

@@ -86,6 +86,8 @@ def _answer(
         "id": ID,
         "question": QUESTION,
         "unknown": unknown,
+        # Calls and times are summed over the devices (and ranks) that ran communication.
+        "devices": totals.pop("devices", 0),
         "totals": _with_shares(totals),
         "collectives": [_with_shares(r) for r in rows],
         "one_off": [_with_shares(r) for r in one_off],
@@ -109,6 +111,9 @@ def _sums(kernels: pl.DataFrame) -> dict[str, int]:
         "hidden_ns": int(kernels["hidden_ns"].sum()),
         "exposed_ns": int(kernels["exposed_ns"].sum()),
         "calls": kernels.height,
+        "devices": kernels.select(pl.col("device_id", "pid")).unique().height
+        if kernels.height
+        else 0,
     }
 
 
@@ -164,7 +169,7 @@ def communication_section(answer: dict[str, Any]) -> list[str]:
         f"Communication kernels ran for {ms(t['time_ns'])} in {_calls(t['calls'])}:"
         f" {ms(t['hidden_ns'])} ({_share(t, 'hidden_ns')}) hidden behind compute on other"
         f" streams, {ms(t['exposed_ns'])} ({_share(t, 'exposed_ns')}) exposed."
-        " Summed over devices; each kernel counts its own time."
+        f" {_summed(answer.get('devices') or 1, t['calls'])}"
     )
     lines += [*_one_off_text(answer["one_off"]), ""]
     header = ["collective", "phase", "where", "calls", "time", "hidden", "exposed", "exposed share"]
@@ -176,6 +181,16 @@ def communication_section(answer: dict[str, Any]) -> list[str]:
     for item in answer["left_out"]:
         lines.append(f"Left out: {item['what']} ({ms(item['time_ns'])}): {item['why']}.")
     return [*lines, ""] if answer["left_out"] else lines
+
+
+def _summed(devices: int, calls: int) -> str:
+    """Whether calls and times are one device's (rank's) or summed over several."""
+    if devices == 1:
+        return "One device (rank) ran them: calls and times are its own."
+    return (
+        f"Calls and times are summed over the {devices} devices (ranks) that ran them, "
+        f"{calls / devices:,.1f} calls per device on average; each kernel counts its own time."
+    )
 
 
 def _calls(n: int) -> str:

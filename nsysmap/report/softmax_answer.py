@@ -21,6 +21,7 @@ from typing import Any
 
 import polars as pl
 
+from nsysmap.flops.aten_flops import flop_factor
 from nsysmap.report import scope_tables as rt
 from nsysmap.report.format import OUTSIDE_PHASES
 from nsysmap.report.operator_shapes import softmax_flops
@@ -30,6 +31,7 @@ NO_ATTENTION = (
     "no module whose class names attention and no range named for softmax or the attention matmuls"
 )
 FUSED = "softmax runs inside fused attention kernels: its time cannot be told apart"
+NO_KERNEL_FLOPS = "the attention matmul kernels' FLOPs are unknown"
 FUSED_FLOPS = (
     "softmax runs inside fused attention kernels: their FLOPs count the matmuls, not the softmax"
 )
@@ -84,6 +86,32 @@ def attention_coverage(answer: dict[str, Any]) -> str | None:
     return "the " + " and the ".join(named)
 
 
+def _per_element(rows: pl.DataFrame, flop_source: str | None) -> dict[str, Any] | None:
+    """The FLOPs per element each softmax operator counted: those the estimates give the
+    operators found, and the operators present but not counted (a hand-written softmax's
+    `aten::max`). None without FLOPs from shapes."""
+    if flop_source == "model":
+        return {"operators": [], "uncounted": [], "total": None, "document": True}
+    if flop_source != "shapes" or rows.is_empty():
+        return None
+    calls = rows.filter(pl.col("op_call").fill_null(False) & pl.col("aten_op").is_not_null())
+    counted: list[dict[str, Any]] = []
+    uncounted: list[dict[str, Any]] = []
+    for op in sorted(set(calls["aten_op"].to_list())):
+        factor = flop_factor(op)
+        (counted if factor else uncounted).append({"aten_op": op, "per_element": factor})
+    uncounted_ops = [c["aten_op"] for c in uncounted]
+    total = sum(c["per_element"] for c in counted)
+    return {"operators": counted, "uncounted": uncounted_ops, "total": total, "document": False}
+
+
+def _kernel_side(rows: pl.DataFrame, picked: pl.Series) -> tuple[int, int]:
+    """(time, matmul FLOPs) of the matmul kernels among `rows` where `picked`."""
+    mine = rows.filter(picked.fill_null(False)).filter(rt.is_matmul())
+    flop = mine["matmul_flop"].fill_null(0).sum() if "matmul_flop" in mine.columns else 0
+    return int(mine["dur_ns"].sum()), int(flop or 0)
+
+
 def softmax_vs_matmul(
     ops_f: pl.DataFrame, model: pl.DataFrame | None, flop_source: str | None
 ) -> dict[str, Any]:
@@ -96,29 +124,52 @@ def softmax_vs_matmul(
     parts = None
     soft_ns: int | None
     mat_ns: int | None
+    kernel_ns: int | None = None
+    kernel_flop: int | None = None
+    softmax_rows = rows.filter(pl.col("category") == "softmax")
     if rows.select(rt.in_attention_module().any()).item():
         source: str | None = "modules"
         soft_ns, mat_ns = times["attention_softmax"], times["attention_matmul"]
         soft_flop, mat_flop = flops["attention_softmax"], flops["attention_matmul"]
+        kernel_ns, kernel_flop = mat_ns, mat_flop
         covered = _phases(rows, rt.in_attention_module() | (pl.col("category") == "attention"))
+        attention_softmax = rows.filter(
+            rt.in_attention_module() & (pl.col("category") == "softmax")
+        )
     else:
         parts = attention_parts(rows)
         source = "ranges" if parts is not None else None
         soft_ns = mat_ns = None  # unknown without attention modules or ranges
         soft_flop = mat_flop = None
         covered = [] if parts is None else _phases(rows, parts.is_not_null())
+        attention_softmax = rows.clear()
         if parts is not None:
             sums = rows.select("dur_ns").with_columns(part=parts)
             soft_ns = int(sums.filter(pl.col("part") == "softmax")["dur_ns"].sum())
             mat_ns = int(sums.filter(pl.col("part") == "matmul")["dur_ns"].sum())
+            kernel_ns, kernel_flop = _kernel_side(rows, parts == "matmul")
+            attention_softmax = rows.filter(parts == "softmax")
             if flop_source == "shapes":
                 soft_flop, mat_flop = _range_flops(rows, parts)
             elif flop_source == "model":
                 no_flops = "the model's FLOP document has no ranges: FLOPs by range unknown"
+                kernel_flop = None
     time_why = NO_ATTENTION if source is None else (FUSED if fused and not soft_ns else None)
     flop_why = NO_ATTENTION if source is None else _flop_why(no_flops, fused, soft_flop)
     every_time_why = FUSED if fused and not times["softmax"] else None
     every_flop_why = _flop_why(no_flops, fused, flops["softmax"])
+    if source is None:
+        every_time_why = every_flop_why = NO_ATTENTION
+    elif kernel_flop is None and not every_flop_why:
+        every_flop_why = no_flops or NO_KERNEL_FLOPS
+    attention_time = _ratio_entry(soft_ns, mat_ns, "ns", time_why)
+    attention_time["matmul_kernel_ns"] = kernel_ns
+    attention_time["kernel_ratio"] = None if time_why else rt.share(soft_ns, kernel_ns)
+    attention_time["whole_ranges"] = source == "ranges"
+    attention_flops = _ratio_entry(soft_flop, mat_flop, "flop", flop_why)
+    attention_flops["per_element"] = _per_element(attention_softmax, flop_source)
+    category_flops = _ratio_entry(flops["softmax"], kernel_flop, "flop", every_flop_why)
+    category_flops["per_element"] = _per_element(softmax_rows, flop_source)
     return {
         "question": "How does softmax compare with the attention matmuls, in time and FLOPs?",
         "scope": "step",
@@ -127,13 +178,11 @@ def softmax_vs_matmul(
         # around attention may mark only the forward pass.
         "attention_phases": covered,
         "step_phases": _phases(rows, pl.lit(True)),
-        "attention": {
-            "time": _ratio_entry(soft_ns, mat_ns, "ns", time_why),
-            "flops": _ratio_entry(soft_flop, mat_flop, "flop", flop_why),
-        },
+        "attention": {"time": attention_time, "flops": attention_flops},
+        # Softmax kernels (category softmax) against the attention matmuls' kernels.
         "by_kernel_category": {
-            "time": _ratio_entry(times["softmax"], times["matmul"], "ns", every_time_why),
-            "flops": _ratio_entry(flops["softmax"], flops["matmul"], "flop", every_flop_why),
+            "time": _ratio_entry(times["softmax"], kernel_ns, "ns", every_time_why),
+            "flops": category_flops,
         },
         "fused_attention_ns": times["fused_attention"],
         "flop_source": flop_source,

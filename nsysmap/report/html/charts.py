@@ -28,6 +28,7 @@ from nsysmap.report.html.chart import (
     ratio,
     time_axis,
 )
+from nsysmap.report.html.comm_chart import communication_chart
 from nsysmap.report.html.layers import (
     blocks_parts_chart,
     blocks_phase_chart,
@@ -45,6 +46,19 @@ if TYPE_CHECKING:
 TOP_KERNELS = 15
 
 
+def scope_name(x: Findings, scope: str) -> str:
+    """A scope as the report names it: its instances in the run's structure."""
+    from nsysmap.report.scopes import describe
+
+    if x.run.structure is None or "s_region" not in x.run.ops.columns:
+        return rt.scope_label(x.run.ops, scope)
+    return str(describe(x.run.ops, x.run.structure, scope)["label"])
+
+
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def matmul_chart(f: Findings, c: Findings | None) -> Chart:
     """Matmul share of time in forward, forward + backward and the full step (and a compare run)."""
     from nsysmap.report.markdown import scopes
@@ -57,14 +71,14 @@ def matmul_chart(f: Findings, c: Findings | None) -> Chart:
             mm, total = x.matmul[scope]
             if not total:
                 continue
-            label = rt.scope_label(x.run.ops, scope) + (
+            label = scope_name(x, scope) + (
                 f" ({run_label(c)})" if c is not None and x is c else ""
             )
             share = mm / total
             labels.append(label)
             matmul.append(round(share, 6))  # ratio(share), never None here
             other.append(ratio(1 - share))
-            rows.append([run, rt.scope_label(x.run.ops, scope), ms(total), ms(mm), ratio(share)])
+            rows.append([run, scope_name(x, scope), ms(total), ms(mm), ratio(share)])
     text = [f"{100 * s:.1f} %" for s in matmul]
     data = [
         bar("matrix multiplication", labels, matmul, CATEGORY_COLOURS["gemm"], text=text),
@@ -105,7 +119,7 @@ def categories_chart(f: Findings) -> Chart | None:
         [n, r["ops"], ms(r["time_ns"]), ratio(r["time_share"]), ratio(r["flop_share"])]
         for n, r in zip(names, cats.iter_rows(named=True), strict=True)
     ]
-    caption = f"{rt.scope_label(f.run.ops, 'step').capitalize()}, devices pooled."
+    caption = f"{_cap(scope_name(f, 'step'))}, devices pooled."
     if f.source is None:
         caption += " No FLOPs: time share only."
     return Chart(
@@ -118,7 +132,10 @@ def categories_chart(f: Findings) -> Chart | None:
                 "Kernel categories",
                 barmode="group",
                 xaxis=category_axis("kernel category"),
-                yaxis={**SHARE_AXIS, "title": "share of time or FLOPs (%)"},
+                yaxis={
+                    **SHARE_AXIS,
+                    "title": "share of time or FLOPs (%)" if f.source else "share of time (%)",
+                },
             ),
         },
         Table(
@@ -150,8 +167,9 @@ def top_kernels_chart(f: Findings) -> Chart | None:
             strict=True,
         )
     ]
-    trace = bar("time", per[::-1], labels[::-1], None, orientation="h")
+    trace = bar("time", per[::-1], labels[::-1], None, orientation="h", showlegend=False)
     trace.update(marker={"color": colours[::-1]}, hovertext=hover[::-1], hoverinfo="x+text")
+    legend = _category_legend([c or "other" for c in top["category"]])
     rows = [
         [
             r["rank"],
@@ -168,10 +186,11 @@ def top_kernels_chart(f: Findings) -> Chart | None:
     return Chart(
         "top_kernels",
         "Top kernels by time",
-        f"{rt.scope_label(f.run.ops, 'step').capitalize()}; names shortened to the kernel and "
+        f"{_cap(scope_name(f, 'step'))}; kernels only (copies and memsets apart); bars "
+        "coloured by kernel category (legend); names shortened to the kernel and "
         "what tells it apart (hover or the table for the whole name).",
         {
-            "data": [trace],
+            "data": [trace, *legend],
             "layout": layout(
                 "Top kernels",
                 xaxis=time_axis(unit),
@@ -197,6 +216,15 @@ def top_kernels_chart(f: Findings) -> Chart | None:
     )
 
 
+def _category_legend(categories: list[str]) -> list[dict[str, object]]:
+    """One legend entry per kernel category drawn (traces without bars of their own)."""
+    return [
+        bar(category, [None], [None], CATEGORY_COLOURS.get(category, "#7f7f7f"), orientation="h")
+        | {"showlegend": True, "hoverinfo": "skip"}
+        for category in dict.fromkeys(categories)
+    ]
+
+
 def _wrap(text: str, width: int = 100) -> str:
     """A long name in lines of `width` characters, for a hover box."""
     return "<br>".join(html.escape(text[i : i + width]) for i in range(0, len(text), width))
@@ -217,6 +245,7 @@ def report_charts(f: Findings, c: Findings | None = None) -> list[Chart]:
         matmul_chart(f, c),
         categories_chart(f),
         top_kernels_chart(f),
+        communication_chart(f.answers["answers"]["communication"]) if f.answers else None,
         rates_chart(f),
         waits_chart(f.answers["answers"]["waits"]) if f.answers else None,
     ]
@@ -227,9 +256,13 @@ def missing_charts(f: Findings) -> list[str]:
     """Why a chart is not drawn, one sentence each."""
     notes = []
     if f.steps is None and f.run.ops["phase"].is_not_null().any():
-        notes.append("No step ranges: phases over the whole run, no step-to-step spread.")
+        notes.append(
+            "No steps in the measured region: phases over the whole run, no step-to-step spread."
+        )
     elif f.steps is None:
-        notes.append("No step ranges: no per-step chart and no step-to-step spread.")
+        notes.append(
+            "No steps in the measured region: no per-step chart and no step-to-step spread."
+        )
     elif f.steps < 2:
         notes.append("One step only: no step-to-step spread.")
     if f.blocks.is_empty():
