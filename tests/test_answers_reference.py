@@ -107,7 +107,14 @@ class Reference:
         step = "step_region = 'measured'" if steps else "region = 'measured'"
         forward = "pass_region = 'measured' AND pass_direction = 'forward'"
         scopes = {"forward": forward, "step": step}
-        scopes = {name: f"({where}) AND NOT {WARMUP}" for name, where in scopes.items()}
+        # warm-up work is left out, unless the measured region is warm-up work itself
+        warm = self.fact(
+            f"coalesce(sum(dur_ns) FILTER (WHERE region = 'measured' AND {WARMUP}), 0) >= 0.5 * "
+            "coalesce(sum(dur_ns) FILTER (WHERE region = 'measured'), 0) "
+            "AND bool_or(region = 'measured')"
+        )
+        not_warm = "true" if warm else f"NOT {WARMUP}"
+        scopes = {name: f"({where}) AND {not_warm}" for name, where in scopes.items()}
         for region in ("measured", "warmup"):
             if self.fact(f"bool_or(pass_region = '{region}' AND pass_direction = 'backward')"):
                 in_steps = self.fact(f"bool_or(step_region = '{region}')")
@@ -117,7 +124,7 @@ class Reference:
                     f"OR (phase = 'loss' AND {place} = '{region}'))"
                 )
                 scopes["forward_backward"] = (
-                    f"{both} AND NOT {WARMUP}" if region == "measured" else both
+                    f"{both} AND {not_warm}" if region == "measured" else both
                 )
                 break
         return {

@@ -11,12 +11,14 @@ from polars.testing import assert_frame_equal
 from nsysmap.output.summarise import SUMMARY_SCHEMAS
 from nsysmap.pipeline import load_profile
 from nsysmap.schemas import INFERRED_SCHEMAS, OPS
+from nsysmap.structure.table import STRUCTURE
 from nsysmap.waits.tables import SCHEMAS as WAITS_SCHEMAS
 from sample_reports.build import SAMPLES, build
 from sample_reports.golden import attributed_tables, read_golden, to_csv_frame
 
 HERE = Path(__file__).parents[1] / "sample_reports"
 SCHEMAS = {"ops": OPS, **SUMMARY_SCHEMAS, **WAITS_SCHEMAS, **INFERRED_SCHEMAS}
+SCHEMAS["structure"] = STRUCTURE
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))

@@ -11,7 +11,8 @@ Operations carry their region, step and pass (nsysmap.structure.table.assign:
                       steps) of the measured region, where it has backward passes;
                       else of the warm-up, where only the warm-up has them (said)
 
-Warm-up work (ops.parquet's `warmup`) is in no measured scope. `describe`
+Warm-up work (ops.parquet's `warmup`) is in no measured scope, unless the
+measured region is warm-up work itself (a `--measure` rule naming it). `describe`
 names each scope by its instances ("3 forward passes inside
 `timed_iterations`") for every sentence that uses it.
 """
@@ -28,7 +29,13 @@ MEASURED = "measured"
 WARMUP = "warmup"
 
 
-def _not_warm() -> pl.Expr:
+def _not_warm(ops: pl.DataFrame) -> pl.Expr:
+    """Not warm-up work: unless the measured region is warm-up work itself (a --measure
+    rule naming the warm-up), whose warm-up work is then what is measured."""
+    measured = ops.filter(pl.col("s_region") == MEASURED)
+    warm = measured.filter(pl.col("warmup").fill_null(False))["dur_ns"].sum()
+    if measured.height and warm >= 0.5 * measured["dur_ns"].sum():
+        return pl.lit(True)
     return ~pl.col("warmup").fill_null(False)
 
 
@@ -50,10 +57,10 @@ def rows(ops: pl.DataFrame, scope: str) -> pl.DataFrame:
     """The operations of `scope` (ops with the assigned columns)."""
     if scope == "step":
         column = "s_step_region" if has_measured_steps(ops) else "s_region"
-        return ops.filter((pl.col(column) == MEASURED) & _not_warm())
+        return ops.filter((pl.col(column) == MEASURED) & _not_warm(ops))
     if scope == "forward":
         forward = (pl.col("s_pass_region") == MEASURED) & (pl.col("s_direction") == "forward")
-        return ops.filter(forward & _not_warm())
+        return ops.filter(forward & _not_warm(ops))
     region = backward_region(ops)
     if region is None:
         return ops.clear()
@@ -63,7 +70,7 @@ def rows(ops: pl.DataFrame, scope: str) -> pl.DataFrame:
     place = "s_step_region" if ops.filter(pl.col("s_step_region") == region).height else "s_region"
     loss = (pl.col("phase") == "loss") & (pl.col(place) == region)
     keep = (passes | loss).fill_null(False)
-    return ops.filter(keep & _not_warm()) if region == MEASURED else ops.filter(keep)
+    return ops.filter(keep & _not_warm(ops)) if region == MEASURED else ops.filter(keep)
 
 
 def pass_count(scope_rows: pl.DataFrame) -> int | None:

@@ -69,19 +69,33 @@ def _base(ops: pl.DataFrame, inferred: pl.DataFrame | None) -> pl.DataFrame:
 
 
 def _passes_and_steps(base: pl.DataFrame, named: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Every pass, from each kind of evidence in turn, and the steps that hold them."""
-    stepped = base.filter(pl.col("step").is_not_null())["pid"].unique()
-    rest = base.filter(~pl.col("pid").is_in(stepped.implode()))
+    """Every pass, from each kind of evidence in turn, and the steps that hold them: the
+    step labels' first; the operations outside every labelled step then read by their
+    phase ranges, records and the kernel sequence."""
     label_passes, label_steps = found.labelled_steps(base)
+    rest = base.filter(pl.col("step").is_null())
     inferred = found.inferred_passes(base)
     kept = pl.concat([label_passes, found.phase_ranges(rest, named, inferred)])
     kept = pl.concat([kept, found.records(rest, kept)])
     passes = pl.concat([kept, found.fill(inferred, kept, named)])
-    loose = passes.filter(~pl.col("pid").is_in(stepped.implode()))
+    loose = passes.filter(~pl.col("origin").str.starts_with("step:"))
     by_range = found.range_steps(loose, named)
-    in_range = by_range["pid"].unique()
-    by_sequence = found.inferred_steps(loose.filter(~pl.col("pid").is_in(in_range.implode())))
+    by_sequence = found.inferred_steps(loose)
+    by_sequence = by_sequence.filter(~_overlaps(by_sequence, by_range))
     return passes, pl.concat([label_steps, by_range, by_sequence])
+
+
+def _overlaps(steps: pl.DataFrame, others: pl.DataFrame) -> pl.Series:
+    """Which of `steps` overlap a step of `others` (same device and process)."""
+    if steps.is_empty() or others.is_empty():
+        return pl.repeat(False, steps.height, eager=True)
+    pairs = steps.with_row_index("_i").join(
+        others.select("dev", "pid", o_start="start_ns", o_end="end_ns"), on=["dev", "pid"]
+    )
+    hit = pairs.filter(
+        (pl.col("o_start") <= pl.col("end_ns")) & (pl.col("start_ns") <= pl.col("o_end"))
+    )["_i"]
+    return pl.int_range(steps.height, eager=True).is_in(hit.implode())
 
 
 def _rows(frame: pl.DataFrame, kind: str) -> pl.DataFrame:

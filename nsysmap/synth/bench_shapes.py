@@ -63,6 +63,7 @@ class Spec:
     copy_us: float = 400.0  # each copy's duration
     names: dict[str, str | None] = field(default_factory=dict)
     bench_per_pass: bool = False  # one benchmark range per pass (else one around them)
+    slow_first: bool = False  # the first pass launched 20 times slower (first calls)
 
     def name(self, role: str) -> str | None:
         return self.names.get(role, DEFAULT_NAMES[role])
@@ -90,6 +91,8 @@ class _Writer:
     gpu: float = 0.0
     corr: int = 0
     rnd: random.Random = field(default_factory=lambda: random.Random(0))
+    slow: bool = False  # launches take 20 times as long (the first pass of a run)
+    first: bool = True  # no pass written yet
 
     def launch(self, name: str, dur: float, tid: int = MAIN) -> None:
         self.corr += 1
@@ -98,7 +101,7 @@ class _Writer:
         begin = max(start + 6, self.gpu)
         end = begin + dur * (1 + 0.05 * self.rnd.random())
         self.out.kernel(PID, DEVICE, STREAM, begin * _US, end * _US, self.corr, name=name)
-        self.gpu, self.host = end, start + 7
+        self.gpu, self.host = end, start + (140 if self.slow else 7)
 
     def copy(self, dur: float) -> None:
         self.corr += 1
@@ -145,7 +148,9 @@ def _layer(w: _Writer) -> None:
 
 
 def forward_pass(w: _Writer, ranged: bool) -> tuple[int, int]:
-    """One forward pass (in a forward range when `ranged`); its host span in ns."""
+    """One forward pass (in a forward range when `ranged`); its host span in ns. The
+    run's first pass is slow to launch where the spec says so."""
+    w.slow, w.first = w.spec.slow_first and w.first, False
     start = w.host
     w.launch(EMBED, 5)
     for _ in range(w.spec.layers):
@@ -156,6 +161,7 @@ def forward_pass(w: _Writer, ranged: bool) -> tuple[int, int]:
     if ranged:
         w.range(w.named("forward"), start)
     w.host += 3
+    w.slow = False
     return round(start * 1e3), round(end * 1e3)
 
 
