@@ -122,7 +122,7 @@ def brief_copies(answer: dict[str, Any]) -> str:
         at = f"all in the {_REGIONS.get(place, 'capture')}"
     else:
         at = ", ".join(f"{ms(v)} in the {_REGIONS.get(k, k)}" for k, v in where.items())
-    left = answer["time_ns"] - answer.get("in_step_scope_ns", 0)
+    left = answer.get("left_out_ns") or 0
     leaves = f"; {ms(left)} of them is left out of the answers" if left else ""
     return (
         f"{ms(answer['time_ns'])} ({pct(answer['share'])} of all time); the largest, "
