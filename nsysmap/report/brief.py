@@ -80,7 +80,7 @@ def _top(doc: dict[str, Any], answer: dict[str, Any]) -> list[str]:
     else:
         other = answer["scopes"]["forward_backward"]["label"]
         lines.append(
-            "With backward included the top kernel is "
+            f"With backward included (the {_label(doc, 'forward_backward')}) the top kernel is "
             + ("the same." if same else f"another: {other}.")
         )
     return lines

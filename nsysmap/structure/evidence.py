@@ -30,6 +30,8 @@ from nsysmap.structure.ranges import containing
 from nsysmap.structure.table import DIRECTIONS
 
 MIN_INFERRED = 0.5  # inferred passes less confident than this are no passes
+# Module calls stand for passes only when they hold at least this share of the time.
+MODULES_COVER = 0.5
 CANDIDATE = pl.Schema(
     {
         "dev": pl.Int64,
@@ -51,6 +53,30 @@ _SPAN = (pl.col("at").min().alias("start_ns"), pl.col("at").max().alias("end_ns"
 def _source(column: str) -> pl.Expr:
     """ "range", "records" or both, from ops.parquet's `step_source` / `phase_source`."""
     return pl.col(column).cast(pl.String).drop_nulls().unique().sort().str.join(", ")
+
+
+def merged(frame: pl.DataFrame) -> pl.DataFrame:
+    """Candidates of one kind of evidence with those that overlap (same device, process and
+    direction) made one: operations launched at one instant (a CUDA graph's, from one
+    launch call) cannot be told apart by when they were launched."""
+    if frame.height < 2:
+        return frame
+    keys = ["dev", "pid", "direction"]
+    ordered = frame.sort([*keys, "start_ns"], nulls_last=True)
+    reach = pl.col("end_ns").cum_max().shift(1).over(keys)
+    run = (reach.is_null() | (reach < pl.col("start_ns"))).cum_sum().over(keys)
+    return (
+        ordered.with_columns(_run=run)
+        .group_by([*keys, "_run"], maintain_order=True)
+        .agg(
+            pl.col("start_ns").min(),
+            pl.col("end_ns").max(),
+            pl.col("confidence").max(),
+            pl.exclude("start_ns", "end_ns", "confidence").first(),
+        )
+        .drop("_run")
+        .select(frame.columns)
+    )
 
 
 def _conform(frame: pl.DataFrame) -> pl.DataFrame:
@@ -122,6 +148,8 @@ def _module_calls(base: pl.DataFrame, ranges: pl.DataFrame, inferred: pl.DataFra
         .join_asof(spans, left_on="at", right_on="r_start", by="pid", check_sortedness=False)
         .filter(pl.col("at") <= pl.col("r_end"))
     )
+    if held["dur_ns"].sum() < MODULES_COVER * base["dur_ns"].sum():
+        return _conform(pl.DataFrame())  # a few modules recorded: no passes of the model
     passes = held.group_by("dev", "pid", "range_id", "name", "direction").agg(*_SPAN)
     passes = passes.with_columns(
         evidence=pl.lit("module_calls"),
@@ -166,11 +194,13 @@ def records(base: pl.DataFrame, found: pl.DataFrame) -> pl.DataFrame:
         .group_by("dev", "pid", "run", "phase")
         .agg(*_SPAN, evidence=_source("phase_source"))
     )
-    return _conform(
-        runs.with_columns(
-            direction=pl.col("phase"),
-            confidence=pl.lit(0.9),
-            origin=pl.format("records:{}", "run"),
+    return merged(
+        _conform(
+            runs.with_columns(
+                direction=pl.col("phase"),
+                confidence=pl.lit(0.9),
+                origin=pl.format("records:{}", "run"),
+            )
         )
     )
 
@@ -199,11 +229,13 @@ def inferred_passes(base: pl.DataFrame) -> pl.DataFrame:
             confidence=(pl.col("inferred_confidence").fill_null(0) * weight).sum() / weight.sum(),
         )
     )
-    return _conform(
-        parts.with_columns(
-            direction=pl.col("inferred_phase"),
-            evidence=pl.lit("kernel_sequence"),
-            origin=pl.format("inferred:{}", "inferred_step"),
+    return merged(
+        _conform(
+            parts.with_columns(
+                direction=pl.col("inferred_phase"),
+                evidence=pl.lit("kernel_sequence"),
+                origin=pl.format("inferred:{}", "inferred_step"),
+            )
         )
     )
 

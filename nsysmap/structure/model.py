@@ -75,27 +75,28 @@ def _passes_and_steps(base: pl.DataFrame, named: pl.DataFrame) -> tuple[pl.DataF
     label_passes, label_steps = found.labelled_steps(base)
     rest = base.filter(pl.col("step").is_null())
     inferred = found.inferred_passes(base)
-    kept = pl.concat([label_passes, found.phase_ranges(rest, named, inferred)])
-    kept = pl.concat([kept, found.records(rest, kept)])
+    kept = _added(label_passes, found.phase_ranges(rest, named, inferred), "direction")
+    kept = _added(kept, found.records(rest, kept), "direction")
     passes = pl.concat([kept, found.fill(inferred, kept, named)])
     loose = passes.filter(~pl.col("origin").str.starts_with("step:"))
-    by_range = found.range_steps(loose, named)
-    by_sequence = found.inferred_steps(loose)
-    by_sequence = by_sequence.filter(~_overlaps(by_sequence, by_range))
-    return passes, pl.concat([label_steps, by_range, by_sequence])
+    steps = _added(label_steps, found.range_steps(loose, named))
+    return passes, _added(steps, found.inferred_steps(loose))
 
 
-def _overlaps(steps: pl.DataFrame, others: pl.DataFrame) -> pl.Series:
-    """Which of `steps` overlap a step of `others` (same device and process)."""
-    if steps.is_empty() or others.is_empty():
-        return pl.repeat(False, steps.height, eager=True)
-    pairs = steps.with_row_index("_i").join(
-        others.select("dev", "pid", o_start="start_ns", o_end="end_ns"), on=["dev", "pid"]
+def _added(kept: pl.DataFrame, more: pl.DataFrame, by: str | None = None) -> pl.DataFrame:
+    """`kept` and those of `more` that overlap none of them (same device and process, and
+    `by`): rows of one kind never overlap, and earlier evidence wins."""
+    if kept.is_empty() or more.is_empty():
+        return pl.concat([kept, more])
+    on = ["dev", "pid", *([by] if by else [])]
+    pairs = more.with_row_index("_i").join(
+        kept.select(*on, o_start="start_ns", o_end="end_ns"), on=on, nulls_equal=True
     )
     hit = pairs.filter(
         (pl.col("o_start") <= pl.col("end_ns")) & (pl.col("start_ns") <= pl.col("o_end"))
     )["_i"]
-    return pl.int_range(steps.height, eager=True).is_in(hit.implode())
+    alone = more.with_row_index("_i").filter(~pl.col("_i").is_in(hit.implode())).drop("_i")
+    return pl.concat([kept, alone])
 
 
 def _rows(frame: pl.DataFrame, kind: str) -> pl.DataFrame:

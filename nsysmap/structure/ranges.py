@@ -91,7 +91,7 @@ def merged(parts: list[pl.DataFrame]) -> pl.DataFrame:
 
 def labelled(ranges: pl.DataFrame, rules: NameRules) -> pl.DataFrame:
     """SLIM ranges with what their names say: `phase`, `warmup`, `step` (as the name
-    rules read them), `call` (a module call's direction), `key` (numbers as #),
+    rules read them), `call` (a root module's call's direction), `key` (numbers as #),
     `outermost` (no range of the same phase around it on its thread), `outer_call` (no
     call of a module in the same direction around it); ends filled (open: to the end),
     sorted by start."""
@@ -104,7 +104,11 @@ def labelled(ranges: pl.DataFrame, rules: NameRules) -> pl.DataFrame:
         phase=pl.col("lbl_phase"),
         warmup=pl.col("lbl_warmup").fill_null(False),
         step=pl.col("lbl_step"),
-        call=pl.when(pl.col("lbl_module").is_not_null()).then(pl.col("lbl_direction")),
+        # a root module's call (not a submodule's: `blocks.3` is a layer, not a pass)
+        call=pl.when(
+            pl.col("lbl_module").is_not_null()
+            & ~pl.col("lbl_module").str.contains(".", literal=True)
+        ).then(pl.col("lbl_direction")),
         key=pl.col("name").str.replace_all(r"\d+", "#"),
     )
     done = done.sort("pid", "tid", "start_ns", pl.col("end_ns"), descending=[False] * 3 + [True])
