@@ -33,8 +33,8 @@ def _not_warm(ops: pl.DataFrame) -> pl.Expr:
     """Not warm-up work: unless the measured region is warm-up work itself (a --measure
     rule naming the warm-up), whose warm-up work is then what is measured."""
     measured = ops.filter(pl.col("s_region") == MEASURED)
-    warm = measured.filter(pl.col("warmup").fill_null(False))["dur_ns"].sum()
-    if measured.height and warm >= 0.5 * measured["dur_ns"].sum():
+    warm = int(measured.filter(pl.col("warmup").fill_null(False))["dur_ns"].sum())
+    if measured.height and warm >= 0.5 * int(measured["dur_ns"].sum()):
         return pl.lit(True)
     return ~pl.col("warmup").fill_null(False)
 

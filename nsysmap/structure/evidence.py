@@ -148,7 +148,7 @@ def _module_calls(base: pl.DataFrame, ranges: pl.DataFrame, inferred: pl.DataFra
         .join_asof(spans, left_on="at", right_on="r_start", by="pid", check_sortedness=False)
         .filter(pl.col("at") <= pl.col("r_end"))
     )
-    if held["dur_ns"].sum() < MODULES_COVER * base["dur_ns"].sum():
+    if int(held["dur_ns"].sum()) < MODULES_COVER * int(base["dur_ns"].sum()):
         return _conform(pl.DataFrame())  # a few modules recorded: no passes of the model
     passes = held.group_by("dev", "pid", "range_id", "name", "direction").agg(*_SPAN)
     passes = passes.with_columns(
