@@ -60,8 +60,7 @@ def test_attention_softmax_against_matmul_from_the_users_ranges():
     assert _metric(result, "attention_softmax_to_matmul_time_ratio") == 3 / 7
     assert (
         "| time, attention ranges (whole ranges: every operation in them) "
-        "| 3.000 ms | 7.000 ms | 0.429 |"
-        in result.markdown
+        "| 3.000 ms | 7.000 ms | 0.429 |" in result.markdown
     )
     assert "from the profile's own ranges" in result.markdown
 

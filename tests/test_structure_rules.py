@@ -25,6 +25,7 @@ def _answers(path: Path, steps=(), phases=(), measure=()) -> dict[str, Any]:
         analysis.ops,
         analysis.manifest,
         by_range=analysis.summaries.by_range,
+        waits=analysis.summaries.waits,
         structure=analysis.structure,
     )
     return build_report(run).answers
@@ -93,6 +94,8 @@ def test_a_step_rule_that_names_only_warm_up_steps_is_said(tmp_path):
         n.startswith("The --step rule gives 3 steps, all of them warm-up work")
         for n in doc["cannot_answer"]
     )
+    # where the GPU waits: over the capture, not over the warm-up steps' windows
+    assert doc["answers"]["waits"]["scope"] == "whole capture"
 
 
 def test_a_measure_rule_that_is_no_regex_is_a_usage_error(shape_one, tmp_path):

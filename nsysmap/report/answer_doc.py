@@ -65,7 +65,7 @@ def answers_document(f: Findings, c: Findings | None = None) -> dict[str, Any]:
         "phase_time": phase_time(f),
         "layer_time": layer_time(f),
         "communication": communication_answer(f.run.ops),
-        "waits": waits_answer(f.run.waits, f.run.ops),
+        "waits": waits_answer(f.run.waits, f.run.ops, _measured_steps(f)),
         "ranges": ranges(f),
         "blocks": blocks(f),
         "inferred_blocks": inferred_blocks(f),
@@ -123,6 +123,16 @@ def run_facts(f: Findings) -> dict[str, Any]:
         "time_ns": int(f.run.ops["dur_ns"].sum()),
         "ops": f.run.ops.height,
     }
+
+
+def _measured_steps(f: Findings) -> list[int] | None:
+    """The step labels of the measured steps (the waits' windows), None without a structure."""
+    if f.run.structure is None:
+        return None
+    steps = f.run.structure.filter(
+        (pl.col("kind") == "step") & (pl.col("region") == "measured") & pl.col("step").is_not_null()
+    )
+    return sorted(int(s) for s in steps["step"].unique())
 
 
 def _steps_source(f: Findings) -> str:
