@@ -135,6 +135,10 @@ def test_graph_replays_traced_whole_make_the_matmul_share_unknown():
     assert all(k["kind"] != "graph" for k in listed)
     assert not re.search(r"(?<![\d.])0\.0 %", result.markdown.split("## Top kernel")[0])
     assert "unknown (20.0 % to 100.0 %)" in result.markdown
+    # the top kernel table's row says what its text says: unknown, the largest seen named
+    rows = [line for line in result.markdown.splitlines() if line.startswith("| this run |")]
+    top_rows = [line for line in rows if "ampere_sgemm_128x64_tn" in line]
+    assert top_rows and all("unknown (largest seen: `ampere_sgemm" in r for r in top_rows)
 
 
 @pytest.mark.slow

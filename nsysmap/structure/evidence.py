@@ -45,9 +45,21 @@ CANDIDATE = pl.Schema(
         "evidence": pl.String,
         "confidence": pl.Float64,
         "origin": pl.String,  # "step:<label>", "range:<id>" or "inferred:<pass>"
+        "warm": pl.Boolean,  # warm-up work (ops.parquet's `warmup`) for the most part
     }
 )
-_SPAN = (pl.col("at").min().alias("start_ns"), pl.col("at").max().alias("end_ns"))
+# Of a candidate's operations: its span, and whether it is warm-up work (at least
+# WARM_SHARE of its time is: ops.parquet's `warmup`).
+WARM_SHARE = 0.5
+_WARM = (
+    pl.col("dur_ns").filter(pl.col("warmup").fill_null(False)).sum()
+    >= WARM_SHARE * pl.col("dur_ns").sum()
+)
+_SPAN = (
+    pl.col("at").min().alias("start_ns"),
+    pl.col("at").max().alias("end_ns"),
+    _WARM.alias("warm"),
+)
 
 
 def _source(column: str) -> pl.Expr:
@@ -244,15 +256,31 @@ def fill(inferred: pl.DataFrame, found: pl.DataFrame, ranges: pl.DataFrame) -> p
     """The inferred passes that overlap no pass of `found`, at least MIN_INFERRED sure,
     with the ranges that repeat as often in each of them."""
     keep = inferred.filter(pl.col("confidence") >= MIN_INFERRED)
-    if not found.is_empty() and not keep.is_empty():
-        pairs = keep.with_row_index("_i").join(
-            found.select("dev", "pid", f_start="start_ns", f_end="end_ns"), on=["dev", "pid"]
-        )
-        hit = pairs.filter(
-            (pl.col("f_start") <= pl.col("end_ns")) & (pl.col("start_ns") <= pl.col("f_end"))
-        )["_i"]
-        keep = keep.with_row_index("_i").filter(~pl.col("_i").is_in(hit.implode())).drop("_i")
+    keep = keep.filter(~overlapping(keep, found, ["dev", "pid"]))
     return _repeated(keep, ranges)
+
+
+def overlapping(rows: pl.DataFrame, others: pl.DataFrame, by: list[str]) -> pl.Series:
+    """Which of `rows` overlap a row of `others` with the same `by` (spans with both ends
+    included): the latest of `others` to start by a row's end, by an as-of join, and the
+    furthest any of them reaches up to it (a running maximum of their ends)."""
+    if rows.is_empty() or others.is_empty():
+        return pl.repeat(False, rows.height, eager=True)
+    reach = (
+        others.select(*by, o_start="start_ns", o_end="end_ns")
+        .sort([*by, "o_start"], nulls_last=True)
+        .with_columns(o_reach=pl.col("o_end").cum_max().over(by))
+        .drop("o_end")
+        .sort("o_start")
+    )
+    joined = (
+        rows.select(*by, "start_ns", "end_ns")
+        .with_row_index("_i")
+        .sort("end_ns")
+        .join_asof(reach, left_on="end_ns", right_on="o_start", by=by, check_sortedness=False)
+        .sort("_i")
+    )
+    return (joined["o_reach"] >= joined["start_ns"]).fill_null(False).alias("overlapping")
 
 
 def _repeated(passes: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:

@@ -35,7 +35,6 @@ OPS_COLUMNS = (
     "warmup",
 )
 INFERRED_COLUMNS = ("op_id", "inferred_step", "inferred_phase", "inferred_confidence")
-WARM_SHARE = 0.5  # a pass with at least this share of warm-up work is warm-up
 
 
 def build_structure(
@@ -49,7 +48,6 @@ def build_structure(
     base = _base(ops, inferred)
     named = labelled(ranges if ranges is not None else pl.DataFrame(schema=SLIM), rules)
     passes, steps = _passes_and_steps(base, named)
-    passes = _warm(base, passes)
     if passes.is_empty():
         return _finished(base, _whole(base), passes, steps)
     placed = grouped(passes, named)
@@ -86,17 +84,8 @@ def _passes_and_steps(base: pl.DataFrame, named: pl.DataFrame) -> tuple[pl.DataF
 def _added(kept: pl.DataFrame, more: pl.DataFrame, by: str | None = None) -> pl.DataFrame:
     """`kept` and those of `more` that overlap none of them (same device and process, and
     `by`): rows of one kind never overlap, and earlier evidence wins."""
-    if kept.is_empty() or more.is_empty():
-        return pl.concat([kept, more])
     on = ["dev", "pid", *([by] if by else [])]
-    pairs = more.with_row_index("_i").join(
-        kept.select(*on, o_start="start_ns", o_end="end_ns"), on=on, nulls_equal=True
-    )
-    hit = pairs.filter(
-        (pl.col("o_start") <= pl.col("end_ns")) & (pl.col("start_ns") <= pl.col("o_end"))
-    )["_i"]
-    alone = more.with_row_index("_i").filter(~pl.col("_i").is_in(hit.implode())).drop("_i")
-    return pl.concat([kept, alone])
+    return pl.concat([kept, more.filter(~found.overlapping(more, kept, on))])
 
 
 def _rows(frame: pl.DataFrame, kind: str) -> pl.DataFrame:
@@ -112,23 +101,6 @@ def _rows(frame: pl.DataFrame, kind: str) -> pl.DataFrame:
         .select(STRUCTURE.names())
         .cast(STRUCTURE)
     )
-
-
-def _warm(base: pl.DataFrame, passes: pl.DataFrame) -> pl.DataFrame:
-    """`passes` with `warm`: at least WARM_SHARE of their time is warm-up work."""
-    if passes.is_empty():
-        return passes.with_columns(warm=pl.lit(False))
-    rows = _rows(passes, "pass").with_columns(region=pl.lit("measured"))
-    held = _held(base, rows)
-    share = held.group_by("s_pass", "s_direction").agg(
-        warm=pl.col("dur_ns").filter(pl.col("warmup").fill_null(False)).sum()
-        >= WARM_SHARE * pl.col("dur_ns").sum()
-    )
-    numbered = passes.with_columns(
-        s_pass=pl.int_range(pl.len(), dtype=pl.Int64), s_direction=pl.col("direction")
-    )
-    joined = numbered.join(share, on=["s_pass", "s_direction"], how="left")
-    return joined.with_columns(pl.col("warm").fill_null(False)).drop("s_pass", "s_direction")
 
 
 def _held(base: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:

@@ -129,26 +129,32 @@ def _outermost(label: str) -> pl.Expr:
 def containing(spans: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     """For each span (`span`, pid, start_ns, end_ns) every range of its process that holds
     it whole: span, range_id, name, key, phase, warmup, start and end (`r_start_ns`,
-    `r_end_ns`), depth; outermost first."""
+    `r_end_ns`), depth; outermost first.
+
+    Ranges of one thread and depth never overlap, so per thread and depth the one
+    range that can hold a span is the last to start by the span's start (an as-of
+    join): a few joins, whatever the number of spans and ranges.
+    """
     if spans.is_empty() or ranges.is_empty():
         return pl.DataFrame(schema=_CONTAINING)
-    shortest = int(spans.select((pl.col("end_ns") - pl.col("start_ns")).min()).item() or 0)
-    long = ranges.filter(pl.col("end_ns") - pl.col("start_ns") >= shortest).select(
-        "pid",
-        "range_id",
-        "name",
-        "key",
-        "phase",
-        "warmup",
-        "depth",
-        r_start_ns="start_ns",
-        r_end_ns="end_ns",
-    )
-    pairs = spans.select("span", "pid", "start_ns", "end_ns").join(long, on="pid")
-    held = pairs.filter(
-        (pl.col("r_start_ns") <= pl.col("start_ns")) & (pl.col("end_ns") <= pl.col("r_end_ns"))
-    )
-    return held.sort("span", "r_start_ns", "depth").select(_CONTAINING.names())
+    columns = ["range_id", "name", "key", "phase", "warmup", "depth"]
+    held = []
+    for (depth,), level in ranges.group_by("depth"):
+        candidates = level.select(
+            "pid", "tid", *columns[:-1], r_start_ns="start_ns", r_end_ns="end_ns"
+        ).with_columns(depth=pl.lit(depth, pl.Int32))
+        threads = candidates.select("pid", "tid").unique()
+        asked = spans.select("span", "pid", "start_ns", "end_ns").join(threads, on="pid")
+        found = asked.sort("start_ns").join_asof(
+            candidates.sort("r_start_ns"),
+            left_on="start_ns",
+            right_on="r_start_ns",
+            by=["pid", "tid"],
+            check_sortedness=False,
+        )
+        held.append(found.filter(pl.col("end_ns") <= pl.col("r_end_ns")))
+    every = pl.concat(held) if held else pl.DataFrame(schema=_CONTAINING)
+    return every.sort("span", "r_start_ns", "depth").select(_CONTAINING.names())
 
 
 _CONTAINING = pl.Schema(

@@ -65,7 +65,7 @@ def grouped(passes: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     )
     spans = spans.join(chains, on="span", how="left").with_columns(
         pl.col("place").fill_null(""),
-        warm=pl.col("warm") | pl.col("warm_range").fill_null(False),
+        warm=pl.col("warm").fill_null(False) | pl.col("warm_range").fill_null(False),
     )
     change = (pl.col("place") != pl.col("place").shift(1)) | (
         pl.col("warm") != pl.col("warm").shift(1)

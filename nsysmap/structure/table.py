@@ -119,6 +119,15 @@ def assign(ops: pl.DataFrame, structure: pl.DataFrame) -> pl.DataFrame:
 def _within(lanes: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
     """Per operation (in `lanes`' order), the row of `rows` (none overlapping) whose span
     holds its launch and whose labels it has: index, region, direction (null: none)."""
+    if rows.is_empty():
+        n = lanes.height
+        return pl.DataFrame(
+            [
+                pl.Series("index", [None] * n, pl.Int64),
+                pl.Series("region", [None] * n, pl.String),
+                pl.Series("direction", [None] * n, pl.String),
+            ]
+        )
     picked = rows.select(
         "_dev", "_pid", "start_ns", "end_ns", "step", "phase", "index", "region", "direction"
     ).sort("start_ns")
