@@ -14,23 +14,18 @@ import polars as pl
 import pytest
 
 from nsysmap.pipeline import analyse, analyse_file
-from nsysmap.report.answers import RunData, limitations
+from nsysmap.report.answers import limitations
 from nsysmap.report.build import build_report
 from nsysmap.report.format import flop, ratio
 from nsysmap.report.io import ANSWERS_JSON, read_run, write_report
 from tests.corpus import corpus_path
 from tests.frames import MS, Frames
+from tests.runs import run_data
 
 
 def _report(f: Frames):
     analysis = analyse(f.profile())
-    run = RunData(
-        "run",
-        analysis.ops,
-        analysis.manifest,
-        by_range=analysis.summaries.by_range,
-        structure=analysis.structure,
-    )
+    run = run_data(analysis)
     return build_report(run)
 
 
@@ -163,13 +158,7 @@ def test_tflops_divide_by_the_time_whose_flops_are_counted():
     the rate divides the FLOPs by the time of the operations that could carry them."""
     path = corpus_path("tracelens_vllm_gptoss_fullgraph_decode_hipgraph_mi300x.json.gz")
     analysis = analyse(_load(path))
-    run = RunData(
-        "recsys",
-        analysis.ops,
-        analysis.manifest,
-        by_range=analysis.summaries.by_range,
-        structure=analysis.structure,
-    )
+    run = run_data(analysis, "recsys")
     rate = build_report(run).answers["answers"]["flop_rate"]
     ops = analysis.ops
     counted = int(ops.filter(pl.col("aten_op").is_not_null())["dur_ns"].sum())
@@ -225,13 +214,7 @@ def test_the_header_says_which_steps_nsysmap_run_left_uncaptured():
         f.kernel(1, 100 * step + 1, "ampere_sgemm_128x64_tn", dur=3)
     analysis = analyse(f.profile())
     manifest = {**analysis.manifest, "options": {"steps_seen": 4, "profiled_steps": [1, 3]}}
-    run = RunData(
-        "run",
-        analysis.ops,
-        manifest,
-        by_range=analysis.summaries.by_range,
-        structure=analysis.structure,
-    )
+    run = run_data(analysis, manifest=manifest)
     result = build_report(run)
     assert result.answers["run"]["steps"] == 3
     assert (

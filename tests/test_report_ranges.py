@@ -12,17 +12,12 @@ from nsysmap.report.build import build_report
 from nsysmap.report.io import read_run
 from nsysmap.synth import SynthExport
 from tests.frames import MS, Frames
+from tests.runs import run_data
 
 
 def _run(f: Frames) -> RunData:
     analysis = analyse(f.profile())
-    return RunData(
-        "run",
-        analysis.ops,
-        analysis.manifest,
-        by_range=analysis.summaries.by_range,
-        structure=analysis.structure,
-    )
+    return run_data(analysis)
 
 
 def _metric(result, metric: str) -> float | None:

@@ -9,7 +9,6 @@ import pytest
 
 from nsysmap.flops.peaks import peak_tflops
 from nsysmap.pipeline import analyse, analyse_file
-from nsysmap.report.answers import RunData
 from nsysmap.report.build import build_report
 from nsysmap.report.format import ratio
 from nsysmap.report.html.page import report_page
@@ -17,17 +16,12 @@ from nsysmap.report.io import read_run
 from nsysmap.report.waits import waits_lead
 from tests.corpus import corpus_path
 from tests.frames import MS, Frames
+from tests.runs import run_data
 
 
 def _report(f: Frames):
     analysis = analyse(f.profile())
-    run = RunData(
-        "run",
-        analysis.ops,
-        analysis.manifest,
-        by_range=analysis.summaries.by_range,
-        structure=analysis.structure,
-    )
+    run = run_data(analysis)
     return build_report(run)
 
 

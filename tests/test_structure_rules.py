@@ -11,23 +11,16 @@ import pytest
 
 from nsysmap.attribution.rules import BadNameRule, user_rules
 from nsysmap.pipeline import analyse, load_profile
-from nsysmap.report.answers import RunData
 from nsysmap.report.build import build_report
 from nsysmap.structure.regions import measure_rules
 from nsysmap.synth.bench_shapes import SETUP_WARMUP_TIMED, WARMUP_STEPS_THEN_FORWARD, Spec, build
 from tests.cli_runner import nsysmap_cli
+from tests.runs import run_data
 
 
 def _answers(path: Path, steps=(), phases=(), measure=()) -> dict[str, Any]:
     analysis = analyse(load_profile(path), rules=user_rules(steps, phases), measure=tuple(measure))
-    run = RunData(
-        "run",
-        analysis.ops,
-        analysis.manifest,
-        by_range=analysis.summaries.by_range,
-        waits=analysis.summaries.waits,
-        structure=analysis.structure,
-    )
+    run = run_data(analysis, waits=True)
     return build_report(run).answers
 
 

@@ -27,7 +27,6 @@ from hypothesis import strategies as st
 
 from nsysmap.attribution.rules import user_rules
 from nsysmap.pipeline import analyse, load_profile
-from nsysmap.report.answers import RunData
 from nsysmap.report.brief import brief
 from nsysmap.report.build import build_report
 from nsysmap.synth.bench_shapes import (
@@ -38,6 +37,7 @@ from nsysmap.synth.bench_shapes import (
     Truth,
     build,
 )
+from tests.runs import run_data
 
 # Names people give each part; the first of each list is no name rule's (position decides).
 TIMED = ("bench_loop", "timed_iterations", "measurement", "benchmark", "timing")
@@ -104,13 +104,7 @@ def _reported(spec: Spec, path: Path, **rules: Any) -> tuple[dict[str, Any], pl.
     truth = build(spec, path, seed=spec.layers)
     measure = tuple(rules.pop("measure", ()))
     analysis = analyse(load_profile(path), rules=user_rules(**rules), measure=measure)
-    run = RunData(
-        "run",
-        analysis.ops,
-        analysis.manifest,
-        by_range=analysis.summaries.by_range,
-        structure=analysis.structure,
-    )
+    run = run_data(analysis)
     return build_report(run).answers, analysis.ops, truth
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from nsysmap.report.brief import brief_copies
-from nsysmap.report.format import flop, kernel, ms, pct, ratio, table
+from nsysmap.report.format import cap, flop, kernel, ms, pct, ratio, table
 from nsysmap.report.softmax_answer import attention_coverage
 
 REGION_WORDS = {"setup": "set-up", "warmup": "warm-up", "measured": "measured", "tail": "tail"}
@@ -60,12 +60,9 @@ _ATTENTION_FROM = {
 }
 
 
-def _scope_name(doc: dict[str, Any], scope: str) -> str:
+def scope_name(doc: dict[str, Any], scope: str) -> str:
+    """A scope as answers.json names it (its instances of the structure)."""
     return str(doc["scopes"].get(scope, {}).get("label", scope))
-
-
-def _cap(text: str) -> str:
-    return text[:1].upper() + text[1:]
 
 
 def per_element_text(per: dict[str, Any] | None) -> str | None:
@@ -121,12 +118,12 @@ def softmax_section(doc: dict[str, Any]) -> list[str]:
             ]
         )
     lines = ["## Softmax versus the attention matmuls", ""]
-    lines.append(f"{_cap(_scope_name(doc, 'step'))}; {_ATTENTION_FROM[source]}")
+    lines.append(f"{cap(scope_name(doc, 'step'))}; {_ATTENTION_FROM[source]}")
     covered = attention_coverage(answer)
     if covered:
         lines.append(
             f"The {where} hold work of {covered} only, so the two rows of the {where} cover it; "
-            f"the kernel rows cover all of the {_scope_name(doc, 'step')}."
+            f"the kernel rows cover all of the {scope_name(doc, 'step')}."
         )
     if t.get("whole_ranges"):
         lines.append(

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from nsysmap.report.answer_sections import (
     REGION_WORDS,
     copies_section,
+    scope_name,
     softmax_section,
     structure_section,
 )
@@ -26,7 +27,7 @@ from nsysmap.report.doc_sections import (
     ranges_section,
     shapes_section,
 )
-from nsysmap.report.format import devices_text, kernel, ms, pct, per, table
+from nsysmap.report.format import cap, devices_text, kernel, ms, pct, per, table
 from nsysmap.report.questions import present_scopes
 from nsysmap.report.waits import waits_section
 
@@ -34,15 +35,6 @@ if TYPE_CHECKING:
     from nsysmap.report.answers import Findings
 
 FORWARD_ONLY = "forward-only run"
-_ATTENTION_FROM = {
-    "modules": "attention modules are those whose class name says attention.",
-    "ranges": (
-        "no attention module, so from the profile's own ranges: time launched inside a\n"
-        "range whose name mentions softmax (attention softmax), or matmul or scores (attention\n"
-        "matmuls), within a range named for attention where the profile has one."
-    ),
-    None: "no attention module and no range named for softmax or the attention matmuls.",
-}
 
 
 def scopes(f: Findings) -> list[str]:
@@ -81,15 +73,6 @@ def compare_label(doc: dict[str, Any]) -> str:
     """The compared run's name in tables: "forward-only run" only when it is one."""
     other = doc.get("compare") or {}
     return FORWARD_ONLY if other.get("kind") == FORWARD_ONLY else "compared run"
-
-
-def _cap(text: str) -> str:
-    """`text` with its first letter upper case (the rest as it is: range names keep theirs)."""
-    return text[:1].upper() + text[1:]
-
-
-def _scope_name(doc: dict[str, Any], scope: str) -> str:
-    return str(doc["scopes"].get(scope, {}).get("label", scope))
 
 
 def _header(doc: dict[str, Any]) -> list[str]:
@@ -176,7 +159,7 @@ def _brief(doc: dict[str, Any]) -> list[str]:
 def _left_out(doc: dict[str, Any]) -> list[str]:
     if not doc["left_out"]:
         return []
-    step = _scope_name(doc, "step")
+    step = scope_name(doc, "step")
     lines = ["## What the answers leave out", ""]
     lines.append(f"The answers are about the {step}, the steady state; these are not in it:")
     lines.append("")
@@ -200,7 +183,7 @@ def _matmul_share(doc: dict[str, Any]) -> list[str]:
     rows = [
         [
             label,
-            _scope_name(doc, scope) if label == "this run" else scope_label_of(scope),
+            scope_name(doc, scope) if label == "this run" else scope_label_of(scope),
             ms(entry.get("time_ns")),
             ms(entry.get("matmul_time_ns")),
             _share_cell(entry),
@@ -215,7 +198,7 @@ def _matmul_share(doc: dict[str, Any]) -> list[str]:
     for scope, entry in answer["scopes"].items():
         if not entry.get("time_ns"):
             continue
-        where = _cap(_scope_name(doc, scope))
+        where = cap(scope_name(doc, scope))
         if entry["share"] is None:
             lines.append(f"- {where}: unknown, {entry['unknown']}.")
         else:
@@ -247,7 +230,7 @@ def _top_kernel(doc: dict[str, Any]) -> list[str]:
         for scope, e in per_scope.items():
             if e.get("name") is None:
                 continue
-            name = scope_label_of(scope) if label != "this run" else _scope_name(doc, scope)
+            name = scope_label_of(scope) if label != "this run" else scope_name(doc, scope)
             shown = kernel(e["label"], 90)
             if e.get("unknown"):  # graph replays could hide a larger one: the text says so
                 shown = f"unknown (largest seen: {shown})"
@@ -278,7 +261,7 @@ def _top_kernel(doc: dict[str, Any]) -> list[str]:
 
 def _top_unknowns(doc: dict[str, Any], answer: dict[str, Any]) -> str:
     notes = [
-        f"Top kernel of the {_scope_name(doc, scope)}: unknown, {e['unknown']}."
+        f"Top kernel of the {scope_name(doc, scope)}: unknown, {e['unknown']}."
         for scope, e in answer["scopes"].items()
         if e.get("unknown") and e.get("name") is not None
     ]
@@ -310,7 +293,7 @@ def _non_matmul(doc: dict[str, Any]) -> list[str]:
     for scope, entry in answer["scopes"].items():
         if scope == "forward_backward":
             continue
-        lines += [f"### {_cap(_scope_name(doc, scope))}", ""]
+        lines += [f"### {cap(scope_name(doc, scope))}", ""]
         if entry.get("unknown"):
             lines += [f"Unknown: {entry['unknown']}.", ""]
             continue

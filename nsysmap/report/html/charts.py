@@ -16,6 +16,7 @@ import polars as pl
 
 from nsysmap.report import scope_tables as rt
 from nsysmap.report.answers import run_label
+from nsysmap.report.format import cap
 from nsysmap.report.html.chart import (
     CATEGORY_COLOURS,
     SHARE_AXIS,
@@ -53,10 +54,6 @@ def scope_name(x: Findings, scope: str) -> str:
     if x.run.structure is None or "s_region" not in x.run.ops.columns:
         return rt.scope_label(x.run.ops, scope)
     return str(describe(x.run.ops, x.run.structure, scope)["label"])
-
-
-def _cap(text: str) -> str:
-    return text[:1].upper() + text[1:]
 
 
 def matmul_chart(f: Findings, c: Findings | None) -> Chart:
@@ -119,7 +116,7 @@ def categories_chart(f: Findings) -> Chart | None:
         [n, r["ops"], ms(r["time_ns"]), ratio(r["time_share"]), ratio(r["flop_share"])]
         for n, r in zip(names, cats.iter_rows(named=True), strict=True)
     ]
-    caption = f"{_cap(scope_name(f, 'step'))}, devices pooled."
+    caption = f"{cap(scope_name(f, 'step'))}, devices pooled."
     if f.source is None:
         caption += " No FLOPs: time share only."
     return Chart(
@@ -186,7 +183,7 @@ def top_kernels_chart(f: Findings) -> Chart | None:
     return Chart(
         "top_kernels",
         "Top kernels by time",
-        f"{_cap(scope_name(f, 'step'))}; kernels only (copies and memsets apart); bars "
+        f"{cap(scope_name(f, 'step'))}; kernels only (copies and memsets apart); bars "
         "coloured by kernel category (legend); names shortened to the kernel and "
         "what tells it apart (hover or the table for the whole name).",
         {
