@@ -88,7 +88,7 @@ def matmul_chart(f: Findings, c: Findings | None) -> Chart:
         {
             "data": data,
             "layout": layout(
-                "Matmul share: forward vs full step",
+                "Matmul share per scope",
                 barmode="stack",
                 xaxis=category_axis("scope"),
                 yaxis={**SHARE_AXIS, "title": "share of the scope's time (%)"},
