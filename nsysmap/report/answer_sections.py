@@ -69,11 +69,11 @@ def per_element_text(per: dict[str, Any] | None) -> str | None:
     """The FLOPs per element the softmax estimate used, in words (None without FLOPs)."""
     if per is None:
         return None
-    if per["document"]:
-        return "5 per element forward and 4 backward (the model's FLOP document)"
     if not per["operators"]:
         return None
     counted = ", ".join(f"`{o['aten_op']}` {o['per_element']}" for o in per["operators"])
+    if per["document"]:
+        return f"{counted} per element (the model's FLOP document)"
     text = f"{counted} per element ({per['total']} in all)"
     if per["uncounted"]:
         text += "; not counted: " + ", ".join(f"`{op}`" for op in per["uncounted"])

@@ -28,7 +28,7 @@ import polars as pl
 
 from nsysmap.output.comm_overlap import COMM, hidden_communication, same_keys
 from nsysmap.report.collectives import collective
-from nsysmap.report.format import OUTSIDE_PHASES, ms, pct, table
+from nsysmap.report.format import OUTSIDE_PHASES, ms, pct, per, table
 
 ID = "communication"
 QUESTION = (
@@ -87,8 +87,9 @@ def _answer(
         "question": QUESTION,
         "unknown": unknown,
         # Calls and times are summed over the devices (and ranks) that ran communication.
-        "devices": totals.pop("devices", 0),
-        "totals": _with_shares(totals),
+        "devices": totals.get("devices", 0),
+        "calls_per_device": totals["calls"] / totals["devices"] if totals.get("devices") else None,
+        "totals": _with_shares({k: v for k, v in totals.items() if k != "devices"}),
         "collectives": [_with_shares(r) for r in rows],
         "one_off": [_with_shares(r) for r in one_off],
         "left_out": left_out,
@@ -169,7 +170,7 @@ def communication_section(answer: dict[str, Any]) -> list[str]:
         f"Communication kernels ran for {ms(t['time_ns'])} in {_calls(t['calls'])}:"
         f" {ms(t['hidden_ns'])} ({_share(t, 'hidden_ns')}) hidden behind compute on other"
         f" streams, {ms(t['exposed_ns'])} ({_share(t, 'exposed_ns')}) exposed."
-        f" {_summed(answer.get('devices') or 1, t['calls'])}"
+        f" {_summed(answer.get('devices') or 1, answer.get('calls_per_device'))}"
     )
     lines += [*_one_off_text(answer["one_off"]), ""]
     header = ["collective", "phase", "where", "calls", "time", "hidden", "exposed", "exposed share"]
@@ -183,13 +184,13 @@ def communication_section(answer: dict[str, Any]) -> list[str]:
     return [*lines, ""] if answer["left_out"] else lines
 
 
-def _summed(devices: int, calls: int) -> str:
+def _summed(devices: int, per_device: float | None) -> str:
     """Whether calls and times are one device's (rank's) or summed over several."""
-    if devices == 1:
+    if devices == 1 or per_device is None:
         return "One device (rank) ran them: calls and times are its own."
     return (
         f"Calls and times are summed over the {devices} devices (ranks) that ran them, "
-        f"{calls / devices:,.1f} calls per device on average; each kernel counts its own time."
+        f"{per(per_device)} calls per device on average; each kernel counts its own time."
     )
 
 

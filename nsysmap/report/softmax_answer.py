@@ -31,6 +31,8 @@ NO_ATTENTION = (
     "no module whose class names attention and no range named for softmax or the attention matmuls"
 )
 FUSED = "softmax runs inside fused attention kernels: its time cannot be told apart"
+# The softmax operators whose estimates the model's FLOP document counts with.
+DOCUMENT_SOFTMAX = ("aten::_softmax", "aten::_softmax_backward_data")
 NO_KERNEL_FLOPS = "the attention matmul kernels' FLOPs are unknown"
 FUSED_FLOPS = (
     "softmax runs inside fused attention kernels: their FLOPs count the matmuls, not the softmax"
@@ -90,19 +92,17 @@ def _per_element(rows: pl.DataFrame, flop_source: str | None) -> dict[str, Any] 
     """The FLOPs per element each softmax operator counted: those the estimates give the
     operators found, and the operators present but not counted (a hand-written softmax's
     `aten::max`). None without FLOPs from shapes."""
-    if flop_source == "model":
-        return {"operators": [], "uncounted": [], "total": None, "document": True}
+    if flop_source == "model":  # the FLOP document counts softmax forward and backward so
+        document = [{"aten_op": op, "per_element": flop_factor(op)} for op in DOCUMENT_SOFTMAX]
+        return {"operators": document, "uncounted": [], "total": None, "document": True}
     if flop_source != "shapes" or rows.is_empty():
         return None
     calls = rows.filter(pl.col("op_call").fill_null(False) & pl.col("aten_op").is_not_null())
-    counted: list[dict[str, Any]] = []
-    uncounted: list[dict[str, Any]] = []
-    for op in sorted(set(calls["aten_op"].to_list())):
-        factor = flop_factor(op)
-        (counted if factor else uncounted).append({"aten_op": op, "per_element": factor})
-    uncounted_ops = [c["aten_op"] for c in uncounted]
-    total = sum(c["per_element"] for c in counted)
-    return {"operators": counted, "uncounted": uncounted_ops, "total": total, "document": False}
+    ops = sorted(set(calls["aten_op"].to_list()))
+    counted = [{"aten_op": op, "per_element": flop_factor(op)} for op in ops if flop_factor(op)]
+    uncounted = [op for op in ops if not flop_factor(op)]
+    total = sum(flop_factor(op) for op in ops)
+    return {"operators": counted, "uncounted": uncounted, "total": total, "document": False}
 
 
 def _kernel_side(rows: pl.DataFrame, picked: pl.Series) -> tuple[int, int]:
