@@ -80,52 +80,40 @@ def per_element_text(per: dict[str, Any] | None) -> str | None:
     return text
 
 
-def softmax_section(doc: dict[str, Any]) -> list[str]:
-    answer = doc["answers"]["softmax_vs_matmul"]
-    source = answer["attention_source"]
-    where = {"ranges": "attention ranges", "modules": "attention modules"}.get(source, "attention")
+def _softmax_rows(answer: dict[str, Any], where: str) -> list[list[str]]:
+    """The table's rows: the attention source's time (whole ranges, and their matmul
+    kernels alone) and FLOPs, then the kernel rows'."""
     attention, category = answer["attention"], answer["by_kernel_category"]
-    whole = (
-        " (whole ranges: every operation in them)" if attention["time"].get("whole_ranges") else ""
-    )
     t = attention["time"]
+    whole = " (whole ranges: every operation in them)" if t.get("whole_ranges") else ""
     rows = [[f"time, {where}{whole}", ms(t["softmax_ns"]), ms(t["matmul_ns"]), ratio(t["ratio"])]]
     if t.get("whole_ranges"):
-        rows.append(
-            [
-                f"time, {where} (matmul kernels only)",
-                ms(t["softmax_ns"]),
-                ms(t.get("matmul_kernel_ns")),
-                ratio(t.get("kernel_ratio")),
-            ]
-        )
-    for label, block in (
-        (where, attention),
-        ("softmax kernels, attention matmul kernels", category),
-    ):
-        fl = block["flops"]
-        if label != where:
-            ct = block["time"]
-            rows.append(
-                [f"time, {label}", ms(ct["softmax_ns"]), ms(ct["matmul_ns"]), ratio(ct["ratio"])]
-            )
-        rows.append(
-            [
-                f"FLOPs, {label}",
-                flop(fl["softmax_flop"]),
-                flop(fl["matmul_flop"]),
-                ratio(fl["ratio"]),
-            ]
-        )
-    lines = ["## Softmax versus the attention matmuls", ""]
-    lines.append(f"{cap(scope_name(doc, 'step'))}; {_ATTENTION_FROM[source]}")
+        kernels = ms(t.get("matmul_kernel_ns"))
+        said = ratio(t.get("kernel_ratio"))
+        rows.append([f"time, {where} (matmul kernels only)", ms(t["softmax_ns"]), kernels, said])
+    fl = attention["flops"]
+    rows.append(
+        [f"FLOPs, {where}", flop(fl["softmax_flop"]), flop(fl["matmul_flop"]), ratio(fl["ratio"])]
+    )
+    label, ct, cf = "softmax kernels, attention matmul kernels", category["time"], category["flops"]
+    rows.append([f"time, {label}", ms(ct["softmax_ns"]), ms(ct["matmul_ns"]), ratio(ct["ratio"])])
+    rows.append(
+        [f"FLOPs, {label}", flop(cf["softmax_flop"]), flop(cf["matmul_flop"]), ratio(cf["ratio"])]
+    )
+    return rows
+
+
+def _softmax_notes(doc: dict[str, Any], answer: dict[str, Any], where: str) -> list[str]:
+    """What the rows cover, count and estimate."""
+    source = answer["attention_source"]
+    lines = [f"{cap(scope_name(doc, 'step'))}; {_ATTENTION_FROM[source]}"]
     covered = attention_coverage(answer)
     if covered:
         lines.append(
             f"The {where} hold work of {covered} only, so the two rows of the {where} cover it; "
             f"the kernel rows cover all of the {scope_name(doc, 'step')}."
         )
-    if t.get("whole_ranges"):
+    if answer["attention"]["time"].get("whole_ranges"):
         lines.append(
             "The attention matmul ranges' whole time counts every operation launched in them "
             "(scaling, copies, reshapes); the matmul kernels only row counts their matmul "
@@ -135,16 +123,30 @@ def softmax_section(doc: dict[str, Any]) -> list[str]:
         "Kernel rows: kernels of category `softmax` against the matmul kernels of the "
         f"attention {'modules' if source == 'modules' else 'matmul ranges'}."
     )
-    for label, block in (("attention", attention), ("softmax kernel", category)):
+    blocks = (("attention", answer["attention"]), ("softmax kernel", answer["by_kernel_category"]))
+    for label, block in blocks:
         said = per_element_text(block["flops"].get("per_element"))
         if said:
             lines.append(f"Softmax FLOPs ({label} rows) are estimates: {said}.")
-    lines += ["", *table(["", "softmax", "matmul", "softmax / matmul"], rows)]
+    return lines
+
+
+def softmax_section(doc: dict[str, Any]) -> list[str]:
+    """Softmax against the attention matmuls: the source's rows, then the kernel rows."""
+    answer = doc["answers"]["softmax_vs_matmul"]
+    source = answer["attention_source"]
+    where = {"ranges": "attention ranges", "modules": "attention modules"}.get(source, "attention")
+    lines = ["## Softmax versus the attention matmuls", "", *_softmax_notes(doc, answer, where)]
+    lines += [
+        "",
+        *table(["", "softmax", "matmul", "softmax / matmul"], _softmax_rows(answer, where)),
+    ]
+    blocks = (answer["attention"], answer["by_kernel_category"])
     reasons = sorted(
         {
             str(e["unknown"])
-            for block in (attention, category)
-            for e in block.values()
+            for b in blocks
+            for e in b.values()
             if isinstance(e, dict) and e.get("unknown")
         }
     )

@@ -17,6 +17,7 @@ over the step scope (nsysmap.report.scope_tables).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
@@ -33,6 +34,7 @@ NO_ATTENTION = (
 FUSED = "softmax runs inside fused attention kernels: its time cannot be told apart"
 # The softmax operators whose estimates the model's FLOP document counts with.
 DOCUMENT_SOFTMAX = ("aten::_softmax", "aten::_softmax_backward_data")
+NO_SOURCE = "no FLOPs: no operator shapes and no FLOP document"
 NO_KERNEL_FLOPS = "the attention matmul kernels' FLOPs are unknown"
 FUSED_FLOPS = (
     "softmax runs inside fused attention kernels: their FLOPs count the matmuls, not the softmax"
@@ -112,6 +114,61 @@ def _kernel_side(rows: pl.DataFrame, picked: pl.Series) -> tuple[int, int]:
     return int(mine["dur_ns"].sum()), int(flop or 0)
 
 
+@dataclass
+class _Attention:
+    """What one source of attention says: softmax and matmul time and FLOPs, the matmul
+    kernels' alone, the phases it covers and its softmax operations."""
+
+    source: str | None = None  # "modules", "ranges" or None
+    soft_ns: int | None = None
+    mat_ns: int | None = None
+    kernel_ns: int | None = None  # the attention matmuls' kernels alone
+    soft_flop: int | None = None
+    mat_flop: int | None = None
+    kernel_flop: int | None = None
+    covered: list[str] = field(default_factory=list)
+    softmax_rows: pl.DataFrame | None = None
+    no_flops: str | None = None  # why FLOPs are unknown where they are
+
+
+def _from_modules(rows: pl.DataFrame, times: dict[str, int], flops: dict[str, Any]) -> _Attention:
+    """Attention from modules whose class names attention."""
+    in_module = rt.in_attention_module()
+    return _Attention(
+        "modules",
+        times["attention_softmax"],
+        times["attention_matmul"],
+        times["attention_matmul"],
+        flops["attention_softmax"],
+        flops["attention_matmul"],
+        flops["attention_matmul"],
+        _phases(rows, in_module | (pl.col("category") == "attention")),
+        rows.filter(in_module & (pl.col("category") == "softmax")),
+    )
+
+
+def _from_ranges(rows: pl.DataFrame, flop_source: str | None) -> _Attention:
+    """Attention from the profile's own ranges (whole ranges, and their matmul kernels)."""
+    parts = attention_parts(rows)
+    if parts is None:
+        return _Attention()
+    sums = rows.select("dur_ns").with_columns(part=parts)
+    found = _Attention(
+        "ranges",
+        int(sums.filter(pl.col("part") == "softmax")["dur_ns"].sum()),
+        int(sums.filter(pl.col("part") == "matmul")["dur_ns"].sum()),
+        covered=_phases(rows, parts.is_not_null()),
+        softmax_rows=rows.filter(parts == "softmax"),
+    )
+    found.kernel_ns, found.kernel_flop = _kernel_side(rows, parts == "matmul")
+    if flop_source == "shapes":
+        found.soft_flop, found.mat_flop = _range_flops(rows, parts)
+    elif flop_source == "model":
+        found.no_flops = "the model's FLOP document has no ranges: FLOPs by range unknown"
+        found.kernel_flop = None
+    return found
+
+
 def softmax_vs_matmul(
     ops_f: pl.DataFrame, model: pl.DataFrame | None, flop_source: str | None
 ) -> dict[str, Any]:
@@ -120,70 +177,56 @@ def softmax_vs_matmul(
     times = rt.softmax_times(rows)
     fused = times["fused_attention"] > 0
     flops = softmax_flops(rows, model, flop_source)
-    no_flops = None if flop_source else "no FLOPs: no operator shapes and no FLOP document"
-    parts = None
-    soft_ns: int | None
-    mat_ns: int | None
-    kernel_ns: int | None = None
-    kernel_flop: int | None = None
-    softmax_rows = rows.filter(pl.col("category") == "softmax")
     if rows.select(rt.in_attention_module().any()).item():
-        source: str | None = "modules"
-        soft_ns, mat_ns = times["attention_softmax"], times["attention_matmul"]
-        soft_flop, mat_flop = flops["attention_softmax"], flops["attention_matmul"]
-        kernel_ns, kernel_flop = mat_ns, mat_flop
-        covered = _phases(rows, rt.in_attention_module() | (pl.col("category") == "attention"))
-        attention_softmax = rows.filter(
-            rt.in_attention_module() & (pl.col("category") == "softmax")
-        )
+        a = _from_modules(rows, times, flops)
     else:
-        parts = attention_parts(rows)
-        source = "ranges" if parts is not None else None
-        soft_ns = mat_ns = None  # unknown without attention modules or ranges
-        soft_flop = mat_flop = None
-        covered = [] if parts is None else _phases(rows, parts.is_not_null())
-        attention_softmax = rows.clear()
-        if parts is not None:
-            sums = rows.select("dur_ns").with_columns(part=parts)
-            soft_ns = int(sums.filter(pl.col("part") == "softmax")["dur_ns"].sum())
-            mat_ns = int(sums.filter(pl.col("part") == "matmul")["dur_ns"].sum())
-            kernel_ns, kernel_flop = _kernel_side(rows, parts == "matmul")
-            attention_softmax = rows.filter(parts == "softmax")
-            if flop_source == "shapes":
-                soft_flop, mat_flop = _range_flops(rows, parts)
-            elif flop_source == "model":
-                no_flops = "the model's FLOP document has no ranges: FLOPs by range unknown"
-                kernel_flop = None
-    time_why = NO_ATTENTION if source is None else (FUSED if fused and not soft_ns else None)
-    flop_why = NO_ATTENTION if source is None else _flop_why(no_flops, fused, soft_flop)
-    every_time_why = FUSED if fused and not times["softmax"] else None
-    every_flop_why = _flop_why(no_flops, fused, flops["softmax"])
-    if source is None:
-        every_time_why = every_flop_why = NO_ATTENTION
-    elif kernel_flop is None and not every_flop_why:
-        every_flop_why = no_flops or NO_KERNEL_FLOPS
-    attention_time = _ratio_entry(soft_ns, mat_ns, "ns", time_why)
-    attention_time["matmul_kernel_ns"] = kernel_ns
-    attention_time["kernel_ratio"] = None if time_why else rt.share(soft_ns, kernel_ns)
-    attention_time["whole_ranges"] = source == "ranges"
-    attention_flops = _ratio_entry(soft_flop, mat_flop, "flop", flop_why)
-    attention_flops["per_element"] = _per_element(attention_softmax, flop_source)
-    category_flops = _ratio_entry(flops["softmax"], kernel_flop, "flop", every_flop_why)
-    category_flops["per_element"] = _per_element(softmax_rows, flop_source)
+        a = _from_ranges(rows, flop_source)
+    no_flops = a.no_flops or (None if flop_source else NO_SOURCE)
     return {
         "question": "How does softmax compare with the attention matmuls, in time and FLOPs?",
         "scope": "step",
-        "attention_source": source,
+        "attention_source": a.source,
         # The phases the attention work counted ran in, and those of the whole scope: ranges
         # around attention may mark only the forward pass.
-        "attention_phases": covered,
+        "attention_phases": a.covered,
         "step_phases": _phases(rows, pl.lit(True)),
-        "attention": {"time": attention_time, "flops": attention_flops},
+        "attention": _attention_rows(a, fused, no_flops, flop_source),
         # Softmax kernels (category softmax) against the attention matmuls' kernels.
-        "by_kernel_category": {
-            "time": _ratio_entry(times["softmax"], kernel_ns, "ns", every_time_why),
-            "flops": category_flops,
-        },
+        "by_kernel_category": _kernel_rows(a, rows, times, flops, (fused, no_flops, flop_source)),
         "fused_attention_ns": times["fused_attention"],
         "flop_source": flop_source,
     }
+
+
+def _attention_rows(
+    a: _Attention, fused: bool, no_flops: str | None, flop_source: str | None
+) -> dict[str, Any]:
+    time_why = NO_ATTENTION if a.source is None else (FUSED if fused and not a.soft_ns else None)
+    flop_why = NO_ATTENTION if a.source is None else _flop_why(no_flops, fused, a.soft_flop)
+    time = _ratio_entry(a.soft_ns, a.mat_ns, "ns", time_why)
+    time["matmul_kernel_ns"] = a.kernel_ns
+    time["kernel_ratio"] = None if time_why else rt.share(a.soft_ns, a.kernel_ns)
+    time["whole_ranges"] = a.source == "ranges"
+    flops = _ratio_entry(a.soft_flop, a.mat_flop, "flop", flop_why)
+    softmax = a.softmax_rows if a.softmax_rows is not None else pl.DataFrame()
+    flops["per_element"] = _per_element(softmax, flop_source)
+    return {"time": time, "flops": flops}
+
+
+def _kernel_rows(
+    a: _Attention,
+    rows: pl.DataFrame,
+    times: dict[str, int],
+    flops: dict[str, Any],
+    context: tuple[bool, str | None, str | None],
+) -> dict[str, Any]:
+    fused, no_flops, flop_source = context
+    time_why = FUSED if fused and not times["softmax"] else None
+    flop_why = _flop_why(no_flops, fused, flops["softmax"])
+    if a.source is None:
+        time_why = flop_why = NO_ATTENTION
+    elif a.kernel_flop is None and not flop_why:
+        flop_why = no_flops or NO_KERNEL_FLOPS
+    entry = _ratio_entry(flops["softmax"], a.kernel_flop, "flop", flop_why)
+    entry["per_element"] = _per_element(rows.filter(pl.col("category") == "softmax"), flop_source)
+    return {"time": _ratio_entry(times["softmax"], a.kernel_ns, "ns", time_why), "flops": entry}

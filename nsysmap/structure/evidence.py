@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from nsysmap.structure.overlaps import merged, overlapping
 from nsysmap.structure.ranges import containing
 from nsysmap.structure.table import DIRECTIONS
 
@@ -65,30 +66,6 @@ _SPAN = (
 def _source(column: str) -> pl.Expr:
     """ "range", "records" or both, from ops.parquet's `step_source` / `phase_source`."""
     return pl.col(column).cast(pl.String).drop_nulls().unique().sort().str.join(", ")
-
-
-def merged(frame: pl.DataFrame) -> pl.DataFrame:
-    """Candidates of one kind of evidence with those that overlap (same device, process and
-    direction) made one: operations launched at one instant (a CUDA graph's, from one
-    launch call) cannot be told apart by when they were launched."""
-    if frame.height < 2:
-        return frame
-    keys = ["dev", "pid", "direction"]
-    ordered = frame.sort([*keys, "start_ns"], nulls_last=True)
-    reach = pl.col("end_ns").cum_max().shift(1).over(keys)
-    run = (reach.is_null() | (reach < pl.col("start_ns"))).cum_sum().over(keys)
-    return (
-        ordered.with_columns(_run=run)
-        .group_by([*keys, "_run"], maintain_order=True)
-        .agg(
-            pl.col("start_ns").min(),
-            pl.col("end_ns").max(),
-            pl.col("confidence").max(),
-            pl.exclude("start_ns", "end_ns", "confidence").first(),
-        )
-        .drop("_run")
-        .select(frame.columns)
-    )
 
 
 def _conform(frame: pl.DataFrame) -> pl.DataFrame:
@@ -258,29 +235,6 @@ def fill(inferred: pl.DataFrame, found: pl.DataFrame, ranges: pl.DataFrame) -> p
     keep = inferred.filter(pl.col("confidence") >= MIN_INFERRED)
     keep = keep.filter(~overlapping(keep, found, ["dev", "pid"]))
     return _repeated(keep, ranges)
-
-
-def overlapping(rows: pl.DataFrame, others: pl.DataFrame, by: list[str]) -> pl.Series:
-    """Which of `rows` overlap a row of `others` with the same `by` (spans with both ends
-    included): the latest of `others` to start by a row's end, by an as-of join, and the
-    furthest any of them reaches up to it (a running maximum of their ends)."""
-    if rows.is_empty() or others.is_empty():
-        return pl.repeat(False, rows.height, eager=True)
-    reach = (
-        others.select(*by, o_start="start_ns", o_end="end_ns")
-        .sort([*by, "o_start"], nulls_last=True)
-        .with_columns(o_reach=pl.col("o_end").cum_max().over(by))
-        .drop("o_end")
-        .sort("o_start")
-    )
-    joined = (
-        rows.select(*by, "start_ns", "end_ns")
-        .with_row_index("_i")
-        .sort("end_ns")
-        .join_asof(reach, left_on="end_ns", right_on="o_start", by=by, check_sortedness=False)
-        .sort("_i")
-    )
-    return (joined["o_reach"] >= joined["start_ns"]).fill_null(False).alias("overlapping")
 
 
 def _repeated(passes: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:

@@ -15,6 +15,7 @@ import polars as pl
 
 from nsysmap.attribution.rules import BUILTIN, NameRules
 from nsysmap.structure import evidence as found
+from nsysmap.structure.overlaps import overlapping
 from nsysmap.structure.ranges import SLIM, labelled
 from nsysmap.structure.regions import Regions, grouped, regions
 from nsysmap.structure.table import _NO_DEVICE, REGIONS, STRUCTURE, assign, launched_at
@@ -85,7 +86,7 @@ def _added(kept: pl.DataFrame, more: pl.DataFrame, by: str | None = None) -> pl.
     """`kept` and those of `more` that overlap none of them (same device and process, and
     `by`): rows of one kind never overlap, and earlier evidence wins."""
     on = ["dev", "pid", *([by] if by else [])]
-    return pl.concat([kept, more.filter(~found.overlapping(more, kept, on))])
+    return pl.concat([kept, more.filter(~overlapping(more, kept, on))])
 
 
 def _rows(frame: pl.DataFrame, kind: str) -> pl.DataFrame:
