@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nsysmap.core.inert import markdown_code
 from nsysmap.report.brief import brief_copies
 from nsysmap.report.format import cap, flop, kernel, ms, pct, ratio, table
 from nsysmap.report.softmax_answer import attention_coverage
@@ -35,7 +36,7 @@ def copies_section(doc: dict[str, Any]) -> list[str]:
     if answer.get("unknown") or not answer.get("rows"):
         return []
     lines = ["## Copies and memsets", ""]
-    lines.append(f"Copies and memsets are no kernels: {brief_copies(answer)}")
+    lines.append(f"Copies and memsets are no kernels: {brief_copies(answer, markdown_code)}")
     rows = [
         [
             kernel(r["name"], 60),

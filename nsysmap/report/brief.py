@@ -30,7 +30,10 @@ def brief(doc: dict[str, Any], name: Callable[[str], str] = str) -> list[str]:
     (a kernel, an operator) as the renderer must (nsysmap.core.inert)."""
     answers = doc["answers"]
     lines = [_matmul(doc, answers["matmul_share"]), *_top(doc, answers["top_kernel"], name)]
-    lines += [_non_matmul(doc, answers["non_matmul_kernels"], name), _copies(answers.get("copies"))]
+    lines += [
+        _non_matmul(doc, answers["non_matmul_kernels"], name),
+        _copies(answers.get("copies"), name),
+    ]
     lines.append(_softmax(answers))
     lines.append(_communication(answers["communication"]))
     if answers.get("waits") and answers["waits"]["unknown"] is None:
@@ -116,8 +119,9 @@ def _non_matmul(doc: dict[str, Any], answer: dict[str, Any], name: Callable[[str
 _REGIONS = {"setup": "set-up", "warmup": "warm-up", "measured": "measured region", "tail": "tail"}
 
 
-def brief_copies(answer: dict[str, Any]) -> str:
-    """Copies and memsets in one sentence: the largest, and where they ran."""
+def brief_copies(answer: dict[str, Any], name: Callable[[str], str] = str) -> str:
+    """Copies and memsets in one sentence: the largest, and where they ran; `name` shows
+    the copy's name as the renderer must (nsysmap.core.inert)."""
     top = answer["rows"][0]
     where = top["regions_ns"]
     if len(where) == 1:
@@ -129,16 +133,16 @@ def brief_copies(answer: dict[str, Any]) -> str:
     leaves = f"; {ms(left)} of them is left out of the answers" if left else ""
     return (
         f"{ms(answer['time_ns'])} ({pct(answer['share'])} of all time); the largest, "
-        f"{top['name']}, {plural(top['calls'], 'call')}, {ms(top['time_ns'])}, {at}{leaves}."
+        f"{name(top['name'])}, {plural(top['calls'], 'call')}, {ms(top['time_ns'])}, {at}{leaves}."
     )
 
 
-def _copies(answer: dict[str, Any] | None) -> str:
+def _copies(answer: dict[str, Any] | None, name: Callable[[str], str]) -> str:
     if not answer or answer.get("unknown") or not answer.get("rows"):
         return ""
     if (answer["share"] or 0) < BRIEF_MIN_SHARE:
         return ""
-    return "Copies and memsets (no kernels): " + brief_copies(answer)
+    return "Copies and memsets (no kernels): " + brief_copies(answer, name)
 
 
 def _softmax(answers: dict[str, Any]) -> str:
