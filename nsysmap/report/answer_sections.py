@@ -23,8 +23,9 @@ def structure_section(doc: dict[str, Any]) -> list[str]:
     lines += [f"- {line[0].upper()}{line[1:]}" for line in structure["lines"]]
     lines += [
         "",
-        "Every answer below is over instances of this structure (docs/report.md, *The",
-        "structure model*): the measured passes and steps, the rest left out and said.",
+        "Every answer below is over instances of this structure",
+        "(docs/report.md, *The structure model*): the measured passes and steps, the rest",
+        "left out and said.",
         "",
     ]
     return lines

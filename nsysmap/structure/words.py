@@ -16,6 +16,7 @@ from typing import Any
 
 import polars as pl
 
+from nsysmap.core.inert import visible
 from nsysmap.core.scalars import to_float
 from nsysmap.structure.table import DIRECTIONS, REGIONS
 
@@ -33,8 +34,10 @@ _REGION_WORDS = {"setup": "set-up", "warmup": "warm-up", "measured": "measured",
 
 
 def code(name: str) -> str:
-    """A range name as code: in backticks, its own backticks as quotes."""
-    return "`" + name.replace("`", "'").replace("\n", " ") + "`"
+    """A range name as code: in backticks, its own backticks as quotes, its control and
+    format characters as escapes (nsysmap.core.inert.visible), so that the sentence is
+    inert in every renderer that shows it."""
+    return "`" + visible(name).replace("`", "'") + "`"
 
 
 def plural(n: int, noun: str) -> str:
