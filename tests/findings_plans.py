@@ -58,15 +58,19 @@ class Plan:
     steps: int = 3
     between: float = 0.5  # idle between two steps
     gpu: tuple[str, tuple[int, int]] | None = A100
+    ranged: bool = True  # step and phase ranges around each step (False: none)
 
 
-def export(plan: Plan, path: Path) -> Path:
-    """Write `plan` as an nsys export at `path`."""
+def export(plan: Plan, path: Path, before: Plan | None = None) -> Path:
+    """Write `plan` as an nsys export at `path`, after one step of `before` (its set-up)."""
     b = SynthExport()
     b.thread(PID, MAIN, "python")
     if plan.gpu is not None:
         b.gpu(0, plan.gpu[0], compute=plan.gpu[1])
     t, corr = 1.0, 0
+    if before is not None:
+        t, corr = _step(b, before, 0, t, corr)
+        t += before.between
     for step in range(plan.steps):
         t, corr = _step(b, plan, step, t, corr)
         t += plan.between
@@ -98,10 +102,11 @@ def _step(b: SynthExport, plan: Plan, step: int, t: float, corr: int) -> tuple[f
         if k.at is None:
             host = launch + LAUNCH + 0.001
         ends[k.stream] = start + k.ms
-    for phase, times in phases.items():
-        b.range(PID, MAIN, min(times), max(times), f"nsysmap:phase:{phase}")
-    last = max(max(times) for times in phases.values())
-    b.range(PID, MAIN, first_launch - 0.001, last + 0.001, f"nsysmap:step:{step}")
+    if plan.ranged:
+        for phase, times in phases.items():
+            b.range(PID, MAIN, min(times), max(times), f"nsysmap:phase:{phase}")
+        last = max(max(times) for times in phases.values())
+        b.range(PID, MAIN, first_launch - 0.001, last + 0.001, f"nsysmap:step:{step}")
     return max(ends.values()), corr
 
 

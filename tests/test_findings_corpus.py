@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 from functools import cache
+from itertools import pairwise
 from typing import Any
 
 import polars as pl
@@ -18,6 +19,7 @@ import pytest
 
 from nsysmap.core.errors import NoGpuData
 from nsysmap.findings import with_findings
+from nsysmap.flow.analysis import Analysis
 from nsysmap.flow.verbs import analyse, load_profile
 from tests.corpus import CATALOGUE, FOLDERS, connect, corpus_path, needs_corpus
 
@@ -38,7 +40,7 @@ EXPECTED: dict[str, set[str]] = {
     "qcu_mpi_python_wsl2_no_kernel_table.sqlite": set(),
     "torch_minimal_zeros_sum_rtx3080.sqlite": set(),
     "vecadd_streams_t4_gpu4.sqlite": set(),
-    "cs336a2_fwd_no_nvtx_a100.sqlite": {"host_sync", "fp32_gemm"},
+    "cs336a2_fwd_no_nvtx_a100.sqlite": {"launch_bound", "fp32_gemm"},
     "cs336a2_small_fwd_emitnvtx_shapes_a100.sqlite": {"fp32_gemm", "unfused_attention"},
     "cs336a2_small_fwdbwd_emitnvtx_shapes_a100.sqlite": {
         "fp32_gemm",
@@ -82,20 +84,24 @@ EXPECTED: dict[str, set[str]] = {
     "tracelens_moe_topk_expert_ffn_nvjet_sm103_b300.json.gz": {"launch_bound", "host_sync"},
     "tracelens_vllm_gptoss_fullgraph_decode_hipgraph_mi300x.json.gz": set(),
     "zoology_cuda_runtime_without_kernel_events_a100.json": set(),
-    "cs336a2_small_fwd_unranged_warmup_then_measurement_range_rtx5070laptop.sqlite": {
-        "host_sync",
-        "fp32_gemm",
-    },
+    "cs336a2_small_fwd_unranged_warmup_then_measurement_range_rtx5070laptop.sqlite": {"fp32_gemm"},
     "cs336a2_wsl2_torch_smoke_test_runtime_only_no_kernels_rtx4080laptop.sqlite": set(),
 }
 
 
 @cache
+def analysed(name: str) -> Analysis | None:
+    """One corpus file attributed with its findings (None: a file without GPU work)."""
+    try:
+        return with_findings(analyse(load_profile(corpus_path(name))))
+    except NoGpuData:
+        return None
+
+
 def findings(name: str) -> pl.DataFrame:
     """findings.parquet of one corpus file (empty for a file without GPU work)."""
-    try:
-        analysis = with_findings(analyse(load_profile(corpus_path(name))))
-    except NoGpuData:
+    analysis = analysed(name)
+    if analysis is None:
         return pl.DataFrame()
     assert analysis.findings is not None
     return analysis.findings
@@ -180,6 +186,68 @@ def test_unfused_attention_of_the_course_model_has_softmax_and_no_fused_kernel()
     assert of(CS336, "unfused_attention")["range_path"].to_list() == [
         "profile > forward pass > scaled dot product attention"
     ]
+
+
+NO_NVTX = "cs336a2_fwd_no_nvtx_a100.sqlite"
+SYNC_CALLS = "s.value LIKE '%Synchronize%'"
+
+
+def _measured(name: str) -> tuple[int, int]:
+    """The measured region structure.parquet found (host clock): set-up and warm-up before."""
+    analysis = analysed(name)
+    assert analysis is not None and analysis.structure is not None
+    region = analysis.structure.filter(
+        (pl.col("kind") == "region") & (pl.col("region") == "measured")
+    )
+    return region["start_ns"][0], region["end_ns"][0]
+
+
+def test_launch_gaps_of_the_measured_passes_equal_a_sum_over_the_export():
+    """Without ranges the step is the measured region (three forward passes after a warm-up
+    one); its launch gaps: a stream's next operation launched after the last one ended,
+    at most 0.25 ms later, no synchronisation between."""
+    lo, hi = _measured(NO_NVTX)
+    ops = _sql(
+        NO_NVTX,
+        'SELECT g.start, g."end", r.start FROM (SELECT start, "end", correlationId, streamId '
+        'FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL SELECT start, "end", correlationId, streamId '
+        'FROM CUPTI_ACTIVITY_KIND_MEMCPY UNION ALL SELECT start, "end", correlationId, '
+        "streamId FROM CUPTI_ACTIVITY_KIND_MEMSET) g JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
+        "ON r.correlationId = g.correlationId ORDER BY g.streamId, g.start",
+    )
+    syncs = _sql(
+        NO_NVTX,
+        'SELECT r.start, r."end" FROM CUPTI_ACTIVITY_KIND_RUNTIME r '
+        f"JOIN StringIds s ON s.id = r.nameId WHERE {SYNC_CALLS}",
+    )
+    streams = {
+        r[0] for r in _sql(NO_NVTX, "SELECT DISTINCT streamId FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    }
+    late = [
+        now[0] - before[1]
+        for before, now in pairwise(ops)
+        if lo <= before[2]
+        and now[2] <= hi
+        and 0 < now[0] - before[1] <= 250_000
+        and now[2] > before[1]
+        and not any(s < now[2] and e > before[1] for s, e in syncs)
+    ]
+    row = of(NO_NVTX, "launch_bound").row(0, named=True)
+    assert len(streams) == 1 and row["steps"] == 1
+    assert row["basis_ns_per_step"] == sum(late)
+    launches = sum(lo <= op[2] <= hi for op in ops)  # those of the measured region only
+    assert f"{launches:,} launches per step" in row["evidence"]
+
+
+def test_no_host_sync_where_every_synchronisation_is_before_the_measured_passes():
+    lo, hi = _measured(NO_NVTX)
+    ((inside, calls),) = _sql(
+        NO_NVTX,
+        f"SELECT SUM(r.start BETWEEN {lo} AND {hi}), COUNT(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
+        f"JOIN StringIds s ON s.id = r.nameId WHERE {SYNC_CALLS}",
+    )
+    assert calls > 100 and inside == 0  # the set-up's copies and the warm-up's timing
+    assert of(NO_NVTX, "host_sync").is_empty()
 
 
 MORDRED = "mordred_gpu_hashjoin_quadro_2021.sqlite"

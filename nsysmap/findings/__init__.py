@@ -23,11 +23,17 @@ TABLE = "findings"
 
 
 def process_findings(
-    ops: pl.LazyFrame, waits: dict[str, pl.DataFrame], devices: pl.DataFrame, meta: dict[str, str]
+    ops: pl.LazyFrame,
+    waits: dict[str, pl.DataFrame],
+    devices: pl.DataFrame,
+    meta: dict[str, str],
+    structure: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
-    """findings.parquet of one profile: its OPS rows, waits tables, devices and meta."""
+    """findings.parquet of one profile: its OPS rows, waits tables, devices, meta and
+    structure (None: not found)."""
     cpu = meta.get("unit_of_work") == "cpu_op"
-    return findings_table([Inputs(ops, waits["launch_cost"], waits["idle"], devices, cpu)])
+    x = Inputs(ops, waits["launch_cost"], waits["idle"], devices, cpu, structure=structure)
+    return findings_table([x])
 
 
 def with_findings(analysis: Analysis) -> Analysis:
@@ -37,7 +43,8 @@ def with_findings(analysis: Analysis) -> Analysis:
     start = time.perf_counter()
     meta = dict(zip(analysis.profile.meta["key"], analysis.profile.meta["value"], strict=True))
     waits = analysis.summaries.waits
-    table = process_findings(analysis.store.scan(), waits, analysis.profile.devices, meta)
+    devices = analysis.profile.devices
+    table = process_findings(analysis.store.scan(), waits, devices, meta, analysis.structure)
     seconds = time.perf_counter() - start
     added = with_tables(analysis, {TABLE: table})
     return replace(added, findings=table, timings={**added.timings, TABLE: seconds})

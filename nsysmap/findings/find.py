@@ -28,6 +28,13 @@ NO_STEPS = (
 )
 
 
+# ... and one narrowed to the measured region its structure found (nsysmap.structure).
+NO_STEPS_REGION = (
+    "step ranges (NVTX `step N`, ProfilerStep, or `nsysmap run`): without them the measured "
+    "region of structure.parquet (set-up and warm-up left out) counts as one step"
+)
+
+
 def findings(inputs: Sequence[Inputs]) -> list[Finding]:
     """What every rule finds in every input, each with its steps and step time; low
     confidence, saying why, where the input has neither steps nor phases."""
@@ -38,7 +45,8 @@ def findings(inputs: Sequence[Inputs]) -> list[Finding]:
                 if not f.steps:
                     f = replace(f, steps=x.step_count(f.device_id), step_ns=x.step_ns(f.device_id))
                 if x.basis == CAPTURE and x.across is None:
-                    needs = NO_STEPS if f.needs is None else f"{f.needs}; {NO_STEPS}"
+                    lacks = NO_STEPS if x.region is None else NO_STEPS_REGION
+                    needs = lacks if f.needs is None else f"{f.needs}; {lacks}"
                     f = replace(f, confidence=LOW, needs=needs)
                 out.append(f)
     return out

@@ -12,6 +12,11 @@ the steps, the time from the first step's start to the last one's end, per
 step. Without steps the whole measured work is one step. Every figure of a
 finding is a total over the measured steps, divided by their number.
 
+A profile with neither steps nor phases is narrowed by its structure
+(structure.parquet, nsysmap.structure) where that leaves work out: only the
+operations of the measured region count, not the set-up, warm-up or tail
+before and after it (nor what the GPU ran from before the capture).
+
 The pools of time that findings claim (nsysmap.findings.model) are built
 here once, so that two findings over the same time name the same key with
 the same capacity: busy time per (device, phase, module, category), idle
@@ -31,6 +36,7 @@ from nsysmap.core.scalars import to_int
 from nsysmap.core.schemas import OPS, empty
 from nsysmap.core.wait_schemas import IDLE, LAUNCH_COST
 from nsysmap.findings.threshold import LAUNCH_GAP
+from nsysmap.structure.table import assign
 
 # The OPS columns the rules read.
 COLUMNS = (
@@ -56,6 +62,8 @@ COLUMNS = (
     "compiled_graph",
     "graph_id",
 )
+# ... and those the structure's regions are assigned by (nsysmap.structure.table.assign).
+REGION_COLUMNS = ("op_id", "device_id", "pid", "launch_start_ns", "start_ns", "step", "phase")
 OWNER = ["device_id", "phase", "module"]  # the keys of the idle pools
 OWNER_TYPES = {"device_id": pl.Int64, "phase": pl.String, "module": pl.String}
 BUSY_KEYS = [*OWNER, "category"]  # ... and of the busy pool
@@ -84,6 +92,7 @@ class Inputs:
     # The job of several ranks (nsysmap.many): its cross-rank tables, and each rank's inputs.
     across: Mapping[str, pl.DataFrame] | None = None
     ranks: tuple[Inputs, ...] = ()
+    structure: pl.DataFrame | None = None  # structure.parquet; None: not written
 
     @cached_property
     def basis(self) -> str:
@@ -95,17 +104,44 @@ class Inputs:
             return STEPS
         return PHASES if found["phases"][0] else CAPTURE
 
+    @cached_property
+    def region(self) -> pl.DataFrame | None:
+        """Without steps or phases: the `op_id` of each operation in the structure's
+        measured region, where the structure leaves other work out (set-up, warm-up,
+        tail, what the GPU ran from before the capture); else None: every operation is
+        measured. A device of a process the structure has no region for is kept whole."""
+        if self.structure is None or self.basis != CAPTURE:
+            return None
+        regions = self.structure.filter(pl.col("kind") == "region")
+        if not (regions["region"] == "measured").any():
+            return None
+        placed = assign(self.ops.select(REGION_COLUMNS).collect(), regions)
+        lanes = regions.select("device_id", "pid").unique()
+        unplaced = placed.join(lanes, on=["device_id", "pid"], how="anti", nulls_equal=True)
+        kept = (pl.col("s_region") == "measured").fill_null(False) | pl.col("op_id").is_in(
+            unplaced["op_id"].implode()
+        )
+        if placed.select(kept.all()).item():
+            return None
+        return placed.filter(kept).select("op_id")
+
     def measured(self) -> pl.LazyFrame:
         """The measured operations (see the module's docstring)."""
         warm = pl.col("warmup").fill_null(False)
         inside = {STEPS: pl.col("step").is_not_null(), PHASES: pl.col("phase").is_not_null()}
-        return self.ops.select(COLUMNS).filter(inside.get(self.basis, pl.lit(True)) & ~warm)
+        ops = self.ops.select(COLUMNS).filter(inside.get(self.basis, pl.lit(True)) & ~warm)
+        if self.region is not None:
+            ops = ops.join(self.region.lazy(), on="op_id", how="semi")
+        return ops
 
-    def measured_waits(self, table: pl.DataFrame) -> pl.DataFrame:
-        """Rows of a waits table in the measured steps (the waits have no warm-up mark)."""
+    def measured_waits(self, table: pl.DataFrame) -> pl.DataFrame | None:
+        """Rows of a waits table in the measured steps (the waits have no warm-up mark);
+        None where the measured region cuts through them (its rows know no region)."""
         if self.basis == STEPS:
             return table.filter(pl.col("step").is_not_null())
-        return table.filter(pl.col("phase").is_not_null()) if self.basis == PHASES else table
+        if self.basis == PHASES:
+            return table.filter(pl.col("phase").is_not_null())
+        return None if self.region is not None else table
 
     @cached_property
     def windows(self) -> pl.DataFrame:
@@ -243,8 +279,20 @@ class Inputs:
 
     @cached_property
     def launch_costs(self) -> pl.DataFrame:
-        """launch_cost.parquet summed over the measured steps per OWNER (launches, ...)."""
+        """launch_cost.parquet summed over the measured steps per OWNER (launches, ...).
+        Narrowed to the structure's measured region: its operations' launches counted
+        again, `shorter_than_launch` null (launch_cost.parquet's rows know no region)."""
         table = self.measured_waits(self.launch_cost)
+        if table is None:
+            counted = (
+                self.measured()
+                .group_by(OWNER)
+                .agg(
+                    launches=pl.col("launch_api").is_not_null().sum().cast(pl.Int64),
+                    shorter_than_launch=pl.lit(None, pl.Int64),
+                )
+            )
+            return counted.collect()
         numbers = [c for c in table.columns if c not in ("step", *OWNER, "launch_bound_share")]
         return table.group_by(OWNER).agg(pl.col(numbers).sum())
 

@@ -58,15 +58,22 @@ def _launch_finding(
     calls = x.launch_costs.filter(
         (pl.col("device_id") == device) & pl.col("phase").eq_missing(phase)
     )
-    launches, short = total_ns(calls, "launches"), total_ns(calls, "shorter_than_launch")
+    launches = total_ns(calls, "launches")
+    short = (
+        None
+        if calls["shorter_than_launch"].is_null().all()
+        else total_ns(calls, "shorter_than_launch")
+    )
     longer = total_ns(rows, "idle_long_launch_ns")
     layers = rows.with_columns(layer=layer_path("module"))
     evidence = (
         f"in {phase_text(phase)} the GPU waited {ms(idle / steps)} per step for the host to "
         f"launch the next kernel, in gaps of up to {ms(LAUNCH_GAP.value)}: {pct(bound)} of that "
-        f"work's wall time on its busiest stream; {count(launches / steps)} launches per step, "
-        f"{count(short / steps)} of kernels that ran for less time than their launch call took"
+        f"work's wall time on its busiest stream; {count(launches / steps)} launches per step"
     )
+    if short is not None:
+        shorter = "of kernels that ran for less time than their launch call took"
+        evidence += f", {count(short / steps)} {shorter}"
     named = top_names(layers, "layer", "idle_launch_ns")
     evidence += f"; most of the wait before the work of {named}" if named else ""
     if longer:
