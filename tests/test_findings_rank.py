@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nsysmap.findings.find import findings_table
-from nsysmap.findings.model import CAUSE as CAUSE_TIER
-from nsysmap.findings.model import GENERAL as GENERAL_TIER
-from nsysmap.findings.model import Claim, Finding, Key, Rule
+from nsysmap.findings.finding import CAUSE as CAUSE_TIER
+from nsysmap.findings.finding import GENERAL as GENERAL_TIER
+from nsysmap.findings.finding import Claim, Finding, Key, Rule
 from nsysmap.findings.rank import ranked
 from nsysmap.findings.threshold import Threshold
 from tests.findings_plans import K, Plan, findings_of

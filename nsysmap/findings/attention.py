@@ -20,9 +20,9 @@ import polars as pl
 from nsysmap.attribution.module_names import layer_path
 from nsysmap.attribution.paths import PATH_SEPARATOR
 from nsysmap.core.inert import markdown_code
+from nsysmap.findings.finding import MEDIUM, Finding, Rule, claims_of
 from nsysmap.findings.inputs import BUSY_KEYS, Inputs, total_ns
-from nsysmap.findings.model import MEDIUM, Finding, Rule, claims_of
-from nsysmap.findings.words import ms, path_text, pct, share
+from nsysmap.findings.phrases import ms, path_text, pct, share
 
 ATTENTION = r"(?i)attention|attn"
 MATMUL = ("gemm", "attention")

@@ -16,9 +16,9 @@ import polars as pl
 
 from nsysmap.attribution.module_names import layer_path
 from nsysmap.core.inert import markdown_code
+from nsysmap.findings.finding import LOW, Claim, Finding, Rule, claims_of
 from nsysmap.findings.inputs import BUSY_KEYS, OWNER, Inputs, total_ns
-from nsysmap.findings.model import LOW, Claim, Finding, Rule, claims_of
-from nsysmap.findings.words import count, ms, pct, phase_text, plural, share
+from nsysmap.findings.phrases import count, ms, pct, phase_text, plural, share
 
 ELEMENTWISE = "elementwise"
 COMPILED = r"^triton_"

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from nsysmap.findings.finding import MEDIUM, Finding, Rule, claims_of
 from nsysmap.findings.inputs import STEPS, Inputs
-from nsysmap.findings.model import MEDIUM, Finding, Rule, claims_of
-from nsysmap.findings.words import ms, pct, phase_text, plural, share
+from nsysmap.findings.phrases import ms, pct, phase_text, plural, share
 from nsysmap.report.collectives import collective
 from nsysmap.summaries.comm_overlap import hidden_communication
 

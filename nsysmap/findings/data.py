@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from nsysmap.findings.finding import MEDIUM, Claim, Finding, Rule, claims_of
 from nsysmap.findings.inputs import OWNER, STEPS, Inputs, total_ns
-from nsysmap.findings.model import MEDIUM, Claim, Finding, Rule, claims_of
-from nsysmap.findings.words import count, ms, pct, share
+from nsysmap.findings.phrases import count, ms, pct, share
 
 DATA = "data"
 # The gaps before the data phase's work that are the host getting the batch ready.

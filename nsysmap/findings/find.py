@@ -16,8 +16,8 @@ from dataclasses import replace
 import polars as pl
 
 from nsysmap.core.findings_schema import FINDINGS
+from nsysmap.findings.finding import LOW, Finding
 from nsysmap.findings.inputs import CAPTURE, Inputs
-from nsysmap.findings.model import LOW, Finding
 from nsysmap.findings.rank import Ranked, ranked
 from nsysmap.findings.rule_table import MIN_SHARE, RULES
 

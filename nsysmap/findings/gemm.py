@@ -19,9 +19,9 @@ from dataclasses import replace
 import polars as pl
 
 from nsysmap.core.inert import markdown_code
+from nsysmap.findings.finding import LOW, MEDIUM, Finding, Rule, claims_of
 from nsysmap.findings.inputs import BUSY_KEYS, OWNER_TYPES, Inputs, total_ns
-from nsysmap.findings.model import LOW, MEDIUM, Finding, Rule, claims_of
-from nsysmap.findings.words import listed, ms, pct, plural, share
+from nsysmap.findings.phrases import listed, ms, pct, plural, share
 from nsysmap.flops.peaks import Peak, find_peak
 
 # fp32 GEMMs on SIMT cores, by name; and what says a GEMM is none of those.

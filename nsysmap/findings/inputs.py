@@ -17,7 +17,7 @@ A profile with neither steps nor phases is narrowed by its structure
 operations of the measured region count, not the set-up, warm-up or tail
 before and after it (nor what the GPU ran from before the capture).
 
-The pools of time that findings claim (nsysmap.findings.model) are built
+The pools of time that findings claim (nsysmap.findings.finding) are built
 here once, so that two findings over the same time name the same key with
 the same capacity: busy time per (device, phase, module, category), idle
 time per (device, phase, module) and kind from launch_cost.parquet.

@@ -15,10 +15,10 @@ from __future__ import annotations
 import polars as pl
 
 from nsysmap.attribution.module_names import layer_path
+from nsysmap.findings.finding import MEDIUM, Finding, Rule, claims_of
 from nsysmap.findings.inputs import OWNER, Inputs, total_ns
-from nsysmap.findings.model import MEDIUM, Finding, Rule, claims_of
+from nsysmap.findings.phrases import count, ms, pct, phase_text, share, top_names
 from nsysmap.findings.threshold import LAUNCH_GAP
-from nsysmap.findings.words import count, ms, pct, phase_text, share, top_names
 
 
 def graph_phases(x: Inputs) -> set[tuple[int, str | None]]:

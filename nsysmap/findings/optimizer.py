@@ -26,9 +26,9 @@ from dataclasses import dataclass
 import polars as pl
 
 from nsysmap.core.scalars import to_int
+from nsysmap.findings.finding import LOW, MEDIUM, Claim, Finding, Rule, claims_of
 from nsysmap.findings.inputs import OWNER, Inputs, total_ns
-from nsysmap.findings.model import LOW, MEDIUM, Claim, Finding, Rule, claims_of
-from nsysmap.findings.words import count, ms
+from nsysmap.findings.phrases import count, ms
 
 OPTIMIZER = "optimizer"
 # Categories of what a per-parameter optimizer launches (CPU operators aten::lerp_ and

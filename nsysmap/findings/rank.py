@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nsysmap.findings.model import Claim, Finding, Key
+from nsysmap.findings.finding import Claim, Finding, Key
 
 
 @dataclass(frozen=True)

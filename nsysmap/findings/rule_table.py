@@ -20,7 +20,7 @@ from nsysmap.findings import (
     stragglers,
     syncs,
 )
-from nsysmap.findings.model import CAUSE, GENERAL, Rule
+from nsysmap.findings.finding import CAUSE, GENERAL, Rule
 from nsysmap.findings.threshold import Threshold
 
 MIN_SHARE = "min_share"

@@ -17,9 +17,9 @@ import polars as pl
 from nsysmap.core.inert import markdown_code
 from nsysmap.core.scalars import to_float
 from nsysmap.findings.comm import COMM_KEYS, exposed
+from nsysmap.findings.finding import MEDIUM, Claim, Finding, Rule, claims_of, spread
 from nsysmap.findings.inputs import Inputs, total_ns
-from nsysmap.findings.model import MEDIUM, Claim, Finding, Rule, claims_of, spread
-from nsysmap.findings.words import count, ms, pct, share
+from nsysmap.findings.phrases import count, ms, pct, share
 
 
 def straggler(x: Inputs, rule: Rule) -> list[Finding]:

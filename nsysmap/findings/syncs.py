@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from nsysmap.findings.finding import MEDIUM, Finding, Rule, claims_of
 from nsysmap.findings.inputs import BUSY_KEYS, OWNER, Inputs, total_ns
-from nsysmap.findings.model import MEDIUM, Finding, Rule, claims_of
-from nsysmap.findings.words import count, cut, listed, ms, path_text, pct, plural, share
+from nsysmap.findings.phrases import count, cut, listed, ms, path_text, pct, plural, share
 from nsysmap.waits.tables import is_sync_copy
 
 HTOD = r"(?i)HtoD|Host-to-Device|Host -> Device"
