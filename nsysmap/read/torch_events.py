@@ -103,7 +103,7 @@ def parse_events(path: Path, raw: bytes) -> tuple[dict[str, Any], list[Any]]:
     Raises NotAProfile with a one-line message.
     """
     try:
-        doc = json.loads(raw, parse_float=Number)  # decimal text: see ns_from_us
+        doc = json.loads(json_text(raw), parse_float=Number)  # decimal text: see ns_from_us
     except RecursionError as exc:
         raise NotAProfile(f"{path}: JSON nested too deeply to be a chrome trace") from exc
     except ValueError as exc:
@@ -113,6 +113,29 @@ def parse_events(path: Path, raw: bytes) -> tuple[dict[str, Any], list[Any]]:
     if isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list):
         return doc, doc["traceEvents"]
     raise NotAProfile(f"{path}: JSON without a traceEvents list, not a chrome trace")
+
+
+# One JSON escape: a surrogate pair, a lone surrogate (group 1), or any other escape
+# (consumed whole, so that an escaped backslash never starts a false match).
+_ESCAPE = re.compile(
+    r"\\(?:u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+    r"|(u[dD][89a-fA-F][0-9a-fA-F]{2})|.)",
+    re.S,
+)
+
+
+def json_text(raw: bytes) -> str:
+    """The trace's text for `json.loads`, with what Polars cannot hold replaced by U+FFFD:
+    bytes that are not UTF-8 (as the nsys reader replaces them) and escapes of lone
+    UTF-16 surrogates (`\\ud800`), which no UTF-8 string holds."""
+    encoding = json.detect_encoding(raw)
+    try:
+        text = raw.decode(encoding)
+    except UnicodeDecodeError:
+        text = raw.decode(encoding, "replace")
+    if "\\ud" in text or "\\uD" in text:
+        text = _ESCAPE.sub(lambda m: "\\ufffd" if m.group(1) else m.group(0), text)
+    return text
 
 
 def _read_bytes(path: Path) -> bytes:
