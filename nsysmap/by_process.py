@@ -32,7 +32,7 @@ from nsysmap.input_kinds import kind_of
 from nsysmap.profile import NestedProfile
 from nsysmap.read import nsys_specs as specs
 from nsysmap.read.nsys_probe import open_export
-from nsysmap.read.nsys_sql import last_rowid
+from nsysmap.read.nsys_sql import row_bound, row_count
 from nsysmap.read.nsys_sqlite import GPU_WORK_SPECS, gpu_processes, read_sqlite
 from nsysmap.scalars import opt_int
 from nsysmap.stages import Stages
@@ -57,17 +57,26 @@ def processes_read_apart(path: Path, memory_gb: float | None) -> list[int] | Non
     if not kind_of(path).by_process:
         return None
     budget = memory_gb * 1e9 if memory_gb is not None else available_bytes()
-    if budget is None or expected_bytes(path) <= budget:
+    if budget is None or expected_bytes(path, budget) <= budget:
         return None
     processes = gpu_processes(path)
     return processes if processes is not None and len(processes) > 1 else None
 
 
-def expected_bytes(path: Path) -> int:
-    """About the peak memory of reading `path` whole: BYTES_PER_ROW per row
-    (by the tables' largest rowids: no scan)."""
+def expected_bytes(path: Path, budget: float | None = None) -> int:
+    """About the peak memory of reading `path` whole: BYTES_PER_ROW per row.
+
+    The rows are bounded first by the tables' smallest and largest rowids (no
+    scan); where that bound passes `budget` (or no budget is given), they are
+    counted, since rowids need be neither dense nor positive: a table of two
+    rows, at rowid -5 and 2^40, would otherwise look like 10^12 rows and be
+    cut into thousands of windows.
+    """
     export = open_export(path)
-    return BYTES_PER_ROW * sum(last_rowid(export, spec.table) or 0 for spec in _ROW_SPECS)
+    bound = BYTES_PER_ROW * sum(row_bound(export, spec.table) for spec in _ROW_SPECS)
+    if budget is not None and bound <= budget:
+        return bound
+    return BYTES_PER_ROW * sum(row_count(export, spec.table) for spec in _ROW_SPECS)
 
 
 def available_bytes() -> float | None:

@@ -87,8 +87,7 @@ def windows_read_apart(path: Path, memory_gb: float | None) -> Plan | None:
     count = _forced()
     if count is None:
         budget = memory_gb * 1e9 if memory_gb is not None else available_bytes()
-        need = expected_bytes(path)
-        if budget is None or need <= budget:
+        if budget is None or (need := expected_bytes(path, budget)) <= budget:
             return None
         count = 2 * math.ceil(need / max(budget, 1.0))
     processes = gpu_processes(path)
