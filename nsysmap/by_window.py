@@ -241,7 +241,7 @@ class WindowCheck:
         self.seen += block.height
         if (block["step_source"] == "records").any():
             self.refused = "steps from PyTorch's records (counted over the whole process)"
-        elif (block["attribution"] == "no_launch").any():
+        elif block["attribution"].is_in(["no_launch", "ambiguous_launch"]).any():
             self.refused = "GPU work without a launch call (placed by its stream's neighbours)"
         self.range_steps |= bool((block["step_source"] == "range").any())
         self.backward |= bool(self._backward(block).any())
