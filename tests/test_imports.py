@@ -39,6 +39,7 @@ FLOORS: dict[str, tuple[str, ...]] = {
     "nsysmap.errors": ("nsysmap.",),
     "nsysmap.range_names": ("nsysmap.",),
     "nsysmap.scalars": ("nsysmap.",),
+    "nsysmap.coded": ("nsysmap.",),
     "nsysmap.nsys_tool": ("nsysmap.read", "nsysmap.attribution", "nsysmap.pipeline"),
     "nsysmap.intervals": (
         "nsysmap.read",

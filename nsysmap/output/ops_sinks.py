@@ -8,7 +8,7 @@ blocks to a sink, which decides what stays in memory::
                                     block 2 ──┤         ...
                                     ...       └─> sink
         HoldOps:    the blocks concatenated             -> HeldOps  (a frame)
-        StreamOps:  Polars' streaming Parquet writer    -> OpsFile  (ops.parquet)
+        StreamOps:  written block by block, texts coded -> OpsFile  (ops.parquet)
 
 Held rows serve the pure API (`nsysmap.analyse`) and inputs that fit; for
 profiles with millions of operations `analyse_file` streams them, so that
@@ -21,17 +21,17 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 import polars as pl
-from polars.io.plugins import register_io_source
 
 from nsysmap import schemas
 from nsysmap.output.placement import STAGING_MARK
-from nsysmap.output.writer import OPS_FILE, PARQUET
+from nsysmap.output.text_parquet import write_coded
+from nsysmap.output.writer import OPS_FILE
 
 BLOCK_ROWS = 250_000  # OPS rows a StreamOps materialises at a time (more: a higher peak, no faster)
 # Profiles with more operations than this have their OPS rows streamed into a
@@ -57,7 +57,7 @@ class HeldOps:
 
     def place(self, folder: Path) -> None:
         """Write the rows as `folder`/ops.parquet."""
-        self.frame.write_parquet(folder / OPS_FILE, **PARQUET)
+        write_ops([self.frame], folder / OPS_FILE)
 
     def placed(self, out_dir: Path) -> HeldOps:
         """The store once its outputs are in `out_dir`: still the frame held."""
@@ -129,18 +129,17 @@ class StreamOps:
     stage: str = "write"
 
     def take(self, blocks: Iterator[pl.DataFrame]) -> OpsFile:
-        rows = 0
-
-        def counted(*_: object) -> Iterator[pl.DataFrame]:
-            nonlocal rows
-            for block in blocks:
-                rows += block.height
-                yield block
-
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        source = register_io_source(io_source=counted, schema=schemas.OPS)
-        source.sink_parquet(self.path, **PARQUET)
-        return OpsFile(self.path, rows)
+        return OpsFile(self.path, write_ops(blocks, self.path))
+
+
+def write_ops(blocks: Iterable[pl.DataFrame], path: Path) -> int:
+    """OPS rows into the Parquet file `path`, block by block; how many.
+
+    Their texts are written dictionary-coded (nsysmap.output.text_parquet):
+    a kernel name costs memory once, however many rows it names.
+    """
+    return write_coded(blocks, schemas.OPS, path)
 
 
 def sink_for(operations: int, staged: Callable[[], Path], *, stream: bool = False) -> OpsSink:
