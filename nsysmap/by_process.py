@@ -29,6 +29,7 @@ import polars as pl
 
 from nsysmap.attribution.normalise import normalise
 from nsysmap.input_kinds import kind_of
+from nsysmap.memory import budget_bytes
 from nsysmap.profile import NestedProfile
 from nsysmap.read import nsys_specs as specs
 from nsysmap.read.nsys_probe import open_export
@@ -41,8 +42,6 @@ from nsysmap.stages import Stages
 # CUDA API and NVTX tables: 15.4 GB for 49.5 million rows (10^7 kernels,
 # 2.9·10^7 ranges, 10^7 API calls) in the benchmark (docs/performance.md).
 BYTES_PER_ROW = 310
-# Split when the expected peak is above this share of the memory available.
-AVAILABLE_SHARE = 0.8
 _ROW_SPECS = (*GPU_WORK_SPECS, specs.RUNTIME, specs.NVTX)
 
 
@@ -51,12 +50,12 @@ def processes_read_apart(path: Path, memory_gb: float | None) -> list[int] | Non
 
     Only for inputs whose kind can be read by process (nsysmap.input_kinds:
     nsys SQLite exports) with work on two processes or more, whose expected
-    peak (`expected_bytes`) is above `memory_gb` (None: 80 % of the memory
-    available now; none known: never split).
+    peak (`expected_bytes`) is above `memory_gb` (None: the default budget of
+    nsysmap.memory; none known: never split).
     """
     if not kind_of(path).by_process:
         return None
-    budget = memory_gb * 1e9 if memory_gb is not None else available_bytes()
+    budget = budget_bytes(memory_gb)
     if budget is None or expected_bytes(path, budget) <= budget:
         return None
     processes = gpu_processes(path)
@@ -77,19 +76,6 @@ def expected_bytes(path: Path, budget: float | None = None) -> int:
     if budget is not None and bound <= budget:
         return bound
     return BYTES_PER_ROW * sum(row_count(export, spec.table) for spec in _ROW_SPECS)
-
-
-def available_bytes() -> float | None:
-    """AVAILABLE_SHARE of the memory available now (Linux), else None."""
-    try:
-        lines = Path("/proc/meminfo").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        name, _, value = line.partition(":")
-        if name == "MemAvailable" and value.split()[0].isdigit():
-            return AVAILABLE_SHARE * int(value.split()[0]) * 1024
-    return None
 
 
 def process_profiles(

@@ -42,8 +42,9 @@ from pathlib import Path
 import polars as pl
 
 from nsysmap.attribution.normalise import normalise
-from nsysmap.by_process import available_bytes, expected_bytes, next_ids
+from nsysmap.by_process import expected_bytes, next_ids
 from nsysmap.input_kinds import kind_of
+from nsysmap.memory import budget_bytes
 from nsysmap.profile import NestedProfile
 from nsysmap.read.nsys_sql import RowWindow
 from nsysmap.read.nsys_sqlite import gpu_processes, read_sqlite
@@ -86,7 +87,7 @@ def windows_read_apart(path: Path, memory_gb: float | None) -> Plan | None:
         return None
     count = _forced()
     if count is None:
-        budget = memory_gb * 1e9 if memory_gb is not None else available_bytes()
+        budget = budget_bytes(memory_gb)
         if budget is None or (need := expected_bytes(path, budget)) <= budget:
             return None
         count = 2 * math.ceil(need / max(budget, 1.0))

@@ -90,7 +90,7 @@ def file_source(path: Path, memory_gb: float | None, stages: Stages) -> Source:
     with stages.stage("read", "finding where to cut the timeline"):
         plan = windows_planned(path, memory_gb)
     if plan is None:
-        return Source(_read_whole(path, stages))
+        return Source(_read_whole(path, stages, memory_gb=memory_gb))
     if plan.refused is not None:
         return Source(_read_whole(path, stages, plan.refused))
     check = WindowCheck(plan.ops, plan.autograd, plan.nodes)
@@ -103,10 +103,12 @@ def file_source(path: Path, memory_gb: float | None, stages: Stages) -> Source:
     )
 
 
-def _read_whole(path: Path, stages: Stages, refused: str | None = None) -> Iterator[NestedProfile]:
-    """The profile of `path` (read only when the flow asks for it); `refused`: why it
-    was not read in time windows (its meta's `windows_refused`)."""
-    profile = load_profile(path, stages=stages)
+def _read_whole(
+    path: Path, stages: Stages, refused: str | None = None, memory_gb: float | None = None
+) -> Iterator[NestedProfile]:
+    """The profile of `path` (read only when the flow asks for it, within `memory_gb`);
+    `refused`: why it was not read in time windows (its meta's `windows_refused`)."""
+    profile = load_profile(path, stages=stages, memory_gb=memory_gb)
     if refused is not None:
         note = pl.DataFrame({"key": [REFUSED_KEY], "value": [refused]}, schema=profile.meta.schema)
         profile = replace(profile, meta=pl.concat([profile.meta, note]))

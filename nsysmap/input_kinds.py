@@ -42,7 +42,9 @@ class InputKind:
     name: str
     suffixes: tuple[str, ...]  # lower case, with the dot
     called: str  # what a message calls a file of this kind ("a torch.profiler trace")
-    read: Callable[[Path], Profile]  # the raw profile (imports its reader when called)
+    # The raw profile, read within a memory budget in GB (None: nsysmap.memory's
+    # default); imports its reader when called.
+    read: Callable[[Path, float | None], Profile]
     probe: Callable[[bytes], bool] | None = None  # the file's first bytes look like this kind
     # Converted first: into the file beside it with the suffix `converted` (then read)
     convert: Callable[[Path, Path], Path] | None = None
@@ -55,11 +57,11 @@ class InputKind:
         """Does `path`'s name end with one of this kind's suffixes?"""
         return path.name.lower().endswith(self.suffixes)
 
-    def read_raw(self, path: Path) -> Profile:
+    def read_raw(self, path: Path, memory_gb: float | None = None) -> Profile:
         """The raw profile of `path`, converted first when this kind is."""
         if self.convert is not None:
             path = self.convert(path, path.with_suffix(self.converted))
-        return self.read(path)
+        return self.read(path, memory_gb)
 
 
 def _is_sqlite(head: bytes) -> bool:
@@ -72,16 +74,17 @@ def _is_json_or_gzip(head: bytes) -> bool:
     return head.startswith(GZIP_MAGIC) or text[:1] in (b"{", b"[")
 
 
-def _read_sqlite(path: Path) -> Profile:
+def _read_sqlite(path: Path, memory_gb: float | None) -> Profile:
+    """(The budget decides how an export is read: nsysmap.by_process, nsysmap.by_window.)"""
     from nsysmap.read.nsys_sqlite import read_sqlite
 
     return read_sqlite(path)
 
 
-def _read_trace(path: Path) -> Profile:
+def _read_trace(path: Path, memory_gb: float | None) -> Profile:
     from nsysmap.read.torch_trace import read_trace
 
-    return read_trace(path)
+    return read_trace(path, memory_gb=memory_gb)
 
 
 def _exported(path: Path, out: Path) -> Path:

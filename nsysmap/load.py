@@ -16,19 +16,22 @@ from nsysmap.profile import NestedProfile, Profile
 from nsysmap.stages import Stages
 
 
-def load_profile(path: str | Path, *, stages: Stages | None = None) -> NestedProfile:
+def load_profile(
+    path: str | Path, *, stages: Stages | None = None, memory_gb: float | None = None
+) -> NestedProfile:
     """Read a profile of any supported kind and normalise it (read, then nest its ranges).
 
     `.sqlite` nsys exports, `.nsys-rep` reports (exported with `nsys export`
     next to the input), and torch.profiler traces (`.json`, `.json.gz`);
     a file whose first bytes say another kind than its name is read as that
-    kind (nsysmap.input_kinds).
+    kind (nsysmap.input_kinds). `memory_gb`: the memory budget (None: 80 % of
+    what is available, nsysmap.memory); a trace larger than it reads is refused.
     """
     path = Path(path)
     kind = kind_of(path)
     stages = stages or Stages(progress=False)
     with stages.stage("read", "reading"):
-        raw = _read_raw(path, kind)
+        raw = _read_raw(path, kind, memory_gb)
     with stages.stage("normalise", "nesting ranges"):
         profile = normalise(raw)
     if kind.after_normalise is not None:  # torch.compile: kernels' modules, compile time
@@ -36,6 +39,6 @@ def load_profile(path: str | Path, *, stages: Stages | None = None) -> NestedPro
     return profile
 
 
-def _read_raw(path: Path, kind: InputKind) -> Profile:
+def _read_raw(path: Path, kind: InputKind, memory_gb: float | None = None) -> Profile:
     """The raw profile (a function of its own, for bench/profile.py to time)."""
-    return kind.read_raw(path)
+    return kind.read_raw(path, memory_gb)

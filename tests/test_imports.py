@@ -40,6 +40,7 @@ FLOORS: dict[str, tuple[str, ...]] = {
     "nsysmap.range_names": ("nsysmap.",),
     "nsysmap.scalars": ("nsysmap.",),
     "nsysmap.coded": ("nsysmap.",),
+    "nsysmap.memory": ("nsysmap.",),
     "nsysmap.nsys_tool": ("nsysmap.read", "nsysmap.attribution", "nsysmap.pipeline"),
     "nsysmap.intervals": (
         "nsysmap.read",
