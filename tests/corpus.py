@@ -1,4 +1,4 @@
-"""Helpers for tests over the real Nsight Systems exports in ../shared/corpus/{nsys,real}.
+"""Helpers for tests over the real profiles in ../shared/corpus/{nsys,real,real2,real3}.
 
 The corpus lives next to the repository, not in it; tests that need it are
 marked `corpus` and skip, with the reason shown, when it is absent.
@@ -23,8 +23,10 @@ REAL_CATALOGUE = REAL / "catalogue.json"
 # The third set: real2 (MoE, B200, DDP ranks, warm-up/measure ranges, inputs without GPU work).
 REAL2 = CORPUS.parent / "real2"
 REAL2_CATALOGUE = REAL2 / "catalogue.json"
+# The fourth set: real3 (the newest nsys export; runtime calls without GPU activity).
+REAL3 = CORPUS.parent / "real3"
 # Every folder of real profiles, in the order files are looked up.
-FOLDERS = (CORPUS, REAL, REAL2)
+FOLDERS = (CORPUS, REAL, REAL2, REAL3)
 
 # Marker for corpus tests: `@needs_corpus` skips them when the corpus is absent.
 needs_corpus = pytest.mark.skipif(not CATALOGUE.is_file(), reason=_ABSENT)
