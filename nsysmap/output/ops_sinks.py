@@ -57,7 +57,7 @@ class HeldOps:
 
     def place(self, folder: Path) -> None:
         """Write the rows as `folder`/ops.parquet."""
-        write_ops([self.frame], folder / OPS_FILE)
+        write_ops([self.frame], folder / OPS_FILE, self.frame.schema)
 
     def placed(self, out_dir: Path) -> HeldOps:
         """The store once its outputs are in `out_dir`: still the frame held."""
@@ -133,13 +133,13 @@ class StreamOps:
         return OpsFile(self.path, write_ops(blocks, self.path))
 
 
-def write_ops(blocks: Iterable[pl.DataFrame], path: Path) -> int:
-    """OPS rows into the Parquet file `path`, block by block; how many.
+def write_ops(blocks: Iterable[pl.DataFrame], path: Path, schema: pl.Schema = schemas.OPS) -> int:
+    """OPS rows (frames of `schema`) into the Parquet file `path`, block by block; how many.
 
     Their texts are written dictionary-coded (nsysmap.output.text_parquet):
     a kernel name costs memory once, however many rows it names.
     """
-    return write_coded(blocks, schemas.OPS, path)
+    return write_coded(blocks, schema, path)
 
 
 def sink_for(operations: int, staged: Callable[[], Path], *, stream: bool = False) -> OpsSink:
