@@ -473,7 +473,7 @@ def sqlite_totals(path: Path) -> tuple[int, int] | None:
             n, s = conn.execute(query).fetchone()
             rows, total = rows + n, total + (s or 0)
         conn.close()
-    except sqlite3.Error:
+    except (sqlite3.Error, UnicodeDecodeError):  # (an error message of bytes not UTF-8)
         return None
     return rows, total
 
