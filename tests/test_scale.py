@@ -97,8 +97,8 @@ def test_analyse_file_lets_the_ranges_go_before_inference(gpt_export, tmp_path, 
     """Nothing holds the profile's ranges or API calls once the summaries are taken."""
     frames: list[weakref.ref] = []
 
-    def load(path, *, stages=None):
-        profile = load_profile(path, stages=stages)
+    def load(path, *, stages=None, memory_gb=None):
+        profile = load_profile(path, stages=stages, memory_gb=memory_gb)
         frames.extend(weakref.ref(f) for f in (profile.ranges, profile.api_calls))
         return profile
 
