@@ -5,9 +5,10 @@ A Polars String column made by gathering (a reader's names, looked up from a
 table of distinct strings) shares each distinct text among its rows. Grouping
 by several such columns, sorting by one or writing it copies the text into
 every row (one 50 MB kernel name in every row of 146 took 9 GB); cast to
-Categorical, each distinct text is held once and the rows hold codes, and
-Polars sorts Categoricals by their texts. `decoded` turns codes back into
-texts by gathering from the distinct ones (a plain cast would copy each row's).
+Categorical, each distinct text is held once and the rows hold codes.
+`lexical_rank` gives the codes a sort key in text order, and `decoded` turns
+codes back into texts by gathering from the distinct ones (a plain cast would
+copy each row's).
 """
 
 from __future__ import annotations
