@@ -86,7 +86,7 @@ screenshots: $(BIN)/.installed chromium
 	rm -rf out/screenshots
 	$(BIN)/nsysmap attribute sample_reports/gpt2_tiny_train.sqlite -o out/screenshots/train --quiet
 	$(BIN)/nsysmap report out/screenshots/train --html --quiet
-	$(BIN)/python -m nsysmap.report.html.browser out/screenshots/train/report.html \
+	$(BIN)/python -m devtools.browser out/screenshots/train/report.html \
 	  docs/images/report.png --width 1200 --max-height 2600
 
 clean:

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import polars as pl
 
-from nsysmap.pipeline import analyse_file
-from nsysmap.scalars import to_int
-from nsysmap.stages import Stages
-from nsysmap.synth.bulk import global_pid, global_tid, write_export
+from devtools.synth.bulk import global_pid, global_tid, write_export
+from nsysmap.core.scalars import to_int
+from nsysmap.core.timings import Stages
+from nsysmap.flow.verbs import analyse_file
 
 CACHE = Path(__file__).parent / "cache"
 PID = 7

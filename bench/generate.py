@@ -1,10 +1,10 @@
 """Synthetic GPT-2-like exports for the benchmark, generated once and cached.
 
 `export(n_kernels, seed)` returns the path of an export made by
-`nsysmap.synth.tile.gpt_tables` (two processes on two GPUs unless told
+`devtools.synth.tile.gpt_tables` (two processes on two GPUs unless told
 otherwise, about three ranges per kernel), writing it first when bench/cache/ does not hold it yet.
 `user_export(scale, seed)` is the export shaped like the large one users
-report (nsysmap.synth.user_shaped: 2.2 M kernels, 7.1 M runtime calls,
+report (devtools.synth.user_shaped: 2.2 M kernels, 7.1 M runtime calls,
 15.9 M NVTX ranges on 5 threads at scale 1). The cache key is the size (or
 scale), the seed and GENERATOR_VERSION (bump it when a generator changes).
 Generation time is not part of any measurement.
@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from nsysmap.synth.bulk import Frame, write_export
-from nsysmap.synth.tile import gpt_tables
-from nsysmap.synth.user_shaped import user_shaped_tables
+from devtools.synth.bulk import Frame, write_export
+from devtools.synth.tile import gpt_tables
+from devtools.synth.user_shaped import user_shaped_tables
 
 CACHE = Path(__file__).parent / "cache"
 GENERATOR_VERSION = 1

@@ -1,7 +1,7 @@
 """`python -m bench.many`: several rank reports at once on a local Dask cluster.
 
 For each number of ranks (default 16, 64, 256), one synthetic export per rank
-of about --kernels kernels (nsysmap.synth.ddp_ranks: one process per file, GPT-2
+of about --kernels kernels (devtools.synth.ddp_ranks: one process per file, GPT-2
 with 12 layers, rank --slow-rank three times slower in --slow-layer, cached
 in bench/cache/), attributed by `run_many` on a LocalCluster of each number
 of workers (default 1 and 2, one thread each), after an untimed warm-up
@@ -27,11 +27,11 @@ from pathlib import Path
 
 import psutil
 
+from devtools.synth.ddp_ranks import Job, rank_file, write_rank
+from nsysmap.core.scalars import to_float
 from nsysmap.many import ClusterOptions, run_many
 from nsysmap.many.cluster import task_bytes
 from nsysmap.many.ranks_text import findings, slow_layer
-from nsysmap.scalars import to_float
-from nsysmap.synth.ddp_ranks import Job, rank_file, write_rank
 
 CACHE = Path(__file__).parent / "cache"
 RESULTS = Path(__file__).parent / "results"

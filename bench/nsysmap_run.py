@@ -2,11 +2,11 @@
 
     python -m bench.nsysmap_run EXPORT OUTDIR [--memory-gb GB] [--windows N]
 
-Runs `nsysmap.pipeline.analyse_file` (what the `nsysmap attribute` command
+Runs `nsysmap.flow.verbs.analyse_file` (what the `nsysmap attribute` command
 runs) with progress off and prints one JSON line: seconds per stage, and
 how the export was read (`read_as`: whole, by process, or in time windows,
 with the reason a split was refused). `--windows N` reads a one-process
-export N time windows at a time (NSYSMAP_WINDOWS, nsysmap.by_window).
+export N time windows at a time (NSYSMAP_WINDOWS, nsysmap.sources.by_window).
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ import os
 import time
 from pathlib import Path
 
-from nsysmap.by_window import META_KEY, REFUSED_KEY, WINDOWS_ENV
-from nsysmap.pipeline import Analysis, analyse_file
-from nsysmap.stages import Stages
+from nsysmap.core.timings import Stages
+from nsysmap.flow.verbs import Analysis, analyse_file
+from nsysmap.sources.by_window import META_KEY, REFUSED_KEY
+from nsysmap.sources.choose import WINDOWS_ENV
 
 
 def attributed(

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import nsysmap
-from nsysmap.stages import Stages
+from nsysmap.core.timings import Stages
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 GB = 1e9

@@ -10,10 +10,12 @@ import torch; the names below load it on first use.
 
 Subpackages: `ranges` (the session, its hooks and emitters, range names),
 `launch` (the launcher: profile window, the model's first call, compiled-kernel
-provenance), `flops` (FLOP counting on fake tensors). `contract` (the capture
-directory and launch.json) and `compiled_doc` (compiled.json) are the formats
-nsysmap reads back; like `ranges.naming` and `flops.estimates` they import
-neither torch nor polars.
+provenance, spawned ranks), `flops` (FLOP counting on fake tensors).
+`contract` (the capture directory, launch.json and a job's rank.json) and
+`compiled_doc` (compiled.json) are the formats nsysmap reads back; like
+`ranges.naming`, `flops.estimates` and `rank_guard` (one rank of a torchrun
+job: its training process waited for, its end recorded) they import neither
+torch nor polars.
 """
 
 from __future__ import annotations

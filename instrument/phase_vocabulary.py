@@ -2,7 +2,7 @@
 
 instrument/ emits the phases as range names (instrument/ranges/naming.py,
 driven by instrument/ranges/_phases.py); nsysmap parses them back
-(nsysmap/range_names.py), inference names the coarser phases it can tell
+(nsysmap/core/range_names.py), inference names the coarser phases it can tell
 from the kernel sequence alone (nsysmap/infer/), the HTML report and the
 Perfetto export colour them. All of them import this module; nsysmap already
 imports instrument's format modules (contract, compiled_doc) and instrument/

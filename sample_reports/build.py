@@ -3,7 +3,7 @@
     python -m sample_reports.build            # rewrite the .sqlite samples
     python -m sample_reports.build --golden   # ... and the expected outputs
 
-The samples are SYNTHETIC: nsysmap's own builder (`nsysmap.synth`) writes
+The samples are SYNTHETIC: nsysmap's own builder (`devtools.synth`) writes
 them in the nsys SQLite schema, with range names from `instrument.ranges.naming`,
 whole-millisecond timings and made-up kernel names in the style of PyTorch's
 CUDA kernels. They were not captured on a GPU. The timeline mimics what
@@ -18,8 +18,8 @@ import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from devtools.synth import SynthExport
 from instrument.ranges import naming
-from nsysmap.synth import SynthExport
 
 HERE = Path(__file__).parent
 PID, MAIN, AUTOGRAD, DEVICE, STREAM = 1, 1, 2, 0, 7

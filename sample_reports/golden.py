@@ -9,8 +9,8 @@ from typing import Any
 
 import polars as pl
 
+from nsysmap.flow.verbs import analyse_file
 from nsysmap.output.writer import read_outputs
-from nsysmap.pipeline import analyse_file
 
 CHARTS = "report_charts.json"
 
@@ -26,7 +26,7 @@ def chart_document(report: Path) -> dict[str, Any]:
     """The data behind every chart of the HTML report of `report` (nsysmap report --html)."""
     from nsysmap.report.build import build_report
     from nsysmap.report.html.charts import missing_charts, report_charts
-    from nsysmap.report.io import read_run
+    from nsysmap.report.report_files import read_run
 
     with tempfile.TemporaryDirectory() as tmp:
         analyse_file(report, Path(tmp), options={"command": "attribute"})

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from nsysmap.errors import ExitCode, NsysmapError
-from nsysmap.pipeline import analyse, analyse_file, write
-from nsysmap.profile import NestedProfile
+from nsysmap.core.errors import ExitCode, NsysmapError
+from nsysmap.core.profile import NestedProfile
+from nsysmap.flow.verbs import analyse, analyse_file, write
 from tests.cli_runner import nsysmap_cli
 from tests.corpus import corpus_path, real_profiles
 from tests.frames import Frames

@@ -34,7 +34,7 @@ def run_capped(argv: list[str], cap_kib: int = CAP_KIB, timeout: float = 600) ->
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    cmd = [sys.executable, "-c", "from nsysmap.cli import main; main()", *argv]
+    cmd = [sys.executable, "-m", "nsysmap", *argv]  # the console script, as users run it
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, preexec_fn=cap)
         _, status, usage = _wait4(proc.pid, timeout)

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from nsysmap import schemas
 from nsysmap.attribution.normalise import normalise
-from nsysmap.profile import NestedProfile, Profile, meta_frame
+from nsysmap.core import schemas
+from nsysmap.core.profile import NestedProfile, Profile, meta_frame
 
 MS = 1_000_000
 

@@ -34,7 +34,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from nsysmap.errors import ExitCode
+from nsysmap.core.errors import ExitCode
 from tests.corpus import independent_gpu_totals
 from tests.fuzz_tables import TABLE_BASES, TABLE_MUTATIONS, mutate_tables, per_device_problem
 
@@ -147,7 +147,7 @@ def _has_both_tables(path: Path) -> bool:
 # ------------------------------------------------------------------ base inputs
 def synthetic_export(path: Path) -> Path:
     """A two-device training step with phases, modules, an open range and all op kinds."""
-    from nsysmap.synth import SynthExport
+    from devtools.synth import SynthExport
 
     b = SynthExport()
     b.thread(10, 11, "python")

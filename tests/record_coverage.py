@@ -32,9 +32,9 @@ import polars as pl
 from nsysmap.attribution.attribute import attribute
 from nsysmap.attribution.normalise import normalise
 from nsysmap.attribution.rules import BUILTIN
-from nsysmap.profile import NestedProfile, Profile
-from nsysmap.read.nsys_sqlite import read_sqlite
-from nsysmap.read.torch_trace import read_trace
+from nsysmap.core.profile import NestedProfile, Profile
+from nsysmap.read.nsys.nsys_sqlite import read_sqlite
+from nsysmap.read.torch.torch_trace import read_trace
 
 TRAINING = ("forward", "backward", "optimizer")
 # Which ranges each degree removes: (phase ranges, Optimizer.* ranges, step ranges).

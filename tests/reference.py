@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from nsysmap.attribution.rules import RULES
-from nsysmap.range_names import parse_range_name
+from nsysmap.core.range_names import parse_range_name
 
 
 @dataclass

@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from nsysmap.pipeline import analyse_file
+from nsysmap.flow.verbs import analyse_file
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_reports"
 SAMPLE_RUNS = ("train", "infer")

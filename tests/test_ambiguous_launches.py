@@ -19,9 +19,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from devtools.synth import SynthExport
 from nsysmap.attribution.attribute import attribute
-from nsysmap.pipeline import analyse, load_profile
-from nsysmap.synth import SynthExport
+from nsysmap.flow.verbs import analyse, load_profile
 from tests.cli_runner import invoke
 from tests.frames import MS, Frames
 from tests.torch_traces import kernel, launch, op, write_trace

@@ -25,8 +25,8 @@ import pytest
 
 from nsysmap.report.build import build_report
 from nsysmap.report.format import flop, kernel, ms, num, pct, per, ratio
-from nsysmap.report.io import read_run
 from nsysmap.report.markdown import render
+from nsysmap.report.report_files import read_run
 from tests.answers_profiles import Reported, attributed, profile_params, reported
 
 # A number as the report writes it: 1,350 / 24.00 / 12.345 ms / 73.0 % / 1.602 TFLOP

@@ -11,8 +11,8 @@ import polars as pl
 import pytest
 
 import nsysmap
-from nsysmap.synth.bulk import write_export
-from nsysmap.synth.tile import gpt_tables
+from devtools.synth.bulk import write_export
+from devtools.synth.tile import gpt_tables
 
 API_MD = Path(__file__).resolve().parents[1] / "docs" / "api.md"
 

@@ -15,9 +15,9 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from devtools.synth import SynthExport
 from nsysmap.cli import cli
-from nsysmap.pipeline import analyse_file, load_profile
-from nsysmap.synth import SynthExport
+from nsysmap.flow.verbs import analyse_file, load_profile
 from tests import fake_nsys
 from tests.cli_runner import nsysmap_cli
 from tests.corpus import independent_gpu_totals

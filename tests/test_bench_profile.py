@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bench import profile
-from nsysmap.synth import bulk_tables, write_export
+from devtools.synth import bulk_tables, write_export
 
 pytestmark = pytest.mark.slow  # runs the whole flow
 
@@ -34,7 +34,7 @@ def test_stages_timed_whole_have_their_memory(result):
 
 def test_the_functions_are_nsysmaps_by_cumulative_time(result):
     names = [f["function"] for f in result["functions"]]
-    assert names[0] == "nsysmap.pipeline.analyse_file"
+    assert names[0] == "nsysmap.flow.verbs.analyse_file"
     assert all(n.startswith("nsysmap.") for n in names)
     cumulative = [f["cumulative_s"] for f in result["functions"]]
     assert cumulative == sorted(cumulative, reverse=True)

@@ -136,9 +136,9 @@ def test_the_table_says_how_each_export_was_read():
 
 def test_nsysmap_run_says_it_read_a_one_process_export_in_windows(tmp_path, monkeypatch):
     from bench import nsysmap_run
-    from nsysmap.by_window import WINDOWS_ENV
-    from nsysmap.synth.bulk import write_export
-    from nsysmap.synth.tile import gpt_tables
+    from devtools.synth.bulk import write_export
+    from devtools.synth.tile import gpt_tables
+    from nsysmap.sources.choose import WINDOWS_ENV
 
     export = tmp_path / "one.sqlite"
     write_export(export, gpt_tables(5_000, seed=0, processes=1))

@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 
+from devtools.browser import Chromium, find_chromium, png_size
+from devtools.synth.bulk import write_export
+from devtools.synth.tile import gpt_tables
 from nsysmap.diff.compare import compare
 from nsysmap.diff.diff_charts import diff_page
-from nsysmap.pipeline import analyse_file
+from nsysmap.flow.verbs import analyse_file
 from nsysmap.report.answers import ReportOptions
 from nsysmap.report.build import build_report
-from nsysmap.report.html.browser import Chromium, find_chromium, png_size
 from nsysmap.report.html.page import report_page, write_page
-from nsysmap.report.io import read_run
-from nsysmap.synth.bulk import write_export
-from nsysmap.synth.tile import gpt_tables
+from nsysmap.report.report_files import read_run
 from tests.samples import analyse_samples
 
 pytestmark = [

@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from nsysmap.errors import NoGpuData
-from nsysmap.pipeline import analyse_file
+from devtools.browser import Chromium, find_chromium
+from nsysmap.core.errors import NoGpuData
+from nsysmap.flow.verbs import analyse_file
 from nsysmap.report.build import build_report
-from nsysmap.report.html.browser import Chromium, find_chromium
 from nsysmap.report.html.chart import MAX_BARS
 from nsysmap.report.html.charts import report_charts
 from nsysmap.report.html.page import report_page, write_page
 from nsysmap.report.html.tree import SEP
-from nsysmap.report.io import read_run
+from nsysmap.report.report_files import read_run
 from tests.corpus import REAL, corpus_path, real_profiles
 
 pytestmark = [

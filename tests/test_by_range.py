@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from nsysmap.attribution.attribute import attribute
-from nsysmap.output import by_range as rg
-from nsysmap.output import range_tree
-from nsysmap.output.summarise import combine_summaries, partial_summaries, summarise
+from nsysmap.summaries import by_range as rg
+from nsysmap.summaries import range_paths, range_tree
+from nsysmap.summaries.summarise import combine_summaries, partial_summaries, summarise
 from tests.frames import MS, Frames
 
 
@@ -46,7 +46,7 @@ def _sample() -> Frames:
     f.kernel(1, 81, dur=6)  # addmm #2, 82..88
     f.kernel(1, 95, dur=7)  # A itself, 96..103
     f.kernel(1, 200, dur=8)  # outside every range
-    f.kernel(None, 0, dur=9)  # no launch record
+    f.kernel(None, 0, dur=9)  # no launch call
     f.kernel(1, 15, dur=10, device=1)  # B #1, on device 1
     return f
 
@@ -401,8 +401,8 @@ def test_path_key_codes_agree_with_path_keys():
             "ProfilerStep#3",
         ]
     )
-    codes, keys = rg.path_key_codes(names)
-    expected = rg.path_keys(names)
+    codes, keys = range_paths.path_key_codes(names)
+    expected = range_paths.path_keys(names)
     assert keys.gather(codes).to_list() == expected.to_list()
     assert keys.n_unique() == keys.len() == expected.n_unique()
     assert codes[0] == codes[2] and codes[1] == codes[4] and codes[3] == codes[6]

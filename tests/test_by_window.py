@@ -1,4 +1,4 @@
-"""A single-process export read in time windows (nsysmap.by_window) gives the tables of a
+"""A single-process export read in time windows (nsysmap.sources.by_window) gives the tables of a
 whole read: every written table, op ids and range ids aside (tests/window_tables.py)."""
 
 from __future__ import annotations
@@ -10,19 +10,22 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap import flow, window_cuts
+from devtools.synth.bulk import bulk_tables, write_export
+from devtools.synth.tile import gpt_tables
 from nsysmap.attribution.rules import BUILTIN
-from nsysmap.by_process import merged_profile
-from nsysmap.by_window import WINDOWS_ENV, Plan, WindowCheck, window_profiles, windows_read_apart
-from nsysmap.flow import Settings, Source
+from nsysmap.core.timings import Stages
+from nsysmap.flow import run_stages as flow
+from nsysmap.flow.run_stages import Settings
+from nsysmap.flow.verbs import analyse, analyse_file, load_profile
 from nsysmap.output.ops_sinks import HoldOps
-from nsysmap.pipeline import analyse, analyse_file, load_profile
-from nsysmap.read.nsys_sql import RowWindow
-from nsysmap.read.nsys_sqlite import read_sqlite
-from nsysmap.stages import Stages
-from nsysmap.synth.bulk import bulk_tables, write_export
-from nsysmap.synth.tile import gpt_tables
-from tests.window_tables import differences
+from nsysmap.read.nsys import window_cuts
+from nsysmap.read.nsys.nsys_sql import RowWindow
+from nsysmap.read.nsys.nsys_sqlite import open_export, read_sqlite
+from nsysmap.sources import choose
+from nsysmap.sources.by_process import merged_profile
+from nsysmap.sources.by_window import CUT_RULES, Plan, WindowCheck, window_profiles
+from nsysmap.sources.choose import WINDOWS_ENV, Source
+from tests.window_tables import differences, windows_read_apart
 
 pytestmark = pytest.mark.slow  # whole-pipeline runs, twice each
 QUIET = Stages(progress=False)
@@ -125,11 +128,11 @@ def test_an_edge_inside_ranges_changes_by_range_and_is_refused(one_process, monk
 
     def attributed(check: WindowCheck | None) -> flow.Analysis:
         source = Source(
-            window_profiles(one_process, careless, stages=QUIET, check=check),
+            window_profiles(open_export(one_process), careless, stages=QUIET, check=check),
             apart=True,
             merged=merged_profile,
             check=check,
-            fallback=lambda reason: flow.whole(load_profile(one_process)),
+            fallback=lambda reason: choose.whole(load_profile(one_process)),
         )
         return flow.flow(source, lambda _: HoldOps(), Settings(BUILTIN))
 
@@ -145,7 +148,7 @@ def test_the_budget_chooses_the_windows(one_process, tmp_path, monkeypatch):
     monkeypatch.delenv(WINDOWS_ENV, raising=False)
     assert windows_read_apart(one_process, None) is None  # fits in memory
     plan = windows_read_apart(one_process, memory_gb=1e-6)
-    found = window_cuts.segments(str(one_process), 4100)
+    found = window_cuts.segments(open_export(one_process), 4100, CUT_RULES)
     assert isinstance(found, window_cuts.Segments) and len(found.cuts) >= 5
     assert plan is not None and plan.refused is None
     # A budget far too small: a window per stretch of calls between candidate cuts.
@@ -202,7 +205,7 @@ def _block(**columns: list[object]) -> pl.DataFrame:
 
 
 @pytest.mark.parametrize(
-    ("blocks", "reason"),
+    ("chunks", "reason"),
     [
         ([_block(step_source=["records"])], "records"),
         ([_block(attribution=["no_launch"])], "without a launch call"),
@@ -215,11 +218,11 @@ def _block(**columns: list[object]) -> pl.DataFrame:
         ([_block(step=[None], phase=[None]), _block(step=[None])], "outside every step"),
     ],
 )
-def test_the_check_names_what_would_differ(blocks, reason):
-    check = WindowCheck(ops=sum(b.height for b in blocks), autograd=(7,))
-    for block in blocks:
+def test_the_check_names_what_would_differ(chunks, reason):
+    check = WindowCheck(ops=sum(b.height for b in chunks), autograd=(7,))
+    for chunk in chunks:
         check.next_part()
-        check.block(block)
+        check.chunk(chunk)
     found = check.refusal()
     assert (found is None) if reason is None else (found is not None and reason in found)
 
@@ -231,14 +234,14 @@ def test_backward_work_is_possible_without_step_ranges_where_autograd_has_a_thre
     for autograd, refused in (((), False), ((7,), True)):
         check = WindowCheck(ops=1, autograd=autograd)
         check.next_part()
-        check.block(alone)
+        check.chunk(alone)
         assert (check.refusal() is not None) == refused
 
 
 def test_a_row_lost_or_read_twice_is_refused():
     check = WindowCheck(ops=3)
     check.next_part()
-    check.block(_block(step=[0, 0]))
+    check.chunk(_block(step=[0, 0]))
     assert check.refusal() == "2 rows of GPU work read in windows, 3 in the export"
 
 

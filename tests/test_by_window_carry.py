@@ -1,4 +1,4 @@
-"""Time windows cut where ranges are open (nsysmap.window_carry): a range around the run,
+"""Time windows cut where ranges are open (nsysmap.sources.window_carry): a range around the run,
 epochs and step ranges back to back leave no quiet moment, yet a single-process export
 is split, and every written table is that of a whole read (tests/window_tables.py)."""
 
@@ -10,15 +10,16 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap import by_window, window_carry, window_cuts
-from nsysmap.by_window import WINDOWS_ENV, WindowCheck, window_profiles, windows_read_apart
-from nsysmap.pipeline import analyse_file
-from nsysmap.read import nsys_sql
-from nsysmap.read.nsys_sqlite import read_sqlite
-from nsysmap.stages import Stages
-from nsysmap.synth.bulk import write_export
-from nsysmap.synth.tile import gpt_tables
-from tests.window_tables import differences
+from devtools.synth.bulk import write_export
+from devtools.synth.tile import gpt_tables
+from nsysmap.core.timings import Stages
+from nsysmap.flow.verbs import analyse_file
+from nsysmap.read.nsys import nsys_sql, window_cuts, window_plan
+from nsysmap.read.nsys.nsys_sqlite import open_export, read_sqlite
+from nsysmap.sources import window_carry
+from nsysmap.sources.by_window import WindowCheck, window_profiles
+from nsysmap.sources.choose import WINDOWS_ENV
+from tests.window_tables import differences, windows_read_apart
 
 pytestmark = pytest.mark.slow  # whole-pipeline runs, twice each
 QUIET = Stages(progress=False)
@@ -96,7 +97,7 @@ def test_a_carried_range_keeps_its_id_in_every_window(spanned, monkeypatch):
     check = WindowCheck(plan.ops, plan.autograd, plan.nodes)
     ids = [
         profile.ranges.filter(pl.col("name") == "run")["range_id"].to_list()
-        for profile in window_profiles(spanned, plan, stages=QUIET, check=check)
+        for profile in window_profiles(open_export(spanned), plan, stages=QUIET, check=check)
     ]
     assert len(ids) == 4 and all(len(found) == 1 for found in ids)
     assert len({found[0] for found in ids}) == 1
@@ -116,7 +117,7 @@ def test_by_range_counts_an_instance_across_edges_once(spanned, tmp_path, monkey
 def test_without_carried_rows_the_windows_are_refused(spanned, tmp_path, monkeypatch):
     """Windows that do not read the ranges open across their start are refused (the
     window before saw them open across the edge), and the export is read whole."""
-    monkeypatch.setattr(by_window, "carried_rows", lambda path, pid, cuts: [[] for _ in cuts])
+    monkeypatch.setattr(window_plan, "carried_rows", lambda export, pid, cuts: [[] for _ in cuts])
     refused = _split(spanned, tmp_path, monkeypatch, 4)
     assert refused is not None and "not read on both sides" in refused
     assert differences(tmp_path / "whole", tmp_path / "split") == []
@@ -137,7 +138,7 @@ def test_the_subtree_of_a_carried_range_is_what_by_range_counts_inside_it(spanne
     monkeypatch.setenv(WINDOWS_ENV, "4")
     plan = windows_read_apart(spanned, None)
     assert plan is not None
-    profile = next(iter(window_profiles(spanned, plan, stages=QUIET)))
+    profile = next(iter(window_profiles(open_export(spanned), plan, stages=QUIET)))
     ranges = profile.ranges
     run = ranges.filter(pl.col("name") == "run")["range_id"]
     inside = window_carry.inside(ranges, run)

@@ -1,5 +1,5 @@
 """Every real nsys export with one process's GPU work, attributed whole and in three
-time windows (nsysmap.by_window): the same tables, op ids and range ids aside
+time windows (nsysmap.sources.by_window): the same tables, op ids and range ids aside
 (tests/window_tables.py). Where the windows could differ, the export is read whole
 and says why; which exports are split and which are not is checked too."""
 
@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import pytest
 
-from nsysmap.by_window import WINDOWS_ENV, windows_read_apart
-from nsysmap.pipeline import analyse_file
-from nsysmap.read.nsys_sqlite import gpu_processes
-from nsysmap.stages import Stages
+from nsysmap.core.timings import Stages
+from nsysmap.flow.verbs import analyse_file
+from nsysmap.read.nsys.nsys_sqlite import gpu_processes
+from nsysmap.sources.choose import WINDOWS_ENV
 from tests.corpus import NO_GPU_FILES, corpus_files, corpus_path, real_profiles
-from tests.window_tables import differences
+from tests.window_tables import differences, windows_read_apart
 
 pytestmark = [pytest.mark.corpus, pytest.mark.slow]
 FILES = list(dict.fromkeys([*corpus_files(), *real_profiles("nsys-sqlite")]))
-# Why an export is read whole however small the budget (nsysmap.window_cuts,
-# nsysmap.window_carry, nsysmap.by_window.WindowCheck); every other one-process
+# Why an export is read whole however small the budget (nsysmap.read.nsys.window_cuts,
+# nsysmap.sources.window_carry, nsysmap.sources.by_window.WindowCheck); every other one-process
 # export is split.
 NOT_SPLIT = {
     # records phase the work outside steps (no step ranges)
@@ -26,7 +26,7 @@ NOT_SPLIT = {
     "mmagic_vsr_pyprof_dict_nvtx_markers_a100.sqlite": "nested over 64 deep",
 }
 # No moment without a range open: split only because the ranges open across each
-# edge are read into the window after it (nsysmap.window_carry).
+# edge are read into the window after it (nsysmap.sources.window_carry).
 CARRIED = (
     "extrap_concurrent_streams_nvtx_windows.sqlite",
     "cs336a2_small_fwd_emitnvtx_shapes_a100.sqlite",

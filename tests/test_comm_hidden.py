@@ -22,8 +22,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from nsysmap.flow.verbs import analyse, load_profile
 from nsysmap.many.task import rank_units
-from nsysmap.pipeline import analyse, load_profile
 from tests.cli_runner import invoke
 from tests.corpus import corpus_path
 

@@ -14,8 +14,8 @@ import polars as pl
 import pytest
 
 from instrument import compiled_doc as doc
-from nsysmap.errors import NotAProfile
-from nsysmap.pipeline import analyse, load_profile
+from nsysmap.core.errors import NotAProfile
+from nsysmap.flow.verbs import analyse, load_profile
 
 US = 1000  # ns
 
@@ -432,7 +432,7 @@ def test_the_shared_contract_imports_neither_torch_nor_polars():
     import sys
 
     code = (
-        "import sys, instrument.compiled_doc, nsysmap.read.compiled_json, "
+        "import sys, instrument.compiled_doc, nsysmap.read.torch.compiled_json, "
         "nsysmap.attribution.compiled_modules;"
         "print('torch' in sys.modules)"
     )

@@ -10,7 +10,7 @@ import json
 import polars as pl
 import pytest
 
-from nsysmap.pipeline import load_profile
+from nsysmap.flow.verbs import load_profile
 from tests.cli_runner import nsysmap_cli
 from tests.corpus import NO_GPU_FILES, all_export_files, corpus_path, independent_gpu_totals
 from tests.reference import reference_attribution, reference_overlap

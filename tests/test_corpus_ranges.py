@@ -8,12 +8,12 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
+from nsysmap.core.timings import Stages
+from nsysmap.flow.verbs import analyse, analyse_file, load_profile
 from nsysmap.output import ops_sinks as streamed
 from nsysmap.output.ops_sinks import HeldOps, OpsFile
-from nsysmap.pipeline import analyse, analyse_file, load_profile
 from nsysmap.report.answers import RunData
 from nsysmap.report.build import build_report
-from nsysmap.stages import Stages
 from tests.corpus import independent_gpu_totals
 from tests.test_by_range import reference_by_range
 
@@ -88,7 +88,7 @@ def test_streamed_by_range_equals_the_in_memory_one(tmp_path, monkeypatch):
     path = real_path(FILES[1])
     held = analyse_file(path, tmp_path / "held", stages=Stages(progress=False))
     monkeypatch.setattr(streamed, "STREAM_OPS", 100)
-    monkeypatch.setattr(streamed, "BLOCK_ROWS", 97)
+    monkeypatch.setattr(streamed, "CHUNK_ROWS", 97)
     run = analyse_file(path, tmp_path / "streamed", stages=Stages(progress=False))
     assert isinstance(held.store, HeldOps) and isinstance(run.store, OpsFile)
     a, b = (pl.read_parquet(tmp_path / d / "by_range.parquet") for d in ("held", "streamed"))

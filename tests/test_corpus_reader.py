@@ -10,9 +10,9 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from nsysmap import schemas
-from nsysmap.errors import ExitCode, NoGpuData
-from nsysmap.read.nsys_sqlite import read_sqlite
+from nsysmap.core import schemas
+from nsysmap.core.errors import ExitCode, NoGpuData
+from nsysmap.read.nsys.nsys_sqlite import read_sqlite
 from tests.corpus import (
     NO_GPU_FILES,
     all_export_files,

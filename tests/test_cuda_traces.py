@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap.pipeline import analyse_file
+from nsysmap.flow.verbs import analyse_file
 
 pytestmark = pytest.mark.slow  # conservation checks over every recorded trace
 

@@ -12,8 +12,8 @@ from nsysmap.attribution.attribute import attribute
 from nsysmap.attribution.paths import PATH_HEAD, PATH_TAIL
 from nsysmap.intervals.forest import Forest
 from nsysmap.intervals.nesting import nest_intervals
-from nsysmap.output.summarise import summarise
-from nsysmap.output.summary_text import render_summary
+from nsysmap.summaries.summarise import summarise
+from nsysmap.summaries.summary_text import render_summary
 from tests import reference as ref
 from tests.frames import MS, Frames
 from tests.strategies import threads_of_ranges

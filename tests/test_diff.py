@@ -20,8 +20,8 @@ from nsysmap.cli import cli
 from nsysmap.diff.compare import DIFF, compare
 from nsysmap.diff.diff_charts import diff_charts
 from nsysmap.diff.diff_text import render, summary, unmatched
-from nsysmap.pipeline import analyse_file
-from nsysmap.report.io import read_run
+from nsysmap.flow.verbs import analyse_file
+from nsysmap.report.report_files import read_run
 from sample_reports.build import build
 from tests.cli_runner import nsysmap_cli
 from tests.samples import analyse_samples

@@ -15,8 +15,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from nsysmap.errors import ExitCode
-from nsysmap.pipeline import analyse_file
+from nsysmap.core.errors import ExitCode
+from nsysmap.flow.verbs import analyse_file
 from sample_reports.build import build
 from tests.cli_runner import nsysmap_cli
 from tests.samples import attributed_sample

@@ -13,10 +13,10 @@ import click
 import polars as pl
 import pytest
 
-from nsysmap import schemas
 from nsysmap.cli import cli
-from nsysmap.errors import ExitCode
-from nsysmap.output.summarise import SUMMARY_TABLES
+from nsysmap.core import schemas
+from nsysmap.core.errors import ExitCode
+from nsysmap.summaries.summarise import SUMMARY_TABLES
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 

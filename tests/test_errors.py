@@ -16,13 +16,13 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-import nsysmap.flow as flow
+import nsysmap.flow.run_stages as flow
 import nsysmap.output.writer as writer
+from devtools.synth import SynthExport
 from nsysmap.attribution.normalise import check_span_times
-from nsysmap.errors import DamagedTimes, ExitCode, NotAnOutput, NotAProfile
-from nsysmap.report.io import read_run
-from nsysmap.schemas import API_CALLS, RANGES
-from nsysmap.synth import SynthExport
+from nsysmap.core.errors import DamagedTimes, ExitCode, NotAnOutput, NotAProfile
+from nsysmap.core.schemas import API_CALLS, RANGES
+from nsysmap.report.report_files import read_run
 from tests.cli_runner import nsysmap_cli
 from tests.fuzz import sqlite_totals
 

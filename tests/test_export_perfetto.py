@@ -16,13 +16,13 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
+from devtools.synth.bulk import write_export
+from devtools.synth.tile import gpt_tables
 from nsysmap.cli import cli
 from nsysmap.export.perfetto import Selection, op_tracks, trace_text
 from nsysmap.export.spans import SPAN, nest
-from nsysmap.pipeline import analyse_file
-from nsysmap.report.io import read_run
-from nsysmap.synth.bulk import write_export
-from nsysmap.synth.tile import gpt_tables
+from nsysmap.flow.verbs import analyse_file
+from nsysmap.report.report_files import read_run
 from tests.cli_runner import nsysmap_cli
 from tests.corpus import corpus_path, needs_corpus
 

@@ -15,13 +15,13 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from devtools.synth.bulk import write_export
+from devtools.synth.tile import gpt_tables
 from nsysmap.export import perfetto, window
 from nsysmap.export.perfetto import NOTE_PID, Selection, trace_text
 from nsysmap.export.window import default_selection
-from nsysmap.pipeline import analyse_file
-from nsysmap.report.io import read_run
-from nsysmap.synth.bulk import write_export
-from nsysmap.synth.tile import gpt_tables
+from nsysmap.flow.verbs import analyse_file
+from nsysmap.report.report_files import read_run
 from tests.cli_runner import nsysmap_cli
 
 SPAN_TRACKS = ("steps", "phases", "modules", "note")

@@ -18,7 +18,7 @@ import pytest
 
 from instrument.flops import EXIT_FAILED, EXIT_MISSING, EXIT_SPEC, count_flops
 from instrument.flops import main as counter_main
-from nsysmap.errors import ExitCode
+from nsysmap.core.errors import ExitCode
 from nsysmap.flops import module_flops as flops
 from tests.cli_runner import nsysmap_cli
 

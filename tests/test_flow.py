@@ -1,5 +1,6 @@
-"""One flow: only nsysmap.flow calls the stages in order, only the sources read and
-normalise, only the table of input kinds (and the per-process source) picks a reader.
+"""One flow: only the flow (flow/run_stages.py) calls the stages in order, only the sources
+read and normalise (sources/reading.py, once for a whole file and for its parts), only
+the table of input kinds (and the sources read in parts) picks a reader.
 
 Checked on the import statements of every module of nsysmap (inside functions
 too), the way tests/test_imports.py checks the floors: a driver that put the
@@ -15,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_imports import module_files
+from tests.test_imports import module_files, parsed
 
 # Stage function -> the modules that may import it (besides the module that defines it).
 _AFTER_READING = (
-    "attribute_blocks",
+    "attribute_chunks",
     "partial_summaries",
     "combine_summaries",
     "with_overlap",
@@ -31,32 +32,34 @@ _AFTER_READING = (
 )
 ONLY_FROM: dict[str, set[str]] = {
     # The stages after reading: the flow alone strings them together.
-    **{name: {"nsysmap.flow"} for name in _AFTER_READING},
-    # Reading and normalising: the sources of the flow.
-    "normalise": {"nsysmap.load", "nsysmap.by_process", "nsysmap.by_window"},
-    "read_trace": {"nsysmap.input_kinds"},
-    # by process (nsysmap.by_process.read_parts) and by time window (carried ranges
-    # renumbered between reading and nesting: nsysmap.by_window.window_profiles)
-    "read_sqlite": {"nsysmap.input_kinds", "nsysmap.by_process", "nsysmap.by_window"},
+    **{name: {"nsysmap.flow.run_stages"} for name in _AFTER_READING},
+    # Summarising a frame of operations at once: the public verb, and the flow's per
+    # process summaries of a flow over several processes (several reports never do).
+    "summarise": {"nsysmap", "nsysmap.flow.run_stages"},
+    # Reading then normalising: written once, for a whole file and for its parts.
+    "normalise": {"nsysmap.sources.reading"},
+    "read_trace": {"nsysmap.sources.input_kinds"},
+    # by process and by time window (carried ranges renumbered between reading and
+    # nesting), each given the export opened once
+    "read_sqlite": {
+        "nsysmap.sources.input_kinds",
+        "nsysmap.sources.by_process",
+        "nsysmap.sources.by_window",
+    },
 }
-
-
-@cache
-def _tree(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(), str(path))
 
 
 @cache
 def imported_names(path: Path) -> frozenset[str]:
     """Every name imported by `from X import name` anywhere in the file."""
-    nodes = ast.walk(_tree(path))
+    nodes = ast.walk(parsed(path))
     found = (alias.name for n in nodes if isinstance(n, ast.ImportFrom) for alias in n.names)
     return frozenset(found)
 
 
 @cache
 def defined_names(path: Path) -> frozenset[str]:
-    return frozenset(n.name for n in _tree(path).body if isinstance(n, ast.FunctionDef))
+    return frozenset(n.name for n in parsed(path).body if isinstance(n, ast.FunctionDef))
 
 
 def stray_imports(files: dict[str, Path]) -> list[str]:
@@ -74,13 +77,13 @@ def test_the_check_finds_a_driver_that_strings_stages_together(tmp_path: Path):
     driver = tmp_path / "driver.py"
     driver.write_text(
         "def run(p):\n"
-        "    from nsysmap.attribution.attribute import attribute_blocks\n"
-        "    return attribute_blocks(p)\n"
+        "    from nsysmap.attribution.attribute import attribute_chunks\n"
+        "    return attribute_chunks(p)\n"
     )
     flow = tmp_path / "flow.py"
-    flow.write_text("from nsysmap.attribution.attribute import attribute_blocks\n")
-    files = {"nsysmap.capture.driver": driver, "nsysmap.flow": flow}
-    assert stray_imports(files) == ["nsysmap.capture.driver imports attribute_blocks"]
+    flow.write_text("from nsysmap.attribution.attribute import attribute_chunks\n")
+    files = {"nsysmap.capture.driver": driver, "nsysmap.flow.run_stages": flow}
+    assert stray_imports(files) == ["nsysmap.capture.driver imports attribute_chunks"]
 
 
 @pytest.mark.parametrize("name", sorted(ONLY_FROM))

@@ -8,15 +8,15 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from nsysmap import flow
-from nsysmap import kept as kept_module
+from devtools.synth.bulk import write_export
+from devtools.synth.tile import gpt_tables
+from nsysmap.core.timings import Stages
+from nsysmap.flow import leftovers as kept_module
+from nsysmap.flow import run_stages as flow
+from nsysmap.flow.verbs import analyse_file
 from nsysmap.infer.sequence import ORDER, in_order, key_expr, sequence_query, sequences
 from nsysmap.infer.summary import INFER_COLUMNS, infer_ops, infer_scan
 from nsysmap.output.ops_sinks import HeldOps, OpsFile
-from nsysmap.pipeline import analyse_file
-from nsysmap.stages import Stages
-from nsysmap.synth.bulk import write_export
-from nsysmap.synth.tile import gpt_tables
 
 pytestmark = pytest.mark.slow  # whole flows on a synthetic export
 
@@ -194,14 +194,14 @@ def _record_collects(monkeypatch: pytest.MonkeyPatch) -> list[pl.DataFrame]:
     return collected
 
 
-def _record_kept(monkeypatch: pytest.MonkeyPatch) -> list[kept_module.Kept]:
-    """The flow's Kept, once per part it takes in (until monkeypatch.undo())."""
-    kept: list[kept_module.Kept] = []
-    real_add = kept_module.Kept.add
+def _record_kept(monkeypatch: pytest.MonkeyPatch) -> list[kept_module.Leftovers]:
+    """The flow's Leftovers, once per part it takes in (until monkeypatch.undo())."""
+    kept: list[kept_module.Leftovers] = []
+    real_add = kept_module.Leftovers.add
 
-    def add(self: kept_module.Kept, profile, ranges_summary) -> None:
+    def add(self: kept_module.Leftovers, profile, ranges_summary) -> None:
         real_add(self, profile, ranges_summary)
         kept.append(self)
 
-    monkeypatch.setattr(kept_module.Kept, "add", add)
+    monkeypatch.setattr(kept_module.Leftovers, "add", add)
     return kept

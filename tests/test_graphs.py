@@ -10,10 +10,10 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
+from devtools.synth import SynthExport
 from nsysmap.cli import cli
-from nsysmap.pipeline import analyse_file, load_profile
-from nsysmap.read.nsys_graphs import capture_points
-from nsysmap.synth import SynthExport
+from nsysmap.flow.verbs import analyse_file, load_profile
+from nsysmap.read.nsys.nsys_graphs import capture_points
 from tests.corpus import independent_gpu_totals
 
 MS = 1_000_000

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -22,88 +23,73 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 # What each part of nsysmap may not import (prefixes of module names). A
-# prefix matches the module itself and everything below it.
-_DRIVERS = ("nsysmap.pipeline", "nsysmap.capture", "nsysmap.many", "nsysmap.cli")  # run the flow
-_LATER = ("nsysmap.output", "nsysmap.infer", "nsysmap.report")  # work on attributed ops
-_NSYS_QUERY = ("nsysmap.read.nsys_probe", "nsysmap.read.nsys_sql")
-_NSYS_ASSEMBLY = "nsysmap.read.nsys_sqlite"
+# prefix matches the module itself and everything below it. The folders in
+# pipeline order: core/ (the leaves) and intervals/ -> read/ -> attribution/,
+# waits/ -> summaries/, infer/ -> output/ (the files written) -> sources/ ->
+# flow/ -> what works on the outputs (report/, export/, diff/, flops/) -> the
+# drivers (many/, then capture/, whose distributed jobs go through many/) -> cli/.
+# Nothing imports a folder later in the list
+# (but flops/, which adds the model's FLOPs to an analysis of flow/).
+_DRIVERS = ("nsysmap.capture", "nsysmap.many", "nsysmap.cli")  # run the flow
+_ON_OUTPUTS = ("nsysmap.report", "nsysmap.export", "nsysmap.diff", "nsysmap.flops")
+_FLOW = ("nsysmap.sources", "nsysmap.flow", *_ON_OUTPUTS, *_DRIVERS)  # the flow and above
+_MIDDLE = ("nsysmap.attribution", "nsysmap.waits", "nsysmap.summaries", "nsysmap.infer")
+_NSYS_QUERY = ("nsysmap.read.nsys.nsys_probe", "nsysmap.read.nsys.nsys_sql")
+_NSYS_ASSEMBLY = "nsysmap.read.nsys.nsys_sqlite"
 _NSYS_FRAMES = (
-    "nsysmap.read.nsys_frames",
-    "nsysmap.read.nsys_gpu_ops",
-    "nsysmap.read.nsys_graphs",
-    "nsysmap.read.nsys_env",
+    "nsysmap.read.nsys.nsys_frames",
+    "nsysmap.read.nsys.nsys_gpu_ops",
+    "nsysmap.read.nsys.nsys_graphs",
+    "nsysmap.read.nsys.nsys_env",
 )
 FLOORS: dict[str, tuple[str, ...]] = {
     # Leaves: shared by everything, know nothing of the flow.
-    "nsysmap.schemas": ("nsysmap.",),
-    "nsysmap.errors": ("nsysmap.",),
-    "nsysmap.range_names": ("nsysmap.",),
-    "nsysmap.scalars": ("nsysmap.",),
-    "nsysmap.coded": ("nsysmap.",),
-    "nsysmap.memory": ("nsysmap.",),
-    "nsysmap.nsys_tool": ("nsysmap.read", "nsysmap.attribution", "nsysmap.pipeline"),
-    "nsysmap.intervals": (
-        "nsysmap.read",
-        "nsysmap.attribution",
-        *_LATER,
-        "nsysmap.pipeline",
-        "nsysmap.cli",
-    ),
-    # Readers: files in, normalised frames out.
-    "nsysmap.read": ("nsysmap.attribution", *_LATER, *_DRIVERS),
+    "nsysmap.core": ("nsysmap.",),
+    "nsysmap.intervals": ("nsysmap.read", *_MIDDLE, "nsysmap.output", *_FLOW),
+    # Readers: files in, raw profiles out; the nsys and torch readers know nothing of
+    # each other, nor of the name rules (given by their callers: window_scans.CutRules).
+    "nsysmap.read": (*_MIDDLE, "nsysmap.output", *_FLOW),
+    "nsysmap.read.nsys": ("nsysmap.read.torch",),
+    "nsysmap.read.torch": ("nsysmap.read.nsys",),
+    "nsysmap.read.nsys.nsys_tool": ("nsysmap.read",),
     # Within the nsys reader, one direction: probe -> query -> frames -> assemble
     # (nsys_sqlite); nothing calls back into an earlier stage's caller.
-    "nsysmap.read.nsys_probe": ("nsysmap.read.nsys_sql", *_NSYS_FRAMES, _NSYS_ASSEMBLY),
-    "nsysmap.read.nsys_sql": (*_NSYS_FRAMES, _NSYS_ASSEMBLY),
+    "nsysmap.read.nsys.nsys_probe": ("nsysmap.read.nsys.nsys_sql", *_NSYS_FRAMES, _NSYS_ASSEMBLY),
+    "nsysmap.read.nsys.nsys_sql": (*_NSYS_FRAMES, _NSYS_ASSEMBLY),
     # Frames are built in Polars only: no file, no SQL.
-    "nsysmap.read.nsys_frames": (*_NSYS_QUERY, _NSYS_ASSEMBLY),
-    "nsysmap.read.nsys_gpu_ops": (*_NSYS_QUERY, "nsysmap.read.nsys_frames", _NSYS_ASSEMBLY),
-    "nsysmap.read.nsys_graphs": (*_NSYS_QUERY, "nsysmap.read.nsys_frames", _NSYS_ASSEMBLY),
-    "nsysmap.read.nsys_env": (*_NSYS_QUERY, "nsysmap.read.nsys_frames", _NSYS_ASSEMBLY),
-    "nsysmap.read.nsys_specs": ("nsysmap.",),
-    # The pure middle.
-    "nsysmap.attribution": ("nsysmap.read", *_LATER, *_DRIVERS),
-    "nsysmap.infer": ("nsysmap.read", "nsysmap.output", "nsysmap.report", *_DRIVERS),
-    "nsysmap.output": ("nsysmap.read", "nsysmap.report", *_DRIVERS),
-    "nsysmap.waits": ("nsysmap.read", "nsysmap.attribution", *_LATER, *_DRIVERS),
-    # The flow and what works on its outputs: nothing below the CLI imports it.
-    "nsysmap.load": (
-        "nsysmap.output",
-        "nsysmap.infer",
-        "nsysmap.report",
-        *_DRIVERS,
-        "nsysmap.by_process",
+    "nsysmap.read.nsys.nsys_frames": (*_NSYS_QUERY, _NSYS_ASSEMBLY),
+    "nsysmap.read.nsys.nsys_gpu_ops": (
+        *_NSYS_QUERY,
+        "nsysmap.read.nsys.nsys_frames",
+        _NSYS_ASSEMBLY,
     ),
-    # The table of input kinds is read by the flow's first stage and everything above it.
-    "nsysmap.input_kinds": (
-        "nsysmap.output",
-        "nsysmap.infer",
-        "nsysmap.report",
-        *_DRIVERS,
-        "nsysmap.load",
-        "nsysmap.by_process",
-        "nsysmap.flow",
+    "nsysmap.read.nsys.nsys_graphs": (
+        *_NSYS_QUERY,
+        "nsysmap.read.nsys.nsys_frames",
+        _NSYS_ASSEMBLY,
     ),
-    # What the flow makes: known to the flow and its drivers, knowing neither.
-    "nsysmap.analysis": (
-        "nsysmap.read",
-        "nsysmap.load",
-        "nsysmap.by_process",
-        "nsysmap.flow",
-        *_DRIVERS,
-        "nsysmap.report",
-    ),
-    # The one flow: its drivers (pipeline, capture, many, cli) call it, never the reverse.
-    "nsysmap.flow": (*_DRIVERS, "nsysmap.report"),
-    "nsysmap.pipeline": ("nsysmap.capture", "nsysmap.many", "nsysmap.report", "nsysmap.cli"),
-    "nsysmap.by_process": (*_DRIVERS, "nsysmap.report", "nsysmap.flow"),
-    "nsysmap.report": ("nsysmap.capture", "nsysmap.many.run_many", "nsysmap.cli"),
-    "nsysmap.capture": ("nsysmap.cli",),
-    "nsysmap.many": ("nsysmap.cli",),
-    "nsysmap.flops": ("nsysmap.cli",),
-    "nsysmap.diff": ("nsysmap.cli",),
-    "nsysmap.export": ("nsysmap.cli",),
-    "nsysmap.synth": ("nsysmap.cli",),
+    "nsysmap.read.nsys.nsys_env": (*_NSYS_QUERY, "nsysmap.read.nsys.nsys_frames", _NSYS_ASSEMBLY),
+    "nsysmap.read.nsys.nsys_specs": ("nsysmap.",),
+    # The pure middle: attribution and the waits' rules, then the summaries and inference.
+    "nsysmap.attribution": ("nsysmap.read", *_MIDDLE[1:], "nsysmap.output", *_FLOW),
+    "nsysmap.waits": ("nsysmap.read", "nsysmap.attribution", *_MIDDLE[2:], *_FLOW),
+    "nsysmap.summaries": ("nsysmap.read", "nsysmap.infer", "nsysmap.output", *_FLOW),
+    "nsysmap.infer": ("nsysmap.read", "nsysmap.summaries", "nsysmap.output", *_FLOW),
+    # The files written: the writer, the sinks of the OPS rows, the folder's placement.
+    "nsysmap.output": ("nsysmap.read", "nsysmap.attribution", "nsysmap.infer", *_FLOW),
+    # The sources of the flow: read and normalise, whole, by process or by window.
+    "nsysmap.sources": ("nsysmap.infer", "nsysmap.output", *_FLOW[1:]),
+    # The one flow: its drivers call it, never the reverse.
+    "nsysmap.flow": _FLOW[2:],
+    # What works on written outputs: never the readers, the sources or the flow's stages.
+    "nsysmap.report": ("nsysmap.read", "nsysmap.sources", "nsysmap.flow", *_ON_OUTPUTS[1:3]),
+    "nsysmap.export": ("nsysmap.read", "nsysmap.sources", "nsysmap.flow", "nsysmap.report"),
+    "nsysmap.diff": ("nsysmap.read", "nsysmap.sources", "nsysmap.flow", "nsysmap.export"),
+    "nsysmap.flops": ("nsysmap.read", "nsysmap.sources", *_ON_OUTPUTS[:3], *_DRIVERS),
+    # The drivers: several reports on Dask, `nsysmap run`; and the CLI above everything.
+    "nsysmap.capture": ("nsysmap.cli", *_ON_OUTPUTS[:3]),  # a job's ranks go through many/
+    "nsysmap.many": ("nsysmap.capture", "nsysmap.cli", *_ON_OUTPUTS[1:]),
+    "nsysmap.many.task": ("nsysmap.read", "nsysmap.summaries.summarise"),  # schedules flows
 }
 
 # The modules of instrument/ that nsysmap may import: the formats and the vocabulary
@@ -112,6 +98,7 @@ FLOORS: dict[str, tuple[str, ...]] = {
 # names, their order and colours (instrument/phase_vocabulary.py).
 SHARED_LEAVES = (
     "instrument.contract",
+    "instrument.rank_guard",
     "instrument.compiled_doc",
     "instrument.flops.estimates",
     "instrument.phase_vocabulary",
@@ -132,6 +119,13 @@ def module_files(package: str, root: Path = ROOT) -> dict[str, Path]:
     return found
 
 
+@cache
+def parsed(path: Path) -> ast.Module:
+    """The syntax tree of a source file, parsed once per test process (the structure
+    tests of test_imports, test_architecture, test_flow and test_sources_choose)."""
+    return ast.parse(path.read_text(), str(path))
+
+
 def imported_modules(name: str, path: Path, known: Iterable[str]) -> set[str]:
     """The modules of `known` that module `name` imports anywhere in its text.
 
@@ -140,7 +134,7 @@ def imported_modules(name: str, path: Path, known: Iterable[str]) -> set[str]:
     known = set(known)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -298,6 +292,17 @@ def test_instrument_imports_no_nsysmap():
         assert not [m for m in imports if _within(m, "nsysmap")], name
 
 
+def test_nsysmap_imports_nothing_of_devtools():
+    """devtools/ (synthetic exports, the browser driver) is not installed with nsysmap."""
+    known = [*module_files("nsysmap"), *module_files("devtools")]
+    found = {
+        name: sorted(m for m in imported_modules(name, path, known) if _within(m, "devtools"))
+        for name, path in module_files("nsysmap").items()
+    }
+    assert {name: imports for name, imports in found.items() if imports} == {}
+    assert module_files("devtools"), "devtools/ is where the tools are"
+
+
 def test_nsysmap_imports_only_the_shared_leaves_of_instrument():
     known = module_files("instrument")
     beyond = {
@@ -335,8 +340,8 @@ def _batches(package: str) -> list[list[str]]:
     """One batch per subpackage (and one for the top-level modules), importers first.
 
     Each batch starts from a fresh interpreter. Any nsysmap import first runs
-    nsysmap/__init__ (the public API: the core flow), so a batch's own modules
-    are what it loads fresh; importing those that nothing imports first means a
+    nsysmap/__init__, which imports its public names only when used, so a
+    batch's own modules are what it loads fresh; importing those that nothing imports first means a
     module that only works after some other module was imported fails here.
     (`__main__` modules are entry points, run rather than imported.)
     """
@@ -381,3 +386,11 @@ def test_every_barred_prefix_names_modules_that_exist(graph):
     barred = {prefix.rstrip(".") for bars in FLOORS.values() for prefix in bars}
     dead = sorted(p for p in barred if not any(m == p or m.startswith(p + ".") for m in graph))
     assert dead == []
+
+
+@pytest.mark.fresh
+def test_the_console_script_takes_ctrl_c_before_the_heavy_imports():
+    """`nsysmap`'s console script (nsysmap.console) loads none of the libraries the
+    commands need before it has installed its SIGINT handler (docs/cli.md, Ctrl-C)."""
+    loaded = _import_in_fresh_interpreter(["nsysmap.console"], ("polars", "pyarrow", "click"))
+    assert loaded == []

@@ -17,16 +17,16 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
+from devtools.synth.bulk import write_export
+from devtools.synth.tile import gpt_tables
 from nsysmap.cli import cli
+from nsysmap.flow.verbs import analyse, load_profile, write
 from nsysmap.infer.motif import motif_regions, step_period
 from nsysmap.infer.repeats import passes
 from nsysmap.infer.summary import LAYER_INDEX, agreement, infer_ops
-from nsysmap.pipeline import analyse, load_profile, write
 from nsysmap.report.answers import ReportOptions
 from nsysmap.report.build import build_report
-from nsysmap.report.io import read_run
-from nsysmap.synth.bulk import write_export
-from nsysmap.synth.tile import gpt_tables
+from nsysmap.report.report_files import read_run
 from tests.corpus import REAL
 
 SAMPLES = Path(__file__).parents[1] / "sample_reports"

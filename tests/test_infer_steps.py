@@ -15,9 +15,9 @@ import numpy as np
 import polars as pl
 import pytest
 
+from nsysmap.flow.verbs import analyse, load_profile
 from nsysmap.infer.repeats import Evidence, passes
 from nsysmap.infer.summary import LAYER_INDEX, infer_ops
-from nsysmap.pipeline import analyse, load_profile
 from tests.corpus import corpus_path
 from tests.test_infer import TRUE_PHASE, _hidden, _share
 from tests.test_infer_noise import _ops

@@ -1,4 +1,4 @@
-"""Gzipped traces inflated as a stream, within the memory budget (nsysmap.read.inflate).
+"""Gzipped traces inflated as a stream, within the memory budget (nsysmap.read.torch.inflate).
 
 A trace that would inflate past what the budget reads is refused with one line
 and exit 14 as soon as it does, having held about the limit, never the whole:
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from nsysmap.errors import ExitCode, InputTooLarge, NotAProfile
-from nsysmap.read.inflate import CHUNK, Damaged, PastLimit, inflated
-from nsysmap.read.torch_events import TRACE_BYTES_PER_BYTE, decompressed
+from nsysmap.core.errors import ExitCode, InputTooLarge, NotAProfile
+from nsysmap.read.torch.inflate import CHUNK, Damaged, PastLimit, inflated
+from nsysmap.read.torch.torch_events import TRACE_BYTES_PER_BYTE, decompressed
 from tests.cli_runner import invoke
 
 DATA = b'{"traceEvents": [' + b" " * 3_000_000 + b"]}"
@@ -119,7 +119,7 @@ def test_the_cli_says_it_in_one_line_with_exit_14(tmp_path):
 def test_an_address_space_limit_bounds_the_budget():
     """Under `ulimit -v`, what is left of the limit, not the machine's free memory."""
     code = (
-        "import resource; from nsysmap.memory import available_bytes;"
+        "import resource; from nsysmap.core.memory import available_bytes;"
         "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30));"
         "print(available_bytes())"
     )

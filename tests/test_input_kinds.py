@@ -1,4 +1,4 @@
-"""The table of input kinds (nsysmap.input_kinds): every kind complete, and a file's
+"""The table of input kinds (nsysmap.sources.input_kinds): every kind complete, and a file's
 kind by its name, or by its content when the content says another kind."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from nsysmap import input_kinds
-from nsysmap.errors import ExitCode, NotAProfile
-from nsysmap.input_kinds import KINDS, NSYS_REPORT, NSYS_SQLITE, TORCH_TRACE, kind_of
+from devtools.synth.bulk import bulk_tables, write_export
+from nsysmap.core.errors import ExitCode, NotAProfile
+from nsysmap.flow.verbs import load_profile
 from nsysmap.many.input_files import expand_inputs, is_report
-from nsysmap.pipeline import load_profile
-from nsysmap.synth.bulk import bulk_tables, write_export
+from nsysmap.sources import input_kinds
+from nsysmap.sources.input_kinds import KINDS, NSYS_REPORT, NSYS_SQLITE, TORCH_TRACE, kind_of
 from tests.cli_runner import nsysmap_cli
 from tests.torch_traces import STREAM, flow, kernel, launch, op, write_trace
 

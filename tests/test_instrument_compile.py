@@ -16,7 +16,7 @@ import instrument
 from instrument import compiled_doc
 from instrument.launch._window import SETTLE_LIMIT, ProfileWindow
 from instrument.launch.provenance import Provenance
-from nsysmap.read.compiled_json import read_compiled
+from nsysmap.read.torch.compiled_json import read_compiled
 from tests.test_instrument_support import Recorder
 
 pytestmark = pytest.mark.slow  # torch.compile

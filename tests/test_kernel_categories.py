@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 
 from nsysmap.attribution.categories import RULES, category_expr, rule_text
-from nsysmap.pipeline import analyse_file
+from nsysmap.flow.verbs import analyse_file
 from tests.corpus import connect, corpus_path
 
 _VLLM = "tracelens_vllm_gptoss_fullgraph_decode_hipgraph_mi300x.json.gz"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from nsysmap import launch_keys
-from nsysmap.launch_keys import call_key, first_calls
+from nsysmap.core import launch_keys
+from nsysmap.core.launch_keys import call_key, first_calls
 
 
 @pytest.mark.parametrize("corr", [7, 2**40, -3])  # packed key, and the struct key

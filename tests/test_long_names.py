@@ -2,7 +2,7 @@
 
 An export may name many operations with one long name (StringIds holds it
 once). Every step of the flow that groups, sorts or writes by a name works on
-codes (nsysmap.coded, nsysmap.output.text_parquet), so the peak is bounded by
+codes (nsysmap.core.coded, nsysmap.output.text_parquet), so the peak is bounded by
 what the profile holds. Each run is a child process under `ulimit -v 8000000`
 (tests/capped.py) whose peak resident memory comes from wait4. Before, two
 50 MB names over 146 operations took 9.15 GB without the cap and died by
@@ -18,7 +18,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap.synth import SynthExport
+from devtools.synth import SynthExport
 from tests.capped import run_capped
 
 pytestmark = pytest.mark.slow  # names of 10 and 50 MB through the whole flow, child processes

@@ -18,11 +18,11 @@ import pyarrow.dataset as ds
 import pytest
 from distributed import LocalCluster
 
-from nsysmap.errors import ExitCode
-from nsysmap.load import load_profile
-from nsysmap.output.summarise import SUMMARY_SCHEMAS
-from nsysmap.pipeline import analyse
-from nsysmap.synth.ddp_ranks import Job, rank_file, write_rank_exports
+from devtools.synth.ddp_ranks import Job, rank_file, write_rank_exports
+from nsysmap.core.errors import ExitCode
+from nsysmap.flow.verbs import analyse
+from nsysmap.sources.reading import load_profile
+from nsysmap.summaries.summarise import SUMMARY_SCHEMAS
 from nsysmap.waits.tables import SCHEMAS as WAITS_SCHEMAS
 from tests.cli_runner import invoke
 from tests.corpus import independent_gpu_totals
@@ -167,6 +167,6 @@ def test_hive_dataset_reads_as_one_table(result: dict[str, Any]) -> None:
 def test_report_on_the_output_writes_the_rank_section(result: dict[str, Any]) -> None:
     code, stdout, _ = invoke(["report", str(result["out"])])
     assert code == 0
-    assert "## Ranks" in stdout and f"Slowest layer: {SLOW_LAYER}" in stdout
+    assert "## Ranks" in stdout and f"Slowest layer: `{SLOW_LAYER}`" in stdout
     assert "rank06.sqlite" in stdout  # the failed report is listed
     assert (result["out"] / "report.md").read_text().strip() == stdout.strip()

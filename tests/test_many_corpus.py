@@ -14,9 +14,9 @@ import json
 import polars as pl
 import pytest
 
-from nsysmap.load import load_profile
-from nsysmap.pipeline import analyse
-from nsysmap.read.nsys_sqlite import read_sqlite
+from nsysmap.flow.verbs import analyse
+from nsysmap.read.nsys.nsys_sqlite import read_sqlite
+from nsysmap.sources.reading import load_profile
 from tests.cli_runner import invoke
 from tests.corpus import corpus_path, independent_gpu_totals, needs_corpus
 
@@ -54,7 +54,7 @@ def test_two_process_export_gives_a_rank_per_process(tmp_path) -> None:
         written = pl.read_parquet(tmp_path / f"{name}.parquet")
         assert written.select("rank", "device_id").unique().sort("rank").rows() == [(0, 0), (1, 1)]
         for rank in (0, 1):
-            # op_id is counted per process read (nsysmap.by_process): next_op_id apart
+            # op_id is counted per process read (nsysmap.sources.by_process): next_op_id apart
             mine = written.filter(pl.col("rank") == rank).drop("rank", "next_op_id", strict=False)
             alone = whole[name].filter(pl.col("device_id") == rank)
             assert mine.equals(alone.drop("next_op_id", strict=False)), name

@@ -8,15 +8,15 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap.errors import InputNotFound
-from nsysmap.many import across
+from nsysmap.core.errors import InputNotFound
+from nsysmap.many import cross_rank as across
 from nsysmap.many.cluster import BASE_TASK_BYTES, plan_local
 from nsysmap.many.input_files import expand_inputs
 from nsysmap.many.progress import Progress, progress_line
 from nsysmap.many.rank_ids import DECLARED, FILE_ORDER, PROCESS, assign_ranks
 from nsysmap.many.rank_overlap import exposed_communication
 from nsysmap.many.task import FAILED, OK, Outcome, Unit, by_device_owner
-from nsysmap.read.nsys_env import rank_facts
+from nsysmap.read.nsys.nsys_env import rank_facts
 from tests.cli_runner import invoke
 
 GiB = 1 << 30
@@ -192,6 +192,8 @@ def test_progress_line_names_the_slowest_running_report() -> None:
     line = progress_line(5, 1, 16, {"rank07.sqlite": 12.4, "rank09.sqlite": 3.0})
     assert line == "nsysmap: 5/16 reports done, 1 failed; slowest running: rank07.sqlite 12 s"
     assert progress_line(16, 0, 16, {}) == "nsysmap: 16/16 reports done"
+    hostile = progress_line(1, 0, 2, {"r\x1b]0;title\x07.sqlite": 1.0})
+    assert hostile.endswith("slowest running: r\\x1b]0;title\\x07.sqlite 1 s")
 
 
 def test_progress_is_silent_off_a_terminal() -> None:

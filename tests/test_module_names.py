@@ -1,4 +1,4 @@
-"""Every module of nsysmap/ and instrument/ has a name no other module has.
+"""Every module of nsysmap/, instrument/ and devtools/ has a name no other module has.
 
 A name says what a module holds wherever it is read: in a traceback, an
 import line or a search. The exceptions are the package files (`__init__`,
@@ -12,7 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("nsysmap", "instrument")
+PACKAGES = ("nsysmap", "instrument", "devtools")
 SHARED = {"__init__", "__main__"}
 NAMED_AFTER_COMMANDS = ROOT / "nsysmap" / "cli"
 
@@ -35,5 +35,5 @@ def test_module_names_are_unique_outside_the_command_modules():
 def test_the_rule_sees_every_package():
     names = _modules_by_name()
     # a module of each package is found, so an empty walk cannot pass
-    assert "pipeline" in names and "contract" in names and "nsys_sqlite" in names
+    assert "verbs" in names and "contract" in names and "nsys_sqlite" in names and "bulk" in names
     assert "attribute" in names  # attribution/attribute.py, though cli/attribute.py exists

@@ -17,11 +17,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from nsysmap.flow.verbs import analyse_file
 from nsysmap.output.writer import read_outputs
-from nsysmap.pipeline import analyse_file
 from nsysmap.report.blocks import block_totals
 from nsysmap.report.build import ReportResult, build_report
-from nsysmap.report.io import read_run
+from nsysmap.report.report_files import read_run
 from tests.corpus import corpus_path
 
 pytestmark = pytest.mark.corpus  # the real traces of ../shared/corpus

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from devtools.synth import SynthExport
 from nsysmap.attribution.attribute import attribute
 from nsysmap.attribution.labels import name_labels
 from nsysmap.attribution.rules import (
@@ -28,8 +29,7 @@ from nsysmap.attribution.rules import (
     user_rules,
 )
 from nsysmap.cli import cli
-from nsysmap.errors import ExitCode
-from nsysmap.synth import SynthExport
+from nsysmap.core.errors import ExitCode
 from tests.cli_runner import nsysmap_cli
 from tests.corpus import CORPUS, connect
 from tests.frames import Frames

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from instrument import phase_vocabulary as vocabulary
 from instrument.phase_vocabulary import PHASES
 from instrument.ranges import naming as fmt
-from nsysmap import range_names as parse
 from nsysmap.attribution.labels import name_labels
+from nsysmap.core import range_names as parse
 
 paths = st.one_of(
     st.just(""),

@@ -15,10 +15,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap import schemas
 from nsysmap.attribution.attribute import attribute
 from nsysmap.attribution.normalise import normalise
-from nsysmap.profile import NestedProfile, Profile, meta_frame
+from nsysmap.core import schemas
+from nsysmap.core.profile import NestedProfile, Profile, meta_frame
 from tests.frames import MS, Frames
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""nsys command lines and the nsys wrapper (nsysmap.nsys_tool), against a stand-in nsys."""
+"""nsys command lines and the nsys wrapper (read/nsys/nsys_tool.py), against a stand-in nsys."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from nsysmap import nsys_tool
-from nsysmap.errors import ExitCode, InputNotFound, ProfilerFailed, ToolMissing
+from nsysmap.core.errors import ExitCode, InputNotFound, ProfilerFailed, ToolMissing
+from nsysmap.read.nsys import nsys_tool
 from tests import fake_nsys
 
 NASTY = ["--lr", "3e-4", "two words", 'it\'s "quoted"', "a; rm -rf /", "$(touch pwned)", "`x`", ""]

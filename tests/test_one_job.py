@@ -17,8 +17,8 @@ import polars as pl
 import pytest
 
 from nsysmap.many.collect import output_tables
-from nsysmap.many.one_job import MIN_SHARED_KERNEL_TIME, doubts
 from nsysmap.many.rank_ids import RankOf, assign_ranks
+from nsysmap.many.same_job import MIN_SHARED_KERNEL_TIME, doubts
 from nsysmap.many.task import OK, Outcome, Unit, attribute_one
 from tests.cli_runner import invoke
 from tests.corpus import corpus_path

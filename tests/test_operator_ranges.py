@@ -20,7 +20,7 @@ import pytest
 from nsysmap.attribution.attribute import attribute
 from nsysmap.attribution.labels import OPERATOR_CALL_FIELDS, name_labels, without_call_fields
 from nsysmap.flops.aten_flops import with_shape_flops
-from nsysmap.pipeline import load_profile
+from nsysmap.flow.verbs import load_profile
 from nsysmap.report.operator_shapes import shapes_table
 from tests.corpus import CORPUS, connect
 from tests.frames import Frames

@@ -16,9 +16,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap.errors import ExitCode, OutputFailed
+from devtools.synth import SynthExport
+from nsysmap.core.errors import ExitCode, OutputFailed
 from nsysmap.output.placement import MANIFEST_SCHEMA, proven_outputs, remove_outputs
-from nsysmap.synth import SynthExport
 from tests.cli_runner import nsysmap_cli
 
 HOSTILE_TABLES = {"t": {"file": "keep.txt"}, "r": {"dir": "mydata"}}

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from nsysmap.errors import ExitCode
+from devtools.synth import SynthExport
+from nsysmap.core.errors import ExitCode
+from nsysmap.flow.verbs import analyse_file
 from nsysmap.many.write import LAYOUT
-from nsysmap.pipeline import analyse_file
 from nsysmap.report.html.page import plotly_js
-from nsysmap.synth import SynthExport
 from tests.cli_runner import nsysmap_cli
 
 

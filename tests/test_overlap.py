@@ -8,10 +8,10 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from devtools.synth import SynthExport
 from nsysmap.cli import cli
 from nsysmap.intervals import hiding
-from nsysmap.output.comm_overlap import hidden_communication, overlap_line, overlap_table
-from nsysmap.synth import SynthExport
+from nsysmap.summaries.comm_overlap import hidden_communication, overlap_line, overlap_table
 from tests.reference import reference_overlap
 
 MS = 1_000_000

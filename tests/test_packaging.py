@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from functools import cache
 from pathlib import Path
 
@@ -102,6 +103,20 @@ def test_every_instrument_import_is_an_install_or_train_requirement():
     assert undeclared("instrument", allowed) == []
 
 
+def test_the_tools_are_not_among_the_packages_installed():
+    """setup.cfg's `packages = find:` finds nsysmap and instrument, never devtools/
+    (the synthetic exports and the browser driver, which tests and benchmarks import)."""
+    from setuptools import find_packages
+
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    include = config["options.packages.find"]["include"].split()
+    found = find_packages(str(ROOT), include=include)
+    assert "nsysmap" in found and "nsysmap.read.nsys" in found and "instrument" in found
+    assert not [name for name in found if name.startswith("devtools") or name.endswith(".synth")]
+    assert (ROOT / "devtools" / "synth" / "bulk.py").is_file()
+
+
 # ------------------------------------------------- installed as users install it
 
 SAMPLE = ROOT / "sample_reports" / "gpt2_tiny_train.sqlite"
@@ -159,6 +174,9 @@ def test_the_wheel_installs_alone_and_every_command_runs(tmp_path: Path):
     source, wheels = _wheel_source(tmp_path / "source"), tmp_path / "wheels"
     _ok(_run([str(python), "-m", "pip", "wheel", "--no-deps", "-w", str(wheels), source], tmp_path))
     (wheel,) = wheels.glob("nsysmap-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        tops = {name.split("/")[0] for name in archive.namelist()}
+    assert {"nsysmap", "instrument"} <= tops and "devtools" not in tops, tops
     _ok(_run([str(python), "-m", "pip", "install", str(wheel)], tmp_path))
     where = _run([str(python), "-c", "import nsysmap; print(nsysmap.__file__)"], tmp_path)
     _ok(where)

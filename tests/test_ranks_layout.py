@@ -14,7 +14,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap import schemas
+from nsysmap.core import rank_schemas, schemas, wait_schemas
 from nsysmap.many.collect import ranks_table
 from nsysmap.many.rank_ids import FILE_ORDER, RankOf
 from nsysmap.many.task import OK, Outcome, Unit
@@ -44,7 +44,7 @@ def _ranks(work: Path, sizes: list[int]) -> list[RankOf]:
 
 
 def _tables(ranks: list[RankOf]) -> dict[str, pl.DataFrame]:
-    per_device = {n: schemas.empty(schemas.with_rank(s)) for n, s in PER_DEVICE.items()}
+    per_device = {n: schemas.empty(rank_schemas.with_rank(s)) for n, s in PER_DEVICE.items()}
     return {"ranks": ranks_table(ranks), **per_device}
 
 
@@ -75,7 +75,7 @@ def test_ranks_are_written_by_the_one_writer(tmp_path: Path) -> None:
             "rows": pl.read_parquet(out / f"{name}.parquet").height,
         }
     idle = pl.read_parquet(out / "idle.parquet")
-    assert idle.schema == schemas.with_rank(schemas.IDLE)
+    assert idle.schema == rank_schemas.with_rank(wait_schemas.IDLE)
     read = read_outputs(out)  # the one reader reads either layout
     assert set(read) == set(manifest["tables"])
     assert read["ops"].group_by("rank").len().sort("rank").rows() == [(0, 3), (1, 2)]
@@ -86,7 +86,7 @@ def test_the_writer_holds_each_table_of_several_ranks_to_its_one_declaration(
     tmp_path: Path,
 ) -> None:
     """A per-device table needs its rank; a cross-rank table its own columns."""
-    rankless = {"stream_idle": schemas.empty(schemas.STREAM_IDLE)}
+    rankless = {"stream_idle": schemas.empty(wait_schemas.STREAM_IDLE)}
     with pytest.raises(schemas.SchemaMismatch, match="stream_idle"):
         write_outputs(rankless, {}, tmp_path / "a", ops=RankParts([]), ranked=True)
     comm = schemas.empty(ACROSS_RANKS["rank_comm"]).with_columns(pl.lit(1).alias("extra_ns"))

@@ -11,11 +11,11 @@ import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from nsysmap import schemas
-from nsysmap.errors import ExitCode, InputNotFound, NoGpuData, NotAProfile
-from nsysmap.pipeline import load_profile
-from nsysmap.read.nsys_sqlite import read_sqlite
-from nsysmap.synth import NS_PER_MS, SynthExport, bulk_tables, global_tid, write_export
+from devtools.synth import NS_PER_MS, SynthExport, bulk_tables, global_tid, write_export
+from nsysmap.core import schemas
+from nsysmap.core.errors import ExitCode, InputNotFound, NoGpuData, NotAProfile
+from nsysmap.flow.verbs import load_profile
+from nsysmap.read.nsys.nsys_sqlite import read_sqlite
 from tests.corpus import independent_gpu_totals
 
 MS = NS_PER_MS

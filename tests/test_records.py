@@ -1,4 +1,4 @@
-"""Steps and phases from what PyTorch records anyway (nsysmap.attribution.records).
+"""Steps and phases from what PyTorch records anyway (nsysmap.attribution.recorded_steps).
 
 Real profiles with phase annotations are attributed with those annotations
 removed, and the phases their records give are checked against the ones the
@@ -14,14 +14,14 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap import schemas
 from nsysmap.attribution.attribute import attribute
 from nsysmap.attribution.normalise import normalise
 from nsysmap.attribution.rules import BUILTIN
-from nsysmap.pipeline import load_profile
-from nsysmap.profile import NestedProfile, Profile
-from nsysmap.read.nsys_sqlite import read_sqlite
-from nsysmap.read.torch_trace import read_trace
+from nsysmap.core import schemas
+from nsysmap.core.profile import NestedProfile, Profile
+from nsysmap.flow.verbs import load_profile
+from nsysmap.read.nsys.nsys_sqlite import read_sqlite
+from nsysmap.read.torch.torch_trace import read_trace
 from tests.corpus import corpus_path
 from tests.frames import Frames
 from tests.torch_traces import AUTOGRAD as TRACE_AUTOGRAD

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from nsysmap.attribution.attribute import attribute
-from nsysmap.output import summary_text as render
-from nsysmap.output.summarise import summarise
-from nsysmap.output.summary_text import render_summary
+from nsysmap.summaries import summary_text as render
+from nsysmap.summaries.summarise import summarise
+from nsysmap.summaries.summary_text import render_summary
 from tests.frames import Frames
 
 META = {"backend": "nsys", "source_path": "run.sqlite"}

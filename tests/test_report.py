@@ -28,12 +28,12 @@ import pytest
 from click.testing import CliRunner
 
 from nsysmap.cli import cli
-from nsysmap.errors import NotAnOutput
+from nsysmap.core.errors import NotAnOutput
 from nsysmap.flops.flops_document import attach_model_flops
-from nsysmap.pipeline import analyse, analyse_file, load_profile, write
+from nsysmap.flow.verbs import analyse, analyse_file, load_profile, write
 from nsysmap.report.answers import ReportOptions
 from nsysmap.report.build import build_report
-from nsysmap.report.io import read_run
+from nsysmap.report.report_files import read_run
 from tests.cli_runner import nsysmap_cli
 from tests.corpus import CORPUS, needs_corpus
 from tests.samples import SAMPLES, analyse_samples

@@ -13,11 +13,11 @@ from dataclasses import replace
 import polars as pl
 import pytest
 
-from nsysmap.pipeline import analyse, analyse_file
+from nsysmap.flow.verbs import analyse, analyse_file
 from nsysmap.report.answers import RunData, limitations
 from nsysmap.report.build import build_report
 from nsysmap.report.format import flop, ratio
-from nsysmap.report.io import ANSWERS_JSON, read_run, write_report
+from nsysmap.report.report_files import ANSWERS_JSON, read_run, write_report
 from tests.corpus import corpus_path
 from tests.frames import MS, Frames
 
@@ -257,7 +257,7 @@ def test_the_brief_names_work_left_out_unless_it_is_a_sliver():
 @pytest.mark.corpus
 def test_a_layer_faster_than_its_device_is_called_out(tmp_path):
     """The Switch-Transformer trace's kernels once carried unrelated operators' shapes
-    (its External ids are correlation ids: nsysmap.read.torch_links), a layer at 12x
+    (its External ids are correlation ids: nsysmap.read.torch.torch_links), a layer at 12x
     the A100's peak. Linked through their launch calls every layer fits, and the report
     says nothing; the same layers made to run above peak are called out."""
     analyse_file(corpus_path("switchtransformer_moe_fwd_with_modules_a100.json"), tmp_path / "a")

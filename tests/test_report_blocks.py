@@ -18,7 +18,7 @@ import pytest
 from nsysmap.attribution.module_names import with_block
 from nsysmap.report.blocks import block_totals, part_of
 from nsysmap.report.build import build_report
-from nsysmap.report.io import read_run
+from nsysmap.report.report_files import read_run
 from tests.samples import attributed_sample
 
 MS = 1_000_000

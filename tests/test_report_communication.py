@@ -15,10 +15,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap.pipeline import analyse, load_profile
+from devtools.synth import SynthExport
+from nsysmap.flow.verbs import analyse, load_profile
 from nsysmap.report.communication import communication_answer, communication_section
 from nsysmap.report.format import ms, pct
-from nsysmap.synth import SynthExport
 from tests.corpus import corpus_path
 from tests.test_comm_hidden import DISTRIBUTED, hidden_by_hand
 

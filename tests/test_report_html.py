@@ -16,8 +16,10 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
+from devtools.synth.bulk import write_export
+from devtools.synth.tile import gpt_tables
 from nsysmap.cli import cli
-from nsysmap.pipeline import analyse_file
+from nsysmap.flow.verbs import analyse_file
 from nsysmap.report.answers import ReportOptions
 from nsysmap.report.build import build_report
 from nsysmap.report.html.chart import MAX_BARS, PHASE_COLOURS, TOP_ROWS
@@ -34,10 +36,8 @@ from nsysmap.report.html.tree import (
     tree,
     without_lone_root,
 )
-from nsysmap.report.io import read_run
 from nsysmap.report.kernel_labels import kernel_label, kernel_labels
-from nsysmap.synth.bulk import write_export
-from nsysmap.synth.tile import gpt_tables
+from nsysmap.report.report_files import read_run
 from sample_reports.golden import CHARTS, chart_document, chart_text
 from tests.corpus import corpus_path
 from tests.samples import SAMPLES, analyse_samples

@@ -11,10 +11,10 @@ import pytest
 import instrument
 from instrument import launch
 from nsysmap.flops.flops_document import attach_model_flops, load_flops
-from nsysmap.pipeline import analyse, analyse_file, load_profile, write
+from nsysmap.flow.verbs import analyse, analyse_file, load_profile, write
 from nsysmap.report.answers import ReportOptions
 from nsysmap.report.build import build_report
-from nsysmap.report.io import read_run
+from nsysmap.report.report_files import read_run
 
 pytestmark = pytest.mark.slow  # real launcher runs
 

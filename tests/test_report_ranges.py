@@ -6,11 +6,11 @@ import json
 
 import polars as pl
 
-from nsysmap.pipeline import analyse, analyse_file
+from devtools.synth import SynthExport
+from nsysmap.flow.verbs import analyse, analyse_file
 from nsysmap.report.answers import RunData
 from nsysmap.report.build import build_report
-from nsysmap.report.io import read_run
-from nsysmap.synth import SynthExport
+from nsysmap.report.report_files import read_run
 from tests.frames import MS, Frames
 
 

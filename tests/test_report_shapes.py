@@ -5,10 +5,10 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
+from devtools.synth import SynthExport
 from nsysmap.flops import aten_flops as sf
-from nsysmap.pipeline import analyse_file
+from nsysmap.flow.verbs import analyse_file
 from nsysmap.report.operator_shapes import asked_shapes, shapes_table
-from nsysmap.synth import SynthExport
 
 
 @pytest.mark.parametrize(

@@ -8,12 +8,12 @@ import re
 import pytest
 
 from nsysmap.flops.peaks import peak_tflops
-from nsysmap.pipeline import analyse, analyse_file
+from nsysmap.flow.verbs import analyse, analyse_file
 from nsysmap.report.answers import RunData
 from nsysmap.report.build import build_report
 from nsysmap.report.format import ratio
 from nsysmap.report.html.page import report_page
-from nsysmap.report.io import read_run
+from nsysmap.report.report_files import read_run
 from nsysmap.report.waits import waits_lead
 from tests.corpus import corpus_path
 from tests.frames import MS, Frames
@@ -43,7 +43,7 @@ def test_a_forward_only_profile_says_its_step_answers_once():
     markdown = _report(_forward_only()).markdown
     brief = _section(markdown, "Answers in brief")
     assert brief.count("Top kernel of the") == 1
-    assert "Top kernel of the forward pass: ampere_sgemm_128x64_tn" in brief
+    assert "Top kernel of the forward pass: `ampere_sgemm_128x64_tn`" in brief
     non_matmul = markdown.split("## Non-matmul kernels")[1].split("\n## ")[0]
     assert non_matmul.count("| kernel | category | calls | time | share |") == 1
     assert "The same as the forward pass's" in non_matmul
@@ -59,9 +59,8 @@ def test_a_top_kernel_only_in_backward_is_not_said_to_run_0_times_per_forward_pa
     step = result.answers["answers"]["top_kernel"]["scopes"]["step"]
     assert step["name"] == "ampere_sgemm_64x32_sliced1x4_nt" and step["forward_calls"] == 0
     brief = _section(result.markdown, "Answers in brief")
-    assert "ampere_sgemm_64x32_sliced1x4_nt (62.5 % of its time), not launched in the forward" in (
-        brief
-    )
+    said = "`ampere_sgemm_64x32_sliced1x4_nt` (62.5 % of its time), not launched in the forward"
+    assert said in brief
     assert "0.00 calls per forward pass" not in brief
 
 
@@ -134,9 +133,8 @@ def test_the_brief_does_not_call_a_copy_a_kernel():
     f.kernel(1, 10, "ampere_sgemm_128x64_tn", dur=3)
     f.kernel(1, 20, "elementwise_kernel", dur=1)
     brief = _section(_report(f).markdown, "Answers in brief")
-    assert "Largest non-matmul work in the whole capture: [CUDA memcpy HtoD] (a memcpy, not a" in (
-        brief
-    )
+    said = "Largest non-matmul work in the whole capture: `[CUDA memcpy HtoD]` (a memcpy, not a"
+    assert said in brief
     assert "non-matmul kernels" not in brief
 
 

@@ -7,14 +7,14 @@ import polars as pl
 import pytest
 
 from nsysmap.attribution.attribute import attribute
-from nsysmap.output.by_range import is_user_range
-from nsysmap.output.summarise import summarise
-from nsysmap.output.summary_text import render_summary
-from nsysmap.pipeline import analyse, analyse_file, load_profile
+from nsysmap.flow.verbs import analyse, analyse_file, load_profile
 from nsysmap.report.answers import RunData
 from nsysmap.report.build import build_report
 from nsysmap.report.format import ms, pct, per
-from nsysmap.report.io import read_run
+from nsysmap.report.report_files import read_run
+from nsysmap.summaries.range_paths import is_user_range
+from nsysmap.summaries.summarise import summarise
+from nsysmap.summaries.summary_text import render_summary
 from tests.corpus import corpus_path
 from tests.frames import MS, Frames
 
@@ -216,7 +216,7 @@ def test_the_brief_names_a_copy_as_a_copy_and_the_largest_kind_of_wait(tmp_path)
     result = build_report(read_run(tmp_path))
     brief = _section(result.markdown, "Answers in brief")
     assert (
-        "- Top kernel of the whole capture: [CUDA memcpy HtoD] (62.7 % of its time, a memcpy,"
+        "- Top kernel of the whole capture: `[CUDA memcpy HtoD]` (62.7 % of its time, a memcpy,"
         in (brief)
     )
     top = result.answers["answers"]["waits"]["busiest"][0]

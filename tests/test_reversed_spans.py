@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from nsysmap.by_process import processes_read_apart
-from nsysmap.errors import ExitCode
-from nsysmap.synth import SynthExport
+from devtools.synth import SynthExport
+from nsysmap.core.errors import ExitCode
+from nsysmap.sources.choose import BY_PROCESS, choice
 from tests.cli_runner import nsysmap_cli
 from tests.corpus import corpus_path
 from tests.torch_traces import complete, kernel, launch, op, write_trace
@@ -111,7 +111,8 @@ def test_reversed_spans_of_a_synthetic_export_read_one_process_at_a_time_are_ref
 ):
     source = tmp_path / "swapped.sqlite"
     _swapped(_synthetic(tmp_path / "made.sqlite", processes=2), source, table)
-    assert processes_read_apart(source, TINY_GB) == [10, 20]  # read one process at a time
+    assert choice(source, TINY_GB).processes == (10, 20)  # read one process at a time
+    assert choice(source, TINY_GB).how == BY_PROCESS
     out = tmp_path / "out"
     argv: list[object] = ["attribute", source, "-o", out, "--quiet", "--memory-gb", TINY_GB]
     err = _refused(argv, capsys, out)  # refused at the first process that has one

@@ -18,10 +18,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap.by_process import BYTES_PER_ROW, expected_bytes, processes_read_apart
-from nsysmap.by_window import windows_read_apart
-from nsysmap.synth import write_export
-from nsysmap.synth.tile import gpt_tables
+from devtools.synth import write_export
+from devtools.synth.tile import gpt_tables
+from nsysmap.read.nsys.nsys_sqlite import BYTES_PER_ROW, expected_bytes
+from nsysmap.sources.choose import WHOLE, choice
 from tests.capped import run_capped
 from tests.cli_runner import nsysmap_cli
 from tests.fuzz import synthetic_export
@@ -61,8 +61,7 @@ def test_the_memory_estimate_counts_rows_not_rowids(pair):
 def test_a_small_export_with_sparse_rowids_is_read_whole(pair):
     """Neither by process (the export has two devices, one process) nor in windows."""
     _, sparse = pair
-    assert windows_read_apart(sparse, memory_gb=1.0) is None
-    assert processes_read_apart(sparse, memory_gb=1.0) is None
+    assert choice(sparse, memory_gb=1.0).how == WHOLE
 
 
 @pytest.fixture(scope="module")

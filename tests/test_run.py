@@ -13,20 +13,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
+from devtools.synth import SynthExport
 from nsysmap.capture import profile_script as run_mod
-from nsysmap.errors import ExitCode, ScriptFailed
-from nsysmap.synth import SynthExport
+from nsysmap.core.errors import ExitCode, ScriptFailed
 from tests import fake_nsys
-from tests.cli_runner import nsysmap_cli
+from tests.cli_runner import interrupt_when_ready, nsysmap_cli
 
 pytestmark = pytest.mark.slow  # end-to-end runs of scripts under the launcher
 
@@ -341,26 +339,8 @@ def test_ctrl_c_is_forwarded_and_the_capture_analysed(workdir):
     cmd = [sys.executable, "-c", "from nsysmap.cli import main; main()", "run"]
     cmd += ["--backend", "torch", "--warmup-steps", "0", "--steps", "0", "tiny_train.py"]
     cmd += ["--steps", "0", "--ready", str(ready)]
-    # SIGINT as an interactive shell leaves it (a background job inherits it ignored).
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert ready.exists(), "the script did not reach step 2"
-        proc.send_signal(signal.SIGINT)  # as a terminal's Ctrl-C reaches nsysmap
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 130, err
+    code, err = interrupt_when_ready(cmd, ready, 60)
+    assert code == 130, err
     assert "nsysmap: interrupting" in err
     assert err.strip().splitlines()[-1].startswith("nsysmap: error: tiny_train.py was interrupted")
     ops = pl.read_parquet(workdir / "out/tiny_train/ops.parquet")
@@ -454,7 +434,7 @@ def test_run_passes_the_users_name_rules_to_the_attribution(with_nsys, capfd):
 def test_run_streams_a_large_capture_through_the_file_flow(with_nsys, monkeypatch):
     """`nsysmap run` attributes its capture as `nsysmap attribute` does: above
     STREAM_OPS operations the rows are streamed into ops.parquet, never held."""
-    from nsysmap import pipeline
+    from nsysmap.flow import verbs as pipeline
     from nsysmap.output import ops_sinks
     from nsysmap.output.ops_sinks import OpsFile
 
@@ -472,8 +452,8 @@ def test_run_streams_a_large_capture_through_the_file_flow(with_nsys, monkeypatc
 def test_run_past_its_memory_budget_reads_the_capture_one_process_at_a_time(
     with_nsys, tmp_path, capfd, monkeypatch
 ):
-    from nsysmap.synth.bulk import write_export
-    from nsysmap.synth.tile import gpt_tables
+    from devtools.synth.bulk import write_export
+    from devtools.synth.tile import gpt_tables
 
     two = write_export(tmp_path / "two.sqlite", gpt_tables(200, seed=3))
     monkeypatch.setenv("FAKE_NSYS_EXPORT_FROM", str(two))

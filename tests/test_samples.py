@@ -8,9 +8,10 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from nsysmap.output.summarise import SUMMARY_SCHEMAS
-from nsysmap.pipeline import load_profile
-from nsysmap.schemas import INFERRED_SCHEMAS, OPS
+from nsysmap.core.inferred_schemas import INFERRED_SCHEMAS
+from nsysmap.core.schemas import OPS
+from nsysmap.flow.verbs import load_profile
+from nsysmap.summaries.summarise import SUMMARY_SCHEMAS
 from nsysmap.waits.tables import SCHEMAS as WAITS_SCHEMAS
 from sample_reports.build import SAMPLES, build
 from sample_reports.golden import attributed_tables, read_golden, to_csv_frame

@@ -11,17 +11,19 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from bench import compare, sql_engine
-from nsysmap import flow
+from devtools.synth.bulk import bulk_tables, write_export
+from devtools.synth.tile import gpt_tables
 from nsysmap.attribution.attribute import attribute
 from nsysmap.attribution.rules import BUILTIN
-from nsysmap.by_process import processes_read_apart
-from nsysmap.flow import Settings
+from nsysmap.core.timings import Stages
+from nsysmap.flow import run_stages as flow
+from nsysmap.flow.run_stages import Settings
+from nsysmap.flow.verbs import analyse, analyse_file, load_profile
 from nsysmap.output import ops_sinks as streamed
 from nsysmap.output.ops_sinks import HeldOps, HoldOps, OpsFile
-from nsysmap.pipeline import analyse, analyse_file, load_profile
-from nsysmap.stages import Stages
-from nsysmap.synth.bulk import bulk_tables, write_export
-from nsysmap.synth.tile import gpt_tables
+from nsysmap.sources import choose
+from nsysmap.sources.choose import BY_PROCESS, BY_WINDOW, WHOLE, Choice, choice
+from nsysmap.sources.reading import whole_profile
 from tests.reference import reference_attribution
 
 pytestmark = pytest.mark.slow  # large synthetic exports
@@ -67,7 +69,7 @@ def test_bulk_export_matches_the_reference_op_by_op(tmp_path):
 def test_streamed_outputs_equal_the_in_memory_ones(gpt_export, tmp_path, monkeypatch):
     held = analyse_file(gpt_export, tmp_path / "held", stages=Stages(progress=False))
     monkeypatch.setattr(streamed, "STREAM_OPS", 100)
-    monkeypatch.setattr(streamed, "BLOCK_ROWS", 333)
+    monkeypatch.setattr(streamed, "CHUNK_ROWS", 333)
     streamed_run = analyse_file(gpt_export, tmp_path / "streamed", stages=Stages(progress=False))
     assert isinstance(held.store, HeldOps) and isinstance(streamed_run.store, OpsFile)
     assert streamed_run.store.path == tmp_path / "streamed" / "ops.parquet"
@@ -97,8 +99,8 @@ def test_analyse_file_lets_the_ranges_go_before_inference(gpt_export, tmp_path, 
     """Nothing holds the profile's ranges or API calls once the summaries are taken."""
     frames: list[weakref.ref] = []
 
-    def load(path, *, stages=None, memory_gb=None):
-        profile = load_profile(path, stages=stages, memory_gb=memory_gb)
+    def load(path, kind, opened, stages, memory_gb=None):
+        profile = whole_profile(path, kind, opened, stages, memory_gb)
         frames.extend(weakref.ref(f) for f in (profile.ranges, profile.api_calls))
         return profile
 
@@ -110,7 +112,7 @@ def test_analyse_file_lets_the_ranges_go_before_inference(gpt_export, tmp_path, 
         alive.append([ref() is not None for ref in frames])
         return real_infer(ops)
 
-    monkeypatch.setattr(flow, "load_profile", load)
+    monkeypatch.setattr(choose, "whole_profile", load)
     monkeypatch.setattr(flow, "infer_ops", infer)
     analysis = analyse_file(gpt_export, tmp_path / "out", stages=Stages(progress=False))
     assert alive == [[False, False]]
@@ -148,26 +150,26 @@ def test_one_process_at_a_time_gives_the_tables_of_the_whole(gpt_export, tmp_pat
         assert meta[0]["report_meta"][key] == meta[1]["report_meta"][key], key
 
 
-def test_small_or_single_process_exports_are_read_whole(gpt_export, tmp_path):
+def test_small_exports_are_read_whole_and_large_ones_apart(gpt_export, tmp_path):
     single = write_export(tmp_path / "one.sqlite", bulk_tables(300))
-    assert processes_read_apart(gpt_export, memory_gb=None) is None  # fits in memory
-    assert processes_read_apart(gpt_export, memory_gb=1e-6) == [4100, 4101]
-    assert processes_read_apart(single, memory_gb=1e-6) is None  # one process
+    assert choice(gpt_export, memory_gb=None) == Choice(WHOLE)  # fits in memory
+    assert choice(gpt_export, memory_gb=1e-6) == Choice(BY_PROCESS, (4100, 4101))
+    assert choice(single, memory_gb=1e-6).how == BY_WINDOW  # one process: in time windows
 
 
-def test_rows_held_in_blocks_equal_those_held_whole(gpt_export):
-    """The in-memory sink fed many blocks: the same rows, summaries and inference."""
+def test_rows_held_in_chunks_equal_those_held_whole(gpt_export):
+    """The in-memory sink fed many chunks: the same rows, summaries and inference."""
     report = load_profile(gpt_export)
     whole = analyse(report)
-    blocks = flow.flow(flow.whole(report), lambda _: HoldOps(block_rows=333), Settings(BUILTIN))
-    assert blocks.store.frame.n_chunks() > 1 and whole.store.frame.n_chunks() == 1
-    assert_frame_equal(blocks.ops, whole.ops)
+    chunks = flow.flow(choose.whole(report), lambda _: HoldOps(chunk_rows=333), Settings(BUILTIN))
+    assert chunks.store.frame.n_chunks() > 1 and whole.store.frame.n_chunks() == 1
+    assert_frame_equal(chunks.ops, whole.ops)
     for name, table in whole.summaries.tables().items():
-        assert_frame_equal(blocks.summaries.tables()[name], table, check_exact=False, rel_tol=1e-12)
-    assert whole.inferred is not None and blocks.inferred is not None
+        assert_frame_equal(chunks.summaries.tables()[name], table, check_exact=False, rel_tol=1e-12)
+    assert whole.inferred is not None and chunks.inferred is not None
     for name, table in whole.inferred.tables().items():
-        assert_frame_equal(blocks.inferred.tables()[name], table)
-    assert blocks.manifest == whole.manifest
+        assert_frame_equal(chunks.inferred.tables()[name], table)
+    assert chunks.manifest == whole.manifest
 
 
 def test_the_benchmark_sql_engine_agrees_per_range(gpt_export, tmp_path):

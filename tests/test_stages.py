@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from nsysmap import stages as stages_module
-from nsysmap.stages import Stages, is_terminal
+from nsysmap.core import timings as stages_module
+from nsysmap.core.timings import Stages, is_terminal
 
 
 class FakeTerminal(io.StringIO):

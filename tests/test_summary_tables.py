@@ -13,10 +13,12 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from nsysmap import NestedProfile, attribute, load_profile, schemas
-from nsysmap.errors import TotalsMismatch
-from nsysmap.output.conservation import check_conservation, input_totals
-from nsysmap.output.summarise import (
+from nsysmap import NestedProfile, attribute, load_profile
+from nsysmap.core import schemas
+from nsysmap.core.errors import TotalsMismatch
+from nsysmap.output.writer import write_outputs
+from nsysmap.summaries.conservation import check_conservation, input_totals
+from nsysmap.summaries.summarise import (
     GROUPED,
     SUMMARY_TABLES,
     Aggregate,
@@ -25,7 +27,6 @@ from nsysmap.output.summarise import (
     partial_summaries,
     summarise,
 )
-from nsysmap.output.writer import write_outputs
 
 
 class NoOps:

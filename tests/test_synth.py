@@ -7,7 +7,7 @@ import sqlite3
 import polars as pl
 import pytest
 
-from nsysmap.synth import (
+from devtools.synth import (
     NS_PER_MS,
     SynthExport,
     bulk_tables,

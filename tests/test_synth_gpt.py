@@ -7,9 +7,9 @@ import sqlite3
 import polars as pl
 import pytest
 
-from nsysmap.read.nsys_sqlite import read_sqlite
-from nsysmap.synth.bulk import write_export
-from nsysmap.synth.tile import STEPS_PER_CHUNK, gpt_tables
+from devtools.synth.bulk import write_export
+from devtools.synth.tile import STEPS_PER_CHUNK, gpt_tables
+from nsysmap.read.nsys.nsys_sqlite import read_sqlite
 
 
 def _rows(path, sql: str) -> list[tuple]:
@@ -75,7 +75,7 @@ def test_same_seed_same_export_other_seed_other_timings(tmp_path):
 
 @pytest.mark.slow
 def test_chunked_tables_write_like_whole_frames(tmp_path, monkeypatch):
-    monkeypatch.setattr("nsysmap.synth.tile.STEPS_PER_CHUNK", 1)
+    monkeypatch.setattr("devtools.synth.tile.STEPS_PER_CHUNK", 1)
     chunked = write_export(tmp_path / "chunked.sqlite", gpt_tables(2000, seed=4))
     tables = gpt_tables(2000, seed=4)
     whole = {

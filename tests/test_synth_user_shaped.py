@@ -1,4 +1,4 @@
-"""The user-shaped benchmark export (nsysmap.synth.user_shaped) has the reported shape.
+"""The user-shaped benchmark export (devtools.synth.user_shaped) has the reported shape.
 
 The report: 2.2 M kernels, 7.1 M runtime calls, 15.9 M NVTX ranges on 5 threads,
 operator ranges nested deep. Counted here in the written file with SQL, at a
@@ -11,8 +11,8 @@ import sqlite3
 
 import pytest
 
-from nsysmap.synth import write_export
-from nsysmap.synth.user_shaped import user_shaped_tables
+from devtools.synth import write_export
+from devtools.synth.user_shaped import user_shaped_tables
 
 pytestmark = pytest.mark.slow  # generates an export of a few thousand kernels
 SCALE = 1e-3

@@ -13,8 +13,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap.output.top_ranges import SLIVER
-from nsysmap.pipeline import analyse_file
+from nsysmap.flow.verbs import analyse_file
+from nsysmap.summaries.top_ranges import SLIVER
 from sample_reports.build import MAIN, PID, build
 
 HOOK = "BackwardHookFunction"

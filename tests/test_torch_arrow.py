@@ -11,9 +11,9 @@ from typing import Any
 import polars as pl
 import pytest
 
-from nsysmap.read.torch_arrow import arrow_families
-from nsysmap.read.torch_events import decompressed, parse_events, split_events
-from nsysmap.read.torch_families import Families, from_buckets
+from nsysmap.read.torch.torch_arrow import arrow_families
+from nsysmap.read.torch.torch_events import decompressed, parse_events, split_events
+from nsysmap.read.torch.torch_families import Families, from_buckets
 from tests.corpus import REAL, REAL2
 from tests.torch_traces import H100, flow, kernel, launch, module, op
 

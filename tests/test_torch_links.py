@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from nsysmap.read.torch_trace import read_trace
+from nsysmap.read.torch.torch_trace import read_trace
 from tests.corpus import corpus_path
 from tests.torch_traces import complete, launch, op, write_trace
 

@@ -1,4 +1,4 @@
-"""torch.profiler chrome traces -> normalised tables (nsysmap.read.torch_trace).
+"""torch.profiler chrome traces -> normalised tables (nsysmap.read.torch.torch_trace).
 
 Three kinds of input: a real CPU trace recorded here with torch, a small
 hand-written CUDA trace in the Kineto format (no GPU on this machine), and
@@ -21,9 +21,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsysmap.errors import ExitCode, InputNotFound, NoGpuData, NotAProfile
-from nsysmap.read.torch_columns import ns_from_us, text_id
-from nsysmap.read.torch_trace import read_trace, self_times, short_kernel_name
+from nsysmap.core.errors import ExitCode, InputNotFound, NoGpuData, NotAProfile
+from nsysmap.read.torch.torch_columns import ns_from_us, text_id
+from nsysmap.read.torch.torch_trace import read_trace, self_times, short_kernel_name
 
 # --------------------------------------------------------------- real trace
 
@@ -173,7 +173,7 @@ def test_cpu_trace_ranges_are_user_annotations_and_autograd_nodes(cpu_trace):
 @pytest.mark.torch
 @pytest.mark.slow
 def test_cpu_trace_attributes_through_the_pipeline(cpu_trace):
-    pipeline = pytest.importorskip("nsysmap.pipeline")
+    pipeline = pytest.importorskip("nsysmap.flow.verbs")
     analysis = pipeline.analyse(pipeline.load_profile(cpu_trace))
     ops = analysis.ops
     assert ops.height == read_trace(cpu_trace).ops.height
@@ -323,7 +323,7 @@ def test_cuda_trace_launches_ranges_devices_meta(cuda_trace):
 
 
 def test_cuda_trace_attributes_through_the_pipeline(cuda_trace):
-    pipeline = pytest.importorskip("nsysmap.pipeline")
+    pipeline = pytest.importorskip("nsysmap.flow.verbs")
     ops = pipeline.analyse(pipeline.load_profile(cuda_trace)).ops.sort("op_id")
     first, backward = ops.row(0, named=True), ops.row(3, named=True)
     assert (first["module"], first["direction"], first["aten_op"], first["step"]) == (

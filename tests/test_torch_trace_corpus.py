@@ -17,9 +17,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap.pipeline import Analysis, analyse_file
+from nsysmap.flow.verbs import Analysis, analyse_file
 from nsysmap.report.build import build_report
-from nsysmap.report.io import read_run
+from nsysmap.report.report_files import read_run
 
 pytestmark = pytest.mark.corpus  # the real traces of ../shared/corpus
 

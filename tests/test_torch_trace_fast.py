@@ -6,7 +6,7 @@ import gc
 import itertools
 from decimal import Decimal
 
-from nsysmap.read.torch_columns import (
+from nsysmap.read.torch.torch_columns import (
     MAX_DIMS_DEPTH,
     axis_columns,
     dims_column,
@@ -15,7 +15,7 @@ from nsysmap.read.torch_columns import (
     int_series,
     ns_from_us,
 )
-from nsysmap.read.torch_events import (
+from nsysmap.read.torch.torch_events import (
     Number,
     Skipped,
     _complete_ok,

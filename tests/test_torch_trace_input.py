@@ -21,9 +21,9 @@ import pytest
 from click.testing import CliRunner
 
 from nsysmap.cli import cli
-from nsysmap.errors import ExitCode, InputNotFound, NoGpuData, NotAProfile
-from nsysmap.pipeline import analyse, load_profile
-from nsysmap.read.torch_trace import read_trace
+from nsysmap.core.errors import ExitCode, InputNotFound, NoGpuData, NotAProfile
+from nsysmap.flow.verbs import analyse, load_profile
+from nsysmap.read.torch.torch_trace import read_trace
 from tests.torch_traces import STREAM, complete, flow, kernel, launch, op, write_trace
 
 KERNEL, COPY, OP = 3, 5, 0  # positions in _events()

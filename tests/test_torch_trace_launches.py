@@ -15,8 +15,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap.pipeline import analyse, load_profile
-from nsysmap.read.torch_trace import read_trace
+from nsysmap.flow.verbs import analyse, load_profile
+from nsysmap.read.torch.torch_trace import read_trace
 from tests.torch_traces import STREAM, complete, flow, launch, module, op, write_trace
 
 APIS = (

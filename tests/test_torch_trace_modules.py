@@ -29,10 +29,10 @@ import polars as pl
 import pytest
 
 from nsysmap.attribution.labels import name_labels
-from nsysmap.pipeline import analyse, analyse_file, load_profile
-from nsysmap.read.torch_trace import read_trace
+from nsysmap.flow.verbs import analyse, analyse_file, load_profile
+from nsysmap.read.torch.torch_trace import read_trace
 from nsysmap.report.build import build_report
-from nsysmap.report.io import read_run
+from nsysmap.report.report_files import read_run
 from tests.torch_traces import AUTOGRAD, complete, flow, kernel, launch, module, op, write_trace
 
 L0, L1 = "Net_0.Block_0.Linear_0", "Net_0.Block_1.Linear_1"

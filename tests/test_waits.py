@@ -27,8 +27,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsysmap.pipeline import analyse, load_profile
-from nsysmap.synth import SynthExport
+from devtools.synth import SynthExport
+from nsysmap.flow.verbs import analyse, load_profile
 from nsysmap.waits.tables import waits_tables
 from nsysmap.waits.text import waits_line
 from tests.cli_runner import nsysmap_cli

@@ -14,10 +14,10 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from nsysmap.attribution.attribute import attribute_blocks
-from nsysmap.pipeline import analyse, load_profile
-from nsysmap.schemas import WaitKind
-from nsysmap.synth import SynthExport
+from devtools.synth import SynthExport
+from nsysmap.attribution.attribute import attribute_chunks
+from nsysmap.core.wait_schemas import WaitKind
+from nsysmap.flow.verbs import analyse, load_profile
 from nsysmap.waits import gaps
 from nsysmap.waits.tables import (
     call_facts,
@@ -84,7 +84,7 @@ def test_launch_cost_is_the_launch_calls_of_each_module(tmp_path):
 def test_the_attributions_launch_calls_are_those_joined_again(tmp_path):
     profile = load_profile(launched_export().write(tmp_path / "l.sqlite"))
     launches: list[pl.DataFrame] = []
-    ops = pl.concat(attribute_blocks(profile, block_rows=2, launches=launches))
+    ops = pl.concat(attribute_chunks(profile, chunk_rows=2, launches=launches))
     assert len(launches) == 1 and launches[0].height == len(KERNELS)
     again = rejoined_launches(gaps.gpu_ops(ops), profile.api_calls)
     assert_frame_equal(launches[0].sort("op_id"), again.sort("op_id"))

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsysmap.schemas import API_CALLS, RANGES
+from nsysmap.core.schemas import API_CALLS, RANGES
 from nsysmap.waits.tables import waits_tables
 
 SYNC = "cudaDeviceSynchronize_v3020"

@@ -16,13 +16,13 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
+from devtools.synth import SynthExport
 from nsysmap.attribution.attribute import attribute
 from nsysmap.attribution.labels import name_labels
 from nsysmap.cli import cli
-from nsysmap.pipeline import load_profile
-from nsysmap.report.io import read_run
+from nsysmap.flow.verbs import load_profile
+from nsysmap.report.report_files import read_run
 from nsysmap.report.scope_tables import passes, scope_filter
-from nsysmap.synth import SynthExport
 from tests.corpus import connect, corpus_path
 
 PID, MAIN, AUTOGRAD, DEVICE, STREAM = 1, 1, 2, 0, 7

@@ -1,4 +1,4 @@
-"""Output folders compared table by table, whatever the ids (tests of nsysmap.by_window).
+"""Output folders compared table by table, whatever the ids (tests of nsysmap.sources.by_window).
 
 A split read numbers operations and ranges part by part, so `op_id` and
 `range_id` differ from a whole read's; everything else must not. Each
@@ -14,6 +14,10 @@ import json
 from pathlib import Path
 
 import polars as pl
+
+from nsysmap.read.nsys.nsys_sqlite import open_export
+from nsysmap.sources.by_window import Plan, window_plan
+from nsysmap.sources.choose import BY_WINDOW, choice
 
 OP_KEY = ["kind", "pid", "correlation_id", "device_id", "stream_id", "start_ns"]
 OP_IDS = ("op_id", "next_op_id")
@@ -64,3 +68,12 @@ def differences(whole: Path, split: Path) -> list[str]:
         if key not in told and metas[0].get(key) != metas[1].get(key):
             out.append(f"report_meta.{key}")
     return out
+
+
+def windows_read_apart(path: Path, memory_gb: float | None) -> Plan | None:
+    """The windows `nsysmap.sources.choose` would read `path` in within `memory_gb`
+    (NSYSMAP_WINDOWS too), or None where it reads it otherwise."""
+    found = choice(path, memory_gb)
+    if found.how != BY_WINDOW:
+        return None
+    return window_plan(open_export(path), found.processes[0], found.windows)

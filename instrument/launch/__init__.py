@@ -13,6 +13,11 @@ its FLOPs counted on fake tensors after the run, into DIR/flops.json. A
 script that compiles (torch.compile) is profiled once compilation has settled,
 and which module each compiled kernel came from goes to DIR/compiled.json
 (docs/compile.md).
+
+`%q{NAME}` in DIR is the environment variable NAME, as for nsys: `--out
+OUT/capture/rank%q{RANK}` gives each rank of a torchrun job its own directory.
+Ranks the script starts itself with torch.multiprocessing.spawn are
+instrumented too, each into DIR/rank<i>/ (instrument/launch/spawned.py).
 """
 
 from __future__ import annotations
@@ -20,30 +25,16 @@ from __future__ import annotations
 import argparse
 import os
 import runpy
-import signal
 import sys
-import time
-import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-import torch
-
-import instrument
 from instrument import contract
-from instrument.contract import CompileRecord, LaunchRecord
-from instrument.launch._root_call import RootCall
-from instrument.launch._window import ProfileWindow
-from instrument.launch.provenance import Provenance
+from instrument.launch._run import EMIT, instrumented, launch_record, outcome, sigterm_raises
+from instrument.launch.spawned import ChildWatch
 
-EMIT = {"nsys": "nvtx", "torch": "torch", "off": "off"}
 _FLAGS = {"--no-record-shapes", "--no-flops", "-h", "--help"}
-
-
-class Terminated(BaseException):
-    """Raised in the script when the launcher receives SIGTERM."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -69,6 +60,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, str, list[str]]:
         parser.error("SCRIPT is required")
     if opts.warmup_steps < 0 or opts.steps < 0:
         parser.error("--warmup-steps and --steps must be >= 0")
+    opts.out = Path(contract.expand_env(str(opts.out)))
     return opts, rest[0], rest[1:]
 
 
@@ -78,151 +70,44 @@ def _as_main(script: str, args: list[str]) -> Iterator[None]:
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     sys.argv = [script, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-    handler = None
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        handler = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        yield
+        with sigterm_raises():
+            yield
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
-        if handler is not None:
-            signal.signal(signal.SIGTERM, handler)
 
 
-def _raise_terminated(signum: int, frame: Any) -> None:
-    raise Terminated("SIGTERM")
-
-
-def _outcome(exc: BaseException | None, script: str) -> tuple[int, str | None, bool]:
-    """(exit_status, exception line, interrupted) for how the script ended; prints like Python."""
-    if exc is None:
-        return 0, None, False
-    if isinstance(exc, SystemExit):
-        code = exc.code
-        if code is None or isinstance(code, int):
-            status = code or 0
-        else:
-            print(code, file=sys.stderr)
-            status = 1
-        return status, (f"SystemExit: {code}" if status else None), False
-    _print_script_traceback(exc, script)
-    line = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    line = " ".join(line.split())
-    if isinstance(exc, KeyboardInterrupt):
-        return 130, line, True
-    if isinstance(exc, Terminated):
-        return 143, line, True
-    return 1, line, False
-
-
-def _print_script_traceback(exc: BaseException, script: str) -> None:
-    """The traceback from the script's own frame down, as `python SCRIPT` prints it."""
-    path = os.path.abspath(script)
-    tb = exc.__traceback__
-    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != path:
-        tb = tb.tb_next
-    traceback.print_exception(type(exc), exc, tb if tb is not None else exc.__traceback__)
-    sys.stderr.flush()
-
-
-def _root_call(opts: argparse.Namespace, session: Any) -> RootCall | None:
-    """The recorder of the model's first call, unless FLOPs are off; no stale flops.json."""
-    (opts.out / contract.FLOPS).unlink(missing_ok=True)
-    return None if opts.backend == "off" or opts.no_flops else RootCall(session)
-
-
-def _provenance(opts: argparse.Namespace, session: Any) -> Provenance | None:
-    """The kernel-provenance recorder (not for backend off); no stale compiled.json."""
-    (opts.out / contract.COMPILED).unlink(missing_ok=True)
-    if opts.backend == "off":
-        return None
-    provenance = Provenance()
-    session.compile_watch.start_listeners.append(provenance.compile_started)
-    return provenance
-
-
-def _write_provenance(provenance: Provenance | None, out: Path, notes: list[str]) -> str | None:
-    """Write DIR/compiled.json when the script compiled; its notes join the run's."""
-    if provenance is None:
-        return None
-    try:
-        written = provenance.write(out)
-    except OSError as exc:
-        notes.append(f"compiled.json not written: {exc}")
-        return None
-    notes.extend(provenance.notes)
-    return written
-
-
-def _count_flops(
-    root_call: RootCall | None, out: Path, error: BaseException | None, notes: list[str]
-) -> bool:
-    """Write DIR/flops.json (not after an interrupt); True when written, else a note."""
-    if root_call is None:
-        return False
-    note = root_call.write(out, interrupted=isinstance(error, (KeyboardInterrupt, Terminated)))
-    if note is not None:
-        notes.append(note)
-    return note is None
+def _rank() -> int | None:
+    """This process's rank in a torchrun job ($RANK), if it is one."""
+    said = os.environ.get("RANK", "")
+    return int(said) if said.isdigit() else None
 
 
 def run(opts: argparse.Namespace, script: str, args: list[str]) -> int:
     """Run the script under instrumentation; write launch.json; return the exit status."""
-    opts.out.mkdir(parents=True, exist_ok=True)
-    window = ProfileWindow(
-        opts.backend, opts.out, opts.warmup_steps, opts.steps, not opts.no_record_shapes
-    )
-    session = instrument.install(emit=EMIT[opts.backend])
-    session.add_step_listener(window.step_started, window.step_ended)
-    session.compile_watch.listeners.append(window.compiled)
-    provenance = _provenance(opts, session)
-    root_call = _root_call(opts, session)
-    start, error = time.perf_counter(), None
-    try:
-        with _as_main(script, args):
+    children = ChildWatch(opts, script)
+
+    def body() -> None:
+        with _as_main(script, args), children:
             runpy.run_path(script, run_name="__main__")
-    except BaseException as exc:  # the script's outcome is reported, not re-raised
-        error = exc
-    wall_s = time.perf_counter() - start
-    compiles = session.compile_watch.compiles
-    cleanups = [instrument.uninstall, lambda: window.finish(session.steps_completed)]
-    if provenance is not None:
-        cleanups.append(provenance.uninstall)
-    for cleanup in cleanups:
-        try:
-            cleanup()
-        except Exception as exc:  # launch.json must still be written
-            window.notes.append(f"cleanup failed: {type(exc).__name__}: {exc}")
-    compiled = _write_provenance(provenance, opts.out, window.notes)
-    flops_written = _count_flops(root_call, opts.out, error, window.notes)
-    status, line, interrupted = _outcome(error, script)
-    record = LaunchRecord(
-        backend=opts.backend,
-        script=script,
-        argv=[script, *args],
-        exit_status=status,
-        exception=line,
-        interrupted=interrupted,
-        steps_seen=session.steps_completed,
-        profiled_steps=window.profiled if opts.backend != "off" else None,
-        trace=window.trace,
-        flops=contract.FLOPS if flops_written else None,
-        compile=CompileRecord(
-            compilations=compiles,
-            profiled_compilations=window.compiles_profiled,
-            profiled_compile_s=round(window.compile_ns_profiled / 1e9, 6),
-            warmup_waited_steps=window.waited,
-            provenance=compiled,
-        ),
-        torch_version=torch.__version__,
-        cuda_device=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-        wall_s=round(wall_s, 6),
-        notes=window.notes,
+
+    ended = instrumented(opts, body)
+    notes = ended.window.notes
+    children.finish(ended.window, ended.steps_seen)
+    ending = outcome(ended.error, script)
+    record = launch_record(
+        opts,
+        [script, *args],
+        ended,
+        ending,
+        rank=_rank(),
+        spawned=children.spawned or None,
+        child_processes=children.others,
     )
     contract.write_launch_record(opts.out, record)
-    for note in window.notes:
+    for note in notes:
         print(f"instrument.launch: {note}", file=sys.stderr)
-    return status
+    return ending[0]
 
 
 def main(argv: list[str] | None = None) -> int:

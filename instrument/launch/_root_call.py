@@ -9,6 +9,12 @@ one forward (and backward, if grad was enabled) of a meta-device copy of the
 model on fake tensors (instrument/flops/: no weights copied, no kernels
 run) and writes the FLOP document, with `compute_dtype` and `source` added,
 to DIR/flops.json. Counting never raises: a failure becomes a note.
+
+A data-parallel wrapper is not what is counted: inside DistributedDataParallel
+(or DataParallel) the model the script built is, so that counting never runs
+the wrapper's forward, which would talk to the process group (gone by then,
+and never to be called outside the script's own collectives). A model sharded
+by FSDP is not counted, with a one-line reason: its parameters are shards.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ import torch
 
 from instrument import contract
 from instrument.ranges._compile import unwrap
+
+NO_CALL = "no forward call of the model with a tensor input was seen: no flops.json"
 
 
 class RootCall:
@@ -75,12 +83,16 @@ class RootCall:
             self.model = None
             return "the run was interrupted: FLOPs not counted, no flops.json"
         if self.model is None:
-            return "no forward call of the model with a tensor input was seen: no flops.json"
+            return NO_CALL
+        model, why_not = script_model(self.model)
+        if model is None:
+            self.model = None
+            return f"FLOPs not counted, no flops.json: {why_not}"
         from instrument.flops import count_flops
 
         try:
             doc = count_flops(
-                meta_copy(self.model),
+                meta_copy(model),
                 input_shape=tuple(self.input_shape or ()),
                 input_dtype=self.input_dtype or "int64",
                 backward=self.grad_enabled,
@@ -95,6 +107,29 @@ class RootCall:
         )
         (out_dir / contract.FLOPS).write_text(json.dumps(doc) + "\n")
         return None
+
+
+def script_model(model: torch.nn.Module) -> tuple[torch.nn.Module | None, str]:
+    """The module to count: the model inside a data-parallel wrapper; None and why for a
+    model that FSDP shards."""
+    from torch.nn.parallel import DataParallel, DistributedDataParallel
+
+    while isinstance(model, (DistributedDataParallel, DataParallel)):
+        model = model.module
+    sharded = [type(m).__name__ for m in model.modules() if _fsdp(m)]
+    if sharded:
+        return None, (
+            f"the model is sharded by FSDP ({sharded[0]}): its parameters are shards, "
+            "and its forward gathers them through the process group"
+        )
+    return model, ""
+
+
+def _fsdp(module: torch.nn.Module) -> bool:
+    """Is `module` wrapped or sharded by FSDP (FullyShardedDataParallel, or fully_shard)?"""
+    return any(
+        cls.__name__ in ("FullyShardedDataParallel", "FSDPModule") for cls in type(module).__mro__
+    )
 
 
 def compute_dtype(module: torch.nn.Module, device_type: str) -> str:

@@ -43,6 +43,7 @@ class ProfileWindow:
         self._last: int | None = None  # last step completed while profiling
         self.trace: str | None = None
         self.notes: list[str] = []
+        self.unprofiled: str | None = None  # the note that nothing was profiled, when so
         self._running = False
         self._torch_profiler: Any = None
         self._step = -1  # the step running now (-1 before the first)
@@ -107,10 +108,11 @@ class ProfileWindow:
         """At script end: stop a running profiler and note a short window."""
         if self._first is None:
             waiting = " (waiting for compilation to settle)" if self._step >= self.first else ""
-            self.notes.append(
+            self.unprofiled = (
                 f"the script completed {steps_seen} step(s); profiling was to start at step "
                 f"{self.first}{waiting}, so nothing was profiled"
             )
+            self.notes.append(self.unprofiled)
         elif self.last is not None and steps_seen <= self.last:
             self.notes.append(
                 f"the script completed {steps_seen} step(s), fewer than the window "

@@ -5,5 +5,5 @@
 `_names` (module names and roots), `_state` (per-thread frame stacks),
 `_patch`, `_compile` (staying invisible to torch.compile) and `emitters`
 (where a range goes) do the work; `naming` formats the range names
-(parsed by nsysmap/range_names.py). Importing this package does not import torch.
+(parsed by nsysmap/core/range_names.py). Importing this package does not import torch.
 """

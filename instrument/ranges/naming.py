@@ -1,6 +1,6 @@
 """Range names that instrument/ emits: the formatting half of the naming contract.
 
-The parsing half is `nsysmap/range_names.py`; tests/test_naming_roundtrip.py binds
+The parsing half is `nsysmap/core/range_names.py`; tests/test_naming_roundtrip.py binds
 the two. The grammar (documented in docs/naming.md):
 
     nsysmap:step:<int>                 one training step (index from 0)

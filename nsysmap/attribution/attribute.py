@@ -27,7 +27,7 @@ The chain, each link a vectorised lookup:
    (`nsysmap.attribution.compiled_modules`, from the capture's compiled.json).
 8. step or phase still unknown -> what PyTorch records anyway: autograd's
    thread and node ranges, module calls, optimizer kernels
-   (`nsysmap.attribution.records`, over all operations before the blocks);
+   (`nsysmap.attribution.recorded_steps`, over all operations before the chunks);
    `step_source` / `phase_source` say which ("range" or "records").
 
 No operation is dropped: `attribution` says how far the chain got
@@ -35,8 +35,8 @@ No operation is dropped: `attribution` says how far the chain got
 
 How: `nsysmap.attribution.locate` finds range positions for all operations at once
 (as-of joins and parent climbs, `nsysmap.intervals.forest`); this module turns them
-into names and labels a block of operations at a time, so that a caller can
-write the OPS rows of a large profile block by block (`attribute_blocks`).
+into names and labels a chunk of operations at a time, so that a caller can
+write the OPS rows of a large profile chunk by chunk (`attribute_chunks`).
 """
 
 from __future__ import annotations
@@ -45,17 +45,17 @@ from collections.abc import Iterator
 
 import polars as pl
 
-from nsysmap import schemas
 from nsysmap.attribution.categories import category_expr
 from nsysmap.attribution.compiled_modules import apply_compiled, compiled_context
 from nsysmap.attribution.labels import name_labels
 from nsysmap.attribution.locate import ANCHORS, WARMUP, Scope, locate, queries, thread_keys
 from nsysmap.attribution.paths import range_paths
 from nsysmap.attribution.record_evidence import evidence
-from nsysmap.attribution.records import record_labels
+from nsysmap.attribution.recorded_steps import record_labels
 from nsysmap.attribution.rules import BUILTIN, NameRules
-from nsysmap.launch_keys import ambiguous_keys, ambiguous_launches, call_key, first_calls
-from nsysmap.profile import NestedProfile, Profile
+from nsysmap.core import schemas
+from nsysmap.core.launch_keys import ambiguous_keys, ambiguous_launches, call_key, first_calls
+from nsysmap.core.profile import NestedProfile, Profile
 
 
 def attribute(profile: NestedProfile, rules: NameRules = BUILTIN) -> pl.DataFrame:
@@ -63,22 +63,22 @@ def attribute(profile: NestedProfile, rules: NameRules = BUILTIN) -> pl.DataFram
 
     `rules` read step and phase names (nsysmap.attribution.rules).
     """
-    return pl.concat(attribute_blocks(profile, block_rows=None, rules=rules))
+    return pl.concat(attribute_chunks(profile, chunk_rows=None, rules=rules))
 
 
-def attribute_blocks(
+def attribute_chunks(
     profile: NestedProfile,
     *,
-    block_rows: int | None,
+    chunk_rows: int | None,
     rules: NameRules = BUILTIN,
     launches: list[pl.DataFrame] | None = None,
 ) -> Iterator[pl.DataFrame]:
-    """The OPS rows of `profile` in op_id order, `block_rows` rows at a time (None: one block).
+    """The OPS rows of `profile` in op_id order, `chunk_rows` rows at a time (None: one chunk).
 
     The ranges are searched once for all operations; names, labels and range
-    paths are materialised one block at a time. `launches`, when given, gets
+    paths are materialised one chunk at a time. `launches`, when given, gets
     the launch-call durations the join with the launch calls found
-    (`launch_durations`) before the first block: the waits tables read them
+    (`launch_durations`) before the first chunk: the waits tables read them
     (nsysmap.waits.tables) rather than join the API calls again.
     """
     ops = _with_graphs(_with_launches(profile.ops, profile.api_calls), profile.graph_links)
@@ -102,12 +102,12 @@ def attribute_blocks(
     rank = pl.lit(_rank(profile), pl.Int64).alias("rank")
     category = _categories(ops)
     records = record_labels(evidence(ops, found, scope, profile.threads, category))
-    step = block_rows or max(n, 1)
+    step = chunk_rows or max(n, 1)
     for first in range(0, max(n, 1), step):
-        block, at_capture = ops.slice(first, step), None
+        chunk, at_capture = ops.slice(first, step), None
         if captured is not None:
             at_capture = captured.slice(first, step)
-        values = _values(block, found.slice(first, step), scope, at_capture)
+        values = _values(chunk, found.slice(first, step), scope, at_capture)
         values = values.with_columns(
             category.slice(first, step), *records.slice(first, step).get_columns()
         )
@@ -258,7 +258,7 @@ def _with_launches(ops: pl.DataFrame, api_calls: pl.DataFrame) -> pl.DataFrame:
     is not an OPS column: `launch_durations`).
 
     Of calls sharing (pid, correlation_id), the one `first_calls` keeps
-    (nsysmap/launch_keys.py: the one that started first). The calls are
+    (nsysmap/core/launch_keys.py: the one that started first). The calls are
     joined as they are first: when no operation finds two (the readers drop
     duplicates, so nearly always), that is the join of the kept calls, and
     the calls need not be de-duplicated. Where calls that differ share an id,

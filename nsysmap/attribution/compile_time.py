@@ -23,8 +23,8 @@ from dataclasses import replace
 import polars as pl
 
 from nsysmap.attribution.compiled_modules import cpu_events
-from nsysmap.launch_keys import first_calls
-from nsysmap.profile import NestedProfile, Profile, meta_frame
+from nsysmap.core.launch_keys import first_calls
+from nsysmap.core.profile import NestedProfile, Profile, meta_frame
 
 COMPILE_EVENT = " (dynamo_timed)"  # the name's end
 FACTS = ("compile_events", "compile_wall_ns", "compile_op_ns", "compiled_graphs")

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 import polars as pl
 
 from instrument.compiled_doc import CALL_PREFIX, CALL_RANGE, RUNTIME_PREFIX
-from nsysmap import schemas
 from nsysmap.attribution.compiled_replay import UNIT, replayed
-from nsysmap.profile import Profile
+from nsysmap.core import schemas
+from nsysmap.core.profile import Profile
 
 ADDED = {"compiled_graph": pl.String, "fused_modules": pl.String}
 _KEYS = ["pid", "tid"]
@@ -41,7 +41,7 @@ _SEQ_SUFFIX = r", (?:stashed )?seq = .*$"  # the trace reader's autograd-link su
 
 @dataclass(frozen=True)
 class CompiledContext:
-    """Graph calls and kernel units of a profile, found once for all blocks of ops."""
+    """Graph calls and kernel units of a profile, found once for all chunks of ops."""
 
     calls: pl.DataFrame  # pid, tid, start_ns, end_ns, call, graph, graph_direction
     units: pl.DataFrame  # pid, tid, start_ns, end_ns, unit columns (CPU-side kernel calls)

@@ -2,7 +2,7 @@
 
 Two families of names are understood:
 
-* nsysmap's own ranges (the grammar in `nsysmap.range_names`), emitted by
+* nsysmap's own ranges (the grammar in `nsysmap.core.range_names`), emitted by
   `instrument/`: steps, phases, module forward/backward calls.
 * Foreign styles seen in real profiles: PyTorch's per-operator ranges
   (`emit_nvtx`, `nsys --pytorch`: `aten::addmm, seq = 12, sizes = [[..]]`,
@@ -23,8 +23,8 @@ from __future__ import annotations
 import polars as pl
 
 from nsysmap.attribution.rules import BUILTIN, NameRules
-from nsysmap.range_names import PREFIX as NSYSMAP
-from nsysmap.range_names import naming_columns
+from nsysmap.core.range_names import PREFIX as NSYSMAP
+from nsysmap.core.range_names import naming_columns
 
 LABELS = pl.Schema(
     {
@@ -85,7 +85,7 @@ _NODE_NAME = r"^\w+Backward\d*\b"
 FSDP_HOOK = r"^FSDP::(pre|post)_(forward|backward) \(([^)]*)\)"
 FSDP_SPAN = r"^FSDP (forward|backward) \((.*)\)$"
 # Module ranges the torch.profiler reader makes from `nn.Module: Class_N` frames
-# (nsysmap.read.torch_modules): `nn.Module: <path> (<class>)`, direction forward.
+# (nsysmap.read.torch.torch_modules): `nn.Module: <path> (<class>)`, direction forward.
 TRACE_MODULE_PREFIX = "nn.Module: "
 TRACE_MODULE = r"^nn\.Module: (\S+) \((\w+)\)$"
 

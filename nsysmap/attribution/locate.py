@@ -6,7 +6,7 @@ innermost step, phase, module and operator range, of the step / phase range
 of the process when the thread has none, and of the module found through
 the autograd sequence number (see `nsysmap.attribution.attribute` for the rules). Names
 are parsed only where an answer needs them; `nsysmap.attribution.attribute` turns the
-positions into values, a block of operations at a time.
+positions into values, a chunk of operations at a time.
 """
 
 from __future__ import annotations

@@ -12,10 +12,10 @@ from __future__ import annotations
 import polars as pl
 
 from nsysmap.attribution.labels import fsdp_spans
-from nsysmap.errors import DamagedTimes
+from nsysmap.core.errors import DamagedTimes
+from nsysmap.core.profile import NestedProfile, Profile
+from nsysmap.core.scalars import to_int
 from nsysmap.intervals.nesting import close_open_ranges, nest_ranges
-from nsysmap.profile import NestedProfile, Profile
-from nsysmap.scalars import to_int
 
 
 def normalise(raw: Profile) -> NestedProfile:

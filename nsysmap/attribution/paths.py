@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from nsysmap.scalars import to_int
+from nsysmap.core.scalars import to_int
 
 # A range path names at most PATH_HEAD + PATH_TAIL ranges: deeper paths keep the
 # PATH_HEAD outermost and PATH_TAIL innermost names with an elision between

@@ -1,7 +1,7 @@
 """What PyTorch records anyway says about each operation: backward, forward, optimizer.
 
 A profile without phase ranges usually still tells backward work apart, and
-where the optimizer runs (`nsysmap.attribution.records` turns this into steps
+where the optimizer runs (`nsysmap.attribution.recorded_steps` turns this into steps
 and phases):
 
 * **backward**: launched from autograd's engine thread (`pt_autograd_N`, the
@@ -25,7 +25,7 @@ from __future__ import annotations
 import polars as pl
 
 from nsysmap.attribution.locate import AUTOGRAD, Scope
-from nsysmap.schemas import declare
+from nsysmap.core.schemas import declare
 
 # Thread names of autograd's per-device worker threads (nsys ThreadNames,
 # torch.profiler `thread_name` metadata: `thread 1262 (pt_autograd_0)`).

@@ -3,7 +3,7 @@
 A profile captured in the middle of training often opens with the tail of a
 step launched before the capture began (a deep queue). Its operations have no
 launch call, so PyTorch's records place them nowhere
-(nsysmap.attribution.records), yet training repeats its steps: that tail is,
+(nsysmap.attribution.recorded_steps), yet training repeats its steps: that tail is,
 kernel for kernel, captured work on the same stream. Per stream, the leading
 operations without a launch call and still without a phase are set against
 the captured operations just before a place where the work that follows them

@@ -41,7 +41,7 @@ from typing import Any
 import polars as pl
 
 from instrument.phase_vocabulary import PHASES
-from nsysmap.errors import ExitCode, NsysmapError
+from nsysmap.core.errors import ExitCode, NsysmapError
 
 WARMUP = "warmup"  # the `phase` of the warm-up rows: a mark beside the phase, not a phase
 PHASE_NAMES = (*PHASES, WARMUP)  # what `--phase NAME=REGEX` accepts

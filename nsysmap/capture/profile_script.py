@@ -7,7 +7,7 @@
                   its stdout and stderr are the user's; Ctrl-C is forwarded once
      3. capture   DIR/capture/report.nsys-rep -> nsys export -> report.sqlite,
                   or DIR/capture/trace.json
-     4. analyse   the file flow `nsysmap attribute` runs (pipeline.attribute_file:
+     4. analyse   the file flow `nsysmap attribute` runs (verbs.attribute_file:
                   streamed when large, one process at a time past --memory-gb),
                   + the model's FLOPs from DIR/capture/flops.json
                   -> DIR/*.parquet, manifest.json
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,15 +30,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from instrument import contract
 from instrument.contract import CAPTURE_DIR, LAUNCH_RECORD, REPORT_BASE
 from instrument.contract import TRACE as TRACE_FILE
-from nsysmap import nsys_tool
 from nsysmap._version import __version__
 from nsysmap.attribution.rules import BUILTIN, NameRules
-from nsysmap.errors import (
+from nsysmap.core import interrupts
+from nsysmap.core.errors import (
     ExitCode,
     InputNotFound,
     NoGpuData,
@@ -45,13 +46,14 @@ from nsysmap.errors import (
     ProfilerFailed,
     ScriptFailed,
 )
+from nsysmap.core.timings import Stages
 from nsysmap.flops.flops_document import attach_model_flops
-from nsysmap.flow import Settings
-from nsysmap.input_kinds import NSYS_REPORT, NSYS_SQLITE
-from nsysmap.output.placement import check_output_dir, remove_outputs, write_failed
+from nsysmap.flow.run_stages import Settings
+from nsysmap.flow.verbs import Analysis, attribute_file
+from nsysmap.output.placement import check_output_dir, remove_outputs, write_failed, write_file
 from nsysmap.output.writer import OUTPUT_NAMES
-from nsysmap.pipeline import Analysis, attribute_file
-from nsysmap.stages import Stages
+from nsysmap.read.nsys import nsys_tool
+from nsysmap.sources.input_kinds import NSYS_REPORT, NSYS_SQLITE
 
 LAUNCHER_MODULE = "instrument.launch"
 BACKENDS = ("auto", "nsys", "torch")
@@ -60,6 +62,7 @@ RUN_RECORD = "run.json"
 # launch.json fields (instrument/contract.py) that manifest.json's options repeat.
 LAUNCH_OPTIONS = ("steps_seen", "profiled_steps", "torch_version", "cuda_device")
 Notify = Callable[[str], None]
+Job = TypeVar("Job")
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,10 @@ class RunRequest:
     record_shapes: bool = True
     rules: NameRules = BUILTIN  # step and phase name rules for the attribution
     memory_gb: float | None = None  # the memory budget, as `nsysmap attribute --memory-gb`
+    # Distributed training (nsysmap.capture.distributed; docs/run.md):
+    nproc_per_node: int | None = None  # start this many ranks through torchrun's launcher
+    one_nsys_report: bool = False  # one nsys report for the whole job, not one per rank
+    scheduler: str | None = None  # the Dask scheduler that attributes the ranks (None: local)
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,19 @@ class RunResult:
     interrupted: bool
     profiled_steps: int | None
     analysis: Analysis
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def summary_text(self) -> str:
+        return self.analysis.summary_text
+
+    def done_line(self) -> str:
+        """The last line `nsysmap run` prints: the backend, why, and what was written where."""
+        tables = len(self.analysis.manifest["tables"])
+        return (
+            f"Profiled with {BACKEND_NAMES[self.backend]} ({self.backend_reason}); "
+            f"wrote {tables} tables, manifest.json and run.json to {self.out_dir}"
+        )
 
     def failure(self) -> ScriptFailed | None:
         """The error to exit with when the script failed, else None."""
@@ -106,11 +126,13 @@ def run(
     *,
     notify: Notify = lambda _: None,
     launcher: Sequence[str] | None = None,
-) -> RunResult:
+    spawned: Callable[[dict[str, Any], Path, Path | None], Job] | None = None,
+) -> RunResult | Job:
     """Profile `request.script` under the launcher and analyse the capture.
 
     `notify` receives progress lines meant for the user (stderr in the CLI);
-    `launcher` replaces `python -m instrument.launch`.
+    `launcher` replaces `python -m instrument.launch`; `spawned(record, out_dir, nsys)`
+    assembles the job of a script that spawned its ranks (capture/distributed.py).
     """
     script = _existing(request.script)
     backend, reason, nsys = choose_backend(request.backend)
@@ -131,10 +153,12 @@ def run(
         "nsys_version": None if nsys is None else nsys_tool.nsys_version(nsys),
         **_profile(cmd, capture, notify),
     }
+    if spawned is not None and record["launch"].get("spawned"):
+        return spawned(record, out_dir, nsys)
     try:
         analysis = _analyse_capture(record, request, capture, nsys, out_dir)
     finally:
-        (out_dir / RUN_RECORD).write_text(json.dumps(record, indent=2, default=str) + "\n")
+        write_file(out_dir / RUN_RECORD, json.dumps(record, indent=2, default=str) + "\n")
     steps = step_count(record["launch"].get("profiled_steps"))
     status, interrupted = record["exit_status"], record["interrupted"]
     return RunResult(script, backend, reason, out_dir, status, interrupted, steps, analysis)
@@ -238,7 +262,7 @@ def run_child(cmd: list[str], notify: Notify) -> tuple[int, bool]:
         except subprocess.TimeoutExpired:
             continue
         except KeyboardInterrupt:
-            if interrupted:
+            if interrupts.rearm() or interrupted:  # a second Ctrl-C (maybe while taking this one)
                 _signal_group(proc, signal.SIGKILL)
                 proc.wait()
                 raise
@@ -308,6 +332,12 @@ def nothing_captured(script: Path, record: dict[str, Any]) -> str:
         return f"{script.name} was interrupted before anything was captured"
     if status != 0:
         return f"{script.name} exited with status {status} before anything was captured"
+    if launch.get("child_processes") and not launch.get("steps_seen"):
+        return (
+            f"{script.name} ran no step in its own process but in {launch['child_processes']} "
+            "child process(es), which are not instrumented: start the ranks with `nsysmap run "
+            "--nproc-per-node N`, under torchrun, or with torch.multiprocessing.spawn"
+        )
     if backend == "nsys" and not launch.get("cuda_device"):
         return (
             f"nsys captured nothing: no CUDA device was visible to {script.name} "
@@ -344,6 +374,9 @@ def _fresh_capture_dir(out_dir: Path) -> Path:
         capture.mkdir(parents=True, exist_ok=True)
         for name in (LAUNCH_RECORD, TRACE_FILE, *reports):
             (capture / name).unlink(missing_ok=True)
+        for rank in capture.glob("rank*"):  # a distributed run's ranks
+            if rank.is_dir():
+                shutil.rmtree(rank)
         # The previous run's outputs describe a capture that is gone: none may look current.
         remove_outputs(out_dir)
         (out_dir / RUN_RECORD).unlink(missing_ok=True)

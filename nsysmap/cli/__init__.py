@@ -5,7 +5,9 @@ The group itself (`NsysmapGroup.main`) turns every NsysmapError into one line
 on stderr and its documented exit code (docs/cli.md); anything else is
 reported as an internal error, on one line too, with the traceback only when
 NSYSMAP_DEBUG=1. So the console script and click's test runner
-(`CliRunner().invoke(cli, ...)`) behave the same.
+(`CliRunner().invoke(cli, ...)`) behave the same; the console script
+(nsysmap.console) adds only the Ctrl-C taken before these imports and
+after the command.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from nsysmap.cli.export import export_command
 from nsysmap.cli.flops import flops_command
 from nsysmap.cli.report import report_command
 from nsysmap.cli.run import run_command
-from nsysmap.errors import ExitCode, NsysmapError, one_line
+from nsysmap.core import interrupts
+from nsysmap.core.errors import ExitCode, NsysmapError, one_line
+from nsysmap.core.inert import terminal_text
 
 
 class NsysmapGroup(click.Group):
@@ -61,31 +65,43 @@ cli.add_command(diff_command)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the console script: runs the command and exits with its code."""
+    """`python -m nsysmap.cli`: runs the command and exits with its code (the console
+    script is nsysmap.console, which takes Ctrl-C before these imports)."""
     cli.main(args=argv, prog_name="nsysmap")
+
+
+def exit_code_of(argv: list[str] | None = None) -> int:
+    """Run `nsysmap ARGV` (sys.argv when None); its exit code (nothing exits)."""
+    try:
+        cli.main(args=argv, prog_name="nsysmap")
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    return 0
 
 
 def _exit_code(run: Callable[[], Any]) -> int:
     """Run a command; its exit code, every failure reported in one line on stderr."""
+    interrupts.forget_completed()
     try:
         result = run()
     except click.exceptions.Abort:
-        click.echo("nsysmap: interrupted", err=True)
+        click.echo(interrupts.interrupted_line(), err=True)
         return ExitCode.INTERRUPTED
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code
     except NsysmapError as exc:
-        click.echo(f"nsysmap: error: {exc}", err=True)
+        click.echo(f"nsysmap: error: {terminal_text(exc)}", err=True)
         return getattr(exc, "process_exit", int(exc.exit_code))
     except KeyboardInterrupt:
-        click.echo("nsysmap: interrupted", err=True)
+        click.echo(interrupts.interrupted_line(), err=True)
         return ExitCode.INTERRUPTED
     except Exception as exc:  # the one place that reports bugs
         if os.environ.get("NSYSMAP_DEBUG") == "1":
             raise
         click.echo(
-            f"nsysmap: internal error: {type(exc).__name__}: {one_line(str(exc), 300)} "
+            f"nsysmap: internal error: {type(exc).__name__}: "
+            f"{terminal_text(one_line(str(exc), 300))} "
             "(set NSYSMAP_DEBUG=1 for the traceback)",
             err=True,
         )

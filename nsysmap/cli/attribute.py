@@ -1,6 +1,6 @@
 """`nsysmap attribute REPORT... [-o DIR]`: attribute existing reports and write the outputs.
 
-One report file: the single-report flow (nsysmap.pipeline). Several files, a
+One report file: the single-report flow (nsysmap.flow.verbs). Several files, a
 directory, a glob, or `--ranks`: one multi-rank output, each report attributed
 as a Dask task (nsysmap.many; docs/many.md).
 """
@@ -15,8 +15,8 @@ import click
 
 from nsysmap.attribution.rules import NameRules, user_rules
 from nsysmap.cli.options import name_rule_options, output_option
-from nsysmap.errors import ExitCode, NsysmapError, SomeProfilesFailed
-from nsysmap.pipeline import analyse_file
+from nsysmap.core.errors import ExitCode, NsysmapError, SomeProfilesFailed
+from nsysmap.flow.verbs import analyse_file
 
 if TYPE_CHECKING:
     from nsysmap.many.task import Outcome
@@ -120,6 +120,7 @@ def _attribute_many(
     cluster: dict[str, Any],
     rules: NameRules,
 ) -> None:
+    from nsysmap.core.inert import terminal_text
     from nsysmap.many import ClusterOptions, run_many
     from nsysmap.many.ranks_text import not_one_job
 
@@ -138,7 +139,7 @@ def _attribute_many(
         click.echo(result.summary_text, nl=False)
     doubt = not_one_job(result.manifest)
     if doubt:
-        click.echo(f"nsysmap: warning: {doubt} (docs/many.md)", err=True)
+        click.echo(f"nsysmap: warning: {terminal_text(doubt)} (docs/many.md)", err=True)
     n_tables = len(result.manifest["tables"])
     click.echo(f"Wrote the ops dataset, {n_tables - 1} tables and manifest.json to {target}")
     if result.failed:

@@ -6,14 +6,16 @@ from pathlib import Path
 
 import click
 
+from nsysmap.core.errors import Regression
 from nsysmap.diff.compare import Diff, compare
 from nsysmap.diff.diff_charts import diff_page
 from nsysmap.diff.diff_text import render
 from nsysmap.diff.gate import GATED, grown, grown_lines
-from nsysmap.errors import Regression
+from nsysmap.output.guard import check_not_over
 from nsysmap.output.placement import check_output_dir, check_output_file, write_failed
+from nsysmap.output.whole_file import written_whole
 from nsysmap.report.html.page import plotly_js, write_page
-from nsysmap.report.io import read_run
+from nsysmap.report.report_files import read_run
 
 DIFF_PARQUET = "diff.parquet"
 
@@ -60,18 +62,20 @@ def diff_command(
 ) -> None:
     """Compare two output directories (A before, B after), per step, matched by name."""
     a, b = read_run(run_a), read_run(run_b)
+    reads = [run_a, run_b]
     if out_dir is not None:  # every output checked before anything is written
-        check_output_file(check_output_dir(out_dir) / DIFF_PARQUET)
+        table = check_output_file(check_output_dir(out_dir) / DIFF_PARQUET)
+        check_not_over(table, reads, text=False)
     if html_file is not None:
-        check_output_file(html_file)
+        check_not_over(check_output_file(html_file), reads)
         plotly_js()  # a missing plotly (exit 6) before diff.parquet is written, too
     diff = compare(str(run_a), a.ops, str(run_b), b.ops)
     if not quiet:
         click.echo(render(diff), nl=False)
     if out_dir is not None:
         try:
-            out_dir.mkdir(parents=True, exist_ok=True)
-            diff.table().write_parquet(out_dir / DIFF_PARQUET, statistics=True)
+            with written_whole(out_dir / DIFF_PARQUET) as draft:
+                diff.table().write_parquet(draft, statistics=True)
         except OSError as exc:
             raise write_failed(out_dir, exc) from None
         click.echo(f"nsysmap: wrote {out_dir / DIFF_PARQUET}", err=True)

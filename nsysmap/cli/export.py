@@ -6,11 +6,13 @@ from pathlib import Path
 
 import click
 
-from nsysmap.errors import ExitCode, NsysmapError
+from nsysmap.core.errors import ExitCode, NsysmapError
 from nsysmap.export.perfetto import Selection, Trace, build_trace
 from nsysmap.export.window import DEFAULT_STEPS, OPERATION_LIMIT, default_selection
+from nsysmap.output.guard import check_not_over
 from nsysmap.output.placement import check_output_file, write_failed
-from nsysmap.report.io import read_run
+from nsysmap.output.whole_file import written_whole
+from nsysmap.report.report_files import read_run
 
 
 def _steps(
@@ -81,6 +83,7 @@ def export_command(
         raise click.UsageError(f"{' and '.join(chosen)} exclude each other; give one")
     run = read_run(run_dir)
     check_output_file(target)  # before anything is computed or written
+    check_not_over(target, [run_dir])
     devices: dict[int, str | None] = {
         d["device_id"]: d.get("name")
         for d in run.manifest.get("devices") or []
@@ -115,11 +118,10 @@ def _given(
 
 
 def _write(trace: Trace, target: Path) -> None:
-    """Write the trace as it is encoded; a failure removes the part written (OutputFailed)."""
+    """Write the trace as it is encoded, replacing `target` whole: a failure leaves
+    the file that was there and removes the part written (OutputFailed)."""
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with target.open("w", encoding="utf-8") as out:
+        with written_whole(target) as draft, draft.open("w", encoding="utf-8") as out:
             trace.write(out)
     except OSError as exc:
-        target.unlink(missing_ok=True)
         raise write_failed(target, exc) from None

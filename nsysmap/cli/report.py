@@ -7,14 +7,15 @@ from typing import Any
 
 import click
 
-from nsysmap.errors import ExitCode, NsysmapError
+from nsysmap.core.errors import ExitCode, NsysmapError
 from nsysmap.flops.peaks import DTYPES
 from nsysmap.many.ranks_section import is_multi_rank, rank_report
+from nsysmap.output.guard import check_not_over
 from nsysmap.output.placement import check_output_dir, check_output_file, write_file
 from nsysmap.report.answers import FLOP_SOURCES, ReportOptions
 from nsysmap.report.build import build_report
 from nsysmap.report.html.page import REPORT_HTML, plotly_js, report_page, write_page
-from nsysmap.report.io import REPORT_MD, read_run, write_report
+from nsysmap.report.report_files import REPORT_MD, read_run, write_report
 
 
 @click.command("report")
@@ -78,7 +79,8 @@ def report_command(
     main = read_run(run_dir)
     compare = read_run(compare_dir) if compare_dir is not None else None
     html = _html_target(html_file, run_dir)
-    _check_outputs(run_dir, output, html)  # every output, before anything is written
+    reads = [run_dir] if compare_dir is None else [run_dir, compare_dir]
+    _check_outputs(run_dir, output, html, reads)  # every output, before anything is written
     chosen = ReportOptions(
         dtype=options["dtype"],
         peak_tflops=options["peak_tflops"],
@@ -103,12 +105,15 @@ def _html_target(html_file: str | None, run_dir: Path) -> Path | None:
     return Path(html_file) if html_file else run_dir / REPORT_HTML
 
 
-def _check_outputs(run_dir: Path, markdown: Path | None, html: Path | None) -> None:
-    """Refuse (OutputFailed, exit 10) any output that cannot be written, none written yet."""
+def _check_outputs(
+    run_dir: Path, markdown: Path | None, html: Path | None, reads: list[Path]
+) -> None:
+    """Refuse (OutputFailed, exit 10) any output that cannot be written, or would be
+    written over what the report reads (nsysmap.output.guard), none written yet."""
     check_output_dir(run_dir)
-    check_output_file(markdown or run_dir / REPORT_MD)
+    check_not_over(check_output_file(markdown or run_dir / REPORT_MD), reads)
     if html is not None:
-        check_output_file(html)
+        check_not_over(check_output_file(html), reads)
         plotly_js()  # a missing plotly (exit 6) before the Markdown is written, too
 
 
@@ -127,6 +132,7 @@ def _markdown_target(markdown_file: Path | None, old_output: Path | None) -> Pat
 
 def _rank_report(run_dir: Path, output: Path | None, html: bool, quiet: bool) -> None:
     target = check_output_file(output or run_dir / REPORT_MD)
+    check_not_over(target, [run_dir])
     if html:
         click.echo("nsysmap: a multi-rank output has no HTML page; --html ignored", err=True)
     markdown = rank_report(run_dir)

@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from nsysmap.attribution.rules import user_rules
-from nsysmap.capture.profile_script import BACKEND_NAMES, BACKENDS, RunRequest, run
+from nsysmap.capture.distributed import run_any
+from nsysmap.capture.profile_script import BACKENDS, RunRequest
 from nsysmap.cli.options import name_rule_options, output_option
 
 
@@ -42,6 +43,22 @@ from nsysmap.cli.options import name_rule_options, output_option
     help="Memory budget for the attribution, as for `nsysmap attribute` "
     "(default: 80% of the memory available).",
 )
+@click.option(
+    "--nproc-per-node",
+    type=click.IntRange(min=1),
+    help="Start N ranks of a distributed job through torchrun's launcher and profile each "
+    "(docs/run.md, Distributed training).",
+)
+@click.option(
+    "--one-nsys-report",
+    is_flag=True,
+    help="With --nproc-per-node and nsys: one nsys report for the whole job, not one per rank.",
+)
+@click.option(
+    "--scheduler",
+    metavar="ADDRESS",
+    help="Distributed runs: attribute the ranks on this Dask scheduler (default: a local cluster).",
+)
 @name_rule_options
 @click.option("--quiet", is_flag=True, help="Do not print the summary.")
 def run_command(
@@ -53,6 +70,9 @@ def run_command(
     steps: int | None,
     no_record_shapes: bool,
     memory_gb: float | None,
+    nproc_per_node: int | None,
+    one_nsys_report: bool,
+    scheduler: str | None,
     step_rules: tuple[str, ...],
     phase_rules: tuple[str, ...],
     quiet: bool,
@@ -61,7 +81,10 @@ def run_command(
 
     Everything after SCRIPT (after an optional `--`) goes to the script
     unchanged. Outputs for what was captured are written even when the
-    script fails; nsysmap then exits with the script's own status.
+    script fails; nsysmap then exits with the script's own status. Under
+    torchrun, with --nproc-per-node, or for a script that spawns its ranks
+    (torch.multiprocessing.spawn), each rank is captured and the ranks are
+    attributed together (docs/run.md).
     """
     if script_args[:1] == ("--",):
         script_args = script_args[1:]
@@ -75,15 +98,16 @@ def run_command(
         record_shapes=not no_record_shapes,
         rules=user_rules(step_rules, phase_rules),
         memory_gb=memory_gb,
+        nproc_per_node=nproc_per_node,
+        one_nsys_report=one_nsys_report,
+        scheduler=scheduler,
     )
-    result = run(request, notify=lambda line: click.echo(line, err=True))
+    result = run_any(request, notify=lambda line: click.echo(line, err=True))
     if not quiet:
-        click.echo(result.analysis.summary_text, nl=False)
-    tables = len(result.analysis.manifest["tables"])
-    click.echo(
-        f"Profiled with {BACKEND_NAMES[result.backend]} ({result.backend_reason}); "
-        f"wrote {tables} tables, manifest.json and run.json to {result.out_dir}"
-    )
+        click.echo(result.summary_text, nl=False)
+    for warning in result.warnings:
+        click.echo(f"nsysmap: warning: {warning}", err=True)
+    click.echo(result.done_line())
     failure = result.failure()
     if failure is not None:
         raise failure

@@ -5,9 +5,10 @@ from __future__ import annotations
 import polars as pl
 
 from nsysmap.attribution.module_names import block_index, block_list, with_block
+from nsysmap.core.inert import plotly_texts
 from nsysmap.diff.compare import Diff
 from nsysmap.diff.diff_text import names, summary, unmatched
-from nsysmap.report.html.chart import Chart, Table, bar, layout, ms, ratio
+from nsysmap.report.html.chart import Chart, Table, bar, chart, horizontal, ms, ratio, table
 from nsysmap.report.html.names import distinct_labels
 from nsysmap.report.html.page import page
 from nsysmap.report.html.steps import phase_order
@@ -16,8 +17,15 @@ A_COLOUR, B_COLOUR = "#7f9cc0", "#ff7f0e"
 UP, DOWN = "#d62728", "#2ca02c"  # slower, faster
 TOP = 20
 TABLE_ROWS = 500
-COLUMNS = ["name", "match", "A", "B", "change", "change / A", "share of total change"]
-KINDS = ["text", "text", "ms", "ms", "ms", "number", "share"]
+COLUMNS = (
+    ("name", "text"),
+    ("match", "text"),
+    ("A", "ms"),
+    ("B", "ms"),
+    ("change", "ms"),
+    ("change / A", "number"),
+    ("share of total change", "share"),
+)
 
 
 def _table(diff: Diff, level: str) -> Table:
@@ -25,7 +33,7 @@ def _table(diff: Diff, level: str) -> Table:
     shown = names(diff, level, rows)
     if level == "kernel":  # the table has the full names
         shown = [k or s for k, s in zip(rows["key"], shown, strict=True)]
-    return Table(
+    return table(
         COLUMNS,
         [
             [
@@ -39,7 +47,6 @@ def _table(diff: Diff, level: str) -> Table:
             ]
             for label, r in zip(shown, rows.iter_rows(named=True), strict=True)
         ],
-        KINDS,
     )
 
 
@@ -51,16 +58,21 @@ def side_by_side(diff: Diff, level: str, title: str, caption: str) -> Chart | No
     if level == "phase":  # training order
         order = {p: i for i, p in enumerate(phase_order(rows["key"].drop_nulls().to_list()))}
         rows = rows.sort(pl.col("key").replace_strict(order, default=len(order)))
-    x = names(diff, level, rows)
+    x = plotly_texts(names(diff, level, rows))
     data = [
         bar("A", x, [ms(v) for v in rows["a_ns_per_step"]], A_COLOUR),
         bar("B", x, [ms(v) for v in rows["b_ns_per_step"]], B_COLOUR),
     ]
-    figure = {
-        "data": data,
-        "layout": layout(title, barmode="group", yaxis={"title": "ms per step"}),
-    }
-    return Chart(f"diff_{level}", title, caption, figure, _table(diff, level))
+    return chart(
+        f"diff_{level}",
+        title,
+        caption,
+        heading=title,
+        data=data,
+        rows=_table(diff, level),
+        barmode="group",
+        yaxis={"title": "ms per step"},
+    )
 
 
 def changes(diff: Diff, level: str, title: str, caption: str) -> Chart | None:
@@ -68,22 +80,22 @@ def changes(diff: Diff, level: str, title: str, caption: str) -> Chart | None:
     rows = diff.levels[level].filter(pl.col("change_ns_per_step") != 0).head(TOP)
     if rows.is_empty():
         return None
-    labels = distinct_labels(names(diff, level, rows), 60)
+    labels = plotly_texts(distinct_labels(names(diff, level, rows), 60))
     values = [ms(v) for v in rows["change_ns_per_step"]]
     trace = bar("change", values[::-1], labels[::-1], None, orientation="h")
     signs = rows["change_ns_per_step"].to_list()[::-1]
     trace["marker"] = {"color": [UP if v > 0 else DOWN for v in signs]}
-    figure = {
-        "data": [trace],
-        "layout": layout(
-            title,
-            xaxis={"title": "change, ms per step (B − A)"},
-            height=max(300, 26 * len(labels) + 120),
-            margin={"l": 20, "r": 20, "t": 46, "b": 50},
-            showlegend=False,
-        ),
-    }
-    return Chart(f"diff_{level}_change", title, caption, figure, _table(diff, level))
+    return chart(
+        f"diff_{level}_change",
+        title,
+        caption,
+        heading=title,
+        data=[trace],
+        rows=_table(diff, level),
+        xaxis={"title": "change, ms per step (B − A)"},
+        **horizontal(len(labels), 300, 26),
+        showlegend=False,
+    )
 
 
 def blocks_chart(diff: Diff) -> Chart | None:
@@ -98,13 +110,13 @@ def blocks_chart(diff: Diff) -> Chart | None:
     sums = sums.with_columns(
         _list=block_list(pl.col("block")), _index=block_index(pl.col("block"))
     ).sort("_list", "_index")
-    x = sums["block"].to_list()
+    x = plotly_texts(sums["block"])
     data = [
         bar("A", x, [ms(v) for v in sums["a_ns_per_step"]], A_COLOUR),
         bar("B", x, [ms(v) for v in sums["b_ns_per_step"]], B_COLOUR),
     ]
-    table = Table(
-        ["block", "A", "B", "change"],
+    rows_table = table(
+        [("block", "text"), ("A", "ms"), ("B", "ms"), ("change", "ms")],
         [
             [
                 r["block"],
@@ -114,18 +126,16 @@ def blocks_chart(diff: Diff) -> Chart | None:
             ]
             for r in sums.iter_rows(named=True)
         ],
-        ["text", "ms", "ms", "ms"],
     )
-    figure = {
-        "data": data,
-        "layout": layout("Per block", barmode="group", yaxis={"title": "ms per step"}),
-    }
-    return Chart(
+    return chart(
         "diff_blocks",
         "Layer by layer: each block in A and B",
         "Each block with its modules.",
-        figure,
-        table,
+        heading="Per block",
+        data=data,
+        rows=rows_table,
+        barmode="group",
+        yaxis={"title": "ms per step"},
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from nsysmap.core.inert import terminal_text
 from nsysmap.diff.compare import OUTSIDE, Diff, Side, biggest
 from nsysmap.report.html.names import distinct_labels
 
@@ -79,23 +80,30 @@ def summary(diff: Diff) -> str:
             share = (
                 "" if row["change_share"] is None else f", {100 * row['change_share']:.0f} % of it"
             )
-            parts.append(f"{level} {label} {_signed(row['change_ns_per_step'])}{share}")
+            parts.append(
+                f"{level} {terminal_text(label)} {_signed(row['change_ns_per_step'])}{share}"
+            )
     return head + ("; most changed: " + "; ".join(parts) if parts else "") + "."
 
 
 def render(diff: Diff) -> str:
     """The whole text."""
     lines = [
-        f"A: {diff.a.label} ({_steps(diff.a)}): {_ms(diff.a.per_step_ns)} ms per step",
-        f"B: {diff.b.label} ({_steps(diff.b)}): {_ms(diff.b.per_step_ns)} ms per step",
+        _side("A", diff.a),
+        _side("B", diff.b),
         "",
         summary(diff),
     ]
     for level, rows in diff.levels.items():
         shown = rows.head(ROWS)
-        lines += ["", *_level(level, shown, names(diff, level, shown), rows.height)]
+        named = [terminal_text(n) for n in names(diff, level, shown)]
+        lines += ["", *_level(level, shown, named, rows.height)]
         lines += _unmatched(diff, level)
     return "\n".join(lines) + "\n"
+
+
+def _side(which: str, s: Side) -> str:
+    return f"{which}: {terminal_text(s.label)} ({_steps(s)}): {_ms(s.per_step_ns)} ms per step"
 
 
 def _level(level: str, rows: pl.DataFrame, named: list[str], total: int) -> list[str]:
@@ -116,7 +124,7 @@ def _unmatched(diff: Diff, level: str) -> list[str]:
     lines = []
     for side, found in zip(("A", "B"), unmatched(diff, level), strict=True):
         if found:
-            shown = ", ".join(found[:LISTED])
+            shown = ", ".join(terminal_text(n) for n in found[:LISTED])
             more = f" and {len(found) - LISTED} more" if len(found) > LISTED else ""
             lines.append(f"  only in {side} ({len(found)}): {shown}{more}")
     return lines

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from nsysmap.core.inert import terminal_text
 from nsysmap.diff.compare import Diff
 from nsysmap.diff.diff_text import name
 
@@ -48,7 +49,8 @@ def grown_lines(rows: pl.DataFrame, fail_above_pct: float) -> list[str]:
         return []
     lines = [f"Grew more than {fail_above_pct:g} % per step:"]
     for row in rows.iter_rows(named=True):
-        what = row["label"] if row["level"] == STEP else f"{row['level']} {name(row, row['level'])}"
+        level = row["level"]
+        what = row["label"] if level == STEP else f"{level} {terminal_text(name(row, level))}"
         lines.append(
             f"  {what}: {row['a_ns_per_step'] / 1e6:,.3f} -> {row['b_ns_per_step'] / 1e6:,.3f} ms"
             f" ({100 * row['change_ratio']:+.1f} %)"

@@ -29,8 +29,8 @@ import polars as pl
 
 from instrument.phase_vocabulary import TRACE_COLOURS
 from nsysmap._version import __version__
+from nsysmap.core.scalars import to_int
 from nsysmap.export.spans import module_spans, nest, phase_spans, step_spans
-from nsysmap.scalars import to_int
 
 # Chrome's reserved colour names (`cname`), per kernel category and per phase.
 CATEGORY_CNAME = {

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from nsysmap.core.scalars import to_int
 from nsysmap.export.perfetto import Selection
-from nsysmap.scalars import to_int
 
 DEFAULT_STEPS = 3
 OPERATION_LIMIT = 100_000

@@ -22,8 +22,8 @@ import polars as pl
 from instrument.contract import CAPTURE_DIR
 from instrument.contract import FLOPS as FLOPS_JSON
 from nsysmap.flops.module_flops import FlopsFormatError, flops_table
+from nsysmap.flow.verbs import Analysis, with_tables
 from nsysmap.output.writer import MANIFEST
-from nsysmap.pipeline import Analysis, with_tables
 
 FLOPS_TABLE = "flops"
 _BULKY = ("rows", "modules", "flop_counter")
@@ -48,7 +48,7 @@ def attach_model_flops(analysis: Analysis, capture_dir: Path) -> Analysis:
     """The analysis with the FLOPS table of capture_dir/flops.json to write, and its description.
 
     Pure but for reading flops.json: the table joins the analysis's tables
-    (written by `pipeline.write` as flops.parquet, listed under
+    (written by `verbs.write` as flops.parquet, listed under
     `tables.flops`), the description goes to the manifest under
     `model_flops`. Without a usable document there is no table and
     `model_flops.error` says why. Never raises for a missing or bad

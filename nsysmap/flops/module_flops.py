@@ -21,8 +21,8 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap.errors import ExitCode, NsysmapError, ToolMissing
-from nsysmap.schemas import DIRECTIONS, Direction, conform, declare
+from nsysmap.core.errors import ExitCode, NsysmapError, ToolMissing
+from nsysmap.core.schemas import DIRECTIONS, Direction, conform, declare
 
 FORMAT = "nsysmap-flops"
 VERSION = 1

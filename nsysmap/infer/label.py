@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from nsysmap.core.inferred_schemas import INFERRED
 from nsysmap.infer.motif import Region, block_index, motif_regions, recurs
 from nsysmap.infer.repeats import Evidence, passes
 from nsysmap.infer.sequence import PHASES, parts, sequence_query, sequences
@@ -32,7 +33,6 @@ from nsysmap.infer.threads import (
     other_thread,
     repeated_work,
 )
-from nsysmap.schemas import INFERRED
 
 _FWD, _BWD, _OPT, _DATA, _OTHER = range(len(PHASES))
 # Where an op lies in its pass: before its first block, in one, between the forward

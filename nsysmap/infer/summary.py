@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import polars as pl
 
 from instrument.phase_vocabulary import INFERRED_OF
-from nsysmap.coded import coded, decoded, lexical_rank, texts
+from nsysmap.core.coded import coded, decoded, lexical_rank, texts
+from nsysmap.core.inferred_schemas import BY_INFERRED_BLOCK
 from nsysmap.infer.label import Found, infer, infer_sequences
 from nsysmap.infer.sequence import READ, sequence_query
-from nsysmap.schemas import BY_INFERRED_BLOCK
 
 # Measured phases in the inferred vocabulary (loss belongs to the forward graph).
 PHASE_MAP = INFERRED_OF  # a named phase as the inferred one (instrument/phase_vocabulary.py)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from nsysmap.scalars import to_int
+from nsysmap.core.scalars import to_int
 
 # Packed event keys: group bits, time bits and 2 class bits in 62 bits.
 _KEY_BITS = 62

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from nsysmap.scalars import opt_int
+from nsysmap.core.scalars import opt_int
 
 # Bits of the Int64 sort key of `_union` (pair index and time).
 PACK_BITS = 62

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 
 import polars as pl
 
+from nsysmap.core.range_names import PREFIX as NSYSMAP_PREFIX
 from nsysmap.intervals.forest import Forest, group_index, nest_positions
-from nsysmap.range_names import PREFIX as NSYSMAP_PREFIX
 
 MAX_REPAIR_ROUNDS = 32
 

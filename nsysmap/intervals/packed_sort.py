@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from nsysmap.core.scalars import to_int
 from nsysmap.intervals.forest import sorted_order
-from nsysmap.scalars import to_int
 
 _KEY_BITS = 62
 

@@ -18,7 +18,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nsysmap.errors import ClusterFailed
+from nsysmap.core.errors import ClusterFailed
 
 if TYPE_CHECKING:
     from distributed import Client

@@ -4,7 +4,7 @@ The summary tables of one report (coverage, by_phase, ..., by_category) come
 back per rank with a leading `rank` column, so each rank's rows add up to
 that rank's GPU time; the waits tables (idle, stream_idle, launch_cost) per
 rank too, each rank with its own GPUs' rows; then the cross-rank tables
-(nsysmap.many.across) and `ranks`, which says which input and process each
+(nsysmap.many.cross_rank) and `ranks`, which says which input and process each
 rank is.
 """
 
@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from nsysmap import schemas
-from nsysmap.many import across
+from nsysmap.core import rank_schemas, schemas
+from nsysmap.many import cross_rank as across
 from nsysmap.many.rank_ids import RankOf
 from nsysmap.many.rank_overlap import EXPOSED_COMM
 from nsysmap.many.task import OK, UNIT_KEY, UNIT_STEPS, Outcome
@@ -24,7 +24,9 @@ from nsysmap.output.writer import PER_DEVICE
 
 def by_rank(unit_schema: pl.Schema) -> pl.Schema:
     """A unit table's schema (keyed by pid, nsysmap.many.task) keyed by rank instead."""
-    return schemas.with_rank(pl.Schema({k: v for k, v in unit_schema.items() if k != UNIT_KEY}))
+    return rank_schemas.with_rank(
+        pl.Schema({k: v for k, v in unit_schema.items() if k != UNIT_KEY})
+    )
 
 
 def labelled(outcomes: Sequence[Outcome], ranks: Sequence[RankOf], name: str) -> pl.DataFrame:
@@ -57,14 +59,14 @@ def ranks_table(ranks: Sequence[RankOf]) -> pl.DataFrame:
         }
         for r in ranks
     ]
-    return pl.DataFrame(rows, schema=schemas.RANKS, orient="row").sort("rank")
+    return pl.DataFrame(rows, schema=rank_schemas.RANKS, orient="row").sort("rank")
 
 
 def output_tables(outcomes: Sequence[Outcome], ranks: Sequence[RankOf]) -> dict[str, pl.DataFrame]:
     """Name -> frame of every table written next to the ops dataset."""
     tables = {"ranks": ranks_table(ranks)}
     for name, schema in PER_DEVICE.items():  # the summaries and the waits, as for one report
-        tables[name] = _typed(labelled(outcomes, ranks, name), schemas.with_rank(schema), name)
+        tables[name] = _typed(labelled(outcomes, ranks, name), rank_schemas.with_rank(schema), name)
     steps = _typed(labelled(outcomes, ranks, "steps"), by_rank(UNIT_STEPS), "steps")
     exposed = labelled(outcomes, ranks, "exposed_comm")
     overlap = _typed(exposed, by_rank(EXPOSED_COMM), "exposed_comm")

@@ -11,8 +11,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from nsysmap.errors import InputNotFound
-from nsysmap.input_kinds import converted_name, named_kind, suffixes
+from nsysmap.core.errors import InputNotFound
+from nsysmap.sources.input_kinds import converted_name, named_kind, suffixes
 
 # JSON files nsysmap itself writes next to its outputs: never reports.
 OWN_FILES = ("manifest.json", "run.json", "flops.json")
@@ -26,7 +26,7 @@ def natural_key(path: Path) -> list[int | str]:
 
 
 def is_report(path: Path) -> bool:
-    """Does the name say it is a report nsysmap reads (nsysmap.input_kinds)?"""
+    """Does the name say it is a report nsysmap reads (nsysmap.sources.input_kinds)?"""
     return named_kind(path) is not None and path.name.lower() not in OWN_FILES
 
 

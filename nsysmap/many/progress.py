@@ -4,7 +4,7 @@ One line on stderr, redrawn every TICK_S while reports are attributed::
 
     nsysmap: 5/16 reports done, 1 failed; slowest running: rank07.sqlite 12 s
 
-Written to a pipe, a file or a CI log it prints nothing (nsysmap.stages
+Written to a pipe, a file or a CI log it prints nothing (nsysmap.core.timings
 decides what a terminal is). What is running, and since when, the caller
 reports through `running` (a callable returning report name -> seconds).
 """
@@ -16,7 +16,8 @@ import threading
 from collections.abc import Callable
 from typing import TextIO
 
-from nsysmap.stages import is_terminal
+from nsysmap.core.inert import terminal_text
+from nsysmap.core.timings import is_terminal
 
 TICK_S = 0.5
 
@@ -28,7 +29,7 @@ def progress_line(done: int, failed: int, total: int, running: dict[str, float])
         text += f", {failed} failed"
     if running:
         name, seconds = max(running.items(), key=lambda item: (item[1], item[0]))
-        text += f"; slowest running: {name} {seconds:.0f} s"
+        text += f"; slowest running: {terminal_text(name)} {seconds:.0f} s"
     return text
 
 

@@ -1,8 +1,10 @@
 """Which rank each process of each report is.
 
-A report may declare its rank: an nsys export in the environment nsys
+The caller may know each report's rank (`nsysmap run` on a distributed job:
+the rank each capture directory belongs to); those ranks are then the
+declared ones. Otherwise a report may declare its rank: an nsys export in the environment nsys
 launched it with (`RANK`, `OMPI_COMM_WORLD_RANK`, `PMI_RANK`, ...; meta keys
-`rank` and `rank_variable`, nsysmap.read.nsys_env), a torch.profiler trace in
+`rank` and `rank_variable`, nsysmap.read.nsys.nsys_env), a torch.profiler trace in
 its `distributedInfo` (meta key `rank`). The declared ranks are used when
 every attributed report declares one, each holds one process with GPU
 operations, and no two declare the same rank. Otherwise every rank is
@@ -15,7 +17,7 @@ of the others do not shift.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from nsysmap.many.task import OK, Outcome, Unit
@@ -45,19 +47,29 @@ def declared_rank(meta: dict[str, object]) -> int | None:
     return None
 
 
-def assign_ranks(outcomes: Sequence[Outcome]) -> tuple[list[RankOf], str]:
-    """Every unit of every attributed report with its rank, and how the ranks were chosen."""
+def assign_ranks(
+    outcomes: Sequence[Outcome], known: Mapping[int, int] | None = None
+) -> tuple[list[RankOf], str]:
+    """Every unit of every attributed report with its rank, and how the ranks were chosen.
+
+    `known`: input index -> rank, as the caller knows them (replaces what reports say)."""
     ok = sorted((o for o in outcomes if o.status == OK), key=lambda o: o.index)
-    declared = [declared_rank(o.meta) for o in ok]
+    declared = [known.get(o.index) if known else declared_rank(o.meta) for o in ok]
     reason = _why_not_declared(ok, declared)
     if reason is None:
-        ranks = [
-            RankOf(rank, o.index, o.path, o.units[0], DECLARED, rank)
-            for o, rank in zip(ok, declared, strict=True)
-            if rank is not None  # always: a missing rank is a reason above
-        ]
-        return sorted(ranks, key=lambda r: r.rank), "declared by each report"
+        if known:
+            return _declared(ok, declared), "as nsysmap run captured them (one directory per rank)"
+        return _declared(ok, declared), "declared by each report"
     return _in_order(outcomes), f"numbered in input order ({reason})"
+
+
+def _declared(ok: list[Outcome], declared: list[int | None]) -> list[RankOf]:
+    ranks = [
+        RankOf(rank, o.index, o.path, o.units[0], DECLARED, rank)
+        for o, rank in zip(ok, declared, strict=True)
+        if rank is not None  # always: a missing rank is a reason not to come here
+    ]
+    return sorted(ranks, key=lambda r: r.rank)
 
 
 def _why_not_declared(ok: list[Outcome], declared: list[int | None]) -> str | None:

@@ -1,7 +1,7 @@
 """How much of a rank's communication is hidden behind compute, and how much is exposed.
 
 Hidden and exposed time are nsysmap's one definition
-(nsysmap.output.comm_overlap.hidden_communication, the same as
+(nsysmap.summaries.comm_overlap.hidden_communication, the same as
 `overlap.parquet`): per communication kernel, the part during which compute
 runs on another stream of the same device, summed here per process, so that
 `overlapped_ns + exposed_ns` is the process's communication time (`comm_ns`)
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from nsysmap.output.comm_overlap import COMM, hidden_communication
+from nsysmap.summaries.comm_overlap import COMM, hidden_communication
 
 COMMUNICATION = "communication"
 # The exposed_comm table, per process: not `schemas.OVERLAP` (overlap.parquet, per device

@@ -2,7 +2,9 @@
 
 The single-report answers (FLOPs, MFU, shapes) need one report's operations;
 on a multi-rank output `nsysmap report` writes the cross-rank section of
-nsysmap.many.ranks_text instead, from the tables `nsysmap attribute` wrote.
+nsysmap.many.ranks_text instead, from the tables `nsysmap attribute` wrote,
+and the exposed communication per collective and rank, from its operations
+(nsysmap.many.rank_collectives).
 """
 
 from __future__ import annotations
@@ -13,12 +15,16 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap.errors import NotAnOutput
+from nsysmap.core.errors import NotAnOutput
+from nsysmap.core.inert import markdown_code
+from nsysmap.many.rank_collectives import collectives_section
 from nsysmap.many.ranks_text import findings, markdown_section
 from nsysmap.many.write import LAYOUT
+from nsysmap.output.read_back import whole
 from nsysmap.output.writer import MANIFEST
 
 NEEDED = ("rank_comm", "stragglers", "rank_module_phase", "rank_module")
+OPTIONAL = ("rank_steps",)  # the steps the answers name, when the output has it
 
 
 def is_multi_rank(run_dir: Path) -> bool:
@@ -31,11 +37,24 @@ def is_multi_rank(run_dir: Path) -> bool:
 
 
 def rank_report(run_dir: Path) -> str:
-    """The Markdown report of a multi-rank output directory."""
+    """The Markdown report of a multi-rank output directory (its manifest and tables
+    of one set: nsysmap.output.read_back)."""
+    manifest, tables = whole(run_dir, lambda: _read(run_dir))
+    title = f"# nsysmap report: {markdown_code(run_dir.name)}\n\n"
+    ranks = [int(r) for r in tables["rank_comm"]["rank"]]
+    section = markdown_section(findings(manifest, tables))
+    return f"{title}{section}\n{collectives_section(run_dir, ranks)}"
+
+
+def _read(run_dir: Path) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
     manifest: dict[str, Any] = json.loads((run_dir / MANIFEST).read_text())
     try:
         tables = {name: pl.read_parquet(run_dir / f"{name}.parquet") for name in NEEDED}
+        tables |= {
+            name: pl.read_parquet(run_dir / f"{name}.parquet")
+            for name in OPTIONAL
+            if (run_dir / f"{name}.parquet").is_file()
+        }
     except (OSError, pl.exceptions.PolarsError) as exc:
         raise NotAnOutput(f"{run_dir}: unreadable multi-rank table: {exc}") from exc
-    title = f"# nsysmap report: {run_dir.name}\n\n"
-    return title + markdown_section(findings(manifest, tables))
+    return manifest, tables

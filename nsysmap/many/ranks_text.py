@@ -2,17 +2,20 @@
 
 Both say the same: what was attributed and what failed, time per rank, the
 slowest rank against the median, the straggler cost, and the modules whose
-time differs most between ranks.
+time differs most between ranks; each answer names the rank and the steps
+it describes (the steps every rank has in `rank_steps`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
-from nsysmap.scalars import to_float
+from nsysmap.core.inert import markdown_cell, markdown_code, markdown_text, terminal_text
+from nsysmap.core.scalars import to_float
 
 MS = 1e6
 SHOWN_RANKS = 16  # more ranks than this: the slowest ones only
@@ -32,6 +35,7 @@ class Findings:
     modules: pl.DataFrame
     slowest: dict[str, Any] | None  # rank, compute_ns, median_ns
     layer: dict[str, Any] | None  # a rank_module row
+    steps: str = "the profile"  # the steps the answers describe: "steps 1-3"
 
 
 def findings(manifest: dict[str, Any], tables: dict[str, pl.DataFrame]) -> Findings:
@@ -43,7 +47,31 @@ def findings(manifest: dict[str, Any], tables: dict[str, pl.DataFrame]) -> Findi
         slowest = {**top, "median_ns": to_float(comm["compute_ns"].median())}
     modules = tables["rank_module_phase"].filter(pl.col("excess_ns") > 0).head(SHOWN_MODULES)
     layer = slow_layer(tables["rank_module"])
-    return Findings(manifest, comm, tables["stragglers"], modules, slowest, layer)
+    steps = steps_said(tables.get("rank_steps"))
+    return Findings(manifest, comm, tables["stragglers"], modules, slowest, layer, steps)
+
+
+def steps_said(rank_steps: pl.DataFrame | None) -> str:
+    """The steps of the ranks' operations, in words: "steps 1-3", "step 2", "steps 1, 3 and
+    5" (and "the time outside steps" when some is), or "the profile" when none is numbered."""
+    if rank_steps is None or rank_steps.is_empty():
+        return "the profile"
+    numbered = sorted(int(s) for s in rank_steps["step"].drop_nulls().unique())
+    outside = rank_steps["step"].null_count() > 0
+    if not numbered:
+        return "the profile (no steps)"
+    span = _step_span(numbered)
+    return f"{span} and the time outside steps" if outside else span
+
+
+def _step_span(steps: list[int]) -> str:
+    if len(steps) == 1:
+        return f"step {steps[0]}"
+    if steps == list(range(steps[0], steps[-1] + 1)):
+        return f"steps {steps[0]}-{steps[-1]}"
+    shown = [str(s) for s in steps[:SHOWN_MODULES]]
+    more = "" if len(steps) <= SHOWN_MODULES else f" and {len(steps) - SHOWN_MODULES} more"
+    return f"steps {', '.join(shown)}{more}"
 
 
 def slow_layer(rank_module: pl.DataFrame) -> dict[str, Any] | None:
@@ -63,14 +91,15 @@ def slow_layer(rank_module: pl.DataFrame) -> dict[str, Any] | None:
     return deepest.row(0, named=True)
 
 
-def layer_line(f: Findings) -> str | None:
+def layer_line(f: Findings, name: Callable[[str], str] = terminal_text) -> str | None:
+    """The slowest layer; `name` shows its module's name (nsysmap.core.inert)."""
     row = f.layer
     if row is None:
         return None
     return (
-        f"Slowest layer: {_module_name({**row, 'phase': ''}).strip()} on rank "
-        f"{row['slowest_rank']}: {_ms(row['max_ns'])} ms with the modules inside it, against a "
-        f"median of {_ms(row['median_ns'])} ms (+{_ms(row['excess_ns'])} ms)."
+        f"Slowest layer: {_module_name({**row, 'phase': ''}, name).strip()} on rank "
+        f"{row['slowest_rank']}: {_ms(row['max_ns'])} ms with the modules inside it over "
+        f"{f.steps}, against a median of {_ms(row['median_ns'])} ms (+{_ms(row['excess_ns'])} ms)."
     )
 
 
@@ -99,6 +128,15 @@ def not_one_job(manifest: dict[str, Any]) -> str | None:
     return f"{NOT_ONE_JOB}: {'; '.join(found)}" if found else None
 
 
+def job_line(f: Findings) -> str | None:
+    """`nsysmap run` on a job where a rank failed: which, and with what (None otherwise)."""
+    options = f.manifest.get("options") or {}
+    said = options.get("first_failure")
+    if not said:
+        return None
+    return f"The job failed: {said}."
+
+
 def headline(f: Findings) -> str:
     m = f.manifest
     done = m["reports"] - m["failed"]
@@ -117,8 +155,8 @@ def slowest_line(f: Findings) -> str | None:
         return f"No rank computes longer than the median ({_ms(s['median_ns'])} ms)."
     share = f" ({extra / s['median_ns']:+.1%})" if s["median_ns"] else ""
     return (
-        f"Slowest rank: {s['rank']}, compute {_ms(s['compute_ns'])} ms against a median of "
-        f"{_ms(s['median_ns'])} ms: {_ms(extra)} ms more{share}."
+        f"Slowest rank: {s['rank']}, compute {_ms(s['compute_ns'])} ms over {f.steps} against "
+        f"a median of {_ms(s['median_ns'])} ms: {_ms(extra)} ms more{share}."
     )
 
 
@@ -130,26 +168,31 @@ def straggler_line(f: Findings) -> str | None:
     counts = steps["slowest_rank"].value_counts(sort=True)
     rank, times = counts.row(0)
     fastest = steps["fastest_rank"].mode().sort()[0]
+    worst = steps.sort(["straggler_cost_ns", "step"], descending=[True, False]).row(0, named=True)
+    where = "outside steps" if worst["step"] is None else f"in step {worst['step']}"
     return (
-        f"Straggler cost: {_ms(cost)} ms over {steps.height} step(s): what the fastest rank "
-        f"(mostly {fastest}) waits in collectives for the slowest (rank {rank} in {times} of "
-        f"{steps.height} steps)."
+        f"Straggler cost: {_ms(cost)} ms over {steps.height} step(s) ({f.steps}): what the "
+        f"fastest rank (mostly {fastest}) waits in collectives for the slowest (rank {rank} in "
+        f"{times} of {steps.height} steps); the most {where}, {_ms(worst['straggler_cost_ns'])} "
+        f"ms (rank {worst['slowest_rank']} slowest, rank {worst['fastest_rank']} fastest)."
     )
 
 
-def _module_name(row: dict[str, Any]) -> str:
-    module = "(no module)" if row["module"] is None else row["module"] or "(root)"
-    cls = f" ({row['module_class']})" if row["module_class"] else ""
+def _module_name(row: dict[str, Any], name: Callable[[str], str] = terminal_text) -> str:
+    """ "path (Class) phase", the names shown by `name` (nsysmap.core.inert)."""
+    module = "(no module)" if row["module"] is None else name(row["module"] or "(root)")
+    cls = f" ({name(row['module_class'])})" if row["module_class"] else ""
     phase = row["phase"] if row["phase"] is not None else "(no phase)"
     return f"{module}{cls} {phase}"
 
 
 def terminal_summary(f: Findings) -> str:
     """The summary `nsysmap attribute` prints for several reports."""
-    lines = [headline(f)]
-    lines += [f"  failed: {text}" for text in _failed(f.manifest)]
+    lines = [terminal_text(headline(f))]
+    lines += [f"  {terminal_text(said)}" for said in (job_line(f),) if said]
+    lines += [f"  failed: {terminal_text(text)}" for text in _failed(f.manifest)]
     doubt = not_one_job(f.manifest)
-    lines += [f"  warning: {doubt}"] if doubt else []
+    lines += [f"  warning: {terminal_text(doubt)}"] if doubt else []
     lines += ["", _rank_table_text(f)]
     lines += [line for line in (slowest_line(f), layer_line(f), straggler_line(f)) if line]
     if not f.modules.is_empty():
@@ -192,14 +235,15 @@ def _rank_table_text(f: Findings) -> str:
 
 def markdown_section(f: Findings) -> str:
     """The same as a Markdown section (what `nsysmap report` writes for a multi-rank output)."""
-    out = ["## Ranks", "", headline(f) + ".", ""]
+    out = ["## Ranks", "", markdown_text(headline(f) + "."), ""]
+    out += [f"{markdown_text(said)}\n" for said in (job_line(f),) if said]
     failed = _failed(f.manifest)
     if failed:
-        out += ["Reports that failed:", "", *(f"- {t}" for t in failed), ""]
+        out += ["Reports that failed:", "", *(f"- {markdown_text(t)}" for t in failed), ""]
     doubts = f.manifest.get("one_job_doubts") or []
     if doubts:
         out += [f"**Warning: {NOT_ONE_JOB}**, so comparing them may mean nothing:", ""]
-        out += [*(f"- {d}" for d in doubts), ""]
+        out += [*(f"- {markdown_text(d)}" for d in doubts), ""]
     shown, hidden = _shown(f)
     out += [
         "| rank | " + " | ".join(_RANK_HEADERS) + " |",
@@ -212,7 +256,8 @@ def markdown_section(f: Findings) -> str:
     if hidden:
         out.append(f"\n{hidden} faster rank(s) not shown; `rank_comm.parquet` lists every rank.")
     out.append("")
-    out += [f"{line}\n" for line in (slowest_line(f), layer_line(f), straggler_line(f)) if line]
+    lines = (slowest_line(f), layer_line(f, markdown_code), straggler_line(f))
+    out += [f"{line}\n" for line in lines if line]
     if not f.modules.is_empty():
         out += [
             "### Largest differences between ranks, by module and phase",
@@ -221,7 +266,8 @@ def markdown_section(f: Findings) -> str:
             "|---|---:|---:|---:|---:|---:|",
         ]
         out += [
-            f"| {_module_name(r)} | {r['slowest_rank']} | {_ms(r['max_ns'])} | "
+            f"| {markdown_cell(_module_name(r, markdown_code))} | {r['slowest_rank']} | "
+            f"{_ms(r['max_ns'])} | "
             f"{_ms(r['median_ns'])} | {_ms(r['min_ns'])} | {_ms(r['excess_ns'])} |"
             for r in f.modules.iter_rows(named=True)
         ]

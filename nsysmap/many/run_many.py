@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from nsysmap.attribution.rules import BUILTIN, NameRules
-from nsysmap.errors import ExitCode
+from nsysmap.core.errors import ExitCode
 from nsysmap.many import cluster as clusters
 from nsysmap.many.collect import output_tables
 from nsysmap.many.input_files import expand_inputs
-from nsysmap.many.one_job import ONE_JOB_DOUBTS, doubts
 from nsysmap.many.progress import Progress
 from nsysmap.many.rank_ids import assign_ranks
 from nsysmap.many.ranks_text import findings, terminal_summary
+from nsysmap.many.same_job import ONE_JOB_DOUBTS, doubts
 from nsysmap.many.task import FAILED, OK, Outcome, attribute_one
 from nsysmap.many.write import WORK_DIR, RankParts, clear_previous, ranks_manifest
 from nsysmap.output.placement import check_output_dir, write_failed
@@ -71,8 +71,11 @@ def run_many(
     options: dict[str, Any] | None = None,
     rules: NameRules = BUILTIN,
     progress: bool | None = None,
+    known_ranks: Sequence[int] | None = None,
 ) -> ManyResult:
-    """Attribute every report in `inputs` (files, directories, globs) into `out_dir`."""
+    """Attribute every report in `inputs` (files, directories, globs) into `out_dir`.
+
+    `known_ranks`: the rank of each input file, when the caller knows them."""
     paths = [p.resolve() for p in expand_inputs(inputs)]
     out = check_output_dir(out_dir, OUTPUT_NAMES).resolve()
     try:
@@ -85,7 +88,8 @@ def run_many(
     with clusters.connect(where.scheduler, plan) as client:
         described = clusters.describe(client, where.scheduler, plan)
         outcomes = _attribute_all(client, paths, out / WORK_DIR, (options or {}, rules), progress)
-    ranks, rule = assign_ranks(outcomes)
+    known = dict(enumerate(known_ranks)) if known_ranks is not None else None
+    ranks, rule = assign_ranks(outcomes, known)
     tables = output_tables(outcomes, ranks)
     manifest = ranks_manifest(
         outcomes, ranks, tables, rank_rule=rule, options=options or {}, cluster=described

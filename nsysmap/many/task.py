@@ -1,8 +1,8 @@
 """The work done for one report on a Dask worker: its ranks through the one flow.
 
-`attribute_one` drives the one flow (nsysmap.flow) with the report's
+`attribute_one` drives the one flow (nsysmap.flow.run_stages) with the report's
 sources (`rank_sources`): each process with GPU operations of an nsys
-export read and attributed on its own (nsysmap.by_process), else the whole
+export read and attributed on its own (nsysmap.sources.by_process), else the whole
 report. A flow's OPS rows are held, or streamed into the work directory
 past STREAM_OPS; `rank_units` then gives each process its rank's `Unit`,
 with its operations in its own Parquet part and its summary and waits
@@ -23,7 +23,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -32,21 +32,18 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap import schemas
-from nsysmap.analysis import Analysis
 from nsysmap.attribution.rules import BUILTIN, NameRules
-from nsysmap.by_process import merged_meta, process_profiles
-from nsysmap.errors import ExitCode, NsysmapError
-from nsysmap.flow import Settings, Source, file_source, flow, whole
-from nsysmap.input_kinds import called, kind_of
+from nsysmap.core import schemas
+from nsysmap.core.errors import ExitCode, NsysmapError
+from nsysmap.core.profile import NestedProfile
+from nsysmap.flow.analysis import Analysis
+from nsysmap.flow.run_stages import Settings, flow, process_summary
 from nsysmap.many.rank_overlap import COMMUNICATION, exposed_communication
 from nsysmap.output.ops_sinks import OpsFile, OpsSink, sink_for
-from nsysmap.output.summarise import summarise
 from nsysmap.output.writer import input_identity
-from nsysmap.profile import NestedProfile
-from nsysmap.read.nsys_sqlite import gpu_processes
-from nsysmap.read.regular_file import regular_file
-from nsysmap.stages import Stages
+from nsysmap.sources.by_process import merged_meta
+from nsysmap.sources.choose import rank_sources
+from nsysmap.sources.input_kinds import kind_of
 
 OK, FAILED = "ok", "failed"
 UNIT_KEY = "pid"  # the column that says which unit a row of a unit table belongs to
@@ -115,27 +112,10 @@ def attribute_one(
     return _finished(outcome, time.perf_counter() - start, peak)
 
 
-def rank_sources(path: Path, stages: Stages) -> Iterator[Source]:
-    """The sources of the one flow (nsysmap.flow) for report `path`, one flow each:
-    every process with GPU work read alone, where the report's kind can be read by
-    process (nsysmap.input_kinds) and it holds several; else the whole report.
-
-    The processes are read in turn, op_id and range_id counting on from one to
-    the next (nsysmap.by_process), and each is let go before the next is read.
-    """
-    processes = gpu_processes(path) if kind_of(path).by_process else None
-    if processes is None or len(processes) < 2:
-        yield file_source(path, None, stages)
-        return
-    for profile in process_profiles(path, processes, stages=stages):
-        yield whole(profile)
-        del profile
-
-
 def _attributed(path: Path, target: Path, settings: Settings) -> dict[str, Any]:
     """The Outcome's fields of report `path`: each source of `rank_sources` through
     the one flow, its ranks' parts in `target`; the input's SHA-256 meanwhile."""
-    path = regular_file(path, called(path))
+    kind = kind_of(path)  # the one check of the path, before the hash reads it
     stop = threading.Event()
     with ThreadPoolExecutor(1) as pool:
         hashed = pool.submit(input_identity, path, stop)
@@ -144,7 +124,7 @@ def _attributed(path: Path, target: Path, settings: Settings) -> dict[str, Any]:
             tables: list[dict[str, pl.DataFrame]] = []
             metas: list[pl.DataFrame] = []
             devices: dict[int, str] = {}
-            for source in rank_sources(path, settings.stages):
+            for source in rank_sources(path, kind, settings.stages):
                 analysis = flow(source, partial(_sink, target), settings)
                 found, made = rank_units(analysis, target)
                 if isinstance(analysis.store, OpsFile):
@@ -194,8 +174,8 @@ def rank_units(
     A flow of one process (`rank_sources`) is one unit with the flow's own
     summaries. Only a flow over several processes (a report whose kind is
     not read by process: a torch.profiler trace, an export whose tables do
-    not say every row's process) is parted here, each part summarised anew
-    and without by_range (the ranges are the flow's, not kept)."""
+    not say every row's process) is parted here, each part's summaries the
+    flow's `process_summary`."""
     ops = analysis.store.scan()
     target.mkdir(parents=True, exist_ok=True)
     found = (
@@ -215,7 +195,7 @@ def rank_units(
         part = target / f"ops-pid{row['pid']}.parquet"
         mine = ops.filter(pl.col("pid") == row["pid"])
         mine.drop("rank").sink_parquet(part)
-        summary = analysis.summaries if found.height == 1 else summarise(mine.collect())
+        summary = analysis.summaries if found.height == 1 else process_summary(analysis, row["pid"])
         devices = tuple(int(d) for d in row["devices"])
         units.append(Unit(row["pid"], devices, row["ops"], row["time_ns"], str(part)))
         summaries.append(_with_pid(summary.tables(), row["pid"]))

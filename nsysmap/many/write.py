@@ -20,14 +20,14 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap import schemas
 from nsysmap._version import __version__
+from nsysmap.core import schemas
 from nsysmap.many.rank_ids import RankOf
 from nsysmap.many.task import Outcome
+from nsysmap.output.ownership import WORK_DIR
 from nsysmap.output.writer import MANIFEST_SCHEMA, OPS_DIR, RANKS_LAYOUT, table_entries
 
 PART = "part-0.parquet"
-WORK_DIR = ".nsysmap-work"  # per-report work directories, removed at the end
 LAYOUT = RANKS_LAYOUT  # the manifest's `layout` for several reports
 
 

@@ -1,14 +1,14 @@
 """Where the OPS rows go as they are made: held in memory, or streamed into ops.parquet.
 
-Attribution makes the OPS rows a block at a time (`attribute_blocks`); the
-flow (`nsysmap.pipeline`) summarises each block as it passes and hands the
-blocks to a sink, which decides what stays in memory::
+Attribution makes the OPS rows a chunk at a time (`attribute_chunks`); the
+flow (`nsysmap.flow.verbs`) summarises each chunk as it passes and hands the
+chunks to a sink, which decides what stays in memory::
 
-    profile ─> locate (all ops) ──> block 1 ──┬─> partial summaries ──> summaries
-                                    block 2 ──┤         ...
+    profile ─> locate (all ops) ──> chunk 1 ──┬─> partial summaries ──> summaries
+                                    chunk 2 ──┤         ...
                                     ...       └─> sink
-        HoldOps:    the blocks concatenated             -> HeldOps  (a frame)
-        StreamOps:  written block by block, texts coded -> OpsFile  (ops.parquet)
+        HoldOps:    the chunks concatenated             -> HeldOps  (a frame)
+        StreamOps:  written chunk by chunk, texts coded -> OpsFile  (ops.parquet)
 
 Held rows serve the pure API (`nsysmap.analyse`) and inputs that fit; for
 profiles with millions of operations `analyse_file` streams them, so that
@@ -28,12 +28,12 @@ from typing import Protocol
 
 import polars as pl
 
-from nsysmap import schemas
+from nsysmap.core import schemas
 from nsysmap.output.placement import STAGING_MARK
 from nsysmap.output.text_parquet import write_coded
 from nsysmap.output.writer import OPS_FILE
 
-BLOCK_ROWS = 250_000  # OPS rows a StreamOps materialises at a time (more: a higher peak, no faster)
+CHUNK_ROWS = 250_000  # OPS rows a StreamOps materialises at a time (more: a higher peak, no faster)
 # Profiles with more operations than this have their OPS rows streamed into a
 # Parquet file as they are made, never all in memory (`sink_for`).
 STREAM_OPS = 2_000_000
@@ -93,53 +93,53 @@ OpsStore = HeldOps | OpsFile
 
 
 class OpsSink(Protocol):
-    """Takes the blocks of OPS rows as they are made; returns where they are."""
+    """Takes the chunks of OPS rows as they are made; returns where they are."""
 
     @property
-    def block_rows(self) -> int | None: ...  # rows per block (None: one block)
+    def chunk_rows(self) -> int | None: ...  # rows per chunk (None: one chunk)
 
     @property
     def stage(self) -> str: ...  # the stage its own time counts to
 
-    def take(self, blocks: Iterator[pl.DataFrame]) -> OpsStore: ...
+    def take(self, chunks: Iterator[pl.DataFrame]) -> OpsStore: ...
 
 
 @dataclass(frozen=True)
 class HoldOps:
-    """Keep the rows in memory: the blocks, concatenated.
+    """Keep the rows in memory: the chunks, concatenated.
 
-    One block by default: attributing a profile whole is as fast as it gets,
+    One chunk by default: attributing a profile whole is as fast as it gets,
     and the rows are all held anyway.
     """
 
-    block_rows: int | None = None
+    chunk_rows: int | None = None
     stage: str = "attribute"
 
-    def take(self, blocks: Iterator[pl.DataFrame]) -> HeldOps:
-        frames = list(blocks)
+    def take(self, chunks: Iterator[pl.DataFrame]) -> HeldOps:
+        frames = list(chunks)
         return HeldOps(frames[0] if len(frames) == 1 else pl.concat(frames))
 
 
 @dataclass(frozen=True)
 class StreamOps:
-    """Write the rows to `path` block by block (Polars' streaming Parquet writer)."""
+    """Write the rows to `path` chunk by chunk, their texts coded (`write_ops`)."""
 
     path: Path
-    block_rows: int = field(default_factory=lambda: BLOCK_ROWS)
+    chunk_rows: int = field(default_factory=lambda: CHUNK_ROWS)
     stage: str = "write"
 
-    def take(self, blocks: Iterator[pl.DataFrame]) -> OpsFile:
+    def take(self, chunks: Iterator[pl.DataFrame]) -> OpsFile:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        return OpsFile(self.path, write_ops(blocks, self.path))
+        return OpsFile(self.path, write_ops(chunks, self.path))
 
 
-def write_ops(blocks: Iterable[pl.DataFrame], path: Path, schema: pl.Schema = schemas.OPS) -> int:
-    """OPS rows (frames of `schema`) into the Parquet file `path`, block by block; how many.
+def write_ops(chunks: Iterable[pl.DataFrame], path: Path, schema: pl.Schema = schemas.OPS) -> int:
+    """OPS rows (frames of `schema`) into the Parquet file `path`, chunk by chunk; how many.
 
     Their texts are written dictionary-coded (nsysmap.output.text_parquet):
     a kernel name costs memory once, however many rows it names.
     """
-    return write_coded(blocks, schema, path)
+    return write_coded(chunks, schema, path)
 
 
 def sink_for(operations: int, staged: Callable[[], Path], *, stream: bool = False) -> OpsSink:

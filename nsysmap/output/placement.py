@@ -1,50 +1,82 @@
-"""Where outputs go: checking the output directory, and replacing outputs as a whole.
+"""Where outputs go: checking the output folder, and replacing its outputs as a whole.
 
-Outputs are written into a staging folder beside the target directory
-(`DIR/../.DIR.nsysmap-XXXX`, same file system) and then moved into place:
+Outputs are written into a staging folder beside the output folder
+(`DIR/../.DIR.nsysmap-XXXXXXXX`, same file system, made with the user's
+umask) and then put in place in one step (`commit`):
 
-    DIR does not exist   the staging folder is renamed to DIR (atomic)
-    DIR exists           the old manifest.json goes first, then the old outputs
-                         it lists; the new files are moved in, manifest.json last
+    DIR does not exist   the staging folder is renamed to DIR
+    DIR exists           every entry of DIR but the outputs its manifest proves
+                         nsysmap wrote is hard-linked into the staging folder
+                         (folders recreated with their mode; an entry that takes
+                         no link is moved), which takes DIR's mode; the two
+                         folders are swapped in one rename (RENAME_EXCHANGE);
+                         what was made in the old folder meanwhile is moved into
+                         DIR, and the old folder is removed (swap.settle)
 
-manifest.json is the mark of a complete set: while it is absent the folder
-holds no outputs nsysmap stands by (`nsysmap report` refuses it). A failure
-before the move leaves the old outputs complete and untouched; a failure
-during it removes every output file, old and new. Files nsysmap did not
-write (run.json, capture/, report.md, the user's own) are left alone.
-Every OSError becomes OutputFailed (exit 10) with a one-line message.
+So at every instant DIR holds either the complete old outputs or the complete
+new ones, with every file of the user's. Where the system has no
+RENAME_EXCHANGE, DIR is renamed aside and the staging folder renamed to DIR:
+between the two renames there is no DIR (never a mix). A kill at any point
+leaves staging folders that the next write into DIR settles (`recover`):
+nsysmap's own files in them are removed, anything else is moved back into
+DIR. A folder nsysmap cannot rename (a mount point, another user's folder in
+a sticky directory) is refused, nothing changed. Every OSError becomes
+OutputFailed (exit 10) with a one-line message; a Ctrl-C during the swap is
+taken once it is done.
 
-Only what a manifest proves nsysmap wrote is ever removed (`proven_outputs`):
-the manifest must be nsysmap's own (its `schema` mark, or the version keys of
-manifests written before the mark), and of the tables it lists only a
-Parquet file named `<table>.parquet` and the operations dataset `ops/`
-holding nothing but `rank=N/*.parquet` count. A folder whose manifest.json
-is not nsysmap's, or that holds a file named like an output with no
-nsysmap manifest listing it, is refused before anything runs
-(`check_replaceable`, exit 10).
+Only what a manifest proves nsysmap wrote is ever removed
+(nsysmap.output.ownership). A folder whose manifest.json is not nsysmap's,
+or that holds a file named like an output with no nsysmap manifest listing
+it, is refused before anything runs (`check_replaceable`, exit 10).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import shutil
-import tempfile
+import stat
+import time
 from collections.abc import Collection, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from nsysmap.errors import OutputFailed
+from nsysmap.core import interrupts
+from nsysmap.core.errors import OutputFailed
+from nsysmap.output.ownership import (
+    MANIFEST,
+    MANIFEST_SCHEMA,
+    OPS_DIR,
+    WORK_DIR,
+    manifest_doc,
+    own_manifest,
+    proven_outputs,
+)
+from nsysmap.output.swap import (
+    MARK,
+    STAGING_MARK,
+    exchange,
+    hold,
+    mirror,
+    move,
+    recover,
+    release,
+    settle,
+    staging_path,
+    write_mark,
+)
+from nsysmap.output.whole_file import written_whole
 
-MANIFEST = "manifest.json"
-STAGING_MARK = ".nsysmap-"
-# manifest.json's `schema`: the mark of a manifest nsysmap wrote.
-MANIFEST_SCHEMA = "nsysmap-outputs"
-OPS_DIR = "ops"  # several ranks: the operations as a Hive dataset, ops/rank=N/part-0.parquet
-_TABLE_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
-_RANK_PART = re.compile(r"rank=-?[0-9]{1,12}")
-_PARQUET_MAGIC = b"PAR1"
+__all__ = [
+    "MANIFEST",
+    "MANIFEST_SCHEMA",
+    "OPS_DIR",
+    "STAGING_MARK",
+    "WORK_DIR",
+    "own_manifest",
+    "proven_outputs",
+    "recover",
+]
+
+LOCK_WAIT_S = 60.0  # how long a commit waits for another nsysmap replacing the same folder
 
 
 def check_output_dir(
@@ -71,6 +103,7 @@ def check_output_dir(
         where = "" if existing == target else f" ({existing} is not writable)"
         raise OutputFailed(f"{target}: cannot write there{where}: Permission denied")
     if replacing is not None and existing == target:
+        _check_renamable(target)
         check_replaceable(target, replacing)
     return target
 
@@ -81,7 +114,7 @@ def check_replaceable(out_dir: Path, writes: Collection[str] = ()) -> None:
     or an entry named as one of `writes` (the names about to be written) that no
     nsysmap manifest there proves nsysmap's (`proven_outputs`)."""
     manifest = out_dir / MANIFEST
-    if manifest.exists() and _manifest_doc(manifest) is None:
+    if manifest.exists() and manifest_doc(manifest) is None:
         raise OutputFailed(
             f"{out_dir}: its {MANIFEST} was not written by nsysmap, so nsysmap will not "
             "replace anything there; give another output folder"
@@ -112,10 +145,11 @@ def check_output_file(path: str | os.PathLike[str]) -> Path:
 
 
 def write_file(target: Path, text: str) -> Path:
-    """Write `text` (UTF-8) to the file `target`, its folder made (OSError: OutputFailed)."""
+    """Write `text` (UTF-8) to the file `target`, whole (nsysmap.output.whole_file), its
+    folder made (OSError: OutputFailed)."""
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        with written_whole(target) as draft:
+            draft.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise OutputFailed(f"{target}: cannot write it: {exc.strerror or exc}") from None
     return target
@@ -139,142 +173,141 @@ def _limit(name: str, default: int) -> int:
 
 @contextmanager
 def staging(out_dir: Path) -> Iterator[Path]:
-    """A fresh staging folder beside `out_dir`, removed on exit unless `commit` moved it."""
-    parent = out_dir.absolute().parent
+    """A fresh staging folder beside `out_dir`, locked while in use; the stale ones of
+    earlier runs are settled first (`recover`), and this one is on exit unless `commit`
+    put it in place."""
+    target = _real(out_dir)
+    made: list[tuple[Path, int | None]] = []
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-        folder = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}{STAGING_MARK}", dir=parent))
-    except OSError as exc:
-        raise write_failed(out_dir, exc) from None
-    try:
-        yield folder
+        try:
+            recover(target)  # earlier runs' staging folders, killed, say
+            with interrupts.deferred():  # a Ctrl-C once it is made: removed below
+                made.append(_new_staging(target))
+        except OSError as exc:
+            raise write_failed(out_dir, exc) from None
+        yield made[0][0]
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        for folder, lock in made:
+            with interrupts.deferred(), suppress(OSError):  # else left for the next run
+                if os.path.lexists(folder):
+                    settle(folder, target)
+            release(lock)
+
+
+def _check_renamable(out_dir: Path) -> None:
+    """Refuse (OutputFailed) an output folder that is a mount point: it cannot be swapped."""
+    target = _real(out_dir)
+    if target.is_dir() and (
+        os.path.ismount(target) or os.stat(target).st_dev != os.stat(target.parent).st_dev
+    ):
+        raise OutputFailed(
+            f"{out_dir}: is a mount point, and nsysmap replaces an output folder by "
+            "swapping it with a new one beside it: give a folder inside it"
+        )
+
+
+def _new_staging(target: Path) -> tuple[Path, int | None]:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _check_renamable(target)
+    while True:
+        folder = staging_path(target)
+        try:
+            os.mkdir(folder, 0o777)  # the user's umask applies, as to any folder they make
+        except FileExistsError:
+            continue
+        lock = hold(folder)
+        write_mark(folder)
+        return folder, lock
 
 
 def commit(folder: Path, out_dir: Path) -> Path:
-    """Move the outputs staged in `folder` (manifest.json among them) into `out_dir`."""
+    """Put the outputs staged in `folder` in place of `out_dir`'s (the module's docstring)."""
+    target = _real(out_dir)
+    new = sorted(n for n in os.listdir(folder) if n != MARK)
     try:
-        if not out_dir.exists():
-            folder.rename(out_dir)
-            return out_dir
-    except OSError:
-        pass  # created meanwhile, or not renamable: file by file below
-    new = sorted(p.name for p in folder.iterdir() if p.name != MANIFEST)
-    check_replaceable(out_dir, new)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        remove_outputs(out_dir)
-        for name in [*new, MANIFEST]:
-            os.replace(folder / name, out_dir / name)
+        with interrupts.deferred():
+            if not _placed_new(folder, target):
+                _swap_in(folder, target, new, out_dir)
+            if MANIFEST in new:
+                interrupts.completed(out_dir)
     except OSError as exc:
-        for name in [*new, MANIFEST]:
-            (out_dir / name).unlink(missing_ok=True)
         raise write_failed(out_dir, exc) from None
     return out_dir
 
 
-def remove_outputs(out_dir: Path) -> None:
-    """Remove the outputs of a previous run in `out_dir`: its manifest first, then the
-    tables it proves nsysmap wrote (`proven_outputs`). A manifest that is not nsysmap's
-    is refused (OutputFailed), and nothing is removed."""
-    check_replaceable(out_dir)
-    files, dirs = proven_outputs(out_dir)
-    (out_dir / MANIFEST).unlink(missing_ok=True)
-    for path in files:
-        path.unlink(missing_ok=True)
-    for path in dirs:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def proven_outputs(out_dir: Path) -> tuple[list[Path], list[Path]]:
-    """The files and folders in `out_dir` that its manifest proves nsysmap wrote.
-
-    A manifest.json nsysmap did not write proves nothing. Of the tables an
-    nsysmap manifest lists, a file counts when it is `<table>.parquet` (the
-    table's own name, a plain lower-case identifier) and a Parquet file; the
-    one folder is `ops/`, and only when it holds nothing but `rank=N/` folders
-    of Parquet files. Anything else it lists is left where it is:
-
-        {"tables": {"by_phase": {"file": "by_phase.parquet"}}}   by_phase.parquet
-        {"tables": {"t": {"file": "keep.txt"}}}                  nothing
-        {"tables": {"r": {"dir": "mydata"}}}                     nothing
-    """
-    doc = _manifest_doc(out_dir / MANIFEST)
-    if doc is None:
-        return [], []
-    files = [out_dir / f for f in _listed(doc, "file") if _is_parquet(out_dir / f)]
-    dirs = [out_dir / d for d in _listed(doc, "dir") if _is_ops_dataset(out_dir / d)]
-    return files, dirs
-
-
-def own_manifest(doc: object) -> bool:
-    """Is `doc` (a parsed manifest.json) one nsysmap wrote? Its `schema` mark, or, in
-    manifests written before the mark, its version keys; and a `tables` mapping."""
-    if not isinstance(doc, dict) or not isinstance(doc.get("tables"), dict):
+def _placed_new(folder: Path, target: Path) -> bool:
+    """Rename `folder` to `target` when there is no `target` (True once done). Its mark
+    goes first: a staging folder without it is settled by what its manifest proves."""
+    if os.path.lexists(target):
         return False
-    if "schema" in doc:
-        return bool(doc["schema"] == MANIFEST_SCHEMA)
-    return isinstance(doc.get("nsysmap_version"), str) and isinstance(
-        doc.get("output_schema_version"), str
-    )
-
-
-def _manifest_doc(manifest: Path) -> dict[str, object] | None:
-    """The parsed manifest when it is nsysmap's (`own_manifest`), else None."""
+    (folder / MARK).unlink()
     try:
-        doc = json.loads(manifest.read_bytes())
-    except (OSError, ValueError):
-        return None
-    return doc if own_manifest(doc) else None
-
-
-def _listed(doc: dict[str, object], key: str) -> list[str]:
-    """The names a manifest's tables give under `key` that are nsysmap's own:
-    "file": `<table>.parquet` for a table named as nsysmap names them; "dir": `ops`."""
-    tables = doc.get("tables")
-    assert isinstance(tables, dict)
-    names = []
-    for table, info in tables.items():
-        name = info.get(key) if isinstance(info, dict) else None
-        if not isinstance(table, str) or not _TABLE_NAME.fullmatch(table):
-            continue
-        if (key == "file" and name == f"{table}.parquet") or (key == "dir" and name == OPS_DIR):
-            names.append(name)
-    return names
-
-
-def _is_parquet(path: Path) -> bool:
-    """A regular file (not a link) that opens and ends with Parquet's magic bytes."""
-    try:
-        if path.is_symlink() or not path.is_file() or path.stat().st_size < 12:
-            return False
-        with path.open("rb") as fh:
-            head = fh.read(4)
-            fh.seek(-4, os.SEEK_END)
-            return head == _PARQUET_MAGIC and fh.read(4) == _PARQUET_MAGIC
-    except OSError:
-        return False
-
-
-def _is_ops_dataset(path: Path) -> bool:
-    """A folder (not a link) of `rank=N/` folders that hold only Parquet files."""
-    if path.is_symlink() or not path.is_dir():
-        return False
-    for part in _entries(path):
-        if part.is_symlink() or not part.is_dir() or not _RANK_PART.fullmatch(part.name):
-            return False
-        if not all(_is_parquet(f) for f in _entries(part)):
-            return False
+        move(folder, target)
+    except FileExistsError:
+        return False  # made meanwhile
     return True
 
 
-def _entries(folder: Path) -> list[Path]:
-    """The entries of `folder` ([] when it cannot be listed)."""
+def _swap_in(folder: Path, target: Path, new: list[str], out_dir: Path) -> None:
+    """Swap `folder` with the existing `target`, every entry of the user's kept: marked
+    with its outputs while the user's are linked in, unmarked before the swap."""
+    write_mark(folder, new)
+    lock = _hold_waiting(target, out_dir)
     try:
-        return list(folder.iterdir())
-    except OSError:
-        return []
+        check_replaceable(target, [n for n in new if n != MANIFEST])
+        files, dirs = proven_outputs(target)
+        own = {p.name for p in (*files, *dirs)} | {MANIFEST, MARK, WORK_DIR}
+        mirror(target, folder, [n for n in os.listdir(target) if n not in own])
+        os.chmod(folder, stat.S_IMODE(os.stat(target).st_mode))
+        (folder / MARK).unlink()
+        old = folder
+        if not exchange(folder, target):
+            old = _taken_aside(target)
+            try:
+                move(folder, target)
+            except OSError:
+                move(old, target)
+                raise
+        with suppress(OSError):  # the outputs are in place; the next run settles what is left
+            settle(old, target)
+    finally:
+        release(lock)
+
+
+def _taken_aside(target: Path) -> Path:
+    """Rename `target` to a free staging name beside it (no RENAME_EXCHANGE here)."""
+    while True:
+        aside = staging_path(target)
+        try:
+            move(target, aside)
+            return aside
+        except FileExistsError:
+            continue
+
+
+def _hold_waiting(target: Path, out_dir: Path) -> int | None:
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while (lock := hold(target, wait=False)) is None:
+        if time.monotonic() > deadline:
+            raise OutputFailed(f"{out_dir}: another nsysmap is replacing its outputs")
+        time.sleep(0.05)
+    return lock
+
+
+def remove_outputs(out_dir: Path) -> None:
+    """Remove the outputs of a previous run in `out_dir`, and only those (the proven
+    ones, nsysmap.output.ownership), in one step: an empty set of outputs committed.
+    A manifest that is not nsysmap's is refused (OutputFailed), and nothing is removed."""
+    check_replaceable(out_dir)
+    if not out_dir.is_dir():
+        return
+    with staging(out_dir) as folder:
+        commit(folder, out_dir)
+
+
+def _real(out_dir: Path) -> Path:
+    """The folder `out_dir` names, links followed (a link to a folder is not replaced)."""
+    return Path(os.path.realpath(out_dir))
 
 
 def write_failed(out_dir: Path, exc: OSError) -> OutputFailed:

@@ -21,7 +21,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from nsysmap.coded import coded
+from nsysmap.core.coded import coded
 
 # zstd level 1: as small as the default level here, and faster to write.
 _OPTIONS = {"compression": "zstd", "compression_level": 1, "write_statistics": True}

@@ -21,8 +21,9 @@ from typing import Any, Protocol
 
 import polars as pl
 
-from nsysmap import schemas
 from nsysmap._version import __version__
+from nsysmap.core import inferred_schemas, rank_schemas, schemas
+from nsysmap.core.profile import Profile
 from nsysmap.output.placement import (
     MANIFEST,
     MANIFEST_SCHEMA,
@@ -31,9 +32,9 @@ from nsysmap.output.placement import (
     staging,
     write_failed,
 )
-from nsysmap.output.summarise import SUMMARY_SCHEMAS
+from nsysmap.output.read_back import whole
 from nsysmap.output.text_parquet import write_coded
-from nsysmap.profile import Profile
+from nsysmap.summaries.summarise import SUMMARY_SCHEMAS
 from nsysmap.waits.tables import SCHEMAS as WAITS_SCHEMAS
 
 _HASH_CHUNK = 1 << 20
@@ -41,14 +42,14 @@ OPS_FILE = "ops.parquet"
 RANKS_LAYOUT = "ranks"  # the manifest's `layout` of several ranks (one report's has none)
 # The tables kept per device: in the multi-rank layout each gains a leading `rank`.
 PER_DEVICE: dict[str, pl.Schema] = {**SUMMARY_SCHEMAS, **WAITS_SCHEMAS}
-# The tables only several ranks have: they compare the ranks (nsysmap.many.across).
+# The tables only several ranks have: they compare the ranks (nsysmap.many.cross_rank).
 ACROSS_RANKS: dict[str, pl.Schema] = {
-    "ranks": schemas.RANKS,
-    "rank_steps": schemas.RANK_STEPS,
-    "stragglers": schemas.STRAGGLERS,
-    "rank_module_phase": schemas.RANK_MODULE_PHASE,
-    "rank_module": schemas.RANK_MODULE,
-    "rank_comm": schemas.RANK_COMM,
+    "ranks": rank_schemas.RANKS,
+    "rank_steps": rank_schemas.RANK_STEPS,
+    "stragglers": rank_schemas.STRAGGLERS,
+    "rank_module_phase": rank_schemas.RANK_MODULE_PHASE,
+    "rank_module": rank_schemas.RANK_MODULE,
+    "rank_comm": rank_schemas.RANK_COMM,
 }
 # The names the outputs of `attribute` and `run` take in their folder, which nsysmap
 # replaces only where a manifest of its own proves it wrote them (placement.check_replaceable).
@@ -56,7 +57,10 @@ OUTPUT_NAMES = frozenset(
     {
         OPS_FILE,
         OPS_DIR,
-        *(f"{name}.parquet" for name in (*PER_DEVICE, *ACROSS_RANKS, *schemas.INFERRED_SCHEMAS)),
+        *(
+            f"{name}.parquet"
+            for name in (*PER_DEVICE, *ACROSS_RANKS, *inferred_schemas.INFERRED_SCHEMAS)
+        ),
     }
 )
 
@@ -169,7 +173,7 @@ def declared(name: str, df: pl.DataFrame, *, ranked: bool = False) -> pl.DataFra
     otherwise); any other table as it is."""
     schema = PER_DEVICE.get(name)
     if schema is not None and ranked:
-        schema = schemas.with_rank(schema)
+        schema = rank_schemas.with_rank(schema)
     if schema is None and ranked:
         schema = ACROSS_RANKS.get(name)
     return df if schema is None else schemas.conform(df, schema, name)
@@ -177,9 +181,14 @@ def declared(name: str, df: pl.DataFrame, *, ranked: bool = False) -> pl.DataFra
 
 def read_outputs(out_dir: Path) -> dict[str, pl.DataFrame]:
     """Read back every table a manifest in `out_dir` lists (of either layout: the
-    operations of several ranks as one frame, with their `rank`)."""
-    manifest = json.loads((out_dir / MANIFEST).read_text())
-    return {name: _read_table(out_dir, info) for name, info in manifest["tables"].items()}
+    operations of several ranks as one frame, with their `rank`), all of one set
+    however often the folder is replaced meanwhile (nsysmap.output.read_back)."""
+
+    def read() -> dict[str, pl.DataFrame]:
+        manifest = json.loads((out_dir / MANIFEST).read_text())
+        return {name: _read_table(out_dir, info) for name, info in manifest["tables"].items()}
+
+    return whole(Path(out_dir), read)
 
 
 def _read_table(out_dir: Path, info: dict[str, Any]) -> pl.DataFrame:

@@ -11,7 +11,7 @@ import os
 import stat
 from pathlib import Path
 
-from nsysmap.errors import InputNotFound
+from nsysmap.core.errors import InputNotFound
 
 _KINDS = (
     (stat.S_ISFIFO, "a named pipe (FIFO)"),

@@ -1,7 +1,7 @@
 """`nsysmap report`: answers to the questions people profile a model for (pure).
 
 Frames in (ops.parquet, the manifest, the model's FLOP table), frames and
-Markdown out; reading and writing live in nsysmap.report.io. Every number
+Markdown out; reading and writing live in nsysmap.report.report_files. Every number
 comes with the data behind it, and what the data cannot answer is said
 plainly (nsysmap.report.markdown renders it; docs/report.md documents the
 tables).

@@ -10,6 +10,7 @@ page (nsysmap.report.html.page), so the two never say different things::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from nsysmap.report.format import ms, pct, per, ratio
@@ -24,11 +25,12 @@ def _label(doc: dict[str, Any], scope: str) -> str:
     return str(doc["scopes"].get(scope, {}).get("label", scope))
 
 
-def brief(doc: dict[str, Any]) -> list[str]:
-    """The sentences, in the order of the questions."""
+def brief(doc: dict[str, Any], name: Callable[[str], str] = str) -> list[str]:
+    """The sentences, in the order of the questions; `name` shows a name from the profile
+    (a kernel, an operator) as the renderer must (nsysmap.core.inert)."""
     answers = doc["answers"]
-    lines = [_matmul(doc, answers["matmul_share"]), *_top(doc, answers["top_kernel"])]
-    lines += [_non_matmul(doc, answers["non_matmul_kernels"]), _softmax(answers)]
+    lines = [_matmul(doc, answers["matmul_share"]), *_top(doc, answers["top_kernel"], name)]
+    lines += [_non_matmul(doc, answers["non_matmul_kernels"], name), _softmax(answers)]
     lines.append(_communication(answers["communication"]))
     if answers.get("waits") and answers["waits"]["unknown"] is None:
         lines.append("Where the GPU waits: " + waits_lead(answers["waits"]))
@@ -48,7 +50,7 @@ def _matmul(doc: dict[str, Any], answer: dict[str, Any]) -> str:
     return f"Matrix multiplication: {', '.join(parts)}." if parts else ""
 
 
-def _top(doc: dict[str, Any], answer: dict[str, Any]) -> list[str]:
+def _top(doc: dict[str, Any], answer: dict[str, Any], name: Callable[[str], str]) -> list[str]:
     lines = []
     for scope in ("forward", "step"):
         entry = answer["scopes"].get(scope) or {}
@@ -57,7 +59,7 @@ def _top(doc: dict[str, Any], answer: dict[str, Any]) -> list[str]:
         kind = entry.get("kind") or "kernel"
         copy = "" if kind == "kernel" else f", a {kind}, not a kernel"
         text = (
-            f"Top kernel of the {_label(doc, scope)}: {entry['label']} "
+            f"Top kernel of the {_label(doc, scope)}: {name(entry['label'])} "
             f"({pct(entry['share'])} of its time{copy})"
         )
         calls = entry.get("calls_per_forward_pass")
@@ -80,7 +82,7 @@ def _top(doc: dict[str, Any], answer: dict[str, Any]) -> list[str]:
         other = answer["scopes"]["forward_backward"]["label"]
         lines.append(
             "With backward included the top kernel is "
-            + ("the same." if same else f"another: {other}.")
+            + ("the same." if same else f"another: {name(other)}.")
         )
     return lines
 
@@ -92,17 +94,18 @@ def same_as_forward(scopes: dict[str, Any], scope: str, key: str = "time_ns") ->
     return scope != "forward" and bool(time) and time == (scopes.get("forward") or {}).get(key)
 
 
-def _non_matmul(doc: dict[str, Any], answer: dict[str, Any]) -> str:
+def _non_matmul(doc: dict[str, Any], answer: dict[str, Any], name: Callable[[str], str]) -> str:
     scope = "forward" if answer["scopes"].get("forward", {}).get("kernels") else "step"
     entry = answer["scopes"].get(scope) or {}
     if not entry.get("kernels"):
         return ""
     named = entry["operators"][:3] if entry.get("operators") else []
     if named:
-        listed = ", ".join(f"{o['aten_op']} {pct(o['share'])}" for o in named)
+        listed = ", ".join(f"{name(o['aten_op'])} {pct(o['share'])}" for o in named)
         return f"Largest non-matmul work in the {_label(doc, scope)}, by operator: {listed}."
     listed = ", ".join(
-        f"{k['label']}{'' if k['kind'] == 'kernel' else ' (a ' + k['kind'] + ', not a kernel)'} "
+        f"{name(k['label'])}"
+        f"{'' if k['kind'] == 'kernel' else ' (a ' + k['kind'] + ', not a kernel)'} "
         f"{pct(k['share'])}"
         for k in entry["kernels"][:3]
     )

@@ -6,7 +6,7 @@ from the answer alone. Definitions (docs/report.md, Communication):
 
 * communication is every kernel of category `communication`; its hidden
   and exposed time are nsysmap's one definition
-  (nsysmap.output.comm_overlap.hidden_communication, the measure of
+  (nsysmap.summaries.comm_overlap.hidden_communication, the measure of
   `overlap.parquet` and `rank_comm.parquet`);
 * each kernel's collective comes from its name or, for generic kernels,
   its annotation (nsysmap.report.collectives);
@@ -26,9 +26,10 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap.output.comm_overlap import COMM, hidden_communication, same_keys
+from nsysmap.core.inert import markdown_code
 from nsysmap.report.collectives import collective
 from nsysmap.report.format import OUTSIDE_PHASES, ms, pct, table
+from nsysmap.summaries.comm_overlap import COMM, hidden_communication, same_keys
 
 ID = "communication"
 QUESTION = (
@@ -199,7 +200,7 @@ def _one_off_text(one_off: list[dict[str, Any]]) -> list[str]:
 
 def _cells(r: dict[str, Any], where: str) -> list[str]:
     return [
-        f"`{r['collective']}`",
+        markdown_code(r["collective"]),
         r["phase"] or OUTSIDE_PHASES,
         where,
         f"{r['calls']:,}",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nsysmap.core.inert import markdown_code, markdown_text
 from nsysmap.report.blocks import part_label
 from nsysmap.report.format import OUTSIDE_PHASES, flop, kernel, ms, num, pct, sentence, table
 from nsysmap.report.operator_shapes import families_text
@@ -77,8 +78,8 @@ def layers_section(doc: dict[str, Any]) -> list[str]:
     each = "per module and step" if answer["per_step"] else "per module"
     rows = [
         [
-            f"`{r['layer'] or '(root)'}`",
-            r["module_class"] or "–",
+            markdown_code(r["layer"] or "(root)"),
+            markdown_text(r["module_class"] or "–"),
             f"{r['modules']:,}",
             ms(r["time_ns"] / steps),
             ms(r["forward_ns"] / steps),
@@ -158,8 +159,8 @@ def blocks_section(answer: dict[str, Any]) -> list[str]:
     rest = any(r["other_parts_ns"] is not None for r in answer["rows"])
     rows = [
         [
-            f"`{r['block']}`",
-            r["block_class"] or "–",
+            markdown_code(r["block"]),
+            markdown_text(r["block_class"] or "–"),
             ms(r["time_ns"] / steps),
             ms(r["forward_ns"] / steps),
             ms(r["backward_ns"] / steps),
@@ -178,7 +179,7 @@ def blocks_section(answer: dict[str, Any]) -> list[str]:
         "forward",
         "backward",
         "no direction",
-        *(f"`{part_label(p)}`" for p in shown),
+        *(markdown_code(part_label(p)) for p in shown),
         *(["other parts"] if rest else []),
         "TFLOP/s",
         "MFU",
@@ -281,12 +282,12 @@ def shapes_section(answer: dict[str, Any], full: bool) -> list[str]:
     rows = [
         [
             r["family"],
-            f"`{r['aten_op']}`",
+            markdown_code(r["aten_op"]),
             r["direction"] or "–",
-            f"`{r['input_shapes']}`",
+            markdown_code(r["input_shapes"]),
             f"{r['calls']:,}",
             _per_call(r),
-            r["layers"][:80],
+            markdown_text(r["layers"][:80]),
         ]
         for r in answer["asked"]
     ]
@@ -304,10 +305,10 @@ def shapes_section(answer: dict[str, Any], full: bool) -> list[str]:
         return lines
     every = [
         [
-            f"`{r['module'] or '(root)'}`",
-            f"`{r['aten_op']}`",
+            markdown_code(r["module"] or "(root)"),
+            markdown_code(r["aten_op"]),
             r["direction"] or "–",
-            f"`{r['input_shapes']}`",
+            markdown_code(r["input_shapes"]),
             f"{r['calls']:,}",
         ]
         for r in answer["every_module"]

@@ -14,7 +14,7 @@ Two sources of FLOPs, one per report (`flop_source`):
 time is `flop_time_ns`: the summed duration of the group's operations whose
 FLOPs could be counted (CPU self time on the CPU backend, where there is no
 MFU). With `shapes` those are the operations whose PyTorch operator is known
-(a kernel with no launch record or outside every operator range has no
+(a kernel with no launch call or outside every operator range has no
 shapes, so neither its FLOPs nor its time count); with `model`, all of them.
 Pooled rows (several devices) divide by the summed capacity Σ time·peak.
 """
@@ -24,9 +24,9 @@ from __future__ import annotations
 import polars as pl
 
 from nsysmap.attribution.module_names import layer_path
+from nsysmap.core.schemas import DIRECTIONS
 from nsysmap.flops.module_flops import RECOMPUTE_PARTS
 from nsysmap.report.scope_tables import passes, scope_filter
-from nsysmap.schemas import DIRECTIONS
 
 _FLOPS = ("matmul_flop", "recompute_flop", "other_flop_estimate")
 # Time by call direction (the ops' `direction`, as in by_module), whatever the phase:

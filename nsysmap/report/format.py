@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import polars as pl
+
+from nsysmap.core.inert import markdown_cell, markdown_code
 
 # How every table of the report names work outside every phase.
 OUTSIDE_PHASES = "(outside every phase)"
@@ -61,9 +64,9 @@ def ratio(x: float | None) -> str:
 
 
 def kernel(text: Any, width: int = 70) -> str:
-    """A kernel name as code, cut to `width` characters."""
-    text = str(text or "?").replace("|", "\\|").replace("`", "'")
-    return f"`{text[: width - 1]}…`" if len(text) > width else f"`{text}`"
+    """A kernel name as code, cut to `width` characters (nsysmap.core.inert.markdown_code)."""
+    text = str(text or "?")
+    return markdown_code(f"{text[: width - 1]}…" if len(text) > width else text)
 
 
 def kernel_names(frame: pl.DataFrame) -> list[str]:
@@ -75,16 +78,20 @@ def kernel_names(frame: pl.DataFrame) -> list[str]:
 
 
 def table(header: list[str], rows: list[list[str]]) -> list[str]:
-    """A Markdown table."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows] + [""]
+    """A Markdown table; a pipe in a cell never splits it (nsysmap.core.inert.markdown_cell)."""
+    lines = ["| " + " | ".join(map(markdown_cell, header)) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(map(markdown_cell, row)) + " |" for row in rows] + [""]
 
 
-def devices_text(devices: pl.DataFrame | list[dict[str, Any]]) -> str:
-    """ "A100 (device 0), CPU": the run's devices as one phrase (empty when none)."""
+def devices_text(
+    devices: pl.DataFrame | list[dict[str, Any]], name: Callable[[str], str] = str
+) -> str:
+    """ "A100 (device 0), CPU": the run's devices as one phrase (empty when none); `name`
+    shows a GPU's name (nsysmap.core.inert's function for the renderer)."""
     rows = devices.to_dicts() if isinstance(devices, pl.DataFrame) else devices
     return ", ".join(
-        f"{row['device_name'] or 'unnamed GPU'} (device {row['device_id']})"
+        f"{name(row['device_name']) if row['device_name'] else 'unnamed GPU'} "
+        f"(device {row['device_id']})"
         if row["device_id"] >= 0
         else "CPU"
         for row in rows

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from nsysmap.core.inert import markdown_code, markdown_text
 from nsysmap.report.brief import brief, same_as_forward
 from nsysmap.report.communication import communication_section
 from nsysmap.report.doc_sections import (
@@ -82,21 +83,23 @@ def _scope_name(doc: dict[str, Any], scope: str) -> str:
 
 def _header(doc: dict[str, Any]) -> list[str]:
     run = doc["run"]
-    devices = devices_text(run["devices"])
+    devices = devices_text(run["devices"], markdown_code)
     lines = [
         "# nsysmap report",
         "",
-        f"- Run: `{run['label']}` ({run['backend']} backend; {devices or 'no device'})",
+        f"- Run: {markdown_code(run['label'])} ({run['backend']} backend; "
+        f"{devices or 'no device'})",
         f"- Steps: {_steps(run)}",
         f"- Forward passes: {_forward_passes(run)}",
         f"- Phases: {_phases(doc)}",
-        f"- FLOPs: {run['flop_note']}",
-        f"- Peak: {'; '.join(run['peak_notes']) or '–'}",
+        f"- FLOPs: {markdown_text(run['flop_note'])}",
+        f"- Peak: {markdown_text('; '.join(run['peak_notes'])) or '–'}",
     ]
     other = doc.get("compare")
     if other is not None:
         lines.append(
-            f"- Compared with: `{other['label']}` ({other['kind']}), steps: {_steps(other)}"
+            f"- Compared with: {markdown_code(other['label'])} ({other['kind']}), "
+            f"steps: {_steps(other)}"
         )
     return [*lines, ""]
 
@@ -148,11 +151,11 @@ def _limits(doc: dict[str, Any]) -> list[str]:
     notes = [*doc["cannot_answer"], *(f"Compared run: {n}" for n in doc["compare_cannot_answer"])]
     if not notes:
         return []
-    return ["## What this data cannot answer", "", *(f"- {n}" for n in notes), ""]
+    return ["## What this data cannot answer", "", *(f"- {markdown_text(n)}" for n in notes), ""]
 
 
 def _brief(doc: dict[str, Any]) -> list[str]:
-    lines = brief(doc)
+    lines = [markdown_text(line) for line in brief(doc, markdown_code)]
     return ["## Answers in brief", "", *(f"- {line}" for line in lines), ""] if lines else []
 
 
@@ -163,7 +166,10 @@ def _left_out(doc: dict[str, Any]) -> list[str]:
     lines = ["## What the answers leave out", ""]
     lines.append(f"The {step} answers are about the steady state; these are not in them:")
     lines.append("")
-    rows = [[r["what"], ms(r["time_ns"]), pct(r["share"]), r["why"]] for r in doc["left_out"]]
+    rows = [
+        [markdown_text(r["what"]), ms(r["time_ns"]), pct(r["share"]), markdown_text(r["why"])]
+        for r in doc["left_out"]
+    ]
     return [*lines, *table(["left out", "time", "share of all", "why"], rows)]
 
 
@@ -274,7 +280,8 @@ def _same_kernel(doc: dict[str, Any], answer: dict[str, Any]) -> str:
         both = answer["scopes"]["forward_backward"]["label"]
         text = (
             f"Same top kernel with backward included: {'yes' if same else 'no'} "
-            f"(forward: `{forward}`; forward + loss + backward: `{both}`)."
+            f"(forward: {markdown_code(forward)}; forward + loss + backward: "
+            f"{markdown_code(both)})."
         )
     if "same_in_compare" in answer:
         verdict = {True: "yes", False: "no", None: "unknown"}[answer["same_in_compare"]]
@@ -318,7 +325,7 @@ def _non_matmul(doc: dict[str, Any]) -> list[str]:
         elif entry["operators"]:
             ops = [
                 [
-                    f"`{o['aten_op']}`",
+                    markdown_code(o["aten_op"]),
                     o["category"] or "–",
                     f"{o['kernels']:,}",
                     f"{o['distinct_kernels']:,}",

@@ -25,8 +25,8 @@ from __future__ import annotations
 import polars as pl
 
 from nsysmap.attribution.paths import PATH_SEPARATOR
-from nsysmap.output.by_range import is_user_range
 from nsysmap.report import scope_tables as rt
+from nsysmap.summaries.range_paths import is_user_range
 
 ATTENTION_RANGE = r"(?i)attention|attn"
 SOFTMAX_RANGE = r"(?i)softmax"

@@ -18,8 +18,9 @@ from typing import Any
 
 import polars as pl
 
+from nsysmap.core.inert import markdown_code
+from nsysmap.core.wait_schemas import WAIT_INTERIOR, WAIT_KINDS
 from nsysmap.report.format import ms, pct, plural, sentence, table
-from nsysmap.schemas import WAIT_INTERIOR, WAIT_KINDS
 from nsysmap.waits.tables import SCHEMAS, is_sync_copy
 
 ID = "waits"
@@ -314,4 +315,4 @@ def _cost_table(rows: list[dict[str, Any]], keys: list[str]) -> list[str]:
 def _key(value: str | None, key: str) -> str:
     if value is None:
         return f"(outside every {key})"
-    return f"`{value or '(root)'}`" if key == "module" else value
+    return markdown_code(value or "(root)") if key == "module" else value

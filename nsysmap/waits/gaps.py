@@ -5,7 +5,7 @@ for that step (its first GPU operation's start to its last one's end, all
 streams). A stream is *busy* while one of its operations runs (the union
 of their intervals) and *idle* the rest of the window; each idle stretch is
 one gap, given to the operation that ends it (the *next* kernel) and one
-kind (nsysmap.schemas.WAIT_KINDS, docs/waits.md):
+kind (nsysmap.core.wait_schemas.WAIT_KINDS, docs/waits.md):
 
 * `before_first` / `after_last`: before the stream's first, after its last
   operation of the step (the window's edges; `after_last` has no next kernel);
@@ -17,7 +17,7 @@ kind (nsysmap.schemas.WAIT_KINDS, docs/waits.md):
   device during the gap (a cross-stream wait, communication);
 * `latency`: launched in time and nothing else ran: the GPU's own latency
   between operations (a few microseconds);
-* `unknown`: the next kernel has no launch record and nothing else explains it.
+* `unknown`: the next kernel has no launch call and nothing else explains it.
 
 busy + idle = wall for every row of `stream_idle`, to the nanosecond.
 """
@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from nsysmap.core.wait_schemas import WaitKind
 from nsysmap.intervals.packed_sort import packed_order
-from nsysmap.schemas import WaitKind
 from nsysmap.waits.sync_rules import SYNC_API, SYNC_RANGE, matches
 
 GPU = (pl.col("kind") != "cpu_op") & (pl.col("device_id") >= 0)

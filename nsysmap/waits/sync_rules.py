@@ -25,6 +25,11 @@ SYNC_RANGE = (
 )
 
 
+def one_pattern(patterns: tuple[str, ...]) -> str:
+    """One regular expression that matches where any of `patterns` does."""
+    return "|".join(f"(?:{p})" for p in patterns)
+
+
 def matches(column: str, patterns: tuple[str, ...]) -> pl.Expr:
     """True where `column` matches any of `patterns`."""
-    return pl.col(column).str.contains("|".join(f"(?:{p})" for p in patterns))
+    return pl.col(column).str.contains(one_pattern(patterns))

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from nsysmap.coded import lexical_rank
-from nsysmap.scalars import opt_int
-from nsysmap.schemas import IDLE, LAUNCH_COST, STREAM_IDLE, WAIT_INTERIOR, WAIT_KINDS
+from nsysmap.core.coded import lexical_rank
+from nsysmap.core.scalars import opt_int
+from nsysmap.core.wait_schemas import IDLE, LAUNCH_COST, STREAM_IDLE, WAIT_INTERIOR, WAIT_KINDS
 from nsysmap.waits import gaps as g
 
 SCHEMAS = {"idle": IDLE, "stream_idle": STREAM_IDLE, "launch_cost": LAUNCH_COST}

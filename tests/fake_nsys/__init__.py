@@ -2,16 +2,18 @@
 
 `install(bin_dir)` writes an executable `nsys` into `bin_dir` whose shebang is
 the running interpreter; put `bin_dir` first on PATH. It follows the command
-lines nsysmap builds (see nsysmap/nsys_tool.py) and is steered by environment
+lines nsysmap builds (see nsysmap/read/nsys/nsys_tool.py) and is steered by environment
 variables:
 
     FAKE_NSYS_LOG          file that receives each invocation's argv, one JSON list a line
-    FAKE_NSYS_EXPORT_FROM  SQLite file that `export` copies to its --output
+    FAKE_NSYS_EXPORT_FROM  SQLite file that `export` copies to its --output; `%q{RANK}` in it
+                           is the RANK that `profile` ran the program with (kept in the report)
     FAKE_NSYS_NO_REPORT    when set, `profile` writes no report (nothing captured)
     FAKE_NSYS_EXPORT_FAIL  when set, `export` fails with a message on stderr
 
 `profile` runs the program after its options (so the launcher really runs),
-then writes a placeholder report at --output + ".nsys-rep" and exits with the
+then writes a placeholder report at --output + ".nsys-rep" (`%q{NAME}` in
+--output expanded from the environment, as nsys does) and exits with the
 program's status.
 """
 

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 VERSION = "NVIDIA Nsight Systems version 2026.2.1.210-stand-in"
+REPORT_HEAD = b"fake nsys report\n"
+_ENV_REFERENCE = re.compile(r"%q\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _expand(text: str, env: dict[str, str]) -> str:
+    """`%q{NAME}` replaced by NAME's value in `env`, as nsys expands its --output."""
+    return _ENV_REFERENCE.sub(lambda m: env.get(m.group(1), ""), text)
+
+
 _SHORT_WITH_VALUE = {"-o", "-t", "-s", "-c", "-f", "-x", "-w"}
 
 
@@ -50,8 +60,10 @@ def profile(args: list[str]) -> int:
         except KeyboardInterrupt:  # like nsys: keep waiting for the program to end
             continue
     if not os.environ.get("FAKE_NSYS_NO_REPORT"):
-        report = Path(opts["output"] + ".nsys-rep")
-        report.write_bytes(b"fake nsys report\n")
+        report = Path(_expand(opts["output"], dict(os.environ)) + ".nsys-rep")
+        # Like a real report, it keeps the environment it ran the program with (RANK here).
+        said = {"RANK": os.environ["RANK"]} if "RANK" in os.environ else {}
+        report.write_bytes(REPORT_HEAD + json.dumps(said).encode() + b"\n")
         print(f"Generated:\n    {report}")
     else:
         print("No reports were generated", file=sys.stderr)
@@ -69,7 +81,9 @@ def export(args: list[str]) -> int:
     if opts.get("type") != "sqlite":
         print(f"ERROR: unsupported type {opts.get('type')}", file=sys.stderr)
         return 1
-    shutil.copyfile(os.environ["FAKE_NSYS_EXPORT_FROM"], opts["output"])
+    lines = Path(rest[0]).read_bytes().splitlines()
+    env = json.loads(lines[1]) if len(lines) > 1 else {}
+    shutil.copyfile(_expand(os.environ["FAKE_NSYS_EXPORT_FROM"], env), opts["output"])
     return 0
 
 

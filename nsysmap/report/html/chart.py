@@ -8,6 +8,7 @@ shares to 1e-6.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,3 +139,61 @@ def first_rows(n: int, what: str) -> tuple[int, str]:
     if n <= MAX_BARS:
         return n, ""
     return MAX_BARS, f" Drawn: the first {MAX_BARS} of {n} {what}; the table has them all."
+
+
+def table(columns: Sequence[tuple[str, str]], rows: list[list[Cell]]) -> Table:
+    """The table behind a chart: its (column, kind) pairs, then its rows."""
+    return Table([name for name, _ in columns], rows, [kind for _, kind in columns])
+
+
+def chart(
+    id: str,
+    title: str,
+    caption: str,
+    *,
+    heading: str,
+    data: list[dict[str, Any]],
+    rows: Table,
+    **layout_extra: Any,
+) -> Chart:
+    """One chart: `data` (its traces) laid out under `heading` (`layout`, with
+    `layout_extra`: axes, bar mode, size) and the table behind it. Every chart of
+    the HTML report and of `nsysmap diff --html` is made here."""
+    figure = {"data": data, "layout": layout(heading, **layout_extra)}
+    return Chart(id, title, caption, figure, rows)
+
+
+def stacked(category: str, unit: str) -> dict[str, Any]:
+    """The layout of stacked time bars over a category axis (`chart`'s layout_extra)."""
+    return {"barmode": "stack", "xaxis": category_axis(category), "yaxis": time_axis(unit)}
+
+
+def shares(barmode: str, category: str, of_what: str) -> dict[str, Any]:
+    """The layout of share bars over a category axis: `of_what` says of what (%)."""
+    yaxis = {**SHARE_AXIS, "title": f"share of {of_what} (%)"}
+    return {"barmode": barmode, "xaxis": category_axis(category), "yaxis": yaxis}
+
+
+def horizontal(labels: int, floor: int, per_label: int) -> dict[str, Any]:
+    """The layout of horizontal bars: as tall as `labels` need, names flush left."""
+    return {
+        "height": max(floor, per_label * labels + 120),
+        "margin": {"l": 20, "r": 20, "t": 46, "b": 50},
+    }
+
+
+def markers(name: str, x: list[Any], y: list[Any], colour: str, **extra: Any) -> dict[str, Any]:
+    """A trace of markers (no line)."""
+    trace = {"type": "scatter", "mode": "markers", "name": name, "x": x, "y": y}
+    return {**trace, **extra, "marker": {"color": colour, "size": 9}}
+
+
+def box(name: str, y: list[Any], colour: str) -> dict[str, Any]:
+    """A box plot with every point drawn beside it."""
+    trace = {"type": "box", "name": name, "y": y, "boxpoints": "all", "jitter": 0.3}
+    return {**trace, "pointpos": 0, "marker": {"color": colour}}
+
+
+def right_axis(title: str, **extra: Any) -> dict[str, Any]:
+    """A second value axis on the right, over the first (`yaxis2`)."""
+    return {"title": title, "overlaying": "y", "side": "right", **extra, "showgrid": False}

@@ -9,23 +9,23 @@ milliseconds per step (one step on one device) where the run has steps.
 
 from __future__ import annotations
 
-import html
 from typing import TYPE_CHECKING
 
 import polars as pl
 
+from nsysmap.core.inert import plotly_text, plotly_texts, visible
 from nsysmap.report import scope_tables as rt
 from nsysmap.report.answers import run_label
 from nsysmap.report.html.chart import (
     CATEGORY_COLOURS,
-    SHARE_AXIS,
     Chart,
-    Table,
     bar,
-    category_axis,
-    layout,
+    chart,
+    horizontal,
     ms,
     ratio,
+    shares,
+    table,
     time_axis,
 )
 from nsysmap.report.html.layers import (
@@ -43,6 +43,31 @@ if TYPE_CHECKING:
     from nsysmap.report.answers import Findings
 
 TOP_KERNELS = 15
+# The columns of each chart's table, and how each sorts and shows.
+MATMUL_COLUMNS = (
+    ("run", "text"),
+    ("scope", "text"),
+    ("time", "ms"),
+    ("matmul", "ms"),
+    ("matmul share", "share"),
+)
+CATEGORY_COLUMNS = (
+    ("category", "text"),
+    ("ops", "number"),
+    ("time", "ms"),
+    ("time share", "share"),
+    ("FLOP share", "share"),
+)
+TOP_KERNEL_COLUMNS = (
+    ("rank", "number"),
+    ("kernel", "text"),
+    ("category", "text"),
+    ("calls", "number"),
+    ("calls per step", "number"),
+    ("calls per forward pass", "number"),
+    ("time", "ms"),
+    ("share", "share"),
+)
 
 
 def matmul_chart(f: Findings, c: Findings | None) -> Chart:
@@ -66,28 +91,19 @@ def matmul_chart(f: Findings, c: Findings | None) -> Chart:
             other.append(ratio(1 - share))
             rows.append([run, rt.scope_label(x.run.ops, scope), ms(total), ms(mm), ratio(share)])
     text = [f"{100 * s:.1f} %" for s in matmul]
+    drawn = plotly_texts(labels)
     data = [
-        bar("matrix multiplication", labels, matmul, CATEGORY_COLOURS["gemm"], text=text),
-        bar("everything else", labels, other, "#d9d9d9"),
+        bar("matrix multiplication", drawn, matmul, CATEGORY_COLOURS["gemm"], text=text),
+        bar("everything else", drawn, other, "#d9d9d9"),
     ]
-    return Chart(
+    return chart(
         "matmul",
         "Matrix multiplication's share of time",
         f"In each scope, matrix multiplication = {rt.MATMUL_DEFINITION}.",
-        {
-            "data": data,
-            "layout": layout(
-                "Matmul share: forward vs full step",
-                barmode="stack",
-                xaxis=category_axis("scope"),
-                yaxis={**SHARE_AXIS, "title": "share of the scope's time (%)"},
-            ),
-        },
-        Table(
-            ["run", "scope", "time", "matmul", "matmul share"],
-            rows,
-            ["text", "text", "ms", "ms", "share"],
-        ),
+        heading="Matmul share: forward vs full step",
+        data=data,
+        rows=table(MATMUL_COLUMNS, rows),
+        **shares("stack", "scope", "the scope's time"),
     )
 
 
@@ -98,9 +114,10 @@ def categories_chart(f: Findings) -> Chart | None:
         return None
     names = [c or "(none)" for c in cats["category"]]
     time = [ratio(v) for v in cats["time_share"]]
-    data = [bar("time share", names, time, "#1f77b4")]
+    x = plotly_texts(names)
+    data = [bar("time share", x, time, "#1f77b4")]
     if f.source is not None:
-        data.append(bar("FLOP share", names, [ratio(v) for v in cats["flop_share"]], "#ff7f0e"))
+        data.append(bar("FLOP share", x, [ratio(v) for v in cats["flop_share"]], "#ff7f0e"))
     rows = [
         [n, r["ops"], ms(r["time_ns"]), ratio(r["time_share"]), ratio(r["flop_share"])]
         for n, r in zip(names, cats.iter_rows(named=True), strict=True)
@@ -108,24 +125,14 @@ def categories_chart(f: Findings) -> Chart | None:
     caption = f"{rt.scope_label(f.run.ops, 'step').capitalize()}, devices pooled."
     if f.source is None:
         caption += " No FLOPs: time share only."
-    return Chart(
+    return chart(
         "categories",
         "Kernel categories: share of time and of FLOPs",
         caption,
-        {
-            "data": data,
-            "layout": layout(
-                "Kernel categories",
-                barmode="group",
-                xaxis=category_axis("kernel category"),
-                yaxis={**SHARE_AXIS, "title": "share of time or FLOPs (%)"},
-            ),
-        },
-        Table(
-            ["category", "ops", "time", "time share", "FLOP share"],
-            rows,
-            ["text", "number", "ms", "share", "share"],
-        ),
+        heading="Kernel categories",
+        data=data,
+        rows=table(CATEGORY_COLUMNS, rows),
+        **shares("group", "kernel category", "time or FLOPs"),
     )
 
 
@@ -136,20 +143,10 @@ def top_kernels_chart(f: Findings) -> Chart | None:
         return None
     steps, unit = per_step(f)
     names = [n or s or "?" for n, s in zip(top["name"], top["short_name"], strict=True)]
-    labels = kernel_labels(names)
+    labels = plotly_texts(kernel_labels(names))
     colours = [CATEGORY_COLOURS.get(c or "other", "#7f7f7f") for c in top["category"]]
     per = [ms(t / steps) for t in top["time_ns"]]
-    hover = [
-        f"{_wrap(n)}<br>{c} · {calls:g} calls per step · "
-        f"{fwd if fwd is not None else '–'} per forward pass"
-        for n, c, calls, fwd in zip(
-            names,
-            top["category"],
-            top["calls_per_pass"].fill_null(top["calls"]),
-            _fwd(top),
-            strict=True,
-        )
-    ]
+    hover = _kernel_hover(top, names)
     trace = bar("time", per[::-1], labels[::-1], None, orientation="h")
     trace.update(marker={"color": colours[::-1]}, hovertext=hover[::-1], hoverinfo="x+text")
     rows = [
@@ -165,41 +162,39 @@ def top_kernels_chart(f: Findings) -> Chart | None:
         ]
         for r, name, t in zip(top.iter_rows(named=True), names, per, strict=True)
     ]
-    return Chart(
+    return chart(
         "top_kernels",
         "Top kernels by time",
         f"{rt.scope_label(f.run.ops, 'step').capitalize()}; names shortened to the kernel and "
         "what tells it apart (hover or the table for the whole name).",
-        {
-            "data": [trace],
-            "layout": layout(
-                "Top kernels",
-                xaxis=time_axis(unit),
-                yaxis={"title": {"text": "kernel", "standoff": 12}},
-                height=max(320, 28 * len(labels) + 120),
-                margin={"l": 20, "r": 20, "t": 46, "b": 50},
-            ),
-        },
-        Table(
-            [
-                "rank",
-                "kernel",
-                "category",
-                "calls",
-                "calls per step",
-                "calls per forward pass",
-                "time",
-                "share",
-            ],
-            rows,
-            ["number", "text", "text", "number", "number", "number", "ms", "share"],
-        ),
+        heading="Top kernels",
+        data=[trace],
+        rows=table(TOP_KERNEL_COLUMNS, rows),
+        xaxis=time_axis(unit),
+        yaxis={"title": {"text": "kernel", "standoff": 12}},
+        **horizontal(len(labels), 320, 28),
     )
+
+
+def _kernel_hover(top: pl.DataFrame, names: list[str]) -> list[str]:
+    """Each top kernel's hover text: its whole name, category and calls."""
+    return [
+        f"{_wrap(n)}<br>{plotly_text(c)} · {calls:g} calls per step · "
+        f"{fwd if fwd is not None else '–'} per forward pass"
+        for n, c, calls, fwd in zip(
+            names,
+            top["category"],
+            top["calls_per_pass"].fill_null(top["calls"]),
+            _fwd(top),
+            strict=True,
+        )
+    ]
 
 
 def _wrap(text: str, width: int = 100) -> str:
     """A long name in lines of `width` characters, for a hover box."""
-    return "<br>".join(html.escape(text[i : i + width]) for i in range(0, len(text), width))
+    shown = visible(text)  # cut before escaping: never inside an entity
+    return "<br>".join(plotly_text(shown[i : i + width]) for i in range(0, len(shown), width))
 
 
 def _fwd(top: pl.DataFrame) -> list[str | None]:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from nsysmap.core.inert import plotly_text, plotly_texts
+from nsysmap.core.scalars import to_float, to_int
 from nsysmap.report.blocks import block_totals, part_label, part_order
 from nsysmap.report.html import tree
 from nsysmap.report.html.chart import (
@@ -13,17 +15,18 @@ from nsysmap.report.html.chart import (
     SERIES,
     TOP_ROWS,
     Chart,
-    Table,
     bar,
     category_axis,
+    chart,
     first_rows,
-    layout,
+    markers,
     ms,
     ratio,
-    time_axis,
+    right_axis,
+    stacked,
+    table,
 )
 from nsysmap.report.html.names import distinct_labels, middle
-from nsysmap.scalars import to_float, to_int
 
 if TYPE_CHECKING:
     from nsysmap.report.answers import Findings
@@ -31,6 +34,32 @@ if TYPE_CHECKING:
 LAYER_LABEL = 32  # characters of a layer's name on the axis (whole on hover)
 TREE_LABEL = 24  # characters of a name in a box of the tree (its whole path on hover)
 PART_COLOURS = dict(zip(("attn", "mlp", "ln_1", "ln_2", ""), SERIES, strict=False))
+# The columns of each chart's table, and how each sorts and shows.
+BLOCK_PHASE_COLUMNS = (
+    ("block", "text"),
+    ("class", "text"),
+    ("forward", "ms"),
+    ("backward", "ms"),
+    ("no direction", "ms"),
+    ("total", "ms"),
+)
+BLOCK_PARTS_COLUMNS = (
+    ("block", "text"),
+    ("part", "text"),
+    ("class", "text"),
+    *BLOCK_PHASE_COLUMNS[2:],
+    ("TFLOP/s", "number"),
+    ("MFU", "share"),
+)
+RATES_COLUMNS = (
+    ("layer", "text"),
+    ("class", "text"),
+    ("modules", "number"),
+    ("time", "ms"),
+    ("matmul FLOPs", "number"),
+    ("TFLOP/s", "number"),
+    ("MFU", "share"),
+)
 
 
 def per_step(f: Findings) -> tuple[int, str]:
@@ -49,8 +78,9 @@ def blocks_phase_chart(f: Findings) -> Chart | None:
     columns = {p: [ms(v / steps) for v in totals[f"{p}_ns"]] for p in ("forward", "backward")}
     columns["no direction"] = [ms(v / steps) for v in totals["other_ns"]]
     drawn, cut = first_rows(len(names), "blocks")
+    x = plotly_texts(names[:drawn])
     data = [
-        bar(p, names[:drawn], columns[p][:drawn], PHASE_COLOURS[p])
+        bar(p, x, columns[p][:drawn], PHASE_COLOURS[p])
         for p in ("forward", "backward", "no direction")
     ]
     rows = [
@@ -65,25 +95,18 @@ def blocks_phase_chart(f: Findings) -> Chart | None:
             strict=True,
         )
     ]
-    return Chart(
+    return chart(
         "blocks_phase",
         "Per block: forward and backward calls",
         "Each numbered block with every module below it; forward and backward are the time in "
         "forward and in backward calls, whatever the phase; devices pooled." + cut,
-        {
-            "data": data,
-            "layout": layout(
-                "Time per block by call direction",
-                barmode="stack",
-                xaxis=category_axis("block"),
-                yaxis=time_axis(unit),
-            ),
-        },
-        Table(
-            ["block", "class", "forward", "backward", "no direction", "total"],
+        heading="Time per block by call direction",
+        data=data,
+        rows=table(
+            BLOCK_PHASE_COLUMNS,
             rows,
-            ["text", "text", "ms", "ms", "ms", "ms"],
         ),
+        **stacked("block", unit),
     )
 
 
@@ -96,11 +119,11 @@ def blocks_parts_chart(f: Findings) -> Chart | None:
     drawn, cut = first_rows(len(names), "blocks")
     names = names[:drawn]
     times = {(r["block"], r["part"]): r["time_ns"] for r in f.blocks.iter_rows(named=True)}
-    data, rows = [], []
+    data, rows, x = [], [], plotly_texts(names)
     for i, part in enumerate(part_order(f.blocks)):
         y = [ms(times.get((b, part), 0) / steps) for b in names]
         colour = PART_COLOURS.get(part, SERIES[i % len(SERIES)])
-        data.append(bar(part_label(part), names, y, colour))
+        data.append(bar(plotly_text(part_label(part)), x, y, colour))
     for r in f.blocks.iter_rows(named=True):
         rows.append(
             [
@@ -115,35 +138,18 @@ def blocks_parts_chart(f: Findings) -> Chart | None:
                 ratio(r["mfu"]),
             ]
         )
-    return Chart(
+    return chart(
         "blocks_parts",
         "Per block: attention, MLP, norms",
         "Parts are each block's direct children with the modules below them; "
         "(own) is the block's own operations." + cut,
-        {
-            "data": data,
-            "layout": layout(
-                "Time per block by part",
-                barmode="stack",
-                xaxis=category_axis("block"),
-                yaxis=time_axis(unit),
-            ),
-        },
-        Table(
-            [
-                "block",
-                "part",
-                "class",
-                "forward",
-                "backward",
-                "no direction",
-                "total",
-                "TFLOP/s",
-                "MFU",
-            ],
+        heading="Time per block by part",
+        data=data,
+        rows=table(
+            BLOCK_PARTS_COLUMNS,
             rows,
-            ["text", "text", "text", "ms", "ms", "ms", "ms", "number", "share"],
         ),
+        **stacked("block", unit),
     )
 
 
@@ -170,10 +176,10 @@ def tree_chart(f: Findings) -> Chart | None:
         "type": "icicle",
         "ids": nodes["id"].to_list(),
         "parents": nodes["parent"].to_list(),
-        "labels": [middle(x, TREE_LABEL) for x in nodes["label"]],
+        "labels": [plotly_text(middle(x, TREE_LABEL)) for x in nodes["label"]],
         "values": [ms(v / steps) for v in nodes["own_ns"]],
         "branchvalues": "remainder",
-        "customdata": nodes["path"].to_list(),
+        "customdata": plotly_texts(nodes["path"]),
         "hovertemplate": "%{customdata}<br>%{value:.3f} " + unit + "<extra></extra>",
         "maxdepth": drawn_depth(nodes),
         "textinfo": "label",
@@ -183,24 +189,20 @@ def tree_chart(f: Findings) -> Chart | None:
         [p or "(all)", ms(o / steps), i]
         for p, o, i in zip(nodes["path"], nodes["own_ns"], inclusive, strict=True)
     ]
-    return Chart(
+    return chart(
         "tree",
         f"Time over the {what}",
         f"Click a box to zoom into it, the top bar to go back; {unit}, devices pooled.",
-        {
-            "data": [trace],
-            "layout": layout(
-                f"Time over the {what}",
-                margin={"l": 10, "r": 10, "t": 46, "b": 10},
-                height=620,
-                uniformtext={"minsize": 8, "mode": "hide"},  # no text in slivers
-                # Branches in colours no phase uses: a blue or orange box here must not
-                # read as forward or backward beside the phase charts.
-                iciclecolorway=list(TREE_COLOURS),
-                extendiciclecolors=True,
-            ),
-        },
-        Table(["path", "own", "inclusive"], rows, ["text", "ms", "ms"]),
+        heading=f"Time over the {what}",
+        data=[trace],
+        rows=table([("path", "text"), ("own", "ms"), ("inclusive", "ms")], rows),
+        margin={"l": 10, "r": 10, "t": 46, "b": 10},
+        height=620,
+        uniformtext={"minsize": 8, "mode": "hide"},  # no text in slivers
+        # Branches in colours no phase uses: a blue or orange box here must not
+        # read as forward or backward beside the phase charts.
+        iciclecolorway=list(TREE_COLOURS),
+        extendiciclecolors=True,
     )
 
 
@@ -223,33 +225,17 @@ def rates_chart(f: Findings) -> Chart | None:
     names = [x or "(root)" for x in layers["layer"]]
     drawn = top_layers(layers)
     full = [x or "(root)" for x in drawn["layer"]]
-    x = distinct_labels(full, LAYER_LABEL)
+    x = plotly_texts(distinct_labels(full, LAYER_LABEL))
     data = [bar("TFLOP/s", x, [ratio(v) for v in drawn["tflops_per_s"]], "#1f77b4")]
     data[0].update(
-        customdata=full, hovertemplate="%{customdata}<br>%{y:.3f} TFLOP/s<extra></extra>"
+        customdata=plotly_texts(full),
+        hovertemplate="%{customdata}<br>%{y:.3f} TFLOP/s<extra></extra>",
     )
-    extra: dict[str, dict] = {}
+    extra: dict[str, dict[str, Any]] = {}
     if layers["mfu"].is_not_null().any():
         mfu = [ratio(v) for v in drawn["mfu"]]
-        data.append(
-            {
-                "type": "scatter",
-                "mode": "markers",
-                "name": "MFU",
-                "x": x,
-                "y": mfu,
-                "yaxis": "y2",
-                "marker": {"color": "#d62728", "size": 9},
-            }
-        )
-        extra["yaxis2"] = {
-            "title": "MFU (% of peak)",
-            "overlaying": "y",
-            "side": "right",
-            "tickformat": ".0%",
-            "rangemode": "tozero",
-            "showgrid": False,
-        }
+        data.append(markers("MFU", x, mfu, "#d62728", yaxis="y2"))
+        extra["yaxis2"] = right_axis("MFU (% of peak)", tickformat=".0%", rangemode="tozero")
     rows = [
         [
             n,
@@ -262,30 +248,26 @@ def rates_chart(f: Findings) -> Chart | None:
         ]
         for n, r in zip(names, layers.iter_rows(named=True), strict=True)
     ]
-    return Chart(
+    others = layers.height - TOP_ROWS
+    return chart(
         "rates",
         "Achieved TFLOP/s and MFU per layer",
         f"{f.source_note}; numbered modules collapsed to *"
         + (
             f"; drawn: the {TOP_ROWS} layers with the most time, the other "
-            f"{layers.height - TOP_ROWS} as one bar (the table has them all)."
+            f"{others} as one bar (the table has them all)."
             if layers.height > drawn.height
             else "."
         ),
-        {
-            "data": data,
-            "layout": layout(
-                "TFLOP/s per layer",
-                xaxis=category_axis("layer"),
-                yaxis={"title": "achieved TFLOP/s"},
-                **extra,
-            ),
-        },
-        Table(
-            ["layer", "class", "modules", "time", "matmul FLOPs", "TFLOP/s", "MFU"],
+        heading="TFLOP/s per layer",
+        data=data,
+        rows=table(
+            RATES_COLUMNS,
             rows,
-            ["text", "text", "number", "ms", "number", "number", "share"],
         ),
+        xaxis=category_axis("layer"),
+        yaxis={"title": "achieved TFLOP/s"},
+        **extra,
     )
 
 

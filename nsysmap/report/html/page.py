@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nsysmap._version import __version__
-from nsysmap.errors import ToolMissing
+from nsysmap.core.errors import ToolMissing
 from nsysmap.output.placement import write_file
 from nsysmap.report.format import devices_text
 from nsysmap.report.html.assets import SCRIPT, STYLE

@@ -11,12 +11,14 @@ from nsysmap.report.html.chart import (
     PHASE_COLOURS,
     SERIES,
     Chart,
-    Table,
     bar,
+    box,
     category_axis,
+    chart,
     first_rows,
-    layout,
     ms,
+    stacked,
+    table,
     time_axis,
 )
 
@@ -24,6 +26,16 @@ if TYPE_CHECKING:
     from nsysmap.report.answers import Findings
 
 NO_PHASE = "(none)"
+TOTAL = "step total"  # the spread chart's box of the whole step
+SPREAD_COLUMNS = (
+    ("phase", "text"),
+    ("steps", "number"),
+    ("mean", "ms"),
+    ("min", "ms"),
+    ("max", "ms"),
+    ("std", "ms"),
+    ("std / mean", "number"),
+)
 WHOLE_RUN = -1  # the step of every operation where the run has phases but no steps
 
 
@@ -93,25 +105,30 @@ def phase_steps_chart(f: Findings) -> Chart | None:
         if stepped
         else "No step ranges: every operation of the run, summed per phase (busy time)."
     )
-    return Chart(
+    return chart(
         "phase_steps",
         "Time by phase in each step" if stepped else "Time by phase",
         caption + cut,
-        {
-            "data": data,
-            "layout": layout(
-                "Time by phase per step" if stepped else "Time by phase, whole run",
-                barmode="stack",
-                xaxis=category_axis("step" if stepped else "run"),
-                yaxis=time_axis("ms"),
-            ),
-        },
-        Table(
-            ["device", "step", *phases, "total"],
+        heading="Time by phase per step" if stepped else "Time by phase, whole run",
+        data=data,
+        rows=table(
+            [
+                ("device", "number"),
+                ("step", "number"),
+                *((p, "ms") for p in phases),
+                ("total", "ms"),
+            ],
             rows,
-            ["number", "number", *(["ms"] * len(phases)), "ms"],
         ),
+        **stacked("step" if stepped else "run", "ms"),
     )
+
+
+def _step_times(times: pl.DataFrame, phase: str) -> list[float | None]:
+    """The time of `phase` in each step, in ms, by device then step."""
+    return [
+        ms(v) for v in times.filter(pl.col("phase") == phase).sort("device_id", "step")["time_ns"]
+    ]
 
 
 def phase_spread_chart(f: Findings) -> Chart | None:
@@ -123,23 +140,11 @@ def phase_spread_chart(f: Findings) -> Chart | None:
     totals = (
         times.group_by("device_id", "step")
         .agg(pl.col("time_ns").sum())
-        .with_columns(phase=pl.lit("step total"))
+        .with_columns(phase=pl.lit(TOTAL))
     )
     both = pl.concat([times, totals.select(times.columns)])
-    data = []
-    for i, p in enumerate([*phases, "step total"]):
-        y = [ms(v) for v in both.filter(pl.col("phase") == p).sort("device_id", "step")["time_ns"]]
-        data.append(
-            {
-                "type": "box",
-                "name": p,
-                "y": y,
-                "boxpoints": "all",
-                "jitter": 0.3,
-                "pointpos": 0,
-                "marker": {"color": _colour(p, i) if p != "step total" else "#333333"},
-            }
-        )
+    colours = {p: _colour(p, i) for i, p in enumerate(phases)} | {TOTAL: "#333333"}
+    data = [box(p, _step_times(both, p), colour) for p, colour in colours.items()]
     stats = both.group_by("phase").agg(
         pl.len().alias("steps"),
         pl.col("time_ns").mean().alias("mean"),
@@ -147,7 +152,7 @@ def phase_spread_chart(f: Findings) -> Chart | None:
         pl.col("time_ns").max().alias("max"),
         pl.col("time_ns").std().alias("std"),
     )
-    order = {p: i for i, p in enumerate([*phases, "step total"])}
+    order = {p: i for i, p in enumerate([*phases, TOTAL])}
     rows = [
         [
             r["phase"],
@@ -160,22 +165,14 @@ def phase_spread_chart(f: Findings) -> Chart | None:
         ]
         for r in sorted(stats.iter_rows(named=True), key=lambda r: order[r["phase"]])
     ]
-    return Chart(
+    return chart(
         "phase_spread",
         "Step-to-step spread by phase",
         "Each point is one step on one device.",
-        {
-            "data": data,
-            "layout": layout(
-                "Spread across steps",
-                xaxis=category_axis("phase"),
-                yaxis=time_axis("ms per step"),
-                showlegend=False,
-            ),
-        },
-        Table(
-            ["phase", "steps", "mean", "min", "max", "std", "std / mean"],
-            rows,
-            ["text", "number", "ms", "ms", "ms", "ms", "number"],
-        ),
+        heading="Spread across steps",
+        data=data,
+        rows=table(SPREAD_COLUMNS, rows),
+        xaxis=category_axis("phase"),
+        yaxis=time_axis("ms per step"),
+        showlegend=False,
     )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from nsysmap.output.by_range import path_keys
+from nsysmap.summaries.range_paths import path_keys
 
 SEP = "\x1f"  # joins names into node ids; no module or range name contains it
 ROOT = "all"

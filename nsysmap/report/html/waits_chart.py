@@ -10,16 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nsysmap.report.html.chart import (
-    Chart,
-    Table,
-    bar,
-    category_axis,
-    layout,
-    ms,
-    ratio,
-    time_axis,
-)
+from nsysmap.report.html.chart import Chart, bar, chart, ms, ratio, stacked, table
 
 # (the answer's column, the bar's name, its colour), stacked in this order.
 PARTS = (
@@ -43,24 +34,20 @@ def waits_chart(answer: dict[str, Any]) -> Chart | None:
         f"Summed over {scope} and every stream: each phase's operations and the idle time"
         " of their stream just before them, by what the GPU waited for (docs/waits.md)."
     )
-    table = Table(
-        ["phase", *(label for _, label, _ in PARTS), "launch-bound share"],
-        [
-            [n, *(ms(r[key]) for key, _, _ in PARTS), ratio(r["launch_bound_share"])]
-            for n, r in zip(names, rows, strict=True)
-        ],
-        ["text", *(["ms"] * len(PARTS)), "share"],
+    cells = [
+        [n, *(ms(r[key]) for key, _, _ in PARTS), ratio(r["launch_bound_share"])]
+        for n, r in zip(names, rows, strict=True)
+    ]
+    columns = [("phase", "text"), *((label, "ms") for _, label, _ in PARTS)]
+    return chart(
+        "waits",
+        "Where the GPU waits, by phase",
+        caption,
+        heading="Wall time by phase: busy and waiting",
+        data=data,
+        rows=table([*columns, ("launch-bound share", "share")], cells),
+        **stacked("phase", "ms"),
     )
-    figure = {
-        "data": data,
-        "layout": layout(
-            "Wall time by phase: busy and waiting",
-            barmode="stack",
-            xaxis=category_axis("phase"),
-            yaxis=time_axis("ms"),
-        ),
-    }
-    return Chart("waits", "Where the GPU waits, by phase", caption, figure, table)
 
 
 def _with_rest(row: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,1 @@
+"""Tools for developing nsysmap, not installed with it: synthetic exports, the browser driver."""

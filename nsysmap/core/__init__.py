@@ -1,0 +1,1 @@
+"""The leaves every stage shares: profile, schemas, errors, scalars, launch keys, range names."""

@@ -1,0 +1,87 @@
+"""What one run of the flow produced (`Analysis`), and the tables it writes.
+
+Made by the one flow (nsysmap.flow.run_stages), written by `nsysmap.flow.verbs.write`;
+`with_tables` adds tables from outside the flow (the profiled model's
+FLOPs) to be written with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from nsysmap.core.profile import NestedProfile
+from nsysmap.infer.summary import LAYER_INDEX, Inferred
+from nsysmap.output.ops_sinks import OpsStore
+from nsysmap.output.writer import table_entries
+from nsysmap.summaries.summarise import Summaries
+from nsysmap.summaries.summary_text import render_summary
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything one run of the flow produced."""
+
+    profile: NestedProfile
+    store: OpsStore  # the OPS rows: held in memory, or in a Parquet file
+    summaries: Summaries
+    manifest: dict[str, Any]  # what manifest.json will say: every table written is listed
+    out_dir: Path | None = None
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
+    inferred: Inferred | None = None  # steps, phases, blocks from the kernel sequence
+    # Tables from outside the flow written with it (the profiled model's FLOPs, `with_tables`)
+    extra_tables: dict[str, pl.DataFrame] = field(default_factory=dict)
+
+    @property
+    def summary_text(self) -> str:
+        """The terminal summary, rendered when asked for (the CLI prints it)."""
+        meta = dict(zip(self.profile.meta["key"], self.profile.meta["value"], strict=True))
+        by_module = self.summaries.by_module
+        return render_summary(self.summaries, meta) + inferred_text(self.inferred, by_module)
+
+    @property
+    def ops(self) -> pl.DataFrame:
+        """One OPS row per operation (read from ops.parquet when it was streamed)."""
+        return self.store.read()
+
+    def tables(self) -> dict[str, pl.DataFrame]:
+        """Every table written besides ops.parquet: the summaries, the inferred ones,
+        then those added by `with_tables`."""
+        return flow_tables(self.summaries, self.inferred) | self.extra_tables
+
+
+def flow_tables(summaries: Summaries, inferred: Inferred | None) -> dict[str, pl.DataFrame]:
+    """The tables the flow writes besides ops.parquet: the summaries, then the inferred ones."""
+    inferred_tables = inferred.tables() if inferred is not None else {}
+    return summaries.tables() | summaries.waits | inferred_tables
+
+
+def with_tables(
+    analysis: Analysis, tables: Mapping[str, pl.DataFrame], **manifest: Any
+) -> Analysis:
+    """The analysis with `tables` to be written with it and listed in its manifest (pure).
+
+    `manifest` items are added to the manifest as they are (say, what the
+    tables describe); the manifest is still written once, by `write`.
+    """
+    listed = {**analysis.manifest["tables"], **table_entries(tables)}
+    return replace(
+        analysis,
+        extra_tables={**analysis.extra_tables, **tables},
+        manifest={**analysis.manifest, **manifest, "tables": listed},
+    )
+
+
+def inferred_text(inferred: Inferred | None, by_module: pl.DataFrame) -> str:
+    """The terminal summary's inferred-block lines.
+
+    Empty without inference, and when the profile's own modules already name
+    its blocks (`transformer.h.3`): the inferred tables are still written.
+    """
+    if inferred is None or by_module["module"].str.contains(LAYER_INDEX).any():
+        return ""
+    return "".join(f"\n{line}\n" for line in inferred.lines())

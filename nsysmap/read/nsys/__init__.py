@@ -1,0 +1,1 @@
+"""The Nsight Systems SQLite reader: the only code that knows nsys exports and their SQL."""

@@ -1,0 +1,367 @@
+"""Stage 2 of the nsys reader: run the queries (SQL only, no lookups or joins).
+
+Given the probed `Export` (`nsysmap.read.nsys.nsys_probe`), `read_tables` reads
+every table the reader uses, once each, in parallel threads, and hands back
+one frame per table (None for a table the export lacks); `read_table` reads
+one. Nothing here interprets a value: string lookups, id decoding and joins
+are the frames stage's (`nsysmap.read.nsys.nsys_frames`), which may pass a function
+to apply to each batch as it arrives.
+
+Each table is described by a `TableSpec` (`nsysmap.read.nsys.nsys_specs`): the
+logical columns it wants, each with the physical column names that have held
+it over nsys versions. The SELECT text is assembled only from these constants
+and the columns the file turned out to have (a missing column reads as NULL),
+so no SQL is ever built from data.
+
+Rows arrive through the ADBC SQLite driver as Arrow, column by column. The
+driver infers each column's type from its first batch, so every integer is
+read as `CAST(col AS INTEGER)` (an all-NULL batch then still reads as int64)
+and every text as `CAST(coalesce(col, x'') AS BLOB)`: always binary, never
+NULL (an empty text means unset). Binary becomes String in Arrow's C++ cast,
+which validates UTF-8; a column that fails takes a slow path that decodes its
+distinct values with U+FFFD replacement (`nsys_probe.decode`). Every failure
+of the storage stack on bad input becomes NotAProfile.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import adbc_driver_sqlite.dbapi as adbc
+import polars as pl
+import pyarrow as pa
+
+from nsysmap.core.errors import NotAProfile
+from nsysmap.core.scalars import opt_int
+from nsysmap.read.nsys.nsys_probe import (
+    BACKEND_ERRORS,
+    BATCH_ROWS,
+    Export,
+    arrow,
+    decode,
+    unreadable,
+)
+from nsysmap.read.nsys.nsys_specs import (
+    GRAPH_TRACE,
+    ID_MASK,
+    KERNEL,
+    MEMCPY,
+    MEMSET,
+    NVTX,
+    RUNTIME,
+    TableSpec,
+)
+
+Batch = Callable[[pl.DataFrame], pl.DataFrame]
+Raw = dict[str, pl.DataFrame | None]
+
+# Tables are read in this many threads (the SQLite driver releases the GIL).
+READ_THREADS = min(3, os.cpu_count() or 1)
+# Tables with more rows than this are read in READ_THREADS parts, by rowid.
+SPLIT_ROWS = 1 << 20
+SPLIT_SPECS = (NVTX, KERNEL, RUNTIME)
+# Tables of GPU work, read in a time window by their correlation ids (`RowWindow`).
+_CORRELATED = frozenset(s.table for s in (KERNEL, MEMCPY, MEMSET, GRAPH_TRACE))
+DOMAIN_CREATE = 75  # the NVTX event type of a domain creation (read in every window)
+
+
+@dataclass(frozen=True)
+class RowWindow:
+    """The rows of one time window of a process (nsysmap.sources.by_window).
+
+    Runtime calls starting in [start_lo, start_hi) (None: unbounded), NVTX
+    ranges starting there and every domain creation, and the GPU work whose
+    correlation id is in [corr_lo, corr_hi] (the reader keeps the work of the
+    window's own calls). Other tables are read whole.
+    """
+
+    start_lo: int | None
+    start_hi: int | None
+    corr_lo: int
+    corr_hi: int
+    # (table, low, high): that table's rows of the window have low < rowid <= high
+    # (nsysmap.read.nsys.window_cuts found them), so a read scans that stretch alone.
+    rows: tuple[tuple[str, int, int], ...] = ()
+    # NVTX: the rows of its ranges in (low, high], and the rowids of its domain creations.
+    nvtx_rows: tuple[int, int] | None = None
+    domains: tuple[int, ...] = ()
+
+    def rows_of(self, table: str) -> tuple[int, int] | None:
+        """The rowid bounds (low, high] of `table`'s rows in the window, when known."""
+        return next(((lo, hi) for name, lo, hi in self.rows if name == table), None)
+
+    def condition(self, spec: TableSpec) -> tuple[str | None, tuple[int, ...]]:
+        """The WHERE condition (constants only) and its parameters for `spec`'s table."""
+        if spec.table in _CORRELATED:
+            return '"correlationId" BETWEEN ? AND ?', (self.corr_lo, self.corr_hi)
+        if spec.table not in (RUNTIME.table, NVTX.table):
+            return None, ()
+        parts, values = [], []
+        for bound, op in ((self.start_lo, ">="), (self.start_hi, "<")):
+            if bound is not None:
+                parts.append(f'"start" {op} ?')
+                values.append(bound)
+        timed = " AND ".join(parts) or "1"
+        if spec.table == RUNTIME.table:
+            return timed, tuple(values)
+        if self.nvtx_rows is None:
+            return f'("eventType" = {DOMAIN_CREATE} OR ({timed}))', tuple(values)
+        marks = ", ".join("?" * len(self.domains))
+        inside = f'("rowid" > ? AND "rowid" <= ? AND {timed})'
+        return f'("rowid" IN ({marks}) OR {inside})', (*self.domains, *self.nvtx_rows, *values)
+
+
+def read_tables(
+    export: Export,
+    specs: Sequence[TableSpec],
+    batches: Mapping[str, Batch] | None = None,
+    process: int | None = None,
+    window: RowWindow | None = None,
+) -> Raw:
+    """Table name -> its rows (None when absent), every table read in parallel threads.
+
+    Tables are submitted in the order given (biggest first, so the threads
+    finish together); large ones are read in READ_THREADS parts by rowid and
+    the parts joined in rowid order (one chunk per batch: nothing is copied).
+    `batches` maps a table name to the function applied to each of its
+    batches as it arrives. `process`: only that process's rows of the tables
+    that say whose they are (`TableSpec.process`); `window`: only the rows of
+    that time window (`RowWindow`).
+    """
+    batches = batches or {}
+    with ThreadPoolExecutor(READ_THREADS) as pool:
+        futures = {
+            spec.table: [
+                pool.submit(
+                    read_table, export, spec, rows, batches.get(spec.table), process, window
+                )
+                for rows in _parts(export, spec, window)
+            ]
+            for spec in specs
+        }
+        return {name: _joined([f.result() for f in parts]) for name, parts in futures.items()}
+
+
+def read_table(
+    export: Export,
+    spec: TableSpec,
+    rows: tuple[int, int] | None = None,
+    batch: Batch | None = None,
+    process: int | None = None,
+    window: RowWindow | None = None,
+) -> pl.DataFrame | None:
+    """The table of `spec` as a frame, or None when the export lacks it.
+
+    With `rows` = (low, high), only the rows with low < rowid <= high; with
+    `process`, only that process's rows (when the table says whose they are).
+    `batch` is applied to each batch as it arrives (see `fetch`).
+    """
+    present = export.columns(spec.table)
+    if present is None:
+        return None
+    try:
+        with export.connect() as conn:
+            return fetch(conn, spec, present, rows, batch, process, window)
+    except BACKEND_ERRORS as exc:
+        raise unreadable(export.file, exc) from None
+
+
+def distinct_processes(export: Export, spec: TableSpec) -> set[int | None]:
+    """The processes whose rows the table holds (None for rows without one);
+    empty when the export lacks the table."""
+    present = export.columns(spec.table)
+    if present is None or not has_process_column(spec, present):
+        return set()
+    column = f'"{spec.process}"'
+    query = f"SELECT DISTINCT (({column} >> 24) & {ID_MASK}) AS pid FROM {_quoted(spec.table)}"
+    try:
+        with export.connect() as conn:
+            values = arrow(conn, query)["pid"].to_pylist()
+    except BACKEND_ERRORS as exc:
+        raise unreadable(export.file, exc) from None
+    return {opt_int(v) for v in values}
+
+
+def last_rowid(export: Export, table: str) -> int | None:
+    """The table's largest rowid; None when unknown (not its row count: rowids need
+    be neither dense nor positive, see `row_bound`)."""
+    return _rowid(export, table, "max")
+
+
+def first_rowid(export: Export, table: str) -> int:
+    """The table's smallest rowid (0 when unknown)."""
+    return _rowid(export, table, "min") or 0
+
+
+def row_bound(export: Export, table: str) -> int:
+    """At most how many rows the table holds, from its smallest and largest rowid (no
+    scan): its row count when the rowids are dense, far more when they are not (one
+    row at rowid 2^40). 0 when the table is absent, empty or unreadable."""
+    last = last_rowid(export, table)
+    return 0 if last is None else max(0, last - first_rowid(export, table) + 1)
+
+
+def row_count(export: Export, table: str) -> int:
+    """How many rows the table holds, counted (SQLite walks its pages: about 25 ns a
+    row from the page cache); 0 when the table is absent or unreadable."""
+    value = _aggregate(export, table, "count(*)")
+    return value or 0
+
+
+def _rowid(export: Export, table: str, which: str) -> int | None:
+    return _aggregate(export, table, "max(rowid)" if which == "max" else "min(rowid)")
+
+
+def _aggregate(export: Export, table: str, what: str) -> int | None:
+    """One aggregate over the table (`what`: a constant of this module)."""
+    if not export.has(table):
+        return None
+    query = f"SELECT {what} AS n FROM {_quoted(table)}"
+    try:
+        with export.connect() as conn:
+            value = arrow(conn, query)["n"][0]
+    except BACKEND_ERRORS:
+        return None
+    return opt_int(value.as_py())
+
+
+def _parts(
+    export: Export, spec: TableSpec, window: RowWindow | None = None
+) -> list[tuple[int, int] | None]:
+    """Rowid ranges to read `spec` in (one unbounded part for small tables); within
+    `window`'s bounds for the table, when it has some."""
+    known = None if window is None else window.rows_of(spec.table)
+    if known is not None and (spec not in SPLIT_SPECS or known[1] - known[0] < SPLIT_ROWS):
+        return [known]
+    if spec not in SPLIT_SPECS or READ_THREADS < 2:
+        return [None]
+    if known is not None:
+        low, last = known
+    else:
+        last_found = last_rowid(export, spec.table)
+        if last_found is None or last_found < SPLIT_ROWS:
+            return [None]
+        low, last = first_rowid(export, spec.table) - 1, last_found
+    bounds = [low + (last - low) * i // READ_THREADS for i in range(READ_THREADS + 1)]
+    return list(itertools.pairwise(bounds))
+
+
+def _joined(parts: list[pl.DataFrame | None]) -> pl.DataFrame | None:
+    """The parts of one table, in rowid order (not copied)."""
+    frames = [part for part in parts if part is not None]
+    if not frames:
+        return None
+    return pl.concat(frames, rechunk=False)
+
+
+def select_sql(
+    spec: TableSpec,
+    present: set[str],
+    *,
+    rows: tuple[int, int] | None = None,
+    process: int | None = None,
+    window: RowWindow | None = None,
+) -> tuple[str, tuple[int, ...]]:
+    """The SELECT for `spec` given the columns the table has, and its parameters.
+
+    `rows` = (low, high) adds `low < rowid <= high`; `process` keeps that
+    process's rows, when the table has its `spec.process` column. Values
+    are parameters, never SQL text.
+    """
+    parts = []
+    folded = {c.lower() for c in present}  # SQLite column names are case-insensitive
+    for alias, is_text, candidates in spec.columns():
+        column = next((c for c in candidates if c.lower() in folded), None)
+        if column is None:
+            value = "x''" if is_text else "NULL"
+        elif is_text:
+            value = f"CAST(coalesce(\"{column}\", x'') AS BLOB)"
+        else:
+            value = _integer(column) if alias in _GUARDED else f'CAST("{column}" AS INTEGER)'
+        parts.append(f'{value} AS "{alias}"')
+    conditions = [spec.where.removeprefix(" WHERE ")] if spec.where else []
+    parameters: list[int] = []
+    if rows is not None:
+        conditions.append("rowid > ? AND rowid <= ?")
+        parameters.extend(rows)
+    if process is not None and has_process_column(spec, present):
+        conditions.append(f'(("{spec.process}" >> 24) & {ID_MASK}) = ?')
+        parameters.append(process)
+    timed, values = (None, ()) if window is None else window.condition(spec)
+    if timed is not None:
+        conditions.append(timed)
+        parameters.extend(values)
+    where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+    return f"SELECT {', '.join(parts)} FROM {_quoted(spec.table)}{where}", tuple(parameters)
+
+
+# Columns whose values make durations: text there must not read as 0. (Guarding
+# every integer column this way costs about a third more CPU in reading; a
+# stray text elsewhere reads as 0 and cannot break a total.)
+_GUARDED = frozenset(("start", "end"))
+
+
+def _integer(column: str) -> str:
+    """An integer column's value, NULL for text or a blob there (not a number).
+
+    INTEGER columns store numeric text as numbers, so text left in one is
+    not a number: CAST would turn it into 0 (or its leading digits). Reals
+    are truncated to integers.
+    """
+    quoted = f'"{column}"'
+    real = f"CAST({quoted} AS INTEGER)"
+    return f"CASE typeof({quoted}) WHEN 'integer' THEN {quoted} WHEN 'real' THEN {real} END"
+
+
+def has_process_column(spec: TableSpec, present: set[str]) -> bool:
+    """Does the table say whose each row is (its `spec.process` column)?"""
+    return bool(spec.process) and spec.process.lower() in {c.lower() for c in present}
+
+
+def _quoted(identifier: str) -> str:
+    """A table name from the probe, quoted (names with a quote are refused)."""
+    if '"' in identifier:
+        raise NotAProfile(f"unexpected table name {identifier!r}")
+    return f'"{identifier}"'
+
+
+def fetch(
+    conn: adbc.Connection,
+    spec: TableSpec,
+    present: set[str],
+    rows: tuple[int, int] | None = None,
+    batch: Batch | None = None,
+    process: int | None = None,
+    window: RowWindow | None = None,
+) -> pl.DataFrame:
+    """The table's columns as a frame: Int64 for integers, String for texts.
+
+    Arrow batches become Polars frames one at a time, so the Arrow copy of a
+    large table is never held whole next to the Polars one; `batch`, when
+    given, turns each batch into what the caller keeps, so the raw columns
+    are never held whole either. The frame keeps one chunk per batch.
+    """
+    keep = batch or (lambda frame: frame)
+    with conn.cursor() as cur:
+        cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
+        query, parameters = select_sql(spec, present, rows=rows, process=process, window=window)
+        cur.execute(query, parameters=parameters or None)
+        frames = [keep(_frame(spec, b)) for b in cur.fetch_record_batch()]
+    if not frames:
+        return keep(spec.empty_if_none(None))
+    return pl.concat(frames, rechunk=False)
+
+
+def _frame(spec: TableSpec, batch: pa.RecordBatch) -> pl.DataFrame:
+    columns = {}
+    for alias, is_text, _ in spec.columns():
+        column = pa.chunked_array([batch.column(alias)])
+        if is_text:
+            columns[alias] = pl.from_arrow(decode(column))
+        else:
+            columns[alias] = pl.from_arrow(column).cast(pl.Int64)
+    return pl.DataFrame(columns)

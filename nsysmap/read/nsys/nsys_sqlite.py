@@ -1,0 +1,183 @@
+"""Read an Nsight Systems SQLite export into a normalised `Profile`: the reader's top level.
+
+`read_sqlite` runs the reader's stages in one direction, each in its own
+module, none calling back into an earlier one:
+
+1. probe (`nsysmap.read.nsys.nsys_probe`): check the file, list its tables and
+   columns;
+2. query (`nsysmap.read.nsys.nsys_sql`): read each needed table once, column by
+   column (what is read: `nsysmap.read.nsys.nsys_specs`);
+3. frames (`nsysmap.read.nsys.nsys_frames`, with `nsys_graphs` and `nsys_env`):
+   every lookup, decoding and join, in Polars;
+4. assemble (here): the Profile and its meta.
+
+Together they are the one place that knows how nsys exports differ across
+versions: the reader probes which tables and columns exist, never the
+version number. What is read from where and what is ignored is documented
+in docs/reading.md.
+
+Ranges come back with `depth` and `parent_id` empty: nesting is a later step
+(`nsysmap.attribution.normalise`).
+"""
+
+from __future__ import annotations
+
+import os
+
+import polars as pl
+
+from nsysmap.core.errors import NoGpuData
+from nsysmap.core.profile import Profile, meta_frame
+from nsysmap.read.nsys import nsys_frames as frames
+from nsysmap.read.nsys import nsys_specs as specs
+from nsysmap.read.nsys import nsys_sql as sql
+from nsysmap.read.nsys.nsys_probe import Export, open_export, opened
+
+# What the sources of the flow use (nsysmap.sources): an export opened and probed
+# once, then read whole or in parts, and how large a whole read would be.
+__all__ = ["Export", "expected_bytes", "gpu_processes", "open_export", "read_sqlite"]
+
+GPU_SPECS = (specs.KERNEL, specs.MEMCPY, specs.MEMSET)
+# Tables of GPU work: the core ones and CUDA graph replays traced as a whole.
+GPU_WORK_SPECS = (*GPU_SPECS, specs.GRAPH_TRACE)
+GRAPH_SPECS = (specs.GRAPH_TRACE, specs.GRAPH_NODE_EVENTS, specs.GRAPH_EVENTS)
+CORE_TABLES = tuple(s.table for s in (*GPU_SPECS, specs.RUNTIME, specs.NVTX))
+# Every table the reader uses, biggest first (so the reading threads finish together).
+# Peak resident memory of a whole-export run per row of its GPU activity,
+# CUDA API and NVTX tables: 15.4 GB for 49.5 million rows (10^7 kernels,
+# 2.9·10^7 ranges, 10^7 API calls) in the benchmark (docs/performance.md).
+BYTES_PER_ROW = 310
+TABLES = (
+    specs.NVTX,
+    *GPU_SPECS,
+    specs.RUNTIME,
+    specs.THREAD_NAMES,
+    *GRAPH_SPECS,
+    specs.GPU_INFO,
+    specs.CUDA_GPU_INFO,
+    *specs.META_TABLES,
+    specs.LAUNCH_ENV,
+    specs.MEMCPY_KINDS,
+)
+
+
+def read_sqlite(
+    source: Export | str | os.PathLike[str],
+    *,
+    require_gpu: bool = True,
+    process: int | None = None,
+    first_ids: tuple[int, int] = (0, 0),
+    window: sql.RowWindow | None = None,
+) -> Profile:
+    """The export at `source` (a path, or an export already opened) as a Profile of
+    normalised frames.
+
+    `process`: only that process's rows (see `gpu_processes`), with op_id and
+    range_id counting from `first_ids` (operations, ranges). `window`: only
+    the rows of one time window of that process (nsysmap.sources.by_window): its
+    runtime calls, the GPU work they launched, its ranges.
+
+    Raises InputNotFound, NotAProfile, or (with require_gpu, when the export
+    holds no kernel, memcpy, memset or graph replay) NoGpuData, each with a
+    one-line message.
+    """
+    export = opened(source)
+    strings = specs.strings_table(sql.read_table(export, specs.STRINGS))
+    if require_gpu and not any(export.has(s.table) for s in GPU_WORK_SPECS):
+        _require_ops(export, {specs.RUNTIME.table: sql.read_table(export, specs.RUNTIME)}, strings)
+    raw = sql.read_tables(export, TABLES, frames.batch_builders(strings), process, window)
+    if window is not None:
+        _keep_launched(raw)
+    if require_gpu:
+        _require_ops(export, raw, strings)
+    missing = ",".join(t for t in CORE_TABLES if raw[t] is None)
+    built = frames.build(raw, strings, first_ids)
+    facts = {
+        "backend": "nsys",
+        "source_path": str(export.file),
+        "nsys_version": built.export_meta.get("EXPORT_PRODUCT_VERSION"),
+        "export_schema_version": built.export_meta.get("EXPORT_SCHEMA_VERSION"),
+        "capture_start_ns": built.start_ns,
+        "capture_end_ns": built.end_ns,
+        "tables_missing": missing,
+        **built.counts,
+    }
+    return Profile(
+        ops=built.ops,
+        api_calls=built.api_calls,
+        ranges=built.ranges,
+        threads=built.threads,
+        devices=built.devices,
+        meta=meta_frame(facts),
+        graph_links=built.graph_links,
+    ).checked()
+
+
+def gpu_processes(source: Export | str | os.PathLike[str]) -> list[int] | None:
+    """The processes that ran GPU work, ascending, when every row of the export
+    can be read one process at a time; None when some cannot (a table that
+    does not say whose its rows are, or a row of GPU work without a process).
+
+    One scan of each GPU activity table.
+    """
+    export = opened(source)
+    for spec in TABLES:
+        present = export.columns(spec.table)
+        if spec.process and present is not None and not sql.has_process_column(spec, present):
+            return None
+    found: set[int | None] = set()
+    for spec in GPU_WORK_SPECS:
+        found |= sql.distinct_processes(export, spec)
+    if None in found:
+        return None
+    return sorted(p for p in found if p is not None)
+
+
+def expected_bytes(source: Export | str | os.PathLike[str], budget: float | None = None) -> int:
+    """About the peak memory of reading the export whole: BYTES_PER_ROW per row.
+
+    The rows are bounded first by the tables' smallest and largest rowids (no
+    scan); where that bound passes `budget` (or no budget is given), they are
+    counted, since rowids need be neither dense nor positive: a table of two
+    rows, at rowid -5 and 2^40, would otherwise look like 10^12 rows and be
+    cut into thousands of windows.
+    """
+    export = opened(source)
+    tables = [spec.table for spec in (*GPU_WORK_SPECS, specs.RUNTIME, specs.NVTX)]
+    bound = BYTES_PER_ROW * sum(sql.row_bound(export, table) for table in tables)
+    if budget is not None and bound <= budget:
+        return bound
+    return BYTES_PER_ROW * sum(sql.row_count(export, table) for table in tables)
+
+
+def _keep_launched(raw: frames.Raw) -> None:
+    """Keep the GPU work launched by the runtime calls read (a window's own): the
+    work of other windows' calls read by correlation id is theirs."""
+    calls = raw[specs.RUNTIME.table]
+    ids = pl.Series(dtype=pl.Int64) if calls is None else calls["correlationId"].unique()
+    for spec in GPU_WORK_SPECS:
+        frame = raw.get(spec.table)
+        if frame is not None:
+            column = "correlation_id" if "correlation_id" in frame.columns else "correlationId"
+            raw[spec.table] = frame.filter(pl.col(column).is_in(ids.implode()))
+
+
+def _require_ops(export: Export, raw: frames.Raw, strings: pl.DataFrame) -> None:
+    """Raise NoGpuData when no kernel, memcpy, memset or graph replay was recorded."""
+    if sum(frame.height for s in GPU_WORK_SPECS if (frame := raw.get(s.table)) is not None):
+        return
+    missing = "/".join(s.table.split("_KIND_")[1] for s in GPU_SPECS if not export.has(s.table))
+    what = f"CUPTI_ACTIVITY_KIND_{missing} absent" if missing else "GPU activity tables empty"
+    runtime = raw[specs.RUNTIME.table]
+    if runtime is None or runtime.is_empty():
+        raise NoGpuData(
+            f"{export.file}: no GPU activity ({what}) and no CUDA API calls: CUDA was not "
+            "traced; profile with `nsys profile --trace=cuda,nvtx`"
+        )
+    calls = frames.api_calls_frame(runtime, strings)[0]
+    launches = calls.filter(pl.col("api_name").str.contains(frames.LAUNCH_API)).height
+    raise NoGpuData(
+        f"{export.file}: no GPU activity ({what}) although it records {launches} CUDA "
+        "kernel launches: GPU activity was not collected (as under WSL2); profile on a "
+        "host where `nsys profile --trace=cuda` records kernels"
+    )

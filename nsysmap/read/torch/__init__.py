@@ -1,0 +1,1 @@
+"""The torch.profiler trace reader (Kineto chrome-trace JSON) and compiled.json."""

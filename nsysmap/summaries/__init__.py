@@ -1,0 +1,1 @@
+"""The summary tables of the attributed operations (pure), and their terminal text."""
