@@ -1,5 +1,5 @@
 """The profiles the answers.json tests run on: both samples, a synthetic profile with
-warm-up and nested forward ranges (`synthetic_profile`), and every real corpus profile.
+warm-up and nested forward ranges (`synthetic_profile`), and every profile of every corpus set.
 
 `profile_params()` lists them for `pytest.mark.parametrize` (the corpus ones
 marked `corpus`); `reported(name, root)` attributes one into `root` and runs
@@ -21,7 +21,7 @@ from nsysmap.core.errors import ExitCode, NsysmapError
 from nsysmap.core.profile import NestedProfile
 from nsysmap.flow.verbs import analyse, analyse_file, write
 from tests.cli_runner import nsysmap_cli
-from tests.corpus import corpus_path, real_profiles
+from tests.corpus import corpus_files, corpus_path, real_profiles
 from tests.frames import Frames
 from tests.samples import SAMPLE_RUNS, SAMPLES, attributed_sample
 
@@ -40,7 +40,8 @@ class Reported:
 def profile_params() -> list[Any]:
     """Both samples and a synthetic profile, then every real profile (marked `corpus`)."""
     samples = [pytest.param(name, id=name) for name in (*SAMPLE_FILES, SYNTHETIC)]
-    corpus = [pytest.param(n, id=n, marks=pytest.mark.corpus) for n in real_profiles()]
+    every = dict.fromkeys([*corpus_files(), *real_profiles()])  # every set, once each
+    corpus = [pytest.param(n, id=n, marks=pytest.mark.corpus) for n in every]
     return samples + corpus
 
 

@@ -23,8 +23,10 @@ REAL_CATALOGUE = REAL / "catalogue.json"
 # The third set: real2 (MoE, B200, DDP ranks, warm-up/measure ranges, inputs without GPU work).
 REAL2 = CORPUS.parent / "real2"
 REAL2_CATALOGUE = REAL2 / "catalogue.json"
-# The fourth set: real3 (the newest nsys export; runtime calls without GPU activity).
+# The fourth set: real3 (an unranged warm-up before a `measurement` range, a newest-schema
+# export; a WSL2 capture of launches without GPU records).
 REAL3 = CORPUS.parent / "real3"
+REAL3_CATALOGUE = REAL3 / "catalogue.json"
 # Every folder of real profiles, in the order files are looked up.
 FOLDERS = (CORPUS, REAL, REAL2, REAL3)
 
@@ -35,6 +37,7 @@ NO_GPU_FILES = (
     "centerformer_baseline_pytorch_nvtx_only.sqlite",
     "centerformer_poolformer_trt_nvtx_only.sqlite",
     "qcu_mpi_python_wsl2_no_kernel_table.sqlite",
+    "cs336a2_wsl2_torch_smoke_test_runtime_only_no_kernels_rtx4080laptop.sqlite",
 )
 _GPU_TABLES = (
     "CUPTI_ACTIVITY_KIND_KERNEL",
@@ -64,11 +67,19 @@ def real_nsys_files() -> list[str]:
     return [entry["file"] for entry in entries if entry["format"] == "nsys-sqlite"]
 
 
+def real3_nsys_files() -> list[str]:
+    """The nsys exports of the fourth set (../shared/corpus/real3; none when absent)."""
+    if not REAL3_CATALOGUE.is_file():
+        return []
+    entries = json.loads(REAL3_CATALOGUE.read_text())
+    return [entry["file"] for entry in entries if entry["format"] == "nsys-sqlite"]
+
+
 def real_profiles(fmt: str | None = None) -> list[str]:
-    """Every profile of ../shared/corpus/real and real2 (`fmt`: "nsys-sqlite" or
-    "kineto-json" only); a placeholder when both are absent."""
+    """Every profile of ../shared/corpus/real, real2 and real3 (`fmt`: "nsys-sqlite" or
+    "kineto-json" only); a placeholder when all are absent."""
     names = []
-    for catalogue_file in (REAL_CATALOGUE, REAL2_CATALOGUE):
+    for catalogue_file in (REAL_CATALOGUE, REAL2_CATALOGUE, REAL3_CATALOGUE):
         if catalogue_file.is_file():
             entries = json.loads(catalogue_file.read_text())
             names += [e["file"] for e in entries if fmt is None or e["format"] == fmt]
@@ -76,8 +87,8 @@ def real_profiles(fmt: str | None = None) -> list[str]:
 
 
 def all_export_files() -> list[str]:
-    """Every real nsys export: the first corpus, then the second set."""
-    return corpus_files() + real_nsys_files()
+    """Every real nsys export: the first corpus, then the second set, then the fourth."""
+    return corpus_files() + real_nsys_files() + real3_nsys_files()
 
 
 def corpus_path(name: str) -> Path:

@@ -1,26 +1,33 @@
-"""answers.json against an independent recomputation from ops.parquet and by_range.parquet.
+"""answers.json against an independent recomputation from ops.parquet, by_range.parquet and
+structure.parquet.
 
 The reference below reads only the Parquet files nsysmap attribute writes, with
 DuckDB SQL (and plain Python over range paths); it imports nothing of
-nsysmap.report. It answers the four questions of the report the way the
-documentation defines them, on both samples and every real corpus profile:
+nsysmap.report nor of nsysmap.structure. It answers the four questions of the
+report the way the documentation defines them, on both samples, a synthetic
+profile and every real corpus profile, over the instances of structure.parquet
+(which passes the profile holds is tested against the truth elsewhere:
+tests/test_structure_shapes.py):
 
-* scopes: step = operations in a step (without steps: in a phase; without
-  phases: all), forward = phase `forward` (without phases: forward module calls
-  when module calls cover at least half the time), forward_backward = phases
-  forward, loss and backward (backward module calls likewise); phase scopes only
-  inside steps where there are steps; forward_backward present only with
-  backward work; warm-up work (WARMUP) is in none of them;
+* placement: an operation is in a row of structure.parquet when it has the row's
+  device and process, its launch (its own start without a launch call) lies in
+  the row's span and it carries the row's step and phase labels where the row
+  names them; operations without a launch call in a process with launch calls
+  are in none;
+* scopes: step = the measured steps (without any: the measured region),
+  forward = the measured forward passes, forward_backward = the forward and
+  backward passes, and the loss work, of the measured region, else of the warm-up
+  where only it has backward passes; warm-up work (WARMUP) is in no measured scope;
 * matmul share: gemm and attention kernels over a scope's time; CUDA graph
   replays make it unknown, with bounds;
-* top kernel: most time by name (graph replays aside), its calls, calls per
-  pass ((device, step) pairs) and per forward pass (forward passes: steps, else
-  outermost forward-phase range instances in by_range.parquet outside warm-up,
-  else, without phases, outermost forward module range instances);
+* top kernel: the kernel (copies, memsets and graph replays are none) with most
+  time, by name, its calls, calls per pass (the scope's steps) and per forward
+  pass (the measured forward passes);
 * non-matmul kernels and PyTorch operators with at least 1 % of a scope;
 * softmax against the attention matmuls: by attention modules (class names
   attention), else by the user's ranges named softmax / matmul / scores inside a
-  range named attention (by their own names where no range names attention).
+  range named attention (by their own names where no range names attention);
+  the kernel rows set softmax kernels against those attention matmuls' kernels.
 """
 
 from __future__ import annotations
@@ -40,31 +47,33 @@ from tests.answers_profiles import Reported, profile_params, reported
 WARMUP = "coalesce(warmup, false)"
 MATMUL = "coalesce(category IN ('gemm', 'attention'), false)"
 GRAPH = "coalesce(kind = 'graph', false)"
+KERNEL = "coalesce(kind IN ('kernel', 'cpu_op'), false)"
+# Which row of structure.parquet of one kind holds each operation (documented in
+# docs/outputs.md, structure.parquet): the same device and process, the launch in the
+# span, the labels the row names; none for work launched before the capture.
+_HELD = """
+    LEFT JOIN (SELECT * FROM structure WHERE {where}) {alias}
+      ON coalesce({alias}.device_id, -1) = coalesce(o.device_id, -1)
+     AND coalesce({alias}.pid, -1) = coalesce(o.pid, -1)
+     AND coalesce(o.launch_start_ns, o.start_ns) BETWEEN {alias}.start_ns AND {alias}.end_ns
+     AND ({alias}.step IS NULL OR {alias}.step = o.step)
+     AND ({alias}.phase IS NULL OR {alias}.phase = o.phase)
+     AND NOT o.early"""
+PLACED = (
+    "CREATE TABLE placed AS SELECT o.op_id, r.region AS region, s.index AS step_index, "
+    "s.region AS step_region, p.index AS pass_index, p.direction AS pass_direction, "
+    "p.region AS pass_region "
+    "FROM (SELECT *, launch_start_ns IS NULL AND bool_or(launch_start_ns IS NOT NULL) "
+    "OVER (PARTITION BY pid) AS early FROM raw_ops) o"
+    + _HELD.format(where="kind = 'region'", alias="r")
+    + _HELD.format(where="kind = 'step'", alias="s")
+    + _HELD.format(where="kind = 'pass'", alias="p")
+)
 MIN_SHARE = 0.01  # "non-matmul kernels above 1 % of the time"
-MODULES_COVER = 0.5  # module calls stand for phases when they cover half the time
 ATTENTION_CLASS = "(?i)attention|attn"
 
-# Range names, as data (the built-in rules of docs/cli.md; `*` is a step number in a path).
+# Range names, as data.
 SEPARATOR = " > "
-_S = r"[\s_.\-]*"  # any run of separators, or none
-_FOLDED = r"(?i:^[#\s]*(?:{})[#\s]*$)"
-# PARAM benchmarks' names: `[param|<model>|...|measure|forward]`, `[param|...|warmup...]`.
-_PARAM = r"\[param[|/][^\]]*[|/]"
-FORWARD_NAME = re.compile(
-    rf"^nsysmap:phase:forward$|{_PARAM}forward\]|"
-    + _FOLDED.format(
-        rf"(?:(?:model|ddp|fsdp|distributed{_S}data{_S}parallel|"
-        rf"fully{_S}sharded{_S}data{_S}parallel){_S})?forward(?:{_S}pass)?|fwd"
-    )
-)
-WARMUP_NAME = re.compile(
-    rf"^nsysmap:phase:warmup$|{_PARAM}warm[\s_-]*up|"
-    + _FOLDED.format(
-        rf"warm{_S}up(?:{_S}(?:steps?|iters?|iterations?|runs?|phase))?"
-        rf"(?:{_S}[#:=]?{_S}(?:\d+|\*))?"
-    )
-)
-FORWARD_MODULE_NAME = re.compile(r"^nsysmap:fwd:[^:]+:|^FSDP forward \(.*\)$|^nn\.Module: \S+ \(")
 OPERATOR_FIELDS = re.compile(r", (?:stashed seq|seq|op_id|sizes|input_op_ids) = .*$", re.S)
 OPERATOR_NAME = re.compile(
     r"^(?:FSDP::|(?:[a-z_]\w*::)+(?:[A-Z_]|[a-z0-9](?:[a-z0-9_]|[0-9_][A-Z]+)*"
@@ -94,70 +103,52 @@ class Reference:
 
     def scopes(self) -> dict[str, str]:
         """scope -> SQL condition on ops, for the scopes the profile has."""
-        has_steps = self.fact("bool_or(step IS NOT NULL)")
-        has_phases = self.fact("bool_or(phase IS NOT NULL)")
-        total = self.fact("coalesce(sum(dur_ns), 0)")
-        called = self.fact("coalesce(sum(dur_ns) FILTER (WHERE direction IS NOT NULL), 0)")
-        basis = "step" if has_steps else "phase" if has_phases else None
-        step = f"{basis} IS NOT NULL" if basis else "true"
-        if has_phases:
-            forward, both = "phase = 'forward'", "phase IN ('forward', 'loss', 'backward')"
-            if has_steps:
-                forward, both = (f"{w} AND step IS NOT NULL" for w in (forward, both))
-        elif total and called >= MODULES_COVER * total:
-            forward, both = "direction = 'forward'", "direction IN ('forward', 'backward')"
-        else:
-            forward = both = "false"
-        scopes = {"forward": forward, "forward_backward": both, "step": step}
-        scopes = {name: f"({where}) AND NOT {WARMUP}" for name, where in scopes.items()}
-        backward = "phase = 'backward'" if has_phases else f"{both} AND direction = 'backward'"
-        if not self.fact(f"coalesce(bool_or({backward}), false)"):
-            del scopes["forward_backward"]
-        return scopes
+        steps = self.fact("bool_or(step_region = 'measured')")
+        step = "step_region = 'measured'" if steps else "region = 'measured'"
+        forward = "pass_region = 'measured' AND pass_direction = 'forward'"
+        scopes = {"forward": forward, "step": step}
+        # warm-up work is left out, unless the measured region is warm-up work itself
+        warm = self.fact(
+            f"coalesce(sum(dur_ns) FILTER (WHERE region = 'measured' AND {WARMUP}), 0) >= 0.5 * "
+            "coalesce(sum(dur_ns) FILTER (WHERE region = 'measured'), 0) "
+            "AND bool_or(region = 'measured')"
+        )
+        not_warm = "true" if warm else f"NOT {WARMUP}"
+        scopes = {name: f"({where}) AND {not_warm}" for name, where in scopes.items()}
+        for region in ("measured", "warmup"):
+            if self.fact(f"bool_or(pass_region = '{region}' AND pass_direction = 'backward')"):
+                in_steps = self.fact(f"bool_or(step_region = '{region}')")
+                place = "step_region" if in_steps else "region"
+                both = (
+                    f"((pass_region = '{region}' AND pass_direction IN ('forward', 'backward')) "
+                    f"OR (phase = 'loss' AND {place} = '{region}'))"
+                )
+                scopes["forward_backward"] = (
+                    f"{both} AND {not_warm}" if region == "measured" else both
+                )
+                break
+        return {
+            name: scopes[name] for name in ("forward", "forward_backward", "step") if name in scopes
+        }
 
     def forward_passes(self) -> int | None:
         forward = self.scopes()["forward"]
-        if not self.value(f"SELECT count(*) FROM ops WHERE {forward}"):
-            return None
-        if self.fact("bool_or(step IS NOT NULL)"):
-            pairs = f"SELECT DISTINCT device_id, step FROM ops WHERE {forward} AND step IS NOT NULL"
-            return self.value(f"SELECT count(*) FROM ({pairs})") or None
-        phase_calls, module_calls = self.forward_range_calls()
-        if phase_calls:
-            return phase_calls
-        has_phases = self.fact("bool_or(phase IS NOT NULL)")
-        return module_calls if module_calls and not has_phases else None
-
-    def forward_range_calls(self) -> tuple[int, int]:
-        """(instances of outermost forward-phase ranges, of outermost forward module
-        ranges) outside warm-up ranges, devices summed, from by_range.parquet."""
-        phase = module = 0
-        for path, calls in self.rows(
-            "SELECT range_path, sum(calls) FROM by_range WHERE range_path IS NOT NULL "
-            "GROUP BY range_path"
-        ):
-            names = path.split(SEPARATOR)
-            if any(WARMUP_NAME.search(name) for name in names):
-                continue
-            *outer, last = names
-            if FORWARD_NAME.search(last) and not any(FORWARD_NAME.search(n) for n in outer):
-                phase += int(calls)
-            if FORWARD_MODULE_NAME.search(last) and not any(
-                FORWARD_MODULE_NAME.search(n) for n in outer
-            ):
-                module += int(calls)
-        return phase, module
+        instances = f"SELECT DISTINCT device_id, pid, pass_index FROM ops WHERE {forward}"
+        return self.value(f"SELECT count(*) FROM ({instances})") or None
 
     def passes(self, where: str) -> int | None:
-        pairs = f"SELECT DISTINCT device_id, step FROM ops WHERE {where} AND step IS NOT NULL"
-        return self.value(f"SELECT count(*) FROM ({pairs})") or None
+        steps = (
+            f"SELECT DISTINCT device_id, pid, step_index FROM ops WHERE {where} "
+            "AND step_index IS NOT NULL"
+        )
+        return self.value(f"SELECT count(*) FROM ({steps})") or None
 
     def leaders(self, where: str) -> list[tuple[str, int, int]]:
         """The two kernels (by name, graph replays aside) with the most time: name, calls, ns."""
         return [
             (name, int(calls), int(ns))
             for name, calls, ns in self.rows(
-                f"SELECT name, count(*), sum(dur_ns) FROM ops WHERE {where} AND NOT {GRAPH} "
+                f"SELECT name, count(*), sum(dur_ns) FROM ops WHERE {where} AND {KERNEL} "
                 "GROUP BY name ORDER BY sum(dur_ns) DESC, name LIMIT 2"
             )
         ]
@@ -178,13 +169,14 @@ class Reference:
     def total(self, where: str) -> int:
         return int(self.value(f"SELECT coalesce(sum(dur_ns), 0) FROM ops WHERE {where}"))
 
-    def attention_ranges(self, step: str) -> tuple[int, int] | None:
-        """(softmax ns, matmul ns) from the user's ranges around attention; None without."""
+    def attention_ranges(self, step: str, only: str = "true") -> tuple[int, int] | None:
+        """(softmax ns, matmul ns) from the user's ranges around attention, of the operations
+        where `only`; None without such ranges."""
         paths = self.rows(
-            f"SELECT range_path, sum(dur_ns) FROM ops WHERE {step} AND range_path IS NOT NULL "
-            "GROUP BY range_path"
+            f"SELECT range_path, sum(dur_ns) FILTER (WHERE {only}) FROM ops WHERE {step} "
+            "AND range_path IS NOT NULL GROUP BY range_path"
         )
-        named = [(user_names(path), int(ns)) for path, ns in paths]
+        named = [(user_names(path), int(ns or 0)) for path, ns in paths]
         enclosed = any(n and ATTENTION_RANGE.search(n) for names, _ in named for n in names)
         times = {"softmax": 0, "matmul": 0}
         found = False
@@ -232,9 +224,11 @@ def profile(
     options = json.loads((report.out / "manifest.json").read_text()).get("options") or {}
     assert not options.get("phase_rules") and not options.get("step_rules")  # built-in names
     db = duckdb.connect()
-    for table in ("ops", "by_range"):
+    for table, name in (("ops", "raw_ops"), ("by_range", "by_range"), ("structure", "structure")):
         file = report.out / f"{table}.parquet"
-        db.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{file}')")
+        db.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{file}')")
+    db.execute(PLACED)
+    db.execute("CREATE VIEW ops AS SELECT * FROM raw_ops JOIN placed USING (op_id)")
     yield report, Reference(db)
     db.close()
 
@@ -330,7 +324,7 @@ def test_non_matmul_kernels_and_operators_above_one_percent(
         other = f"{where} AND NOT {MATMUL}"
         assert got["non_matmul_time_ns"] == ref.total(other)
         kernels = ref.rows(
-            f"SELECT name, count(*), sum(dur_ns) FROM ops WHERE {other} AND NOT {GRAPH} "
+            f"SELECT name, count(*), sum(dur_ns) FROM ops WHERE {other} AND {KERNEL} "
             f"GROUP BY name HAVING sum(dur_ns) / {total} >= {MIN_SHARE} "
             "ORDER BY sum(dur_ns) DESC, name"
         )
@@ -365,28 +359,36 @@ def test_softmax_against_the_attention_matmuls(profile: tuple[Reported, Referenc
     fused = ref.total(f"{step} AND category = 'attention'")
     softmax_all = ref.total(f"{step} AND category = 'softmax'")
     assert got["fused_attention_ns"] == fused
-    every = got["by_kernel_category"]["time"]
-    assert every["matmul_ns"] == ref.total(f"{step} AND {MATMUL}")
-    if fused and not softmax_all:  # softmax inside fused kernels: unknown, not 0
-        assert every["softmax_ns"] is None and every["ratio"] is None and every["unknown"]
-    else:
-        assert every["softmax_ns"] == softmax_all
-        assert every["ratio"] == pytest.approx(ratio(softmax_all, every["matmul_ns"]))
+    kernels: int | None
     if ref.value(f"SELECT count(*) FROM ops WHERE {step} AND {in_module}"):
         source: str | None = "modules"
         softmax = ref.total(f"{step} AND category = 'softmax' AND {in_module}")
         matmul = ref.total(f"{step} AND (category = 'attention' OR ({MATMUL} AND {in_module}))")
+        kernels = matmul
     else:
         times = ref.attention_ranges(step)
         source = "ranges" if times else None
         softmax, matmul = times or (None, None)  # no attention source: unknown, not 0
+        kernels = (ref.attention_ranges(step, MATMUL) or (0, None))[1]
     assert got["attention_source"] == source
+    # The kernel rows: softmax kernels against the attention matmuls' kernels.
+    every = got["by_kernel_category"]["time"]
+    if source is None:
+        assert every["ratio"] is None and every["unknown"]
+    else:
+        assert every["matmul_ns"] == kernels
+        if fused and not softmax_all:  # softmax inside fused kernels: unknown, not 0
+            assert every["softmax_ns"] is None and every["ratio"] is None and every["unknown"]
+        else:
+            assert every["softmax_ns"] == softmax_all
+            assert every["ratio"] == pytest.approx(ratio(softmax_all, kernels))
     attention = got["attention"]["time"]
     hidden = source is not None and fused and not softmax
     assert (attention["softmax_ns"], attention["matmul_ns"]) == (
         None if hidden else softmax,
         matmul,
     )
+    assert attention["matmul_kernel_ns"] == (kernels if source else None)
     if source is None or (fused and not softmax):
         assert attention["ratio"] is None and attention["unknown"]
     else:

@@ -77,14 +77,15 @@ def assert_clean(result, charts: int) -> None:
 
 def test_training_report_renders_offline(browser, pages):
     result = browser.open(pages["train"], probe=SORT)
-    assert_clean(result, 9)
+    assert_clean(result, 10)
+    assert "chart-communication" in result.drawn  # the sample's NCCL all-reduce
     down, up, order, rows = result.probe
     assert (down, up, order) == (str(rows), "1", "ascending") and rows > 5
 
 
 def test_twelve_block_report_with_rates_renders_offline(browser, pages):
     result = browser.open(pages["gpt12"])
-    assert_clean(result, 10)
+    assert_clean(result, 11)
     assert "chart-rates" in result.drawn
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -106,5 +107,7 @@ def test_real_report_reads_well(browser, tmp_path, name):
         assert len(chart["labels"]) <= 60, f"{where}: {len(chart['labels'])} tree labels"
     if "tree" in charts:
         drawn = next(c for c in json.loads(seen.probe) if c["id"] == "chart-tree")["labels"]
-        missing = [n for n in big_nodes(charts["tree"]) if n not in drawn]
+        # each box shows its name, then its time (with what lies below it)
+        missing = [n for n in big_nodes(charts["tree"]) if not any(d.startswith(n) for d in drawn)]
         assert missing == [], f"{name}: tree nodes over 5 % without a label: {missing}"
+        assert all(re.search(r"\d ms", d) for d in drawn), f"{name}: a tree box without its time"

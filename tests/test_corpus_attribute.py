@@ -64,6 +64,7 @@ def test_exit_code_and_outputs(name, attributed, capsys):
         "idle",
         "stream_idle",
         "launch_cost",
+        "structure",
     }
     assert manifest["input"]["sha256"] and manifest["output_schema_version"]
     # Inferred blocks partition each device's time like every other summary.

@@ -99,7 +99,9 @@ def test_streamed_by_range_equals_the_in_memory_one(tmp_path, monkeypatch):
 def test_report_compares_softmax_with_matmul_through_the_users_ranges(analysed):
     _, _, analysis = analysed
     table = analysis.summaries.by_range
-    run = RunData("run", analysis.ops, analysis.manifest, by_range=table)
+    run = RunData(
+        "run", analysis.ops, analysis.manifest, by_range=table, structure=analysis.structure
+    )
     result = build_report(run)
     assert result.findings.attention_source == "ranges"
 

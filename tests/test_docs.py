@@ -16,6 +16,7 @@ import pytest
 from nsysmap.cli import cli
 from nsysmap.core import schemas
 from nsysmap.core.errors import ExitCode
+from nsysmap.structure.table import STRUCTURE
 from nsysmap.summaries.summarise import SUMMARY_TABLES
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -46,11 +47,12 @@ def option_names(command: click.Command) -> list[str]:
 
 
 def output_schemas() -> dict[str, pl.Schema]:
-    return {
+    declared = {
         name: value
         for name, value in vars(schemas).items()
         if isinstance(value, pl.Schema) and name not in INTERNAL
     }
+    return {**declared, "STRUCTURE": STRUCTURE}
 
 
 def _mentioned(word: str, text: str) -> bool:

@@ -78,6 +78,16 @@ FLOORS: dict[str, tuple[str, ...]] = {
     # The files written: the writer, the sinks of the OPS rows, the folder's placement.
     "nsysmap.output": ("nsysmap.read", "nsysmap.attribution", "nsysmap.infer", *_FLOW),
     # The sources of the flow: read and normalise, whole, by process or by window.
+    # The structure model reads frames (operations, ranges, inferred labels) and the
+    # name rules; never the readers, the summaries, inference's code, the outputs nor
+    # the flow (which builds it after inference).
+    "nsysmap.structure": (
+        "nsysmap.read",
+        "nsysmap.summaries",
+        "nsysmap.infer",
+        "nsysmap.output",
+        *_FLOW,
+    ),
     "nsysmap.sources": ("nsysmap.infer", "nsysmap.output", *_FLOW[1:]),
     # The one flow: its drivers call it, never the reverse.
     "nsysmap.flow": _FLOW[2:],

@@ -14,17 +14,18 @@ import polars as pl
 import pytest
 
 from nsysmap.flow.verbs import analyse, analyse_file
-from nsysmap.report.answers import RunData, limitations
+from nsysmap.report.answers import limitations
 from nsysmap.report.build import build_report
 from nsysmap.report.format import flop, ratio
 from nsysmap.report.report_files import ANSWERS_JSON, read_run, write_report
 from tests.corpus import corpus_path
 from tests.frames import MS, Frames
+from tests.runs import run_data
 
 
 def _report(f: Frames):
     analysis = analyse(f.profile())
-    run = RunData("run", analysis.ops, analysis.manifest, by_range=analysis.summaries.by_range)
+    run = run_data(analysis)
     return build_report(run)
 
 
@@ -78,9 +79,9 @@ def test_forward_ranges_without_steps_count_the_forward_passes():
         f.kernel(1, 100 * n + 10, "ampere_sgemm_128x64_tn", dur=3)
     result = _report(f)
     top = result.answers["answers"]["top_kernel"]
-    assert (top["forward_passes"], top["forward_passes_source"]) == (3, "forward ranges")
+    assert (top["forward_passes"], top["forward_passes_source"]) == (3, "the range")
     assert top["scopes"]["forward"]["calls_per_forward_pass"] == 2.0
-    assert "- Forward passes: 3 (forward range instances)" in result.markdown
+    assert "- Forward passes: 3 measured; from the range" in result.markdown
 
 
 @pytest.mark.slow
@@ -94,17 +95,20 @@ def test_work_outside_every_phase_is_left_out_and_said():
     f.kernel(1, 21, "ampere_sgemm_128x64_tn", dur=10)
     f.kernel(1, 22, "elementwise_kernel", dur=3)
     doc = _report(f).answers
-    assert doc["scopes"]["step"]["label"] == "step (all phases)"
+    assert doc["scopes"]["step"]["label"] == "measured region (1 forward pass)"
     assert doc["scopes"]["step"]["time_ns"] == 13 * MS
     assert doc["answers"]["top_kernel"]["scopes"]["step"]["name"] == "ampere_sgemm_128x64_tn"
     assert doc["left_out"] == [
         {
-            "what": "work outside every phase",
+            "what": "set-up: 1 operation before the first pass, in `init_model`",
+            "region": "setup",
+            "ops": 1,
             "time_ns": 12 * MS,
             "share": 12 / 25,
             "why": doc["left_out"][0]["why"],
         }
     ]
+    assert doc["left_out"][0]["why"].startswith("before the first pass: 1 host-to-device copy")
     assert doc["answers"]["matmul_share"]["scopes"]["step"]["share"] == 10 / 13
 
 
@@ -126,6 +130,10 @@ def test_graph_replays_traced_whole_make_the_matmul_share_unknown():
     assert all(k["kind"] != "graph" for k in listed)
     assert not re.search(r"(?<![\d.])0\.0 %", result.markdown.split("## Top kernel")[0])
     assert "unknown (20.0 % to 100.0 %)" in result.markdown
+    # the top kernel table's row says what its text says: unknown, the largest seen named
+    rows = [line for line in result.markdown.splitlines() if line.startswith("| this run |")]
+    top_rows = [line for line in rows if "ampere_sgemm_128x64_tn" in line]
+    assert top_rows and all("unknown (largest seen: `ampere_sgemm" in r for r in top_rows)
 
 
 @pytest.mark.slow
@@ -150,7 +158,7 @@ def test_tflops_divide_by_the_time_whose_flops_are_counted():
     the rate divides the FLOPs by the time of the operations that could carry them."""
     path = corpus_path("tracelens_vllm_gptoss_fullgraph_decode_hipgraph_mi300x.json.gz")
     analysis = analyse(_load(path))
-    run = RunData("recsys", analysis.ops, analysis.manifest, by_range=analysis.summaries.by_range)
+    run = run_data(analysis, "recsys")
     rate = build_report(run).answers["answers"]["flop_rate"]
     ops = analysis.ops
     counted = int(ops.filter(pl.col("aten_op").is_not_null())["dur_ns"].sum())
@@ -191,10 +199,10 @@ def test_course_forward_export_counts_its_one_forward_pass(tmp_path):
     write_report(result, tmp_path)
     answers = json.loads((tmp_path / ANSWERS_JSON).read_text())
     top = answers["answers"]["top_kernel"]
-    assert (top["forward_passes"], top["forward_passes_source"]) == (1, "forward ranges")
+    assert (top["forward_passes"], top["forward_passes_source"]) == (1, "the range")
     forward = top["scopes"]["forward"]
     assert forward["calls_per_forward_pass"] == forward["forward_calls"] == forward["calls"]
-    assert answers["schema"] == "nsysmap.answers" and answers["schema_version"] == "1.2"
+    assert answers["schema"] == "nsysmap.answers" and answers["schema_version"] == "2.0"
 
 
 def test_the_header_says_which_steps_nsysmap_run_left_uncaptured():
@@ -206,11 +214,11 @@ def test_the_header_says_which_steps_nsysmap_run_left_uncaptured():
         f.kernel(1, 100 * step + 1, "ampere_sgemm_128x64_tn", dur=3)
     analysis = analyse(f.profile())
     manifest = {**analysis.manifest, "options": {"steps_seen": 4, "profiled_steps": [1, 3]}}
-    run = RunData("run", analysis.ops, manifest, by_range=analysis.summaries.by_range)
+    run = run_data(analysis, manifest=manifest)
     result = build_report(run)
     assert result.answers["run"]["steps"] == 3
     assert (
-        "- Steps: 3 measured (counted per device), from step ranges; the script ran 4 steps and "
+        "- Steps: 3 measured (counted per device), from the range; the script ran 4 steps and "
         "`nsysmap run` profiled 3 of them (steps 1 to 3)"
     ) in result.markdown
 
@@ -251,7 +259,7 @@ def test_the_brief_names_work_left_out_unless_it_is_a_sliver():
         result = _report(f)
         assert len(result.answers["left_out"]) == 1
         brief = result.markdown.split("## Answers in brief")[1].split("##")[0]
-        assert ("Left out of the answers: work outside every phase" in brief) is in_brief
+        assert ("Left out of the answers: set-up: 1 operation" in brief) is in_brief
 
 
 @pytest.mark.corpus

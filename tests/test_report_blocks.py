@@ -89,4 +89,4 @@ def test_markdown_has_the_block_table_and_calls_per_forward_pass(report):
     # the sgemm: 78 calls per step over 2 steps, 26 of them in forward
     assert top["calls_per_pass"].item() == 39.0
     assert top["forward_calls_per_pass"].item() == 13.0
-    assert "| this run | full step | `ampere_sgemm_128x64_tn` | gemm | 78 | 39 | 13 |" in md
+    assert "| this run | 2 measured steps | `ampere_sgemm_128x64_tn` | gemm | 78 | 39 | 13 |" in md

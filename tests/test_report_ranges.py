@@ -12,11 +12,12 @@ from nsysmap.report.answers import RunData
 from nsysmap.report.build import build_report
 from nsysmap.report.report_files import read_run
 from tests.frames import MS, Frames
+from tests.runs import run_data
 
 
 def _run(f: Frames) -> RunData:
     analysis = analyse(f.profile())
-    return RunData("run", analysis.ops, analysis.manifest, by_range=analysis.summaries.by_range)
+    return run_data(analysis)
 
 
 def _metric(result, metric: str) -> float | None:
@@ -52,7 +53,10 @@ def test_attention_softmax_against_matmul_from_the_users_ranges():
     times = result.findings.softmax_time
     assert (times["attention_softmax"], times["attention_matmul"]) == (3 * MS, 7 * MS)
     assert _metric(result, "attention_softmax_to_matmul_time_ratio") == 3 / 7
-    assert "| time, attention ranges | 3.000 ms | 7.000 ms | 0.429 |" in result.markdown
+    assert (
+        "| time, attention ranges (whole ranges: every operation in them) "
+        "| 3.000 ms | 7.000 ms | 0.429 |" in result.markdown
+    )
     assert "from the profile's own ranges" in result.markdown
 
 

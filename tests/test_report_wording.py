@@ -9,7 +9,6 @@ import pytest
 
 from nsysmap.flops.peaks import peak_tflops
 from nsysmap.flow.verbs import analyse, analyse_file
-from nsysmap.report.answers import RunData
 from nsysmap.report.build import build_report
 from nsysmap.report.format import ratio
 from nsysmap.report.html.page import report_page
@@ -17,11 +16,12 @@ from nsysmap.report.report_files import read_run
 from nsysmap.report.waits import waits_lead
 from tests.corpus import corpus_path
 from tests.frames import MS, Frames
+from tests.runs import run_data
 
 
 def _report(f: Frames):
     analysis = analyse(f.profile())
-    run = RunData("run", analysis.ops, analysis.manifest, by_range=analysis.summaries.by_range)
+    run = run_data(analysis)
     return build_report(run)
 
 
@@ -43,7 +43,7 @@ def test_a_forward_only_profile_says_its_step_answers_once():
     markdown = _report(_forward_only()).markdown
     brief = _section(markdown, "Answers in brief")
     assert brief.count("Top kernel of the") == 1
-    assert "Top kernel of the forward pass: `ampere_sgemm_128x64_tn`" in brief
+    assert "Top kernel of the 1 forward pass: `ampere_sgemm_128x64_tn`" in brief
     non_matmul = markdown.split("## Non-matmul kernels")[1].split("\n## ")[0]
     assert non_matmul.count("| kernel | category | calls | time | share |") == 1
     assert "The same as the forward pass's" in non_matmul
@@ -120,21 +120,28 @@ def test_a_forward_from_module_calls_is_said_in_the_header(tmp_path):
     analyse_file(corpus_path("switchtransformer_moe_fwd_with_modules_a100.json"), tmp_path)
     markdown = build_report(read_run(tmp_path)).markdown
     assert "from nothing" not in markdown
-    assert "- Phases: none: no phase ranges or records; the forward pass is the module calls" in (
+    assert "- Phases: none: no phase ranges or records; the passes come from the module calls" in (
         markdown
     )
 
 
 def test_the_brief_does_not_call_a_copy_a_kernel():
-    """No ranges: the brief lists non-matmul work by kernel, and a host-to-device copy
-    among it is said to be a copy (cs336 without NVTX: 58 % of the time)."""
+    """No ranges: the brief lists non-matmul work by kernel, and a host-to-device copy is
+    no kernel: it has a sentence of its own (cs336 without NVTX: 58 % of the time)."""
     f = Frames()
     f.kernel(1, 1, "[CUDA memcpy HtoD]", dur=5, kind="memcpy")
     f.kernel(1, 10, "ampere_sgemm_128x64_tn", dur=3)
     f.kernel(1, 20, "elementwise_kernel", dur=1)
-    brief = _section(_report(f).markdown, "Answers in brief")
-    said = "Largest non-matmul work in the whole capture: `[CUDA memcpy HtoD]` (a memcpy, not a"
-    assert said in brief
+    result = _report(f)
+    brief = _section(result.markdown, "Answers in brief")
+    assert "Top kernel of the whole capture: `ampere_sgemm_128x64_tn` (33.3 % of its time)" in brief
+    assert "Largest non-matmul work in the whole capture: `elementwise_kernel` 11.1 %." in brief
+    assert (
+        "Copies and memsets (no kernels): 5.000 ms (55.6 % of all time); the largest, "
+        "`[CUDA memcpy HtoD]`, 1 call, 5.000 ms, all in the measured region." in brief
+    )
+    kernels = result.answers["answers"]["non_matmul_kernels"]["scopes"]["step"]["kernels"]
+    assert [k["name"] for k in kernels] == ["elementwise_kernel"]
     assert "non-matmul kernels" not in brief
 
 
@@ -197,7 +204,7 @@ def test_the_html_says_no_step_ranges_once():
     page = report_page(result.findings)
     limits = page.split('<section class="limits">')[1].split("</section>")[0]
     items = re.findall(r"<li>(.*?)</li>", limits)
-    said = [item for item in items if item.startswith("No step ranges")]
+    said = [item for item in items if item.startswith("No steps in the measured region")]
     assert len(said) == 1
     assert said[0].endswith("; phases over the whole run, no step-to-step spread.")
-    assert "per-step counts unknown" in said[0]
+    assert "per-step counts are unknown" in said[0]

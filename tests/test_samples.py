@@ -11,6 +11,7 @@ from polars.testing import assert_frame_equal
 from nsysmap.core.inferred_schemas import INFERRED_SCHEMAS
 from nsysmap.core.schemas import OPS
 from nsysmap.flow.verbs import load_profile
+from nsysmap.structure.table import STRUCTURE
 from nsysmap.summaries.summarise import SUMMARY_SCHEMAS
 from nsysmap.waits.tables import SCHEMAS as WAITS_SCHEMAS
 from sample_reports.build import SAMPLES, build
@@ -18,6 +19,7 @@ from sample_reports.golden import attributed_tables, read_golden, to_csv_frame
 
 HERE = Path(__file__).parents[1] / "sample_reports"
 SCHEMAS = {"ops": OPS, **SUMMARY_SCHEMAS, **WAITS_SCHEMAS, **INFERRED_SCHEMAS}
+SCHEMAS["structure"] = STRUCTURE
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))

@@ -81,7 +81,8 @@ def test_streamed_outputs_equal_the_in_memory_ones(gpt_export, tmp_path, monkeyp
     assert_frame_equal(
         streamed_run.inferred.agreement.sort(order), held.inferred.agreement.sort(order)
     )
-    for table in (*TABLES, "inferred", "by_inferred_block", "idle", "stream_idle", "launch_cost"):
+    tables = ("inferred", "by_inferred_block", "idle", "stream_idle", "launch_cost", "structure")
+    for table in (*TABLES, *tables):
         a = pl.read_parquet(tmp_path / "held" / f"{table}.parquet")
         b = pl.read_parquet(tmp_path / "streamed" / f"{table}.parquet")
         assert_frame_equal(a, b, check_exact=False, rel_tol=1e-12)

@@ -17,6 +17,7 @@ from nsysmap.attribution.rules import NameRules, user_rules
 from nsysmap.cli.options import name_rule_options, output_option
 from nsysmap.core.errors import ExitCode, NsysmapError, SomeProfilesFailed
 from nsysmap.flow.verbs import analyse_file
+from nsysmap.structure.regions import measure_rules as checked_measure_rules
 
 if TYPE_CHECKING:
     from nsysmap.many.task import Outcome
@@ -35,6 +36,15 @@ CLUSTER_OPTIONS = ("scheduler", "workers", "threads_per_worker", "memory_limit")
 )
 @output_option("out/<report name>; several reports: out/<directory name> or out/ranks")
 @name_rule_options
+@click.option(
+    "--measure",
+    "measure_rules",
+    multiple=True,
+    metavar="REGEX",
+    help="Ranges whose name matches REGEX hold the measured work (the timed loop): the "
+    "measured region of the structure model, before what the structure would choose. "
+    "Repeatable.",
+)
 @click.option("--quiet", is_flag=True, help="Do not print the summary.")
 @click.option(
     "--no-infer",
@@ -70,6 +80,7 @@ def attribute_command(
     out_dir: Path | None,
     step_rules: tuple[str, ...],
     phase_rules: tuple[str, ...],
+    measure_rules: tuple[str, ...],
     quiet: bool,
     no_infer: bool,
     memory_gb: float | None,
@@ -85,7 +96,10 @@ def attribute_command(
     see docs/many.md.
     """
     rules = user_rules(step_rules, phase_rules)
+    measure = checked_measure_rules(measure_rules)
     if as_ranks or _several(reports):
+        if measure:
+            raise click.UsageError("--measure applies to one report (not to the ranks of a job)")
         _attribute_many(reports, out_dir, quiet, cluster, rules)
         return
     if any(cluster[name] is not None for name in CLUSTER_OPTIONS):
@@ -99,6 +113,7 @@ def attribute_command(
         rules=rules,
         infer=not no_infer,
         memory_gb=memory_gb,
+        measure=measure,
     )
     if not quiet:
         click.echo(analysis.summary_text, nl=False)

@@ -165,6 +165,15 @@ def _attention(op: str, shapes: list[Any]) -> Flops | None:
     return ("attention", unit * (3 * d + 2 * d_v), unit * d, 0)
 
 
+def flop_factor(op: str) -> int:
+    """The FLOPs per element an operator is counted with (its estimate; 1 for pointwise
+    operators and reductions; 0: not counted, matmuls aside)."""
+    rule = ESTIMATES.get(op)
+    if rule is not None:
+        return rule[1]
+    return 1 if op in POINTWISE or op in REDUCTIONS else 0
+
+
 def signature_flops(op: str | None, shapes_text: str | None) -> Flops | None:
     """(kind, matmul, recompute, other estimate) of one call; None without shapes."""
     shapes = parse_shapes(shapes_text)

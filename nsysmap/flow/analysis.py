@@ -18,6 +18,7 @@ from nsysmap.core.profile import NestedProfile
 from nsysmap.infer.summary import LAYER_INDEX, Inferred
 from nsysmap.output.ops_sinks import OpsStore
 from nsysmap.output.writer import table_entries
+from nsysmap.structure.words import structure_lines
 from nsysmap.summaries.summarise import Summaries
 from nsysmap.summaries.summary_text import render_summary
 
@@ -33,6 +34,7 @@ class Analysis:
     out_dir: Path | None = None
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
     inferred: Inferred | None = None  # steps, phases, blocks from the kernel sequence
+    structure: pl.DataFrame | None = None  # regions, steps, passes (nsysmap.structure)
     # Tables from outside the flow written with it (the profiled model's FLOPs, `with_tables`)
     extra_tables: dict[str, pl.DataFrame] = field(default_factory=dict)
 
@@ -41,7 +43,9 @@ class Analysis:
         """The terminal summary, rendered when asked for (the CLI prints it)."""
         meta = dict(zip(self.profile.meta["key"], self.profile.meta["value"], strict=True))
         by_module = self.summaries.by_module
-        return render_summary(self.summaries, meta) + inferred_text(self.inferred, by_module)
+        total = int(self.summaries.coverage["time_ns"].sum())
+        text = render_summary(self.summaries, meta) + structure_text(self.structure, total)
+        return text + inferred_text(self.inferred, by_module, passes=self.structure is None)
 
     @property
     def ops(self) -> pl.DataFrame:
@@ -51,13 +55,26 @@ class Analysis:
     def tables(self) -> dict[str, pl.DataFrame]:
         """Every table written besides ops.parquet: the summaries, the inferred ones,
         then those added by `with_tables`."""
-        return flow_tables(self.summaries, self.inferred) | self.extra_tables
+        return flow_tables(self.summaries, self.inferred, self.structure) | self.extra_tables
 
 
-def flow_tables(summaries: Summaries, inferred: Inferred | None) -> dict[str, pl.DataFrame]:
-    """The tables the flow writes besides ops.parquet: the summaries, then the inferred ones."""
+def flow_tables(
+    summaries: Summaries, inferred: Inferred | None, structure: pl.DataFrame | None = None
+) -> dict[str, pl.DataFrame]:
+    """The tables the flow writes besides ops.parquet: the summaries, the inferred ones,
+    then the structure."""
     inferred_tables = inferred.tables() if inferred is not None else {}
-    return summaries.tables() | summaries.waits | inferred_tables
+    structure_table = {"structure": structure} if structure is not None else {}
+    return summaries.tables() | summaries.waits | inferred_tables | structure_table
+
+
+def structure_text(structure: pl.DataFrame | None, total_ns: int) -> str:
+    """The terminal summary's structure lines (empty without a structure); shares of
+    `total_ns`, all the operations' time."""
+    if structure is None or structure.is_empty():
+        return ""
+    lines = structure_lines(structure, total_ns)
+    return "\nStructure: " + lines[0] + "".join(f"\n  {line}" for line in lines[1:]) + "\n"
 
 
 def with_tables(
@@ -76,7 +93,7 @@ def with_tables(
     )
 
 
-def inferred_text(inferred: Inferred | None, by_module: pl.DataFrame) -> str:
+def inferred_text(inferred: Inferred | None, by_module: pl.DataFrame, passes: bool = True) -> str:
     """The terminal summary's inferred-block lines.
 
     Empty without inference, and when the profile's own modules already name
@@ -84,4 +101,4 @@ def inferred_text(inferred: Inferred | None, by_module: pl.DataFrame) -> str:
     """
     if inferred is None or by_module["module"].str.contains(LAYER_INDEX).any():
         return ""
-    return "".join(f"\n{line}\n" for line in inferred.lines())
+    return "".join(f"\n{line}\n" for line in inferred.lines(passes))

@@ -17,6 +17,7 @@ import polars as pl
 
 from nsysmap.core.profile import NestedProfile
 from nsysmap.sources.by_process import merged_profile
+from nsysmap.structure.ranges import merged, slim_ranges
 from nsysmap.summaries.conservation import added_totals, input_totals
 from nsysmap.waits.sync_rules import SYNC_API, SYNC_RANGE, matches
 from nsysmap.waits.tables import is_sync_copy
@@ -35,15 +36,22 @@ class Leftovers:
     launches: list[pl.DataFrame] = field(default_factory=list)
     # Read apart: each part's synchronisations and `.item()` ranges (what the waits read).
     waits: list[tuple[pl.DataFrame, pl.DataFrame]] = field(default_factory=list)
+    # Each profile's ranges that can name or hold a region, step or pass (nsysmap.structure).
+    structure_ranges: list[pl.DataFrame] = field(default_factory=list)
 
     def add(self, profile: NestedProfile, ranges_summary: pl.DataFrame) -> None:
         self.by_range.append(ranges_summary)
+        self.structure_ranges.append(slim_ranges(profile.ranges))
         self.totals.append(input_totals(profile.ops))
         if self.apart:
             self.waits.append(host_waits_of(profile))
             if self.launches:
                 self.launches[-1] = slim_launches(self.launches[-1])
         self.profiles.append(profile.released(ops=False) if self.apart else profile)
+
+    def ranges(self) -> pl.DataFrame:
+        """The ranges the structure model reads, of every profile (nsysmap.structure)."""
+        return merged(self.structure_ranges)
 
     def input_totals(self) -> pl.DataFrame:
         return self.totals[0] if len(self.totals) == 1 else added_totals(self.totals)

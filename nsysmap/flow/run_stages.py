@@ -42,6 +42,8 @@ from nsysmap.output.ops_sinks import HeldOps, OpsSink, OpsStore
 from nsysmap.output.writer import build_manifest
 from nsysmap.sources.by_window import WindowCheck
 from nsysmap.sources.choose import Source
+from nsysmap.structure.model import OPS_COLUMNS as STRUCTURE_COLUMNS
+from nsysmap.structure.model import build_structure
 from nsysmap.summaries.by_range import by_range, combine_leaves, merge_by_range
 from nsysmap.summaries.conservation import check_conservation
 from nsysmap.summaries.summarise import (
@@ -65,6 +67,8 @@ class Settings:
     source: dict[str, Any] | None = None  # the manifest's input identity
     release: bool = False  # keep no ranges nor API calls in `Analysis.profile` (a file's flow)
     stages: Stages = field(default_factory=lambda: Stages(progress=False))
+    structure: bool = True  # find the profile's structure (nsysmap.structure)
+    measure: tuple[str, ...] = ()  # the user's --measure rules: ranges of the measured region
 
 
 def flow(
@@ -96,8 +100,9 @@ def flow(
         del store, summaries, leftovers
         return flow(source.fallback(refused), sink_for, settings)
     profile, totals = leftovers.profile(settings.release), leftovers.input_totals()
+    ranges = leftovers.ranges() if settings.structure else None
     del leftovers  # what follows runs without the ranges and API calls of a released profile
-    return _completed(profile, store, summaries, totals, settings)
+    return _completed(profile, store, summaries, totals, settings, ranges)
 
 
 def _summarised(
@@ -250,20 +255,28 @@ def _completed(
     summaries: Summaries,
     totals: pl.DataFrame,
     settings: Settings,
+    ranges: pl.DataFrame | None = None,
 ) -> Analysis:
-    """The rest of the flow, from the OPS rows and summaries: inference, the
-    conservation check against the input's `totals` (`input_totals`) and the
-    manifest (`profile`'s operations and ranges are not read)."""
-    inferred = None
+    """The rest of the flow, from the OPS rows and summaries: inference, the structure
+    (from the OPS rows, the inferred labels and the kept `ranges`), the conservation
+    check against the input's `totals` (`input_totals`) and the manifest (`profile`'s
+    operations and ranges are not read)."""
+    inferred = structure = None
     if settings.infer:
         with settings.stages.stage("infer", "inferring blocks"):
             inferred = _inferred(store)
+    if settings.structure:
+        with settings.stages.stage("structure", "finding the structure"):
+            labels = inferred.labels if inferred is not None else None
+            ops = store.read(STRUCTURE_COLUMNS)
+            structure = build_structure(ops, ranges, labels, settings.rules, settings.measure)
     source_path = profile.meta_value("source_path")
     check_conservation(totals, summaries, store.scan(), store.rows, source_path)
-    tables: dict[str, pl.DataFrame | int] = {"ops": store.rows, **flow_tables(summaries, inferred)}
+    made = flow_tables(summaries, inferred, structure)
+    tables: dict[str, pl.DataFrame | int] = {"ops": store.rows, **made}
     options = _recorded_options(settings)
     manifest = build_manifest(profile, tables, options=options, source=settings.source)
-    return Analysis(profile, store, summaries, manifest, inferred=inferred)
+    return Analysis(profile, store, summaries, manifest, inferred=inferred, structure=structure)
 
 
 def _inferred(store: OpsStore) -> Inferred:
@@ -278,7 +291,8 @@ def _inferred(store: OpsStore) -> Inferred:
 def _recorded_options(settings: Settings) -> dict[str, Any]:
     """The manifest's options: the caller's, the name rules, and inference when off."""
     off = {} if settings.infer else {"infer": False}
-    return {**(settings.options or {}), **settings.rules.options(), **off}
+    measure = {"measure_rules": list(settings.measure)} if settings.measure else {}
+    return {**(settings.options or {}), **settings.rules.options(), **measure, **off}
 
 
 def process_summary(analysis: Analysis, pid: int | None) -> Summaries:

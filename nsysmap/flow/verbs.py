@@ -55,16 +55,19 @@ def analyse(
     stages: Stages | None = None,
     rules: NameRules = BUILTIN,
     infer: bool = True,
+    measure: tuple[str, ...] = (),
 ) -> Analysis:
     """Attribute, summarise and infer a normalised profile (pure: no file access).
 
     The OPS rows are held in memory. `rules` read step and phase names
     (nsysmap.attribution.rules); the user's rules among them are recorded
     in the manifest's options. `infer`: also infer steps, phases and blocks
-    from the kernel sequence (nsysmap.infer). `options` and `source` go into
+    from the kernel sequence (nsysmap.infer). `measure`: the `--measure` rules, ranges
+    of the measured region (nsysmap.structure). `options` and `source` go into
     the manifest as they are.
     """
-    settings = Settings(rules, infer, options, source, stages=stages or Stages(progress=False))
+    stages = stages or Stages(progress=False)
+    settings = Settings(rules, infer, options, source, stages=stages, measure=measure)
     return flow(whole(profile), lambda _: HoldOps(), settings)
 
 
@@ -91,6 +94,7 @@ def analyse_file(
     rules: NameRules = BUILTIN,
     infer: bool = True,
     memory_gb: float | None = None,
+    measure: tuple[str, ...] = (),
 ) -> Analysis:
     """`nsysmap attribute`: the whole flow from a file.
 
@@ -109,7 +113,9 @@ def analyse_file(
     "hash" (mostly off the critical path). Progress shows on
     stderr when it is a terminal, unless `stages` says otherwise.
     """
-    settings = Settings(rules, infer, options, release=True, stages=stages or Stages())
+    settings = Settings(
+        rules, infer, options, release=True, stages=stages or Stages(), measure=measure
+    )
     return attribute_file(Path(path), out_dir, settings, memory_gb)
 
 

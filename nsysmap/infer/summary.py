@@ -44,8 +44,10 @@ class Inferred:
     def tables(self) -> dict[str, pl.DataFrame]:
         return {"inferred": self.labels, "by_inferred_block": self.by_inferred_block}
 
-    def lines(self) -> list[str]:
-        return [_line(f, self.by_inferred_block, self.agreement) for f in self.found]
+    def lines(self, passes: bool = True) -> list[str]:
+        """One line per sequence; `passes` False: without the count of passes where the
+        finding is strong (the structure model, nsysmap.structure, counts them)."""
+        return [_line(f, self.by_inferred_block, self.agreement, passes) for f in self.found]
 
 
 # The OPS columns the summaries of inference read (of each op, besides its labels).
@@ -244,7 +246,7 @@ def _usual(steps: pl.DataFrame, by: str, other: str) -> pl.DataFrame:
     )
 
 
-def _line(found: Found, blocks: pl.DataFrame, agree: pl.DataFrame) -> str:
+def _line(found: Found, blocks: pl.DataFrame, agree: pl.DataFrame, count: bool = True) -> str:
     device = blocks.filter(pl.col("device_id").eq_missing(found.device_id))
     in_blocks = float(device.filter(pl.col("inferred_block").is_not_null())["time_share"].sum())
     placed = float(device.filter(pl.col("inferred_region").is_not_null())["time_share"].sum())
@@ -266,8 +268,9 @@ def _line(found: Found, blocks: pl.DataFrame, agree: pl.DataFrame) -> str:
     else:
         kind = "forward and backward" if found.backward else "forward only"
         kind = f", {kind}" if found.network else ""
+        said = f"{passes}{kind}" if count else kind.removeprefix(", ") or "repeats"
         line = (
-            f"{head}): {passes}{kind}; {_blocks(found)} per pass;"
+            f"{head}): {said}; {_blocks(found)} per pass;"
             f" {in_blocks:.0%} of GPU time in {'blocks' if found.network else 'repeats'},"
             f" {placed - in_blocks:.0%} before,"
             f" between or after them; confidence {found.confidence:.2f}"

@@ -101,7 +101,7 @@ def attribute_one(
     try:
         target = Path(work_dir) / f"{index:06d}"
         # Several reports at once are not inferred (docs/inference.md, Limits).
-        settings = Settings(rules, infer=False, options=options, release=True)
+        settings = Settings(rules, infer=False, options=options, release=True, structure=False)
         outcome = common(status=OK, **_attributed(Path(path), target, settings))
     except NsysmapError as exc:
         outcome = common(status=FAILED, error=str(exc), exit_code=int(exc.exit_code))

@@ -3,13 +3,16 @@
 `answers_document(findings, compare)` returns a JSON-able dict, versioned by
 ANSWERS_SCHEMA_VERSION and documented in docs/report.md::
 
-    {"schema": "nsysmap.answers", "schema_version": "1.2",
+    {"schema": "nsysmap.answers", "schema_version": "2.0",
      "run": {...}, "compare": {...} | None,
-     "scopes": {"forward": {"label", "source", "ops", "time_ns"}, ...},
+     "structure": {"regions", "measured", "lines", "notes"},
+     "scopes": {"forward": {"label", "source", "region", "passes", "steps", "name",
+                            "evidence", "ops", "time_ns"}, ...},
      "left_out": [{"what", "time_ns", "share", "why"}],
      "cannot_answer": ["No step ranges: ...", ...],
      "answers": {"matmul_share": {...}, "top_kernel": {...}, "non_matmul_kernels": {...},
-                 "softmax_vs_matmul": {...}, "communication": {...}, "waits": {...},
+                 "copies": {...}, "softmax_vs_matmul": {...}, "communication": {...},
+                 "waits": {...},
                  "flop_rate": {...}, "phase_time": {...},
                  "layer_time": {...}, "ranges": {...},
                  "blocks": {...}, "inferred_blocks": {...}, "categories": {...},
@@ -32,15 +35,18 @@ from nsysmap.report import scope_tables as rt
 from nsysmap.report.blocks import block_totals, part_order
 from nsysmap.report.communication import communication_answer
 from nsysmap.report.flops_time import totals
+from nsysmap.report.left_out import left_out_of
 from nsysmap.report.range_answers import shown_ranges
+from nsysmap.report.scopes import describe
 from nsysmap.report.softmax_answer import softmax_vs_matmul
 from nsysmap.report.waits import waits_answer
+from nsysmap.structure.words import EVIDENCE_WORDS, structure_summary
 
 if TYPE_CHECKING:
     from nsysmap.report.answers import Findings
 
 ANSWERS_SCHEMA = "nsysmap.answers"
-ANSWERS_SCHEMA_VERSION = "1.2"
+ANSWERS_SCHEMA_VERSION = "2.0"
 LAYER_ROWS = 20  # layers listed, by time
 RANGE_ROWS = 15  # ranges by time inside them
 OWN_ROWS = 10  # range paths by own time
@@ -53,12 +59,13 @@ def answers_document(f: Findings, c: Findings | None = None) -> dict[str, Any]:
         "matmul_share": q.matmul_share(f.run.ops),
         "top_kernel": q.top_kernel(f.run.ops, f.forward_passes, f.passes_source),
         "non_matmul_kernels": q.non_matmul_kernels(f.run.ops, rt.NON_MATMUL_MIN_SHARE),
+        "copies": q.copies(f.run.ops),
         "softmax_vs_matmul": softmax_vs_matmul(f.ops_f, f.run.model_flops, f.source),
         "flop_rate": flop_rate(f),
         "phase_time": phase_time(f),
         "layer_time": layer_time(f),
         "communication": communication_answer(f.run.ops),
-        "waits": waits_answer(f.run.waits, f.run.ops),
+        "waits": waits_answer(f.run.waits, f.run.ops, _measured_steps(f)),
         "ranges": ranges(f),
         "blocks": blocks(f),
         "inferred_blocks": inferred_blocks(f),
@@ -72,8 +79,9 @@ def answers_document(f: Findings, c: Findings | None = None) -> dict[str, Any]:
         "schema_version": ANSWERS_SCHEMA_VERSION,
         "run": run_facts(f),
         "compare": run_facts(c) if c is not None else None,
-        "scopes": scope_facts(f.run.ops),
-        "left_out": left_out(f.run.ops),
+        "structure": structure_facts(f),
+        "scopes": scope_facts(f),
+        "left_out": left_out(f.run.ops, f.run.structure),
         "cannot_answer": list(f.notes),
         "compare_cannot_answer": list(c.notes) if c is not None else [],
         "answers": answers,
@@ -101,7 +109,7 @@ def run_facts(f: Findings) -> dict[str, Any]:
         "kind": f.kind,
         "devices": f.devices.to_dicts(),
         "steps": f.steps,
-        "steps_source": rt.label_source(f.run.ops, "step") if f.steps is not None else None,
+        "steps_source": _steps_source(f) if f.steps is not None else None,
         "phases_source": rt.label_source(f.run.ops, "phase") if rt.has_phases(f.run.ops) else None,
         "steps_run": _option(f, "steps_seen"),
         "steps_profiled": _option(f, "profiled_steps"),
@@ -117,28 +125,70 @@ def run_facts(f: Findings) -> dict[str, Any]:
     }
 
 
+def _measured_steps(f: Findings) -> list[int] | None:
+    """The step labels of the measured steps (the waits' windows), None without a structure."""
+    if f.run.structure is None:
+        return None
+    steps = f.run.structure.filter(
+        (pl.col("kind") == "step") & (pl.col("region") == "measured") & pl.col("step").is_not_null()
+    )
+    return sorted(int(s) for s in steps["step"].unique())
+
+
+def _steps_source(f: Findings) -> str:
+    """Where the measured steps come from, in words."""
+    structure = f.run.structure
+    if structure is None:
+        return rt.label_source(f.run.ops, "step")
+    steps = structure.filter((pl.col("kind") == "step") & (pl.col("region") == "measured"))
+    evidence = sorted({e for text in steps["evidence"].drop_nulls() for e in text.split(", ")})
+    return _evidence_words(evidence)
+
+
 def _option(f: Findings, key: str) -> Any:
     """A setting `nsysmap run` recorded in manifest.json (None for other inputs)."""
     options = f.run.manifest.get("options")
     return options.get(key) if isinstance(options, dict) else None
 
 
-def scope_facts(ops: pl.DataFrame) -> dict[str, Any]:
-    """Each scope the profile has: its name, where it comes from, its operations and time."""
+def structure_facts(f: Findings) -> dict[str, Any] | None:
+    """The structure model's regions, steps and passes in counts and sentences."""
+    if f.run.structure is None:
+        return None
+    return structure_summary(f.run.structure, int(f.run.ops["dur_ns"].sum()))
+
+
+def scope_facts(f: Findings) -> dict[str, Any]:
+    """Each scope the profile has: its name (its instances in the structure), where it
+    comes from, its operations and time."""
+    ops, structure = f.run.ops, f.run.structure
     out = {}
     for scope in q.present_scopes(ops):
         rows = rt.scope_filter(ops, scope)
+        named: dict[str, Any] = (
+            {"label": rt.scope_label(ops, scope)}
+            if structure is None
+            else describe(ops, structure, scope)
+        )
         out[scope] = {
-            "label": rt.scope_label(ops, scope),
-            "source": rt.scope_source(ops, scope),
+            **named,
+            "source": _evidence_words(named.get("evidence"))
+            if structure is not None
+            else rt.scope_source(ops, scope),
             "ops": rows.height,
             "time_ns": int(rows["dur_ns"].sum()),
         }
     return out
 
 
-def left_out(ops: pl.DataFrame) -> list[dict[str, Any]]:
+def _evidence_words(evidence: list[str] | None) -> str:
+    return ", ".join(EVIDENCE_WORDS.get(e, e) for e in evidence or []) or "nothing"
+
+
+def left_out(ops: pl.DataFrame, structure: pl.DataFrame | None = None) -> list[dict[str, Any]]:
     """What the step scope leaves out of all time, and why."""
+    if structure is not None and "s_region" in ops.columns:
+        return left_out_of(ops, structure)
     total = int(ops["dur_ns"].sum())
     out = []
     warm = int(ops.filter(rt.is_warmup())["dur_ns"].sum())

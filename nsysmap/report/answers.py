@@ -19,10 +19,14 @@ from nsysmap.flops.peaks import normalise_dtype, peak_tflops
 from nsysmap.report import flops_time as rf
 from nsysmap.report import range_answers as rr
 from nsysmap.report import scope_tables as rt
+from nsysmap.report import scopes as rs
 from nsysmap.report.blocks import blocks as block_parts
 from nsysmap.report.operator_shapes import asked_shapes, shapes_table, softmax_flops
-from nsysmap.report.passes import forward_passes as count_forward_passes
-from nsysmap.report.passes import manifest_rules
+from nsysmap.report.passes import manifest_rules, measure_rules, rule_notes
+from nsysmap.structure.model import build_structure
+from nsysmap.structure.ranges import ranges_from_ops
+from nsysmap.structure.table import assign
+from nsysmap.structure.words import EVIDENCE_WORDS
 
 FLOP_SOURCES = ("auto", "shapes", "model", "none")
 REPORT_DEVICES = pl.Schema(
@@ -56,6 +60,8 @@ class RunData:
     by_range: pl.DataFrame | None = None  # None: written by an nsysmap without it
     by_inferred_block: pl.DataFrame | None = None  # None: not inferred (--no-infer)
     waits: dict[str, pl.DataFrame] | None = None  # idle / stream_idle / launch_cost tables
+    structure: pl.DataFrame | None = None  # STRUCTURE; None: found again from `ops`
+    structure_note: str | None = None  # why the structure was found again, if it was
 
 
 @dataclass(frozen=True)
@@ -152,8 +158,20 @@ def _reader_meta(run: RunData) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
+def placed_run(run: RunData) -> RunData:
+    """`run` with its structure (found from its operations alone where it came without
+    one) and each operation's place in it (nsysmap.structure.table.assign)."""
+    structure = run.structure
+    if structure is None:
+        rules, measure = manifest_rules(run.manifest), measure_rules(run.manifest)
+        ranges = ranges_from_ops(run.ops)
+        structure = build_structure(run.ops, ranges, rules=rules, measure=measure)
+    return replace(run, ops=assign(run.ops, structure), structure=structure)
+
+
 def analyse_run(run: RunData, options: ReportOptions, label: str = "main") -> Findings:
     """All tables and numbers for one run."""
+    run = placed_run(run)
     ops_f = with_shape_flops(run.ops)
     source, source_note = choose_source(ops_f, run.model_flops, options.flops)
     model = run.model_flops if source == "model" else None
@@ -164,9 +182,10 @@ def analyse_run(run: RunData, options: ReportOptions, label: str = "main") -> Fi
     module_phase = rf.module_phase(ops_f, model, source, devices)
     softmax_time, attention_source = rr.attention_from(run.ops)
     shapes = shapes_table(ops_f)
-    forward_passes, passes_source = count_forward_passes(
-        run.ops, run.by_range, manifest_rules(run.manifest)
-    )
+    forward = rs.describe(run.ops, run.structure, "forward") if run.structure is not None else {}
+    forward_passes = forward.get("passes")
+    said = [EVIDENCE_WORDS.get(e, e) for e in forward.get("evidence") or []]
+    passes_source = ", ".join(said) if forward_passes else None
     findings = Findings(
         run=run,
         backend=str(run.manifest.get("backend") or "unknown"),
@@ -254,18 +273,21 @@ def _impossible_rates(f: Findings) -> list[str]:
     ]
 
 
-def limitations(f: Findings) -> list[str]:
-    """What this run's data cannot answer, one plain sentence each."""
+def _structure_limits(f: Findings) -> list[str]:
+    """What the structure leaves unknown: steps, passes, the measured region."""
     notes = []
-    basis = rt.step_basis(f.run.ops)
-    if basis == "phases":
+    ops, structure = f.run.ops, f.run.structure
+    if f.run.structure_note:
+        notes.append(f.run.structure_note)
+    if f.steps is None:
+        notes.append("No steps in the measured region: per-step counts are unknown.")
+    passes = structure is not None and bool((structure["kind"] == "pass").any())
+    if not passes:
         notes.append(
-            "No step ranges: full-step answers cover every phase (work outside every phase "
-            "is left out, with its time); per-step counts unknown."
+            "No pass found (no step, phase or forward range, no record, and no repeating "
+            "kernel sequence): the answers cover the whole capture."
         )
-    elif basis == "capture":
-        notes.append("No step ranges: shares are over the whole capture; per-step counts unknown.")
-        copies = _host_copies_share(f.run.ops)
+        copies = _host_copies_share(ops)
         if copies >= HOST_COPIES_NOTE:
             notes.append(
                 f"No ranges mark the steady state: {100 * copies:.1f} % of the time is "
@@ -273,14 +295,18 @@ def limitations(f: Findings) -> list[str]:
                 "the measured work; whole-capture answers include them (mark the measured "
                 "loop with a range, e.g. NVTX `step N` or `forward`, to leave them out)."
             )
-    no_forward = rt.scope_filter(f.run.ops, "forward").is_empty()
-    if no_forward:
-        notes.append("No forward phase: no forward-only share, top kernel or calls per pass.")
-    elif f.forward_passes is None:
+    if rt.scope_filter(ops, "forward").is_empty():
         notes.append(
-            "Neither step ranges nor forward ranges count the forward passes: calls per "
-            "forward pass are unknown."
+            "No forward pass measured: no forward-only share, top kernel or calls per pass."
         )
+    if structure is not None:
+        notes += rule_notes(f.run.manifest, structure)
+    return notes
+
+
+def limitations(f: Findings) -> list[str]:
+    """What this run's data cannot answer, one plain sentence each."""
+    notes = _structure_limits(f)
     graph = int(f.run.ops.filter(pl.col("kind").cast(pl.String) == "graph")["dur_ns"].sum())
     if graph:
         notes.append(

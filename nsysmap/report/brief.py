@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from nsysmap.report.format import ms, pct, per, ratio
+from nsysmap.report.format import ms, pct, per, plural, ratio
 from nsysmap.report.softmax_answer import attention_coverage
 from nsysmap.report.waits import waits_lead
 
@@ -30,7 +30,11 @@ def brief(doc: dict[str, Any], name: Callable[[str], str] = str) -> list[str]:
     (a kernel, an operator) as the renderer must (nsysmap.core.inert)."""
     answers = doc["answers"]
     lines = [_matmul(doc, answers["matmul_share"]), *_top(doc, answers["top_kernel"], name)]
-    lines += [_non_matmul(doc, answers["non_matmul_kernels"], name), _softmax(answers)]
+    lines += [
+        _non_matmul(doc, answers["non_matmul_kernels"], name),
+        _copies(answers.get("copies"), name),
+    ]
+    lines.append(_softmax(answers))
     lines.append(_communication(answers["communication"]))
     if answers.get("waits") and answers["waits"]["unknown"] is None:
         lines.append("Where the GPU waits: " + waits_lead(answers["waits"]))
@@ -81,7 +85,7 @@ def _top(doc: dict[str, Any], answer: dict[str, Any], name: Callable[[str], str]
     else:
         other = answer["scopes"]["forward_backward"]["label"]
         lines.append(
-            "With backward included the top kernel is "
+            f"With backward included (the {_label(doc, 'forward_backward')}) the top kernel is "
             + ("the same." if same else f"another: {name(other)}.")
         )
     return lines
@@ -110,6 +114,35 @@ def _non_matmul(doc: dict[str, Any], answer: dict[str, Any], name: Callable[[str
         for k in entry["kernels"][:3]
     )
     return f"Largest non-matmul work in the {_label(doc, scope)}: {listed}."
+
+
+_REGIONS = {"setup": "set-up", "warmup": "warm-up", "measured": "measured region", "tail": "tail"}
+
+
+def brief_copies(answer: dict[str, Any], name: Callable[[str], str] = str) -> str:
+    """Copies and memsets in one sentence: the largest, and where they ran; `name` shows
+    the copy's name as the renderer must (nsysmap.core.inert)."""
+    top = answer["rows"][0]
+    where = top["regions_ns"]
+    if len(where) == 1:
+        place = next(iter(where))
+        at = f"all in the {_REGIONS.get(place, 'capture')}"
+    else:
+        at = ", ".join(f"{ms(v)} in the {_REGIONS.get(k, k)}" for k, v in where.items())
+    left = answer.get("left_out_ns") or 0
+    leaves = f"; {ms(left)} of them is left out of the answers" if left else ""
+    return (
+        f"{ms(answer['time_ns'])} ({pct(answer['share'])} of all time); the largest, "
+        f"{name(top['name'])}, {plural(top['calls'], 'call')}, {ms(top['time_ns'])}, {at}{leaves}."
+    )
+
+
+def _copies(answer: dict[str, Any] | None, name: Callable[[str], str]) -> str:
+    if not answer or answer.get("unknown") or not answer.get("rows"):
+        return ""
+    if (answer["share"] or 0) < BRIEF_MIN_SHARE:
+        return ""
+    return "Copies and memsets (no kernels): " + brief_copies(answer, name)
 
 
 def _softmax(answers: dict[str, Any]) -> str:

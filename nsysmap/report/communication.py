@@ -28,7 +28,7 @@ import polars as pl
 
 from nsysmap.core.inert import markdown_code
 from nsysmap.report.collectives import collective
-from nsysmap.report.format import OUTSIDE_PHASES, ms, pct, table
+from nsysmap.report.format import OUTSIDE_PHASES, ms, pct, per, table
 from nsysmap.summaries.comm_overlap import COMM, hidden_communication, same_keys
 
 ID = "communication"
@@ -87,7 +87,10 @@ def _answer(
         "id": ID,
         "question": QUESTION,
         "unknown": unknown,
-        "totals": _with_shares(totals),
+        # Calls and times are summed over the devices (and ranks) that ran communication.
+        "devices": totals.get("devices", 0),
+        "calls_per_device": totals["calls"] / totals["devices"] if totals.get("devices") else None,
+        "totals": _with_shares({k: v for k, v in totals.items() if k != "devices"}),
         "collectives": [_with_shares(r) for r in rows],
         "one_off": [_with_shares(r) for r in one_off],
         "left_out": left_out,
@@ -110,6 +113,9 @@ def _sums(kernels: pl.DataFrame) -> dict[str, int]:
         "hidden_ns": int(kernels["hidden_ns"].sum()),
         "exposed_ns": int(kernels["exposed_ns"].sum()),
         "calls": kernels.height,
+        "devices": kernels.select(pl.col("device_id", "pid")).unique().height
+        if kernels.height
+        else 0,
     }
 
 
@@ -165,7 +171,7 @@ def communication_section(answer: dict[str, Any]) -> list[str]:
         f"Communication kernels ran for {ms(t['time_ns'])} in {_calls(t['calls'])}:"
         f" {ms(t['hidden_ns'])} ({_share(t, 'hidden_ns')}) hidden behind compute on other"
         f" streams, {ms(t['exposed_ns'])} ({_share(t, 'exposed_ns')}) exposed."
-        " Summed over devices; each kernel counts its own time."
+        f" {_summed(answer.get('devices') or 1, answer.get('calls_per_device'))}"
     )
     lines += [*_one_off_text(answer["one_off"]), ""]
     header = ["collective", "phase", "where", "calls", "time", "hidden", "exposed", "exposed share"]
@@ -177,6 +183,16 @@ def communication_section(answer: dict[str, Any]) -> list[str]:
     for item in answer["left_out"]:
         lines.append(f"Left out: {item['what']} ({ms(item['time_ns'])}): {item['why']}.")
     return [*lines, ""] if answer["left_out"] else lines
+
+
+def _summed(devices: int, per_device: float | None) -> str:
+    """Whether calls and times are one device's (rank's) or summed over several."""
+    if devices == 1 or per_device is None:
+        return "One device (rank) ran them: calls and times are its own."
+    return (
+        f"Calls and times are summed over the {devices} devices (ranks) that ran them, "
+        f"{per(per_device)} calls per device on average; each kernel counts its own time."
+    )
 
 
 def _calls(n: int) -> str:

@@ -98,6 +98,11 @@ def devices_text(
     )
 
 
+def cap(text: str) -> str:
+    """`text` with its first letter upper case, the rest as it is (range names keep theirs)."""
+    return text[:1].upper() + text[1:]
+
+
 def sentence(text: str) -> str:
     """`text` as a sentence: capitalised, ending in a full stop."""
     text = text.strip()

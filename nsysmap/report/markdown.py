@@ -10,6 +10,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from nsysmap.core.inert import markdown_code, markdown_text
+from nsysmap.report.answer_sections import (
+    REGION_WORDS,
+    copies_section,
+    scope_name,
+    softmax_section,
+    structure_section,
+)
 from nsysmap.report.brief import brief, same_as_forward
 from nsysmap.report.communication import communication_section
 from nsysmap.report.doc_sections import (
@@ -21,24 +28,14 @@ from nsysmap.report.doc_sections import (
     ranges_section,
     shapes_section,
 )
-from nsysmap.report.format import devices_text, flop, kernel, ms, pct, per, ratio, table
+from nsysmap.report.format import cap, devices_text, kernel, ms, pct, per, table
 from nsysmap.report.questions import present_scopes
-from nsysmap.report.softmax_answer import attention_coverage
 from nsysmap.report.waits import waits_section
 
 if TYPE_CHECKING:
     from nsysmap.report.answers import Findings
 
 FORWARD_ONLY = "forward-only run"
-_ATTENTION_FROM = {
-    "modules": "attention modules are those whose class name says attention.",
-    "ranges": (
-        "no attention module, so from the profile's own ranges: time launched inside a\n"
-        "range whose name mentions softmax (attention softmax), or matmul or scores (attention\n"
-        "matmuls), within a range named for attention where the profile has one."
-    ),
-    None: "no attention module and no range named for softmax or the attention matmuls.",
-}
 
 
 def scopes(f: Findings) -> list[str]:
@@ -51,13 +48,15 @@ def render(doc: dict[str, Any], show_shapes: bool = False) -> str:
     answers = doc["answers"]
     parts = [
         _header(doc),
+        structure_section(doc),
         _limits(doc),
         _brief(doc),
         _left_out(doc),
         _matmul_share(doc),
         _top_kernel(doc),
+        copies_section(doc),
         _non_matmul(doc),
-        _softmax(doc),
+        softmax_section(doc),
         communication_section(answers["communication"]),
         waits_section(answers["waits"]),
         phases_section(doc),
@@ -77,10 +76,6 @@ def compare_label(doc: dict[str, Any]) -> str:
     return FORWARD_ONLY if other.get("kind") == FORWARD_ONLY else "compared run"
 
 
-def _scope_name(doc: dict[str, Any], scope: str) -> str:
-    return str(doc["scopes"].get(scope, {}).get("label", scope))
-
-
 def _header(doc: dict[str, Any]) -> list[str]:
     run = doc["run"]
     devices = devices_text(run["devices"], markdown_code)
@@ -90,7 +85,7 @@ def _header(doc: dict[str, Any]) -> list[str]:
         f"- Run: {markdown_code(run['label'])} ({run['backend']} backend; "
         f"{devices or 'no device'})",
         f"- Steps: {_steps(run)}",
-        f"- Forward passes: {_forward_passes(run)}",
+        f"- Forward passes: {_forward_passes(doc)}",
         f"- Phases: {_phases(doc)}",
         f"- FLOPs: {markdown_text(run['flop_note'])}",
         f"- Peak: {markdown_text('; '.join(run['peak_notes'])) or '–'}",
@@ -111,12 +106,12 @@ def _phases(doc: dict[str, Any]) -> str:
     forward = doc["scopes"].get("forward") or {}
     if not forward.get("ops"):
         return "none: no phase ranges or records"
-    return f"none: no phase ranges or records; the forward pass is the {forward['source']}"
+    return f"none: no phase ranges or records; the passes come from {forward['source']}"
 
 
 def _steps(run: dict[str, Any]) -> str:
     if run["steps"] is None:
-        text = "no step ranges"
+        text = "none measured"
     else:
         text = f"{run['steps']} measured (counted per device), from {run['steps_source']}"
     run_steps, profiled = run.get("steps_run"), run.get("steps_profiled")
@@ -136,15 +131,20 @@ def _steps(run: dict[str, Any]) -> str:
     return text
 
 
-def _forward_passes(run: dict[str, Any]) -> str:
+def _forward_passes(doc: dict[str, Any]) -> str:
+    """The measured forward passes (and those of the other regions), from the structure."""
+    run = doc["run"]
     if run["forward_passes"] is None:
-        return "unknown"
-    source = {
-        "steps": "one per step and device",
-        "forward ranges": "forward range instances",
-        "root module calls": "calls of the outermost module",
-    }
-    return f"{run['forward_passes']} ({source.get(run['forward_passes_source'], '?')})"
+        return "none measured"
+    text = f"{run['forward_passes']:,} measured"
+    others = [
+        f"{r['forward_passes']:,} in the {REGION_WORDS[r['region']]}"
+        for r in (doc.get("structure") or {}).get("regions", [])
+        if r["region"] != "measured" and r["forward_passes"]
+    ]
+    text += f" ({'; '.join(others)})" if others else ""
+    source = run.get("forward_passes_source")
+    return text + (f"; from {source}" if source else "")
 
 
 def _limits(doc: dict[str, Any]) -> list[str]:
@@ -162,9 +162,9 @@ def _brief(doc: dict[str, Any]) -> list[str]:
 def _left_out(doc: dict[str, Any]) -> list[str]:
     if not doc["left_out"]:
         return []
-    step = _scope_name(doc, "step")
+    step = scope_name(doc, "step")
     lines = ["## What the answers leave out", ""]
-    lines.append(f"The {step} answers are about the steady state; these are not in them:")
+    lines.append(f"The answers are about the {step}, the steady state; these are not in it:")
     lines.append("")
     rows = [
         [markdown_text(r["what"]), ms(r["time_ns"]), pct(r["share"]), markdown_text(r["why"])]
@@ -189,7 +189,7 @@ def _matmul_share(doc: dict[str, Any]) -> list[str]:
     rows = [
         [
             label,
-            _scope_name(doc, scope) if label == "this run" else scope_label_of(scope),
+            scope_name(doc, scope) if label == "this run" else scope_label_of(scope),
             ms(entry.get("time_ns")),
             ms(entry.get("matmul_time_ns")),
             _share_cell(entry),
@@ -204,7 +204,7 @@ def _matmul_share(doc: dict[str, Any]) -> list[str]:
     for scope, entry in answer["scopes"].items():
         if not entry.get("time_ns"):
             continue
-        where = _scope_name(doc, scope).capitalize()
+        where = cap(scope_name(doc, scope))
         if entry["share"] is None:
             lines.append(f"- {where}: unknown, {entry['unknown']}.")
         else:
@@ -236,12 +236,15 @@ def _top_kernel(doc: dict[str, Any]) -> list[str]:
         for scope, e in per_scope.items():
             if e.get("name") is None:
                 continue
-            name = scope_label_of(scope) if label != "this run" else _scope_name(doc, scope)
+            name = scope_label_of(scope) if label != "this run" else scope_name(doc, scope)
+            shown = kernel(e["label"], 90)
+            if e.get("unknown"):  # graph replays could hide a larger one: the text says so
+                shown = f"unknown (largest seen: {shown})"
             rows.append(
                 [
                     label,
                     name,
-                    kernel(e["label"], 90),
+                    shown,
                     e["category"] or "–",
                     f"{e['calls']:,}",
                     per(e["calls_per_pass"]),
@@ -255,15 +258,16 @@ def _top_kernel(doc: dict[str, Any]) -> list[str]:
     lines = ["## Top kernel by cumulative time", "", *table(header, rows)]
     lines += [line for line in (_top_unknowns(doc, answer), _same_kernel(doc, answer)) if line]
     lines.append("")
-    lines.append("A pass is one step on one device with operations in the scope (without")
-    lines.append("steps, a forward pass is one forward range); calls per forward pass = the")
-    lines.append("kernel's calls in the forward scope / forward passes, whatever the scope.")
+    lines.append("Kernels only (copies and memsets are listed apart). Calls per pass = the")
+    lines.append("kernel's calls in the scope / the scope's steps (one per step and device);")
+    lines.append("calls per forward pass = its calls in the measured forward passes / their")
+    lines.append("number (the structure's passes), whatever the scope.")
     return [*lines, ""]
 
 
 def _top_unknowns(doc: dict[str, Any], answer: dict[str, Any]) -> str:
     notes = [
-        f"Top kernel of the {_scope_name(doc, scope)}: unknown, {e['unknown']}."
+        f"Top kernel of the {scope_name(doc, scope)}: unknown, {e['unknown']}."
         for scope, e in answer["scopes"].items()
         if e.get("unknown") and e.get("name") is not None
     ]
@@ -296,7 +300,7 @@ def _non_matmul(doc: dict[str, Any]) -> list[str]:
     for scope, entry in answer["scopes"].items():
         if scope == "forward_backward":
             continue
-        lines += [f"### {_scope_name(doc, scope).capitalize()}", ""]
+        lines += [f"### {cap(scope_name(doc, scope))}", ""]
         if entry.get("unknown"):
             lines += [f"Unknown: {entry['unknown']}.", ""]
             continue
@@ -339,38 +343,3 @@ def _non_matmul(doc: dict[str, Any]) -> list[str]:
                 ["operator", "category", "kernels", "distinct kernels", "time", "share"], ops
             )
     return lines
-
-
-def _softmax(doc: dict[str, Any]) -> list[str]:
-    answer = doc["answers"]["softmax_vs_matmul"]
-    source = answer["attention_source"]
-    where = {"ranges": "attention ranges", "modules": "attention modules"}.get(source, "attention")
-    rows = []
-    for label, block in (
-        (where, answer["attention"]),
-        ("by kernel category", answer["by_kernel_category"]),
-    ):
-        t, fl = block["time"], block["flops"]
-        rows.append([f"time, {label}", ms(t["softmax_ns"]), ms(t["matmul_ns"]), ratio(t["ratio"])])
-        softmax_flop, matmul_flop = flop(fl["softmax_flop"]), flop(fl["matmul_flop"])
-        rows.append([f"FLOPs, {label}", softmax_flop, matmul_flop, ratio(fl["ratio"])])
-    lines = ["## Softmax versus the attention matmuls", ""]
-    lines.append(f"{_scope_name(doc, 'step').capitalize()}; {_ATTENTION_FROM[source]}")
-    covered = attention_coverage(answer)
-    if covered:
-        lines.append(
-            f"The {where} hold work of {covered} only, so the two rows of the {where} cover it; "
-            f"the two kernel-category rows cover all of the {_scope_name(doc, 'step')}."
-        )
-    lines.append("By kernel category: `softmax` kernels against every matmul kernel.")
-    lines.append("Softmax FLOPs are estimates (5 per element forward, 4 backward).")
-    lines += ["", *table(["", "softmax", "matmul", "softmax / matmul"], rows)]
-    reasons = sorted(
-        {
-            str(e["unknown"])
-            for block in (answer["attention"], answer["by_kernel_category"])
-            for e in block.values()
-            if e["unknown"]
-        }
-    )
-    return [*lines, f"Unknown where marked –: {'; '.join(reasons)}.", ""] if reasons else lines

@@ -81,8 +81,9 @@ def matmul_share(ops: pl.DataFrame) -> dict[str, Any]:
 
 
 def _kernel_totals(rows: pl.DataFrame) -> pl.DataFrame:
-    """Calls and time per kernel (graph replays left out), most time first."""
-    kernels = rows.filter(pl.col("kind").cast(pl.String) != "graph")
+    """Calls and time per kernel (copies, memsets and graph replays left out: no kernels),
+    most time first."""
+    kernels = rows.filter(rt.is_kernel())
     grouped = kernels.group_by(_KERNEL_KEYS).agg(
         pl.len().alias("calls"), pl.col("dur_ns").sum().alias("time_ns")
     )
@@ -171,6 +172,7 @@ def non_matmul_kernels(ops: pl.DataFrame, min_share: float) -> dict[str, Any]:
             "time_ns": total,
             "graph_replay_ns": graph_ns(rows),
             "non_matmul_time_ns": int(other["dur_ns"].sum()),
+            "copies_ns": int(rows.filter(_copy_or_set())["dur_ns"].sum()),
             "kernels": _labelled(kernels),
             "operators": _operators(other, total, min_share),
             "operators_unknown": None
@@ -201,3 +203,50 @@ def _operators(rows: pl.DataFrame, total: int, min_share: float) -> list[dict[st
         .sort(["time_ns", "aten_op"], descending=[True, False])
     )
     return grouped.to_dicts()
+
+
+_REGION_ORDER = ("setup", "warmup", "measured", "tail")
+
+
+def _copy_or_set() -> pl.Expr:
+    return pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"])
+
+
+def copies(ops: pl.DataFrame) -> dict[str, Any]:
+    """Copies and memsets, which are no kernels: per name, their calls and time, and the
+    regions of the structure they ran in (where the operations carry it)."""
+    moved = ops.filter(_copy_or_set())
+    total = int(ops["dur_ns"].sum())
+    if moved.is_empty():
+        return {"rows": [], "time_ns": 0, "share": 0.0, "unknown": "no copies or memsets"}
+    region = pl.col("s_region") if "s_region" in moved.columns else pl.lit(None, pl.String)
+    moved = moved.with_columns(_region=region.fill_null("(none)"))
+    rows = []
+    for (kind, name), part in moved.group_by("kind", "name", maintain_order=True):
+        by_region = part.group_by("_region").agg(pl.col("dur_ns").sum())
+        regions = dict(zip(by_region["_region"], by_region["dur_ns"], strict=True))
+        rows.append(
+            {
+                "kind": str(kind),
+                "name": name,
+                "calls": part.height,
+                "time_ns": int(part["dur_ns"].sum()),
+                "share": rt.share(int(part["dur_ns"].sum()), total),
+                "regions_ns": {
+                    r: int(regions[r]) for r in (*_REGION_ORDER, "(none)") if r in regions
+                },
+            }
+        )
+    rows.sort(key=lambda r: (-r["time_ns"], str(r["name"])))
+    in_step = rt.scope_filter(ops, "step")
+    in_step = in_step.filter(_copy_or_set())
+    time, kept = int(moved["dur_ns"].sum()), int(in_step["dur_ns"].sum())
+    return {
+        "question": "How much time goes to copies and memsets (which are no kernels)?",
+        "rows": rows,
+        "time_ns": time,
+        "share": rt.share(time, total),
+        "in_step_scope_ns": kept,
+        "left_out_ns": time - kept,
+        "unknown": None,
+    }

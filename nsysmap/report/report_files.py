@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 
 from nsysmap.core.errors import InputNotFound, NotAnOutput
-from nsysmap.core.inferred_schemas import BY_INFERRED_BLOCK
+from nsysmap.core.inferred_schemas import BY_INFERRED_BLOCK, INFERRED
 from nsysmap.core.schemas import BY_RANGE, OPS, SchemaMismatch, conform
 from nsysmap.flops.flops_document import load_flops, load_flops_description
 from nsysmap.output.placement import write_failed
@@ -17,7 +17,11 @@ from nsysmap.output.whole_file import written_whole
 from nsysmap.output.writer import MANIFEST
 from nsysmap.report.answers import RunData
 from nsysmap.report.build import ReportResult
+from nsysmap.report.passes import manifest_rules, measure_rules
 from nsysmap.report.waits import read_waits
+from nsysmap.structure.model import build_structure
+from nsysmap.structure.ranges import ranges_from_ops
+from nsysmap.structure.table import STRUCTURE
 
 REPORT_MD = "report.md"
 ANSWERS_JSON = "answers.json"
@@ -55,9 +59,13 @@ def _read_run(run_dir: Path) -> RunData:
     older = _older_than(manifest.get("output_schema_version"), RENAMED_WINDOW)
     ranges_file = (manifest["tables"].get("by_range") or {}).get("file")
     inferred_file = (manifest["tables"].get("by_inferred_block") or {}).get("file")
+    ops = _table(run_dir / ops_file, OPS, "ops", renamed_window=older)
+    structure, note = _structure(run_dir, manifest, ops)
     return RunData(
         label=str(run_dir),
-        ops=_table(run_dir / ops_file, OPS, "ops", renamed_window=older),
+        ops=ops,
+        structure=structure,
+        structure_note=note,
         manifest=manifest,
         model_flops=load_flops(run_dir, manifest),
         model_info=load_flops_description(run_dir, manifest),
@@ -69,6 +77,35 @@ def _read_run(run_dir: Path) -> RunData:
             else None
         ),
     )
+
+
+def _file(run_dir: Path, manifest: dict[str, object], table: str) -> Path | None:
+    """The file of output table `table`, where the manifest lists one."""
+    tables = manifest.get("tables")
+    entry = tables.get(table) if isinstance(tables, dict) else None
+    name = entry.get("file") if isinstance(entry, dict) else None
+    return run_dir / str(name) if name else None
+
+
+def _structure(
+    run_dir: Path, manifest: dict[str, object], ops: pl.DataFrame
+) -> tuple[pl.DataFrame, str | None]:
+    """structure.parquet; where an older nsysmap wrote none, the structure found again from
+    the operations and their inferred labels (the ranges are not in the outputs), said."""
+    path = _file(run_dir, manifest, "structure")
+    if path is not None:
+        return _table(path, STRUCTURE, "structure"), None
+    inferred = _file(run_dir, manifest, "inferred")
+    labels = _table(inferred, INFERRED, "inferred") if inferred is not None else None
+    found = build_structure(
+        ops, ranges_from_ops(ops), labels, manifest_rules(manifest), measure_rules(manifest)
+    )
+    note = (
+        "No structure.parquet here (written by an older nsysmap): the structure was found "
+        "again from the operations alone, with only their innermost ranges; run `nsysmap "
+        "attribute` again for the whole of it."
+    )
+    return found, note
 
 
 def _table(

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from nsysmap.report import scopes as structured
+
 SCOPES = ("forward", "forward_backward", "step")
 SCOPE_LABELS = {
     "forward": "forward pass",
@@ -103,8 +105,10 @@ def modules_cover(ops: pl.DataFrame) -> bool:
 
 
 def has_backward(ops: pl.DataFrame) -> bool:
-    """True when the profile has backward work: a backward phase, or without phases,
-    backward module calls."""
+    """True when the profile has backward work: a backward pass of its structure (where
+    `ops` carry it), a backward phase, or without phases, backward module calls."""
+    if _placed(ops):
+        return structured.backward_region(ops) is not None
     if has_phases(ops):
         return bool((ops["phase"] == "backward").any())
     return (
@@ -121,8 +125,16 @@ def step_basis(ops: pl.DataFrame) -> str:
     return "phases" if has_phases(ops) else "capture"
 
 
+def _placed(ops: pl.DataFrame) -> bool:
+    """Do `ops` carry their place in the structure (nsysmap.structure.table.assign)?"""
+    return "s_region" in ops.columns
+
+
 def scope_filter(ops: pl.DataFrame, scope: str) -> pl.DataFrame:
-    """The operations of one scope (see the module docstring)."""
+    """The operations of one scope: instances of the structure where `ops` carry their
+    place in it (nsysmap.report.scopes), else by their labels (see the module docstring)."""
+    if _placed(ops):
+        return structured.rows(ops, scope)
     if scope == "step":
         basis = step_basis(ops)
         if basis == "capture":
@@ -173,11 +185,20 @@ def scope_source(ops: pl.DataFrame, scope: str) -> str:
 
 
 def passes(ops: pl.DataFrame) -> int | None:
-    """Distinct (device, step) pairs among `ops`; None when no operation has a step."""
+    """Distinct (device, step) pairs among `ops`; None when no operation has a step
+    (steps of the structure, where `ops` carry their place in it)."""
+    if _placed(ops):
+        return structured.step_count(ops)
     stepped = ops.filter(pl.col("step").is_not_null())
     if stepped.is_empty():
         return None
     return stepped.select("device_id", "step").unique().height
+
+
+def is_kernel() -> pl.Expr:
+    """Operations that are kernels (or, on the CPU backend, operators): not copies,
+    memsets nor CUDA graph replays traced whole."""
+    return pl.col("kind").cast(pl.String).is_in(["kernel", "cpu_op"])
 
 
 def is_matmul() -> pl.Expr:
@@ -210,11 +231,15 @@ def matmul_shares(ops: pl.DataFrame) -> dict[str, tuple[int, int]]:
 def top_kernels(
     ops: pl.DataFrame, run: str = "main", n: int = TOP_N, forward_passes: int | None = None
 ) -> pl.DataFrame:
-    """The `n` operations (by name) with the most cumulative time in each scope the profile
-    has (forward + backward only with backward work). `forward_passes`: counted from the
-    forward ranges where there are no steps (nsysmap.report.passes)."""
+    """The `n` kernels (by name) with the most cumulative time in each scope the profile
+    has (forward + backward only with backward work); copies, memsets and graph replays
+    are no kernels. `forward_passes`: the forward scope's passes, where `ops` do not
+    carry their place in the structure."""
     forward = scope_filter(ops, "forward")
-    forward_passes = passes(forward) or forward_passes
+    if _placed(ops):
+        forward_passes = structured.pass_count(forward)
+    else:
+        forward_passes = passes(forward) or forward_passes
     per_forward = forward.group_by("name").agg(
         (pl.len() / forward_passes if forward_passes else pl.lit(None, pl.Float64)).alias(
             "forward_calls_per_pass"
@@ -228,7 +253,8 @@ def top_kernels(
         count = forward_passes if scope == "forward" else passes(rows)
         total = rows["dur_ns"].sum()
         top = (
-            rows.group_by("kind", "name", "short_name", "category")
+            rows.filter(is_kernel())
+            .group_by("kind", "name", "short_name", "category")
             .agg(pl.len().alias("calls"), pl.col("dur_ns").sum().alias("time_ns"))
             .sort(["time_ns", "name"], descending=[True, False])
             .head(n)
@@ -249,13 +275,13 @@ def top_kernels(
 
 
 def non_matmul_kernels(ops: pl.DataFrame, min_share: float = NON_MATMUL_MIN_SHARE) -> pl.DataFrame:
-    """Non-matmul operations (by name) with at least `min_share` of the full step's time."""
+    """Non-matmul kernels (by name) with at least `min_share` of the full step's time."""
     rows = scope_filter(ops, "step")
     total = rows["dur_ns"].sum()
     if not total:
         return pl.DataFrame(schema=NON_MATMUL)
     grouped = (
-        rows.filter(~is_matmul())
+        rows.filter(~is_matmul() & is_kernel())
         .group_by("kind", "name", "short_name", "category")
         .agg(pl.len().alias("calls"), pl.col("dur_ns").sum().alias("time_ns"))
         .with_columns(time_share=pl.col("time_ns") / total, kind=pl.col("kind").cast(pl.String))
@@ -288,7 +314,9 @@ def softmax_time(times: dict[str, int], key: str) -> int | None:
 
 
 def scope_label(ops: pl.DataFrame, scope: str) -> str:
-    """How a scope is named: the step scope says what it is made of."""
+    """How a scope is named, for operations that do not carry their place in the
+    structure (nsysmap.report.scopes.describe names those): the step scope says what it
+    is made of."""
     if scope != "step":
         return SCOPE_LABELS[scope]
     return {"steps": "full step", "phases": "step (all phases)", "capture": "whole capture"}[

@@ -17,10 +17,12 @@ over the step scope (nsysmap.report.scope_tables).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
+from nsysmap.flops.aten_flops import flop_factor
 from nsysmap.report import scope_tables as rt
 from nsysmap.report.format import OUTSIDE_PHASES
 from nsysmap.report.operator_shapes import softmax_flops
@@ -30,6 +32,10 @@ NO_ATTENTION = (
     "no module whose class names attention and no range named for softmax or the attention matmuls"
 )
 FUSED = "softmax runs inside fused attention kernels: its time cannot be told apart"
+# The softmax operators whose estimates the model's FLOP document counts with.
+DOCUMENT_SOFTMAX = ("aten::_softmax", "aten::_softmax_backward_data")
+NO_SOURCE = "no FLOPs: no operator shapes and no FLOP document"
+NO_KERNEL_FLOPS = "the attention matmul kernels' FLOPs are unknown"
 FUSED_FLOPS = (
     "softmax runs inside fused attention kernels: their FLOPs count the matmuls, not the softmax"
 )
@@ -84,6 +90,85 @@ def attention_coverage(answer: dict[str, Any]) -> str | None:
     return "the " + " and the ".join(named)
 
 
+def _per_element(rows: pl.DataFrame, flop_source: str | None) -> dict[str, Any] | None:
+    """The FLOPs per element each softmax operator counted: those the estimates give the
+    operators found, and the operators present but not counted (a hand-written softmax's
+    `aten::max`). None without FLOPs from shapes."""
+    if flop_source == "model":  # the FLOP document counts softmax forward and backward so
+        document = [{"aten_op": op, "per_element": flop_factor(op)} for op in DOCUMENT_SOFTMAX]
+        return {"operators": document, "uncounted": [], "total": None, "document": True}
+    if flop_source != "shapes" or rows.is_empty():
+        return None
+    calls = rows.filter(pl.col("op_call").fill_null(False) & pl.col("aten_op").is_not_null())
+    ops = sorted(set(calls["aten_op"].to_list()))
+    counted = [{"aten_op": op, "per_element": flop_factor(op)} for op in ops if flop_factor(op)]
+    uncounted = [op for op in ops if not flop_factor(op)]
+    total = sum(flop_factor(op) for op in ops)
+    return {"operators": counted, "uncounted": uncounted, "total": total, "document": False}
+
+
+def _kernel_side(rows: pl.DataFrame, picked: pl.Series) -> tuple[int, int]:
+    """(time, matmul FLOPs) of the matmul kernels among `rows` where `picked`."""
+    mine = rows.filter(picked.fill_null(False)).filter(rt.is_matmul())
+    flop = mine["matmul_flop"].fill_null(0).sum() if "matmul_flop" in mine.columns else 0
+    return int(mine["dur_ns"].sum()), int(flop or 0)
+
+
+@dataclass
+class _Attention:
+    """What one source of attention says: softmax and matmul time and FLOPs, the matmul
+    kernels' alone, the phases it covers and its softmax operations."""
+
+    source: str | None = None  # "modules", "ranges" or None
+    soft_ns: int | None = None
+    mat_ns: int | None = None
+    kernel_ns: int | None = None  # the attention matmuls' kernels alone
+    soft_flop: int | None = None
+    mat_flop: int | None = None
+    kernel_flop: int | None = None
+    covered: list[str] = field(default_factory=list)
+    softmax_rows: pl.DataFrame | None = None
+    no_flops: str | None = None  # why FLOPs are unknown where they are
+
+
+def _from_modules(rows: pl.DataFrame, times: dict[str, int], flops: dict[str, Any]) -> _Attention:
+    """Attention from modules whose class names attention."""
+    in_module = rt.in_attention_module()
+    return _Attention(
+        "modules",
+        times["attention_softmax"],
+        times["attention_matmul"],
+        times["attention_matmul"],
+        flops["attention_softmax"],
+        flops["attention_matmul"],
+        flops["attention_matmul"],
+        _phases(rows, in_module | (pl.col("category") == "attention")),
+        rows.filter(in_module & (pl.col("category") == "softmax")),
+    )
+
+
+def _from_ranges(rows: pl.DataFrame, flop_source: str | None) -> _Attention:
+    """Attention from the profile's own ranges (whole ranges, and their matmul kernels)."""
+    parts = attention_parts(rows)
+    if parts is None:
+        return _Attention()
+    sums = rows.select("dur_ns").with_columns(part=parts)
+    found = _Attention(
+        "ranges",
+        int(sums.filter(pl.col("part") == "softmax")["dur_ns"].sum()),
+        int(sums.filter(pl.col("part") == "matmul")["dur_ns"].sum()),
+        covered=_phases(rows, parts.is_not_null()),
+        softmax_rows=rows.filter(parts == "softmax"),
+    )
+    found.kernel_ns, found.kernel_flop = _kernel_side(rows, parts == "matmul")
+    if flop_source == "shapes":
+        found.soft_flop, found.mat_flop = _range_flops(rows, parts)
+    elif flop_source == "model":
+        found.no_flops = "the model's FLOP document has no ranges: FLOPs by range unknown"
+        found.kernel_flop = None
+    return found
+
+
 def softmax_vs_matmul(
     ops_f: pl.DataFrame, model: pl.DataFrame | None, flop_source: str | None
 ) -> dict[str, Any]:
@@ -92,49 +177,56 @@ def softmax_vs_matmul(
     times = rt.softmax_times(rows)
     fused = times["fused_attention"] > 0
     flops = softmax_flops(rows, model, flop_source)
-    no_flops = None if flop_source else "no FLOPs: no operator shapes and no FLOP document"
-    parts = None
-    soft_ns: int | None
-    mat_ns: int | None
     if rows.select(rt.in_attention_module().any()).item():
-        source: str | None = "modules"
-        soft_ns, mat_ns = times["attention_softmax"], times["attention_matmul"]
-        soft_flop, mat_flop = flops["attention_softmax"], flops["attention_matmul"]
-        covered = _phases(rows, rt.in_attention_module() | (pl.col("category") == "attention"))
+        a = _from_modules(rows, times, flops)
     else:
-        parts = attention_parts(rows)
-        source = "ranges" if parts is not None else None
-        soft_ns = mat_ns = None  # unknown without attention modules or ranges
-        soft_flop = mat_flop = None
-        covered = [] if parts is None else _phases(rows, parts.is_not_null())
-        if parts is not None:
-            sums = rows.select("dur_ns").with_columns(part=parts)
-            soft_ns = int(sums.filter(pl.col("part") == "softmax")["dur_ns"].sum())
-            mat_ns = int(sums.filter(pl.col("part") == "matmul")["dur_ns"].sum())
-            if flop_source == "shapes":
-                soft_flop, mat_flop = _range_flops(rows, parts)
-            elif flop_source == "model":
-                no_flops = "the model's FLOP document has no ranges: FLOPs by range unknown"
-    time_why = NO_ATTENTION if source is None else (FUSED if fused and not soft_ns else None)
-    flop_why = NO_ATTENTION if source is None else _flop_why(no_flops, fused, soft_flop)
-    every_time_why = FUSED if fused and not times["softmax"] else None
-    every_flop_why = _flop_why(no_flops, fused, flops["softmax"])
+        a = _from_ranges(rows, flop_source)
+    no_flops = a.no_flops or (None if flop_source else NO_SOURCE)
     return {
         "question": "How does softmax compare with the attention matmuls, in time and FLOPs?",
         "scope": "step",
-        "attention_source": source,
+        "attention_source": a.source,
         # The phases the attention work counted ran in, and those of the whole scope: ranges
         # around attention may mark only the forward pass.
-        "attention_phases": covered,
+        "attention_phases": a.covered,
         "step_phases": _phases(rows, pl.lit(True)),
-        "attention": {
-            "time": _ratio_entry(soft_ns, mat_ns, "ns", time_why),
-            "flops": _ratio_entry(soft_flop, mat_flop, "flop", flop_why),
-        },
-        "by_kernel_category": {
-            "time": _ratio_entry(times["softmax"], times["matmul"], "ns", every_time_why),
-            "flops": _ratio_entry(flops["softmax"], flops["matmul"], "flop", every_flop_why),
-        },
+        "attention": _attention_rows(a, fused, no_flops, flop_source),
+        # Softmax kernels (category softmax) against the attention matmuls' kernels.
+        "by_kernel_category": _kernel_rows(a, rows, times, flops, (fused, no_flops, flop_source)),
         "fused_attention_ns": times["fused_attention"],
         "flop_source": flop_source,
     }
+
+
+def _attention_rows(
+    a: _Attention, fused: bool, no_flops: str | None, flop_source: str | None
+) -> dict[str, Any]:
+    time_why = NO_ATTENTION if a.source is None else (FUSED if fused and not a.soft_ns else None)
+    flop_why = NO_ATTENTION if a.source is None else _flop_why(no_flops, fused, a.soft_flop)
+    time = _ratio_entry(a.soft_ns, a.mat_ns, "ns", time_why)
+    time["matmul_kernel_ns"] = a.kernel_ns
+    time["kernel_ratio"] = None if time_why else rt.share(a.soft_ns, a.kernel_ns)
+    time["whole_ranges"] = a.source == "ranges"
+    flops = _ratio_entry(a.soft_flop, a.mat_flop, "flop", flop_why)
+    softmax = a.softmax_rows if a.softmax_rows is not None else pl.DataFrame()
+    flops["per_element"] = _per_element(softmax, flop_source)
+    return {"time": time, "flops": flops}
+
+
+def _kernel_rows(
+    a: _Attention,
+    rows: pl.DataFrame,
+    times: dict[str, int],
+    flops: dict[str, Any],
+    context: tuple[bool, str | None, str | None],
+) -> dict[str, Any]:
+    fused, no_flops, flop_source = context
+    time_why = FUSED if fused and not times["softmax"] else None
+    flop_why = _flop_why(no_flops, fused, flops["softmax"])
+    if a.source is None:
+        time_why = flop_why = NO_ATTENTION
+    elif a.kernel_flop is None and not flop_why:
+        flop_why = no_flops or NO_KERNEL_FLOPS
+    entry = _ratio_entry(flops["softmax"], a.kernel_flop, "flop", flop_why)
+    entry["per_element"] = _per_element(rows.filter(pl.col("category") == "softmax"), flop_source)
+    return {"time": _ratio_entry(times["softmax"], a.kernel_ns, "ns", time_why), "flops": entry}

@@ -75,13 +75,17 @@ def read_waits(run_dir: str | Path, manifest: Mapping[str, Any]) -> dict[str, pl
 
 
 def waits_answer(
-    tables: Mapping[str, pl.DataFrame] | None, ops: pl.DataFrame | None = None
+    tables: Mapping[str, pl.DataFrame] | None,
+    ops: pl.DataFrame | None = None,
+    measured: list[int] | None = None,
 ) -> dict[str, Any]:
     """The waits answer from the tables `read_waits` gives (see the module); `ops`, the
-    run's operations, tell which launch calls were synchronous copies."""
+    run's operations, tell which launch calls were synchronous copies; `measured`: the
+    step labels of the measured steps (nsysmap.structure), None to take every step."""
     if tables is None:
         return _answer(NO_TABLES)
-    streams, cost = _scoped(tables["stream_idle"]), _scoped(tables["launch_cost"])
+    streams = _scoped(tables["stream_idle"], measured)
+    cost = _scoped(tables["launch_cost"], measured)
     if streams.is_empty():
         return _answer(NO_OPS)
     in_steps = streams["step"].is_not_null().any()
@@ -120,10 +124,14 @@ def waits_answer(
     )
 
 
-def _scoped(frame: pl.DataFrame) -> pl.DataFrame:
-    """The rows of the steps, or every row when there are no steps."""
+def _scoped(frame: pl.DataFrame, measured: list[int] | None = None) -> pl.DataFrame:
+    """The rows of the (measured) steps, or every row when there are none."""
     stepped = frame.filter(pl.col("step").is_not_null())
-    return stepped if stepped.height else frame
+    if measured is not None:
+        stepped = stepped.filter(pl.col("step").is_in(measured))
+    if stepped.height:
+        return stepped
+    return frame.with_columns(pl.lit(None, pl.Int64).alias("step"))  # the whole capture
 
 
 def _cost_rows(cost: pl.DataFrame, keys: list[str]) -> pl.DataFrame:

@@ -16,6 +16,7 @@ import polars as pl
 from nsysmap.core.inert import plotly_text, plotly_texts, visible
 from nsysmap.report import scope_tables as rt
 from nsysmap.report.answers import run_label
+from nsysmap.report.format import cap
 from nsysmap.report.html.chart import (
     CATEGORY_COLOURS,
     Chart,
@@ -28,6 +29,7 @@ from nsysmap.report.html.chart import (
     table,
     time_axis,
 )
+from nsysmap.report.html.comm_chart import communication_chart
 from nsysmap.report.html.layers import (
     blocks_parts_chart,
     blocks_phase_chart,
@@ -70,6 +72,15 @@ TOP_KERNEL_COLUMNS = (
 )
 
 
+def scope_name(x: Findings, scope: str) -> str:
+    """A scope as the report names it: its instances in the run's structure."""
+    from nsysmap.report.scopes import describe
+
+    if x.run.structure is None or "s_region" not in x.run.ops.columns:
+        return rt.scope_label(x.run.ops, scope)
+    return str(describe(x.run.ops, x.run.structure, scope)["label"])
+
+
 def matmul_chart(f: Findings, c: Findings | None) -> Chart:
     """Matmul share of time in forward, forward + backward and the full step (and a compare run)."""
     from nsysmap.report.markdown import scopes
@@ -82,14 +93,14 @@ def matmul_chart(f: Findings, c: Findings | None) -> Chart:
             mm, total = x.matmul[scope]
             if not total:
                 continue
-            label = rt.scope_label(x.run.ops, scope) + (
+            label = scope_name(x, scope) + (
                 f" ({run_label(c)})" if c is not None and x is c else ""
             )
             share = mm / total
             labels.append(label)
             matmul.append(round(share, 6))  # ratio(share), never None here
             other.append(ratio(1 - share))
-            rows.append([run, rt.scope_label(x.run.ops, scope), ms(total), ms(mm), ratio(share)])
+            rows.append([run, scope_name(x, scope), ms(total), ms(mm), ratio(share)])
     text = [f"{100 * s:.1f} %" for s in matmul]
     drawn = plotly_texts(labels)
     data = [
@@ -100,7 +111,7 @@ def matmul_chart(f: Findings, c: Findings | None) -> Chart:
         "matmul",
         "Matrix multiplication's share of time",
         f"In each scope, matrix multiplication = {rt.MATMUL_DEFINITION}.",
-        heading="Matmul share: forward vs full step",
+        heading="Matmul share per scope",
         data=data,
         rows=table(MATMUL_COLUMNS, rows),
         **shares("stack", "scope", "the scope's time"),
@@ -122,7 +133,7 @@ def categories_chart(f: Findings) -> Chart | None:
         [n, r["ops"], ms(r["time_ns"]), ratio(r["time_share"]), ratio(r["flop_share"])]
         for n, r in zip(names, cats.iter_rows(named=True), strict=True)
     ]
-    caption = f"{rt.scope_label(f.run.ops, 'step').capitalize()}, devices pooled."
+    caption = f"{cap(scope_name(f, 'step'))}, devices pooled."
     if f.source is None:
         caption += " No FLOPs: time share only."
     return chart(
@@ -132,7 +143,7 @@ def categories_chart(f: Findings) -> Chart | None:
         heading="Kernel categories",
         data=data,
         rows=table(CATEGORY_COLUMNS, rows),
-        **shares("group", "kernel category", "time or FLOPs"),
+        **shares("group", "kernel category", "time or FLOPs" if f.source else "time"),
     )
 
 
@@ -147,8 +158,9 @@ def top_kernels_chart(f: Findings) -> Chart | None:
     colours = [CATEGORY_COLOURS.get(c or "other", "#7f7f7f") for c in top["category"]]
     per = [ms(t / steps) for t in top["time_ns"]]
     hover = _kernel_hover(top, names)
-    trace = bar("time", per[::-1], labels[::-1], None, orientation="h")
+    trace = bar("time", per[::-1], labels[::-1], None, orientation="h", showlegend=False)
     trace.update(marker={"color": colours[::-1]}, hovertext=hover[::-1], hoverinfo="x+text")
+    legend = _category_legend([c or "other" for c in top["category"]])
     rows = [
         [
             r["rank"],
@@ -165,10 +177,11 @@ def top_kernels_chart(f: Findings) -> Chart | None:
     return chart(
         "top_kernels",
         "Top kernels by time",
-        f"{rt.scope_label(f.run.ops, 'step').capitalize()}; names shortened to the kernel and "
+        f"{cap(scope_name(f, 'step'))}; kernels only (copies and memsets apart); bars "
+        "coloured by kernel category (legend); names shortened to the kernel and "
         "what tells it apart (hover or the table for the whole name).",
         heading="Top kernels",
-        data=[trace],
+        data=[trace, *legend],
         rows=table(TOP_KERNEL_COLUMNS, rows),
         xaxis=time_axis(unit),
         yaxis={"title": {"text": "kernel", "standoff": 12}},
@@ -188,6 +201,15 @@ def _kernel_hover(top: pl.DataFrame, names: list[str]) -> list[str]:
             _fwd(top),
             strict=True,
         )
+    ]
+
+
+def _category_legend(categories: list[str]) -> list[dict[str, object]]:
+    """One legend entry per kernel category drawn (traces without bars of their own)."""
+    return [
+        bar(category, [None], [None], CATEGORY_COLOURS.get(category, "#7f7f7f"), orientation="h")
+        | {"showlegend": True, "hoverinfo": "skip"}
+        for category in dict.fromkeys(categories)
     ]
 
 
@@ -212,6 +234,7 @@ def report_charts(f: Findings, c: Findings | None = None) -> list[Chart]:
         matmul_chart(f, c),
         categories_chart(f),
         top_kernels_chart(f),
+        communication_chart(f.answers["answers"]["communication"]) if f.answers else None,
         rates_chart(f),
         waits_chart(f.answers["answers"]["waits"]) if f.answers else None,
     ]
@@ -222,9 +245,13 @@ def missing_charts(f: Findings) -> list[str]:
     """Why a chart is not drawn, one sentence each."""
     notes = []
     if f.steps is None and f.run.ops["phase"].is_not_null().any():
-        notes.append("No step ranges: phases over the whole run, no step-to-step spread.")
+        notes.append(
+            "No steps in the measured region: phases over the whole run, no step-to-step spread."
+        )
     elif f.steps is None:
-        notes.append("No step ranges: no per-step chart and no step-to-step spread.")
+        notes.append(
+            "No steps in the measured region: no per-step chart and no step-to-step spread."
+        )
     elif f.steps < 2:
         notes.append("One step only: no step-to-step spread.")
     if f.blocks.is_empty():

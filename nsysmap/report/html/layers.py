@@ -182,7 +182,10 @@ def tree_chart(f: Findings) -> Chart | None:
         "customdata": plotly_texts(nodes["path"]),
         "hovertemplate": "%{customdata}<br>%{value:.3f} " + unit + "<extra></extra>",
         "maxdepth": drawn_depth(nodes),
-        "textinfo": "label",
+        # Each box says its name and its time with what lies below it.
+        "text": [f"{v:,.3f} {unit}" if v is not None else "" for v in inclusive],
+        "texttemplate": "%{label}<br>%{text}",
+        "textinfo": "label+text",
         "root": {"color": "#f4f4f4"},
     }
     rows = [

@@ -95,13 +95,23 @@ def page(
     charts: list[Chart],
     notes_title: str = "What this data cannot answer",
     answers: list[str] | None = None,
+    structure: list[str] | None = None,
 ) -> str:
-    """The whole page: header facts, the notes first, the answers in brief, then each chart."""
+    """The whole page: header facts, the structure, the notes, the answers in brief, then
+    each chart."""
     items = "".join(f"<li>{html.escape(x)}</li>" for x in facts)
     brief = ""
+    if structure:
+        listed = "".join(
+            f"<li>{html.escape(line[:1].upper() + line[1:])}</li>" for line in structure
+        )
+        brief += (
+            f'<section class="limits structure"><h2>Structure of the profile</h2>'
+            f"<ul>{listed}</ul></section>"
+        )
     if answers:
         listed = "".join(f"<li>{html.escape(a)}</li>" for a in answers)
-        brief = (
+        brief += (
             f'<section class="limits answers"><h2>Answers in brief</h2><ul>{listed}</ul></section>'
         )
 
@@ -131,7 +141,8 @@ def report_facts(f: Findings, c: Findings | None) -> list[str]:
     facts = [
         f"Run: {f.run.label}",
         f"{f.backend} backend; {devices or 'no device'}",
-        f"Steps: {f.steps if f.steps is not None else 'no step ranges'}",
+        f"Steps: {f.steps if f.steps is not None else 'none'} measured",
+        f"Forward passes: {f.forward_passes if f.forward_passes is not None else 'none'} measured",
         f.source_note,
     ]
     if c is not None:
@@ -147,7 +158,15 @@ def report_page(f: Findings, c: Findings | None = None) -> str:
     notes = [*f.notes, *(f"Compared run: {n}" for n in (c.notes if c else []))]
     notes = merged_notes(notes, missing_charts(f))
     answers = brief(f.answers) if f.answers else None
-    return page("nsysmap report", report_facts(f, c), notes, report_charts(f, c), answers=answers)
+    structure = (f.answers.get("structure") or {}).get("lines") if f.answers else None
+    return page(
+        "nsysmap report",
+        report_facts(f, c),
+        notes,
+        report_charts(f, c),
+        answers=answers,
+        structure=structure,
+    )
 
 
 def merged_notes(notes: list[str], more: list[str]) -> list[str]:

@@ -1,0 +1,267 @@
+"""`build_structure`: the STRUCTURE table of a profile, from its operations, ranges and
+inferred labels (pure).
+
+Passes first (nsysmap.structure.evidence: labels, phase ranges, records, the
+kernel sequence), then the steps that hold them (step labels, a range
+holding one forward and one backward pass, an inferred training step), then
+the regions of each process from where its passes lie
+(nsysmap.structure.regions); every row's operations, time and GPU span last,
+counted as nsysmap.structure.table.assign puts operations in rows.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from nsysmap.attribution.rules import BUILTIN, NameRules
+from nsysmap.structure import evidence as found
+from nsysmap.structure.overlaps import overlapping
+from nsysmap.structure.ranges import SLIM, labelled
+from nsysmap.structure.regions import Regions, grouped, regions
+from nsysmap.structure.table import _NO_DEVICE, REGIONS, STRUCTURE, assign, launched_at
+
+# The OPS columns the structure reads (with the inferred labels, when there are some).
+OPS_COLUMNS = (
+    "op_id",
+    "device_id",
+    "pid",
+    "start_ns",
+    "end_ns",
+    "dur_ns",
+    "launch_start_ns",
+    "step",
+    "step_source",
+    "phase",
+    "phase_source",
+    "warmup",
+)
+INFERRED_COLUMNS = ("op_id", "inferred_step", "inferred_phase", "inferred_confidence")
+
+
+def build_structure(
+    ops: pl.DataFrame,
+    ranges: pl.DataFrame | None = None,
+    inferred: pl.DataFrame | None = None,
+    rules: NameRules = BUILTIN,
+    measure: tuple[str, ...] = (),
+) -> pl.DataFrame:
+    """STRUCTURE of `ops` (OPS_COLUMNS), their profile's SLIM `ranges` and INFERRED labels."""
+    base = _base(ops, inferred)
+    named = labelled(ranges if ranges is not None else pl.DataFrame(schema=SLIM), rules)
+    passes, steps = _passes_and_steps(base, named)
+    if passes.is_empty():
+        return _finished(base, _whole(base), passes, steps)
+    placed = grouped(passes, named)
+    bounds = regions(placed, measure)
+    rows = _region_rows(base, bounds, named)
+    return _finished(base, rows, placed.drop("span"), steps)
+
+
+def _base(ops: pl.DataFrame, inferred: pl.DataFrame | None) -> pl.DataFrame:
+    """One row per operation: `dev` (null as a stand-in value), `at` (launched), labels."""
+    base = ops.select(OPS_COLUMNS).with_columns(
+        dev=pl.col("device_id").fill_null(_NO_DEVICE), at=launched_at()
+    )
+    if inferred is not None and not inferred.is_empty():
+        base = base.join(inferred.select(INFERRED_COLUMNS), on="op_id", how="left")
+    return base
+
+
+def _passes_and_steps(base: pl.DataFrame, named: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Every pass, from each kind of evidence in turn, and the steps that hold them: the
+    step labels' first; the operations outside every labelled step then read by their
+    phase ranges, records and the kernel sequence."""
+    label_passes, label_steps = found.labelled_steps(base)
+    rest = base.filter(pl.col("step").is_null())
+    inferred = found.inferred_passes(base)
+    kept = _added(label_passes, found.phase_ranges(rest, named, inferred), "direction")
+    kept = _added(kept, found.records(rest, kept), "direction")
+    passes = pl.concat([kept, found.fill(inferred, kept, named)])
+    loose = passes.filter(~pl.col("origin").str.starts_with("step:"))
+    steps = _added(label_steps, found.range_steps(loose, named))
+    return passes, _added(steps, found.inferred_steps(loose))
+
+
+def _added(kept: pl.DataFrame, more: pl.DataFrame, by: str | None = None) -> pl.DataFrame:
+    """`kept` and those of `more` that overlap none of them (same device and process, and
+    `by`): rows of one kind never overlap, and earlier evidence wins."""
+    on = ["dev", "pid", *([by] if by else [])]
+    return pl.concat([kept, more.filter(~overlapping(more, kept, on))])
+
+
+def _rows(frame: pl.DataFrame, kind: str) -> pl.DataFrame:
+    """Candidates (or regions) as STRUCTURE rows of `kind`, numbered in their order."""
+    filled = {c: pl.lit(None, t) for c, t in STRUCTURE.items() if c not in frame.columns}
+    return (
+        frame.with_columns(**filled)
+        .with_columns(
+            device_id=pl.col("dev"),
+            kind=pl.lit(kind),
+            index=pl.int_range(pl.len(), dtype=pl.Int64),
+        )
+        .select(STRUCTURE.names())
+        .cast(STRUCTURE)
+    )
+
+
+def _held(base: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
+    """The operations of `base` with the rows that hold them (nsysmap.structure.table)."""
+    ops = base.with_columns(device_id=pl.col("dev"))
+    return assign(ops, rows)
+
+
+def _whole(base: pl.DataFrame) -> pl.DataFrame:
+    """No pass anywhere: each process is one measured region, the whole capture."""
+    lanes = base.group_by("dev", "pid").agg(start_ns=pl.col("at").min(), end_ns=pl.col("at").max())
+    return lanes.with_columns(
+        region=pl.lit("measured"), evidence=pl.lit("position"), confidence=pl.lit(1.0)
+    )
+
+
+def _region_rows(base: pl.DataFrame, bounds: list[Regions], named: pl.DataFrame) -> pl.DataFrame:
+    """Set-up, warm-up, measured and tail of each device of each process."""
+    lanes = base.group_by("dev", "pid").agg(first=pl.col("at").min(), last=pl.col("at").max())
+    rows = []
+    for b in bounds:
+        for lane in lanes.filter(pl.col("pid") == b.pid).iter_rows(named=True):
+            low, high = min(lane["first"], b.first), max(lane["last"], b.end)
+            spans = {
+                "setup": (
+                    low,
+                    b.first - 1,
+                    _setup_name(named, b.pid, low, b.first),
+                    "position",
+                    1.0,
+                ),
+                "warmup": (b.first, b.start - 1, b.warm_name, b.warm_evidence, 1.0),
+                "measured": (b.start, b.end, b.name, b.evidence, b.confidence),
+                "tail": (b.end + 1, high, None, "position", 1.0),
+            }
+            for region, (start, end, name, evidence, confidence) in spans.items():
+                if start <= end:
+                    rows.append(
+                        (lane["dev"], b.pid, region, start, end, name, evidence, confidence)
+                    )
+    columns = ["dev", "pid", "region", "start_ns", "end_ns", "name", "evidence", "confidence"]
+    return pl.DataFrame(rows, schema=columns, orient="row")
+
+
+def _setup_name(named: pl.DataFrame, pid: int, start: int, end: int) -> str | None:
+    """The longest outermost range that ends in the set-up, if one does."""
+    inside = named.filter(
+        (pl.col("pid") == pid)
+        & (pl.col("depth") == 1)
+        & (pl.col("end_ns") >= start)
+        & (pl.col("end_ns") < end)
+    )
+    if inside.is_empty():
+        return None
+    return str(inside.sort(pl.col("end_ns") - pl.col("start_ns"), descending=True)["name"][0])
+
+
+def _region_of(rows: pl.DataFrame, regions_: pl.DataFrame) -> pl.DataFrame:
+    """`rows` (steps or passes) with the region their start lies in."""
+    if rows.is_empty():
+        return rows.with_columns(region=pl.lit(None, pl.String))
+    spans = regions_.select("dev", "pid", r_start="start_ns", r_end="end_ns", region="region")
+    joined = rows.sort("start_ns").join_asof(
+        spans.sort("r_start"),
+        left_on="start_ns",
+        right_on="r_start",
+        by=["dev", "pid"],
+        check_sortedness=False,
+    )
+    return joined.drop("r_start", "r_end")
+
+
+def _finished(
+    base: pl.DataFrame, region_rows: pl.DataFrame, passes: pl.DataFrame, steps: pl.DataFrame
+) -> pl.DataFrame:
+    """The STRUCTURE table: rows numbered in time order, steps given to passes, and each
+    row's operations, time and GPU span."""
+    steps = _region_of(steps, region_rows)
+    passes = _region_of(passes, region_rows)
+    passes = _in_steps(passes, steps)
+    table = pl.concat(
+        [
+            _rows(_ordered(region_rows), "region"),
+            _rows(_ordered(steps), "step"),
+            _rows(_ordered(passes), "pass"),
+        ]
+    )
+    table = table.with_columns(
+        index=pl.int_range(pl.len(), dtype=pl.Int64).over("device_id", "pid", "kind")
+    )
+    return _counted(base, table)
+
+
+def _ordered(frame: pl.DataFrame) -> pl.DataFrame:
+    order = {r: i for i, r in enumerate(REGIONS)}
+    if "region" in frame.columns and "direction" not in frame.columns:
+        frame = frame.with_columns(_o=pl.col("region").replace_strict(order, default=9))
+        return frame.sort("dev", "pid", "start_ns", "_o").drop("_o")
+    return frame.sort("dev", "pid", "start_ns")
+
+
+def _in_steps(passes: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """`passes` with `step_index`: the index of the step (in `_ordered` order, per device
+    and process) whose span holds the pass's start."""
+    if passes.is_empty() or steps.is_empty():
+        return passes.with_columns(step_index=pl.lit(None, pl.Int64))
+    numbered = _ordered(steps).with_columns(
+        step_index=pl.int_range(pl.len(), dtype=pl.Int64).over("dev", "pid")
+    )
+    spans = numbered.select("dev", "pid", "step_index", s_start="start_ns", s_end="end_ns")
+    joined = passes.sort("start_ns").join_asof(
+        spans.sort("s_start"),
+        left_on="start_ns",
+        right_on="s_start",
+        by=["dev", "pid"],
+        check_sortedness=False,
+    )
+    inside = pl.col("start_ns") <= pl.col("s_end")
+    joined = joined.with_columns(step_index=pl.when(inside).then("step_index"))
+    return joined.drop("s_start", "s_end")
+
+
+def _counted(base: pl.DataFrame, table: pl.DataFrame) -> pl.DataFrame:
+    """`table` with each row's ops, time_ns, gpu_start_ns and gpu_end_ns; regions without
+    operations left out; device ids null where the operations have none."""
+    held = _held(base, table)
+    sums = (
+        pl.len().cast(pl.Int64).alias("ops"),
+        pl.col("dur_ns").sum().alias("time_ns"),
+        pl.col("start_ns").min().alias("gpu_start_ns"),
+        pl.col("end_ns").max().alias("gpu_end_ns"),
+    )
+    keys = ["device_id", "pid"]
+    per_kind = {
+        "region": held.group_by(*keys, index="s_region").agg(*sums),
+        "step": held.filter(pl.col("s_step").is_not_null())
+        .group_by(*keys, index="s_step")
+        .agg(*sums),
+        "pass": held.filter(pl.col("s_pass").is_not_null())
+        .group_by(*keys, "s_direction", index="s_pass")
+        .agg(*sums),
+    }
+    parts = []
+    for kind, sums_ in per_kind.items():
+        rows = table.filter(pl.col("kind") == kind).drop(
+            "ops", "time_ns", "gpu_start_ns", "gpu_end_ns"
+        )
+        on = [*keys, "index"]
+        if kind == "region":
+            rows = rows.with_columns(_key=pl.col("region"))
+            sums_ = sums_.rename({"index": "_key"})
+            on = [*keys, "_key"]
+        elif kind == "pass":
+            sums_ = sums_.rename({"s_direction": "direction"})
+            on = [*on, "direction"]
+        joined = rows.join(sums_, on=on, how="left").with_columns(
+            pl.col("ops", "time_ns").fill_null(0)
+        )
+        if kind == "region":
+            joined = joined.filter(pl.col("ops") > 0).drop("_key")
+        parts.append(joined.select(STRUCTURE.names()))
+    done = pl.concat(parts).cast(STRUCTURE)
+    return done.with_columns(device_id=pl.when(pl.col("device_id") != _NO_DEVICE).then("device_id"))
