@@ -45,6 +45,7 @@ CORPUS_EXPORTS = (
     "nsys/torch_minimal_zeros_sum_rtx3080.sqlite",
     "nsys/dlprof_pytorch_small_cnn_rtx2070.sqlite",
     "nsys/vecadd_streams_t4_gpu4.sqlite",
+    "real3/cs336a2_small_fwd_unranged_warmup_then_measurement_range_rtx5070laptop.sqlite",
 )
 CORPUS_TRACES = (
     "real/tracelens_bert_small_infer_modules_h100.json.gz",
@@ -64,11 +65,12 @@ SQLITE_MUTATIONS = (
     "truncate", "bit_flips", "drop_table", "rename_table", "rename_column", "case_rename",
     "nulls", "negative_times", "huge_times", "text_in_integers", "duplicate_rows",
     "invalid_utf8", "dangling_string_ids", "unbalanced_ranges", "end_before_start",
+    "sparse_rowids", "long_names",
 )  # fmt: skip
 TRACE_MUTATIONS = (
     "truncate", "bit_flips", "ts_string", "dur_string", "args_wrong_type", "no_args",
     "null_ts", "mixed_ids", "huge_numbers", "deep_nesting", "invalid_utf8", "duplicate_events",
-    "negative_dur",
+    "negative_dur", "name_bytes", "lone_surrogates", "shared_correlation", "gzip_members",
 )  # fmt: skip
 MISUSE = ("fifo", "directory", "output_is_file", "output_under_file", "output_too_long")
 # Exit codes a case may end with (docs/cli.md): never 1 (a bug) nor 11 (totals that do not
@@ -93,9 +95,10 @@ class Case:
 def bases(*, every_file: bool = False) -> list[str]:
     """The base inputs at hand: the synthetic ones and the small corpus files present
     (with `every_file`, every export and trace of the corpus)."""
-    if every_file:
+    if every_file:  # every folder: nsys, real, real2, real3, ...
+        traces = [p for p in CORPUS.glob("*/*.json") if p.name != "catalogue.json"]
         found = sorted(CORPUS.glob("*/*.sqlite")) + sorted(CORPUS.glob("*/*.json.gz"))
-        present = [str(p.relative_to(CORPUS)) for p in found]
+        present = [str(p.relative_to(CORPUS)) for p in [*found, *sorted(traces)]]
     else:
         present = [n for n in (*CORPUS_EXPORTS, *CORPUS_TRACES) if (CORPUS / n).is_file()]
     return ["synthetic.sqlite", "synthetic.json", *present]
@@ -117,15 +120,28 @@ def cases(seed: int, count: int, *, every_file: bool = False) -> list[Case]:
     return out
 
 
-def table_cases(seed: int) -> list[Case]:
-    """Every NVTX and runtime mutation (tests/fuzz_tables.py) of every base at hand."""
+def table_cases(seed: int, *, every_file: bool = False) -> list[Case]:
+    """Every NVTX and runtime mutation (tests/fuzz_tables.py) of every base at hand (with
+    `every_file`, of every export of every corpus folder that has both tables)."""
     rng = random.Random(seed)
     present = [b for b in TABLE_BASES if b == "synthetic.sqlite" or (CORPUS / b).is_file()]
+    if every_file:
+        found = [p for p in sorted(CORPUS.glob("*/*.sqlite")) if _has_both_tables(p)]
+        present = ["synthetic.sqlite", *(str(p.relative_to(CORPUS)) for p in found)]
     return [
         Case(f"tables-{Path(base).stem[:24]}-{kind}", base, kind, rng.randrange(1 << 30))
         for base in present
         for kind in TABLE_MUTATIONS
     ]
+
+
+def _has_both_tables(path: Path) -> bool:
+    conn = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    try:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    finally:
+        conn.close()
+    return {"NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME"} <= names
 
 
 # ------------------------------------------------------------------ base inputs
@@ -322,7 +338,28 @@ _SQL_MUTATIONS: dict[str, Any] = {
     "dangling_string_ids": lambda conn, rng, table, column, gpu: _dangling(conn, rng, table),
     "unbalanced_ranges": _unbalanced,
     "end_before_start": _sql('UPDATE "{gpu}" SET "end" = start - 1000 {rows}'),
+    "sparse_rowids": lambda conn, rng, table, column, gpu: _sparse_rowids(conn, rng, gpu),
+    "long_names": lambda conn, rng, table, column, gpu: _long_names(conn, rng),
 }
+
+
+def _sparse_rowids(conn: sqlite3.Connection, rng: random.Random, gpu: str) -> None:
+    """Rows of the GPU table, or of NVTX or the runtime table, moved to rowids far apart:
+    2^40 and beyond, and below zero (SQLite allows any 64-bit rowid)."""
+    tables = [r[0].decode() for r in conn.execute("SELECT name FROM sqlite_master")]
+    for table in [gpu, *(t for t in TIMED if t in tables)]:
+        rowids = [r[0] for r in conn.execute(f'SELECT rowid FROM "{table}" ORDER BY rowid')]
+        for i, rowid in enumerate(rng.sample(rowids, min(len(rowids), rng.choice([1, 2, 5])))):
+            far = rng.choice([2**40 + i, -(2**35) - i, 2**62 + i])
+            conn.execute(f'UPDATE "{table}" SET rowid = ? WHERE rowid = ?', (far, rowid))
+
+
+def _long_names(conn: sqlite3.Connection, rng: random.Random) -> None:
+    """A few strings (kernel, API and range names) made a megabyte or more long."""
+    ids = [r[0] for r in conn.execute("SELECT id FROM StringIds ORDER BY id")]
+    tail = "x" * rng.choice([1 << 20, 3 << 20])
+    for string_id in rng.sample(ids, min(len(ids), 3)):
+        conn.execute("UPDATE StringIds SET value = value || ? WHERE id = ?", (tail, string_id))
 
 
 def _mutate_bytes(path: Path, kind: str, rng: random.Random) -> None:
@@ -360,7 +397,16 @@ def _mutate_trace(path: Path, kind: str, rng: random.Random) -> None:
         body = json.dumps(doc, ensure_ascii=False).encode()
         path.write_bytes(body.replace(b"aten::", b"aten\xff\xfe::", 3))
         return
-    path.write_bytes((text or json.dumps(doc)).encode())
+    if kind == "name_bytes":  # bytes that are not UTF-8 in names (Kineto writes names raw)
+        bad = rng.choice([b"\xff", b"caf\xe9", b"\xe2\x82", b"\xed\xa0\x80"])
+        path.write_bytes(json.dumps(doc).encode().replace(_MARK.encode(), bad))
+        return
+    body = (text or json.dumps(doc)).encode()
+    if kind == "gzip_members":  # several gzip members, as `cat a.gz b.gz` writes, and padding
+        cuts = sorted(rng.sample(range(1, len(body)), min(len(body) - 1, rng.choice([1, 3]))))
+        parts = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
+        body = b"".join(gzip.compress(part, mtime=0) for part in parts) + b"\x00" * 8
+    path.write_bytes(body)
 
 
 def _set(field: str, values: list[Any]):
@@ -369,6 +415,24 @@ def _set(field: str, values: list[Any]):
 
 def _put(e: dict[str, Any], rng: random.Random, fields: list[str], values: list[Any]) -> None:
     e[rng.choice(fields)] = rng.choice(values)
+
+
+_MARK = "@@NAME-BYTES@@"
+
+
+def _renamed(suffix: str):
+    def edit(e: dict[str, Any], rng: random.Random) -> None:
+        if isinstance(e.get("name"), str):
+            e["name"] += suffix
+
+    return edit
+
+
+def _share_correlation(e: dict[str, Any], rng: random.Random) -> None:
+    """Launch calls given one correlation id (the case read as "no launch record")."""
+    args = e.get("args")
+    if str(e.get("cat", "")).lower() in ("cuda_runtime", "cuda_driver") and isinstance(args, dict):
+        args["correlation"] = 1
 
 
 _TRACE_EDITS: dict[str, Any] = {
@@ -383,6 +447,10 @@ _TRACE_EDITS: dict[str, Any] = {
     "invalid_utf8": lambda e, rng: None,
     "duplicate_events": lambda e, rng: None,
     "negative_dur": _set("dur", [-5, -0.001, -1e9]),
+    "name_bytes": _renamed(_MARK),
+    "lone_surrogates": _renamed("\ud800x\udfff"),
+    "shared_correlation": _share_correlation,
+    "gzip_members": lambda e, rng: None,
 }  # fmt: skip
 
 
@@ -405,7 +473,7 @@ def sqlite_totals(path: Path) -> tuple[int, int] | None:
             n, s = conn.execute(query).fetchone()
             rows, total = rows + n, total + (s or 0)
         conn.close()
-    except sqlite3.Error:
+    except (sqlite3.Error, UnicodeDecodeError):  # (an error message of bytes not UTF-8)
         return None
     return rows, total
 

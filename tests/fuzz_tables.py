@@ -21,12 +21,14 @@ from pathlib import Path
 
 NVTX = "NVTX_EVENTS"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
-# Exports with both tables: small ones, and the real two-GPU one (19,118 ranges).
+# Exports with both tables: small ones, the real two-GPU one (19,118 ranges), and the
+# newest export (nsys 2026.4, one range around a measured pass after an unranged warm-up).
 TABLE_BASES = (
     "synthetic.sqlite",
     "nsys/extrap_concurrent_streams_nvtx_windows.sqlite",
     "nsys/dlprof_pytorch_small_cnn_rtx2070.sqlite",
     "nsys/fastvideo_training_mfu_h100x2_before.sqlite",
+    "real3/cs336a2_small_fwd_unranged_warmup_then_measurement_range_rtx5070laptop.sqlite",
 )
 TEXTS = ("'abc'", "'12x'", "''", "'1e400'", "'-'", "'９'")  # the last: a full-width digit
 

@@ -17,6 +17,7 @@ import polars as pl
 import pytest
 
 import nsysmap.flow.run_stages as flow
+import nsysmap.output.writer as writer
 from devtools.synth import SynthExport
 from nsysmap.attribution.normalise import check_span_times
 from nsysmap.core.errors import DamagedTimes, ExitCode, NotAnOutput, NotAProfile
@@ -150,14 +151,14 @@ def test_a_failed_write_leaves_the_previous_outputs_complete(tmp_path, capsys, m
     assert _run(capsys, "attribute", _export(tmp_path / "a.sqlite"), "-o", out)[0] == 0
     (out / "notes.txt").write_text("the user's own file\n")
     before = _outputs(out)
-    real = pl.DataFrame.write_parquet
+    real = writer.write_coded
 
-    def failing(frame: pl.DataFrame, file: object, **kwargs: object) -> None:
-        if Path(str(file)).name == "by_kernel.parquet":
+    def failing(blocks: object, schema: pl.Schema, path: Path, *args: object) -> int:
+        if path.name == "by_kernel.parquet":
             raise OSError(28, "No space left on device")
-        real(frame, file, **kwargs)
+        return real(blocks, schema, path, *args)
 
-    monkeypatch.setattr(pl.DataFrame, "write_parquet", failing)
+    monkeypatch.setattr(writer, "write_coded", failing)
     b = _export(tmp_path / "b.sqlite", step_name="nsysmap:step:7")
     code, err = _run(capsys, "attribute", b, "-o", out)
     assert code == ExitCode.OUTPUT_FAILED and "No space left on device" in err

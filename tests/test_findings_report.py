@@ -75,7 +75,7 @@ def test_an_output_without_findings_says_so(a100_run, tmp_path):
     (old / "manifest.json").write_text(json.dumps(manifest))
     result = build_report(read_run(old))
     answer = result.answers["answers"]["findings"]
-    assert answer["findings"] == [] and "output schema 1.10" in answer["unknown"]
+    assert answer["findings"] == [] and "output schema 1.11" in answer["unknown"]
     assert f"Unknown: {answer['unknown']}." in result.markdown
 
 

@@ -79,15 +79,17 @@ def test_fuzz_set_covers_every_mutation() -> None:
     reason="the larger fuzz run: set NSYSMAP_FUZZ_CASES (docs/cli.md, Fuzzing)",
 )
 def test_fuzz_larger_run(tmp_path: pytest.TempPathFactory) -> None:
-    """NSYSMAP_FUZZ_CASES cases (1,600 documented) of another seed over every corpus file."""
+    """NSYSMAP_FUZZ_CASES cases (1,600 documented) of another seed over every corpus file,
+    and every NVTX and runtime mutation of that seed over every export with both tables."""
     count = int(os.environ["NSYSMAP_FUZZ_CASES"])
     seed = int(os.environ.get("NSYSMAP_FUZZ_SEED", str(SEED + 1)))
-    selected = cases(seed, count, every_file=True)
+    selected = cases(seed, count, every_file=True) + table_cases(seed, every_file=True)
     results = run_cases(selected, tmp_path)
     codes = Counter(r["code"] for r in results.values())
     slowest = max(r.get("seconds") or 0.0 for r in results.values())
     failed = {case.id: found for case in selected if (found := problems(results[case.id]))}
-    print(f"\nfuzz seed {seed}: {count} cases, exit codes {dict(sorted(codes.items(), key=str))}")
+    exits = dict(sorted(codes.items(), key=str))
+    print(f"\nfuzz seed {seed}: {len(selected)} cases, exit codes {exits}")
     print(f"slowest case {slowest:.1f} s; {len(failed)} cases with problems")
     for case_id, found in list(failed.items())[:40]:
         print(f"FAILED {case_id}: {found[0][:300]}")

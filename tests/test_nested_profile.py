@@ -69,7 +69,7 @@ def test_attribute_takes_the_nested_report():
 _SNIPPET = """
 from nsysmap.attribution.attribute import attribute
 from nsysmap.attribution.normalise import normalise
-from nsysmap.read.nsys_sqlite import read_sqlite
+from nsysmap.read.nsys.nsys_sqlite import read_sqlite
 
 raw = read_sqlite("run.sqlite")
 attribute(normalise(raw))

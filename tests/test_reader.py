@@ -185,15 +185,18 @@ def test_a_twin_without_its_real_row_is_kept(tmp_path):
     assert meta(report)["backtrace_twin_rows"] == "0"
 
 
-def test_duplicate_real_calls_keep_the_first_and_are_counted(tmp_path):
+def test_copies_of_a_call_are_dropped_and_counted_other_calls_kept(tmp_path):
+    """A copy of a row (every column alike) is one call; two calls that share an id but
+    differ are both kept, for the attribution to call their launches ambiguous."""
     b = SynthExport()
     b.launch(1, 1, 0, 1, corr=1)
-    b.launch(1, 2, 5, 6, corr=1, api="cuLaunchKernel")  # same process and id: dropped
-    b.launch(2, 1, 0, 1, corr=1)  # another process: kept
+    b.launch(1, 1, 0, 1, corr=1)  # a copy: dropped
+    b.launch(1, 2, 5, 6, corr=1, api="cuLaunchKernel")  # same process and id, another call
+    b.launch(2, 1, 0, 1, corr=1)  # another process
     b.kernel(1, 0, 7, 1, 2, corr=1)
     report = read_sqlite(b.write(tmp_path / "x.sqlite"))
-    calls = report.api_calls.sort("pid")
-    assert calls.select("pid", "tid", "start_ns").rows() == [(1, 1, 0), (2, 1, 0)]
+    calls = report.api_calls.sort("pid", "start_ns")
+    assert calls.select("pid", "tid", "start_ns").rows() == [(1, 1, 0), (1, 2, 5 * MS), (2, 1, 0)]
     assert meta(report)["duplicate_launch_rows"] == "1"
 
 
@@ -208,7 +211,7 @@ def test_calls_with_ids_rising_in_each_process_are_all_kept(tmp_path):
     report = read_sqlite(b.write(tmp_path / "x.sqlite"))
     assert report.api_calls.height == 6
     assert meta(report)["duplicate_launch_rows"] == "0"
-    b.launch(1, 2, 20, 21, corr=2)  # process 1's id 2 again, after its 3
+    b.launch(1, 1, 4, 5, corr=2)  # a copy of process 1's id 2, after its 3
     report = read_sqlite(b.write(tmp_path / "y.sqlite"))
     assert report.api_calls.height == 6
     assert meta(report)["duplicate_launch_rows"] == "1"
@@ -219,7 +222,7 @@ def test_duplicates_found_whatever_the_correlation_id_range(tmp_path, corr):
     """Ids that do not fit the packed (pid, id) key take the general path."""
     b = SynthExport()
     b.launch(1, 1, 0, 1, corr=corr)
-    b.launch(1, 1, 2, 3, corr=corr)
+    b.launch(1, 1, 0, 1, corr=corr)  # a copy
     b.launch(2, 1, 0, 1, corr=corr)
     b.launch(1, 1, 4, 5, corr=5)
     b.kernel(1, 0, 7, 1, 2, corr=corr)

@@ -100,8 +100,8 @@ def test_analyse_file_lets_the_ranges_go_before_inference(gpt_export, tmp_path, 
     """Nothing holds the profile's ranges or API calls once the summaries are taken."""
     frames: list[weakref.ref] = []
 
-    def load(path, kind, opened, stages):
-        profile = whole_profile(path, kind, opened, stages)
+    def load(path, kind, opened, stages, memory_gb=None):
+        profile = whole_profile(path, kind, opened, stages, memory_gb)
         frames.extend(weakref.ref(f) for f in (profile.ranges, profile.api_calls))
         return profile
 

@@ -31,7 +31,7 @@ The chain, each link a vectorised lookup:
    `step_source` / `phase_source` say which ("range" or "records").
 
 No operation is dropped: `attribution` says how far the chain got
-("range", "other_thread", "no_range", "no_launch").
+("range", "other_thread", "no_range", "no_launch", "ambiguous_launch").
 
 How: `nsysmap.attribution.locate` finds range positions for all operations at once
 (as-of joins and parent climbs, `nsysmap.intervals.forest`); this module turns them
@@ -54,7 +54,7 @@ from nsysmap.attribution.record_evidence import evidence
 from nsysmap.attribution.recorded_steps import record_labels
 from nsysmap.attribution.rules import BUILTIN, NameRules
 from nsysmap.core import schemas
-from nsysmap.core.launch_keys import call_key, first_calls
+from nsysmap.core.launch_keys import ambiguous_keys, ambiguous_launches, call_key, first_calls
 from nsysmap.core.profile import NestedProfile, Profile
 
 
@@ -261,13 +261,23 @@ def _with_launches(ops: pl.DataFrame, api_calls: pl.DataFrame) -> pl.DataFrame:
     (nsysmap/core/launch_keys.py: the one that started first). The calls are
     joined as they are first: when no operation finds two (the readers drop
     duplicates, so nearly always), that is the join of the kept calls, and
-    the calls need not be de-duplicated.
+    the calls need not be de-duplicated. Where calls that differ share an id,
+    the operations whose launch that makes ambiguous (`ambiguous_launches`)
+    are given none, and `launch_ambiguous` marks them.
     """
     calls = api_calls.filter(pl.col("correlation_id").is_not_null())
     joined = _launch_join(ops, calls)
-    if joined.height == ops.height:
-        return joined
-    return _launch_join(ops, calls.filter(first_calls(calls)))
+    if joined.height != ops.height:
+        joined = _launch_join(ops, calls.filter(first_calls(calls)))
+    ambiguous = ambiguous_launches(
+        joined, ambiguous_keys(calls), pl.col("launch_start_ns").is_not_null()
+    )
+    if not ambiguous.any():
+        return joined.with_columns(ambiguous)
+    unknown = ("tid", "launch_api", "launch_start_ns", "launch_end_ns")  # not guessed
+    return joined.with_columns(ambiguous).with_columns(
+        pl.when(~pl.col("launch_ambiguous")).then(pl.col(c)).alias(c) for c in unknown
+    )
 
 
 def _launch_join(ops: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
@@ -302,7 +312,9 @@ _on_own_thread = pl.col("range_id").is_not_null() & pl.col("range_id").ne_missin
 def _finish(ops: pl.DataFrame) -> pl.DataFrame:
     """Attribution status, then the declared OPS columns."""
     status = (
-        pl.when(pl.col("launch_start_ns").is_null())
+        pl.when(pl.col("launch_ambiguous"))
+        .then(pl.lit("ambiguous_launch"))
+        .when(pl.col("launch_start_ns").is_null())
         .then(pl.lit("no_launch"))
         .when(_on_own_thread)
         .then(pl.lit("range"))

@@ -26,6 +26,7 @@ class ExitCode(IntEnum):
     TOTALS_MISMATCH = 11  # a run's own totals did not add up: nothing was written
     CLUSTER_FAILED = 12  # several reports: the Dask cluster could not be started or reached
     REGRESSION = 13  # nsysmap diff --fail-above: the step time or a row grew too much
+    TOO_LARGE = 14  # the input needs more memory than the budget (--memory-gb) allows
     INTERRUPTED = 130  # Ctrl-C
 
 
@@ -61,6 +62,13 @@ class NotAnOutput(NsysmapError):
     manifest or tables are not ones this nsysmap writes."""
 
     exit_code = ExitCode.UNUSABLE_INPUT
+
+
+class InputTooLarge(NsysmapError):
+    """The input would need more memory than the budget allows (a trace that inflates
+    past what `--memory-gb` reads); refused before it takes that memory."""
+
+    exit_code = ExitCode.TOO_LARGE
 
 
 class NoGpuData(NsysmapError):

@@ -1,11 +1,13 @@
 """Launch calls by (pid, correlation id): one key and one de-duplication rule.
 
-The nsys reader (read/nsys_sqlite.py) drops duplicate launch rows as it reads;
+The nsys reader (read/nsys_sqlite.py) drops copies of one launch row as it reads;
 the attribution (attribution/attribute.py) joins GPU operations to their
 launches and applies the same rule to whatever reader made the report. The
 rule: of the calls sharing a (pid, correlation id), the one that started
 first wins (ties: the lower thread id, then the earlier row); calls without a
-correlation id are all kept.
+correlation id are all kept. Calls that share a key but are not copies of one
+call make the launch of the operations with that key, and of those of the
+process without a call, ambiguous (`ambiguous_keys`, `ambiguous_launches`).
 """
 
 from __future__ import annotations
@@ -75,3 +77,35 @@ def rising_ids(calls: pl.DataFrame, corr: str = "correlation_id") -> bool:
     ids = pl.col(corr).drop_nulls()
     rising = calls.group_by("pid").agg(ok=(ids.diff().drop_nulls() > 0).all())
     return bool(rising["ok"].all())
+
+
+def ambiguous_keys(calls: pl.DataFrame, corr: str = "correlation_id") -> pl.DataFrame:
+    """(pid, correlation id) of the calls that share one but are not copies of one call
+    (another thread, time or name): which of them launched an operation with that id
+    cannot be told. Empty when no key repeats (rising ids: no hashing at all)."""
+    keyed = calls.filter(pl.col(corr).is_not_null())
+    none = keyed.select("pid", corr).clear()
+    if rising_ids(keyed, corr):
+        return none
+    key = call_key(keyed, corr=corr)
+    if keyed.select((pl.struct("pid", corr) if key is None else key).is_unique().all()).item():
+        return none
+    distinct = keyed.unique(maintain_order=True)  # copies of one row are one call
+    shared = distinct.group_by("pid", corr).agg(pl.len().alias("_calls"))
+    return shared.filter(pl.col("_calls") > 1).select("pid", corr).sort("pid", corr)
+
+
+def ambiguous_launches(ops: pl.DataFrame, keys: pl.DataFrame, found: pl.Expr) -> pl.Series:
+    """Row mask of `ops` whose launch call cannot be told (`keys`: `ambiguous_keys`):
+    the operations whose (pid, correlation id) several calls share, and those whose
+    call was not `found` in a process whose calls share ids (such ids may be their
+    own, overwritten). The OPS `attribution` of both is `ambiguous_launch`."""
+    if keys.is_empty():
+        return pl.repeat(False, ops.height, dtype=pl.Boolean, eager=True).alias("launch_ambiguous")
+    marked = keys.with_columns(_shared=pl.lit(True))
+    joined = ops.select("pid", "correlation_id", _found=found).join(
+        marked, on=["pid", "correlation_id"], how="left", maintain_order="left"
+    )
+    in_process = pl.col("pid").is_in(keys["pid"].unique().implode())
+    mask = pl.col("_shared").fill_null(False) | (~pl.col("_found") & in_process)
+    return joined.select(mask.fill_null(False).alias("launch_ambiguous")).to_series()

@@ -26,7 +26,7 @@ def declare(columns: Mapping[str, ColumnType]) -> pl.Schema:
     return pl.Schema(columns)
 
 
-OUTPUT_SCHEMA_VERSION = "1.10"
+OUTPUT_SCHEMA_VERSION = "1.11"
 
 # `graph`: one replay of a CUDA graph, traced as a whole (--cuda-graph-trace=graph).
 OP_KINDS = ("kernel", "memcpy", "memset", "cpu_op", "graph")
@@ -35,7 +35,8 @@ DIRECTIONS = ("forward", "backward")
 # How far attribution got for one operation (see docs/outputs.md). `other_thread`:
 # the step or phase came from a range on another thread of the process (output
 # schemas before 1.3 called it `window`; nsysmap.report.report_files reads those).
-ATTRIBUTION = ("range", "other_thread", "no_range", "no_launch")
+# `ambiguous_launch` (1.10): launch calls that differ share the op's correlation id.
+ATTRIBUTION = ("range", "other_thread", "no_range", "no_launch", "ambiguous_launch")
 
 OpKind = pl.Enum(OP_KINDS)
 RangeKind = pl.Enum(RANGE_KINDS)

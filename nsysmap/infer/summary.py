@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from instrument.phase_vocabulary import INFERRED_OF
+from nsysmap.core.coded import coded, decoded, lexical_rank, texts
 from nsysmap.core.inferred_schemas import BY_INFERRED_BLOCK
 from nsysmap.infer.label import Found, infer, infer_sequences
 from nsysmap.infer.sequence import READ, sequence_query
@@ -51,6 +52,9 @@ class Inferred:
 
 # The OPS columns the summaries of inference read (of each op, besides its labels).
 MEASURED = ("op_id", "device_id", "dur_ns", "short_name", "step", "phase", "module")
+# The texts of MEASURED as codes: grouped by, a text would be copied into every row's
+# key (a kernel name's length times its operations).
+_CODES = coded(["short_name", "phase", "module"])
 # The OPS columns inference reads (`infer_ops`).
 INFER_COLUMNS: tuple[str, ...] = (*READ, *(c for c in MEASURED if c not in READ))
 
@@ -58,7 +62,7 @@ INFER_COLUMNS: tuple[str, ...] = (*READ, *(c for c in MEASURED if c not in READ)
 def infer_ops(ops: pl.DataFrame) -> Inferred:
     """Inferred steps, phases and blocks of an OPS frame, with their summaries."""
     labels, found = infer(ops)
-    return _summarised(ops.select(MEASURED), labels, found)
+    return _summarised(ops.select(MEASURED).with_columns(_CODES), labels, found)
 
 
 def infer_scan(ops: pl.LazyFrame) -> Inferred:
@@ -68,8 +72,7 @@ def infer_scan(ops: pl.LazyFrame) -> Inferred:
     # Polars' streaming engine reads the file a morsel at a time: the names and texts
     # that become flags and codes are never all decoded at once.
     labels, found = infer_sequences(sequence_query(ops).collect(engine="streaming"))
-    names = pl.col("short_name", "phase", "module").cast(pl.Categorical)  # codes, not texts
-    measured = ops.select(MEASURED).with_columns(names).collect(engine="streaming")
+    measured = ops.select(MEASURED).with_columns(_CODES).collect(engine="streaming")
     return _summarised(measured, labels, found)
 
 
@@ -119,14 +122,18 @@ def combined(parts: list[Inferred]) -> Inferred:
 
 def by_inferred_block(joined: pl.DataFrame) -> pl.DataFrame:
     keys = ["device_id", "inferred_phase", "inferred_region", "inferred_block"]
-    top = (
-        joined.group_by([*keys, "short_name"])
+    per_name = (
+        joined.with_columns(coded(texts(joined, ["short_name"])))
+        .group_by([*keys, "short_name"])
         .agg(pl.col("dur_ns").sum())
-        .with_columns(pl.col("short_name").cast(pl.String))  # sorted as texts
-        .sort(["dur_ns", "short_name"], descending=[True, False], nulls_last=True)
+    )
+    top = (
+        per_name.with_columns(_text=lexical_rank(per_name["short_name"]))
+        .sort(["dur_ns", "_text"], descending=[True, False], nulls_last=True)
         .group_by(keys, maintain_order=True)  # a tie: the first name, so every run agrees
         .agg(pl.col("short_name").first().alias("top_kernel"))
     )
+    top = decoded(top, ["top_kernel"])
     table = joined.group_by(keys).agg(
         pl.len().cast(pl.Int64).alias("ops"),
         pl.col("dur_ns").sum().alias("time_ns"),

@@ -8,7 +8,7 @@ chunks to a sink, which decides what stays in memory::
                                     chunk 2 ──┤         ...
                                     ...       └─> sink
         HoldOps:    the chunks concatenated             -> HeldOps  (a frame)
-        StreamOps:  Polars' streaming Parquet writer    -> OpsFile  (ops.parquet)
+        StreamOps:  written chunk by chunk, texts coded -> OpsFile  (ops.parquet)
 
 Held rows serve the pure API (`nsysmap.analyse`) and inputs that fit; for
 profiles with millions of operations `analyse_file` streams them, so that
@@ -21,17 +21,17 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 import polars as pl
-from polars.io.plugins import register_io_source
 
 from nsysmap.core import schemas
 from nsysmap.output.placement import STAGING_MARK
-from nsysmap.output.writer import OPS_FILE, PARQUET
+from nsysmap.output.text_parquet import write_coded
+from nsysmap.output.writer import OPS_FILE
 
 CHUNK_ROWS = 250_000  # OPS rows a StreamOps materialises at a time (more: a higher peak, no faster)
 # Profiles with more operations than this have their OPS rows streamed into a
@@ -57,7 +57,7 @@ class HeldOps:
 
     def place(self, folder: Path) -> None:
         """Write the rows as `folder`/ops.parquet."""
-        self.frame.write_parquet(folder / OPS_FILE, **PARQUET)
+        write_ops([self.frame], folder / OPS_FILE, self.frame.schema)
 
     def placed(self, out_dir: Path) -> HeldOps:
         """The store once its outputs are in `out_dir`: still the frame held."""
@@ -122,25 +122,24 @@ class HoldOps:
 
 @dataclass(frozen=True)
 class StreamOps:
-    """Write the rows to `path` chunk by chunk (Polars' streaming Parquet writer)."""
+    """Write the rows to `path` chunk by chunk, their texts coded (`write_ops`)."""
 
     path: Path
     chunk_rows: int = field(default_factory=lambda: CHUNK_ROWS)
     stage: str = "write"
 
     def take(self, chunks: Iterator[pl.DataFrame]) -> OpsFile:
-        rows = 0
-
-        def counted(*_: object) -> Iterator[pl.DataFrame]:
-            nonlocal rows
-            for chunk in chunks:
-                rows += chunk.height
-                yield chunk
-
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        source = register_io_source(io_source=counted, schema=schemas.OPS)
-        source.sink_parquet(self.path, **PARQUET)
-        return OpsFile(self.path, rows)
+        return OpsFile(self.path, write_ops(chunks, self.path))
+
+
+def write_ops(chunks: Iterable[pl.DataFrame], path: Path, schema: pl.Schema = schemas.OPS) -> int:
+    """OPS rows (frames of `schema`) into the Parquet file `path`, chunk by chunk; how many.
+
+    Their texts are written dictionary-coded (nsysmap.output.text_parquet):
+    a kernel name costs memory once, however many rows it names.
+    """
+    return write_coded(chunks, schema, path)
 
 
 def sink_for(operations: int, staged: Callable[[], Path], *, stream: bool = False) -> OpsSink:

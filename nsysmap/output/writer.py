@@ -34,11 +34,10 @@ from nsysmap.output.placement import (
     write_failed,
 )
 from nsysmap.output.read_back import whole
+from nsysmap.output.text_parquet import write_coded
 from nsysmap.summaries.summarise import SUMMARY_SCHEMAS
 from nsysmap.waits.tables import SCHEMAS as WAITS_SCHEMAS
 
-# zstd level 1: as small as the default level here, and faster to write.
-PARQUET: dict[str, Any] = {"compression": "zstd", "compression_level": 1, "statistics": True}
 _HASH_CHUNK = 1 << 20
 OPS_FILE = "ops.parquet"
 RANKS_LAYOUT = "ranks"  # the manifest's `layout` of several ranks (one report's has none)
@@ -162,7 +161,7 @@ def write_outputs(
             ops.place(folder)
             for name, df in tables.items():
                 written = declared(name, df, ranked=ranked)
-                written.write_parquet(folder / f"{name}.parquet", **PARQUET)
+                write_coded([written], written.schema, folder / f"{name}.parquet")
             text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
             (folder / MANIFEST).write_text(text)
         except OSError as exc:

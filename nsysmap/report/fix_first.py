@@ -1,7 +1,7 @@
 """What to fix first, as answers.json says it and as report.md shows it (pure).
 
 `read_findings(run_dir, manifest)` reads findings.parquet (None when the
-output has none: written before output schema 1.10); `fix_first_answer(table)`
+output has none: written before output schema 1.11); `fix_first_answer(table)`
 is the answer `findings` of answers.json, the findings in their ranked order
 with every column of findings.parquet (docs/outputs.md); `fix_first_section`
 renders it as the report's first section, from the answer alone. The rules
@@ -39,7 +39,7 @@ def fix_first_answer(findings: pl.DataFrame | None) -> dict[str, Any]:
     unknown = None
     if findings is None:
         unknown = (
-            "no findings.parquet here (written by an nsysmap before output schema 1.10): run "
+            "no findings.parquet here (written by an nsysmap before output schema 1.11): run "
             "`nsysmap attribute` again for this section"
         )
     rows = [] if findings is None else findings.sort("priority").to_dicts()

@@ -168,7 +168,7 @@ class WindowCheck:
         self.seen += chunk.height
         if (chunk["step_source"] == "records").any():
             self.refused = "steps from PyTorch's records (counted over the whole process)"
-        elif (chunk["attribution"] == "no_launch").any():
+        elif chunk["attribution"].is_in(["no_launch", "ambiguous_launch"]).any():
             self.refused = "GPU work without a launch call (placed by its stream's neighbours)"
         self.range_steps |= bool((chunk["step_source"] == "range").any())
         self.backward |= bool(self._backward(chunk).any())

@@ -3,8 +3,9 @@
 `decide` is the decision itself, pure, on what is known of the file and the
 machine (`Facts`): its kind (only an nsys SQLite export can be read in
 parts), how many processes ran GPU work, the expected peak memory of a
-whole read against the budget (`--memory-gb`, else AVAILABLE_SHARE of the
-memory available), and NSYSMAP_WINDOWS::
+whole read against the budget (`--memory-gb`, else the default of
+nsysmap.core.memory: 80 % of the memory this process may still use), and
+NSYSMAP_WINDOWS::
 
     kind read in parts? ──no──> whole
       │ yes
@@ -34,6 +35,7 @@ from typing import Any
 
 import polars as pl
 
+from nsysmap.core.memory import budget_bytes
 from nsysmap.core.profile import NestedProfile
 from nsysmap.core.timings import Stages
 from nsysmap.read.nsys.nsys_sqlite import Export, expected_bytes, gpu_processes
@@ -52,8 +54,6 @@ WHOLE, BY_PROCESS, BY_WINDOW = "whole", "by process", "by window"
 # Forces the number of windows (an integer; tests and measurements), whatever
 # the memory budget: `NSYSMAP_WINDOWS=4 nsysmap attribute ...`.
 WINDOWS_ENV = "NSYSMAP_WINDOWS"
-# Split when the expected peak is above this share of the memory available.
-AVAILABLE_SHARE = 0.8
 
 
 @dataclass(frozen=True)
@@ -126,12 +126,12 @@ def whole(profile: NestedProfile) -> Source:
 
 def choose(path: Path, kind: InputKind, memory_gb: float | None, stages: Stages) -> Source:
     """The source of file `path` (already checked: `kind` is `kind_of(path)`): read
-    whole, by process or by window, within `memory_gb` (None: AVAILABLE_SHARE of
-    the memory available)."""
+    whole, by process or by window, within `memory_gb` (None: the default budget
+    of nsysmap.core.memory)."""
     opened = kind.open(path) if kind.open is not None else None
     with stages.stage("read", "sizing the input"):
         found = decide(_facts(kind, opened, memory_gb))
-    return _source(path, kind, opened, found, stages)
+    return _source(path, kind, opened, found, stages, memory_gb)
 
 
 def rank_sources(path: Path, kind: InputKind, stages: Stages) -> Iterator[Source]:
@@ -154,15 +154,22 @@ def _facts(kind: InputKind, opened: Any, memory_gb: float | None, ranks: bool = 
     """The facts `decide` reads; the processes are counted only when asked for."""
     if not kind.by_process:
         return Facts(False, 0, None, lambda: None)
-    budget = memory_gb * 1e9 if memory_gb is not None else available_bytes()
-    need = expected_bytes(opened) if budget is not None else 0
+    budget = budget_bytes(memory_gb)
+    need = expected_bytes(opened, budget) if budget is not None else 0
     processes = cache(lambda: gpu_processes(opened))
     return Facts(True, need, budget, processes, forced_windows(), ranks)
 
 
-def _source(path: Path, kind: InputKind, opened: Any, found: Choice, stages: Stages) -> Source:
+def _source(
+    path: Path,
+    kind: InputKind,
+    opened: Any,
+    found: Choice,
+    stages: Stages,
+    memory_gb: float | None = None,
+) -> Source:
     if found.how == WHOLE:
-        return Source(_whole(path, kind, opened, stages))
+        return Source(_whole(path, kind, opened, stages, memory_gb=memory_gb))
     assert isinstance(opened, Export)  # read in parts: an nsys export, opened
     if found.how == BY_PROCESS:
         profiles = process_profiles(opened, list(found.processes), stages=stages)
@@ -182,11 +189,16 @@ def _source(path: Path, kind: InputKind, opened: Any, found: Choice, stages: Sta
 
 
 def _whole(
-    path: Path, kind: InputKind, opened: Any, stages: Stages, refused: str | None = None
+    path: Path,
+    kind: InputKind,
+    opened: Any,
+    stages: Stages,
+    refused: str | None = None,
+    memory_gb: float | None = None,
 ) -> Iterator[NestedProfile]:
-    """The profile of `path` (read only when the flow asks for it); `refused`: why it
-    was not read in time windows (its meta's `windows_refused`)."""
-    profile = whole_profile(path, kind, opened, stages)
+    """The profile of `path` (read only when the flow asks for it, within `memory_gb`);
+    `refused`: why it was not read in time windows (its meta's `windows_refused`)."""
+    profile = whole_profile(path, kind, opened, stages, memory_gb)
     if refused is not None:
         note = pl.DataFrame({"key": [REFUSED_KEY], "value": [refused]}, schema=profile.meta.schema)
         profile = replace(profile, meta=pl.concat([profile.meta, note]))
@@ -197,19 +209,6 @@ def forced_windows() -> int | None:
     """The number of windows NSYSMAP_WINDOWS forces, if any."""
     value = os.environ.get(WINDOWS_ENV, "").strip()
     return int(value) if value.isdigit() else None
-
-
-def available_bytes() -> float | None:
-    """AVAILABLE_SHARE of the memory available now (Linux), else None."""
-    try:
-        lines = Path("/proc/meminfo").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        name, _, value = line.partition(":")
-        if name == "MemAvailable" and value.split()[0].isdigit():
-            return AVAILABLE_SHARE * int(value.split()[0]) * 1024
-    return None
 
 
 def choice(path: Path, memory_gb: float | None = None) -> Choice:

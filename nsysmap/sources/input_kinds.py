@@ -47,8 +47,9 @@ class InputKind:
     name: str
     suffixes: tuple[str, ...]  # lower case, with the dot
     called: str  # what a message calls a file of this kind ("a torch.profiler trace")
-    # The raw profile, of the path or of what `open` gave (imports its reader when called)
-    read: Callable[[Any], Profile]
+    # The raw profile, of the path or of what `open` gave, read within a memory budget
+    # in GB (None: nsysmap.core.memory's default); imports its reader when called.
+    read: Callable[[Any, float | None], Profile]
     probe: Callable[[bytes], bool] | None = None  # the file's first bytes look like this kind
     # Converted first: into the file beside it with the suffix `converted` (then read)
     convert: Callable[[Path, Path], Path] | None = None
@@ -65,14 +66,14 @@ class InputKind:
         """Does `path`'s name end with one of this kind's suffixes?"""
         return path.name.lower().endswith(self.suffixes)
 
-    def read_raw(self, path: Path, opened: Any = None) -> Profile:
+    def read_raw(self, path: Path, opened: Any = None, memory_gb: float | None = None) -> Profile:
         """The raw profile of `path` (or of `opened`, what `open` gave for it), converted
-        first when this kind is."""
+        first when this kind is, within the memory budget `memory_gb`."""
         if opened is not None:
-            return self.read(opened)
+            return self.read(opened, memory_gb)
         if self.convert is not None:
             path = self.convert(path, path.with_suffix(self.converted))
-        return self.read(path)
+        return self.read(path, memory_gb)
 
 
 def _is_sqlite(head: bytes) -> bool:
@@ -85,7 +86,8 @@ def _is_json_or_gzip(head: bytes) -> bool:
     return head.startswith(GZIP_MAGIC) or text[:1] in (b"{", b"[")
 
 
-def _read_sqlite(source: Path | Export) -> Profile:
+def _read_sqlite(source: Path | Export, memory_gb: float | None) -> Profile:
+    """(The budget decides how an export is read: nsysmap.sources.choose.)"""
     from nsysmap.read.nsys.nsys_sqlite import read_sqlite
 
     return read_sqlite(source)
@@ -97,10 +99,10 @@ def _open_sqlite(path: Path) -> Export:
     return open_export(path, checked=True)
 
 
-def _read_trace(path: Path) -> Profile:
+def _read_trace(path: Path, memory_gb: float | None) -> Profile:
     from nsysmap.read.torch.torch_trace import read_trace
 
-    return read_trace(path)
+    return read_trace(path, memory_gb=memory_gb)
 
 
 def _exported(path: Path, out: Path) -> Path:

@@ -26,30 +26,40 @@ from nsysmap.core.timings import Stages
 from nsysmap.sources.input_kinds import InputKind, kind_of
 
 
-def load_profile(path: str | Path, *, stages: Stages | None = None) -> NestedProfile:
+def load_profile(
+    path: str | Path, *, stages: Stages | None = None, memory_gb: float | None = None
+) -> NestedProfile:
     """Read a profile of any supported kind and normalise it (read, then nest its ranges).
 
     `.sqlite` nsys exports, `.nsys-rep` reports (exported with `nsys export`
     next to the input), and torch.profiler traces (`.json`, `.json.gz`);
     a file whose first bytes say another kind than its name is read as that
-    kind (nsysmap.sources.input_kinds).
+    kind (nsysmap.sources.input_kinds). `memory_gb`: the memory budget (None:
+    nsysmap.core.memory's default); a trace larger than it reads is refused.
     """
     path = Path(path)
-    return whole_profile(path, kind_of(path), None, stages or Stages(progress=False))
+    stages = stages or Stages(progress=False)
+    return whole_profile(path, kind_of(path), None, stages, memory_gb)
 
 
-def whole_profile(path: Path, kind: InputKind, opened: Any, stages: Stages) -> NestedProfile:
+def whole_profile(
+    path: Path, kind: InputKind, opened: Any, stages: Stages, memory_gb: float | None = None
+) -> NestedProfile:
     """The file `path` of `kind` (checked; `opened`: what the kind's `open` gave, or
-    None) read whole and normalised, then the kind's step after normalising."""
-    profile = read_normalised(lambda: _read_raw(path, kind, opened), stages, "reading")
+    None) read whole within `memory_gb` and normalised, then the kind's step after
+    normalising."""
+    read = lambda: _read_raw(path, kind, opened, memory_gb)  # noqa: E731
+    profile = read_normalised(read, stages, "reading")
     if kind.after_normalise is not None:  # torch.compile: kernels' modules, compile time
         profile = kind.after_normalise(profile, path)
     return profile
 
 
-def _read_raw(path: Path, kind: InputKind, opened: Any = None) -> Profile:
+def _read_raw(
+    path: Path, kind: InputKind, opened: Any = None, memory_gb: float | None = None
+) -> Profile:
     """The raw profile (a function of its own, for bench/profile.py to time)."""
-    return kind.read_raw(path, opened)
+    return kind.read_raw(path, opened, memory_gb)
 
 
 def read_normalised(

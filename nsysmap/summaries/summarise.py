@@ -20,6 +20,7 @@ import polars as pl
 
 from nsysmap.attribution.module_names import instance_class, last_part, with_ancestors
 from nsysmap.core import schemas
+from nsysmap.core.coded import coded, decoded, texts
 from nsysmap.summaries.by_range import by_range, combine_leaves, conform_leaves, leaves_query
 from nsysmap.summaries.comm_overlap import overlap_table
 from nsysmap.waits.tables import empty_waits, waits_tables
@@ -225,18 +226,23 @@ def partial_summaries(
     chunk by chunk.
     """
     lazy = ops.lazy()
+    grouped = [table for table in tables if table.source == GROUPED]
+    keys = texts(ops, (k for table in grouped for k in table.keys))
+    by_codes = lazy.with_columns(coded(keys))  # nsysmap.core.coded: each text held once
     queries = {
-        table.name: lazy.group_by(["device_id", *table.keys]).agg(
+        table.name: by_codes.group_by(["device_id", *table.keys]).agg(
             pl.len().cast(pl.Int64).alias("ops"),
             pl.col("dur_ns").sum().alias("time_ns"),
             *(agg.over_ops.alias(col) for col, agg in table.extra.items()),
         )
-        for table in tables
-        if table.source == GROUPED
+        for table in grouped
     }
     queries[LEAVES] = leaves_query(lazy)
     # Collected together: one pass of the engine over `ops` for every table.
-    partial = dict(zip(queries, pl.collect_all(queries.values()), strict=True))
+    partial = {
+        name: decoded(frame, keys)
+        for name, frame in zip(queries, pl.collect_all(queries.values()), strict=True)
+    }
     return {**partial, LEAVES: conform_leaves(partial[LEAVES])}
 
 

@@ -35,6 +35,7 @@ _REASONS = {
     "other_thread": "given step/phase from a range on another thread of the process",
     "no_range": "launched outside any range",
     "no_launch": "no launch call in the capture",
+    "ambiguous_launch": "launch ambiguous: several launch calls share correlation ids",
 }
 # What gives steps, phases and modules to a profile that lacks them (docs/outputs.md).
 _HOW = {

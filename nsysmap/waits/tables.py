@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from nsysmap.core.coded import lexical_rank
 from nsysmap.core.scalars import opt_int
 from nsysmap.core.wait_schemas import IDLE, LAUNCH_COST, STREAM_IDLE, WAIT_INTERIOR, WAIT_KINDS
 from nsysmap.waits import gaps as g
@@ -246,17 +247,6 @@ def launch_cost(gpu: pl.DataFrame, launches: pl.DataFrame, idle: pl.DataFrame) -
 
 # launch_cost's names as codes (`launch_cost`).
 _CODED = [pl.col("phase", "module").cast(pl.Categorical)]
-
-
-def lexical_rank(names: pl.Series) -> pl.Series:
-    """Per row of a Categorical Series, its name's dense rank in the names' sorted order
-    (null: null), sorting only the distinct names."""
-    distinct = names.unique().drop_nulls()
-    ranks = pl.DataFrame(
-        {"_code": distinct.to_physical(), "_rank": distinct.cast(pl.String).rank("dense")}
-    )
-    codes = pl.DataFrame({"_code": names.to_physical()})
-    return codes.join(ranks, on="_code", how="left", maintain_order="left")["_rank"]
 
 
 def _sort_rank(values: pl.Series) -> pl.Series:

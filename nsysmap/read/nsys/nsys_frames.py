@@ -200,14 +200,16 @@ def api_calls_frame(
     """API calls without backtrace twins; also (twins dropped, duplicates dropped).
 
     A twin (eventClass 67) is dropped when a real row has its (pid,
-    correlation id); of real rows sharing one, the one that `first_calls`
-    (nsysmap/core/launch_keys.py) keeps. Rows without a correlation id are all kept.
+    correlation id); of real rows that are copies of one (every column
+    alike), the first. Real rows that share a (pid, correlation id) but differ
+    are all kept: the attribution says the launches of that id are ambiguous
+    (nsysmap/core/launch_keys.py). Rows without a correlation id are all kept.
     """
     calls = specs.RUNTIME.empty_if_none(runtime).with_columns(pid=specs.process_id("globalTid"))
     twin = calls["eventClass"].eq(TWIN_EVENT_CLASS).fill_null(False)
     twins, real = _split(calls, twin)
     key = ["pid", "correlationId"]
-    kept, _ = _split(real, _first_calls(real))
+    kept, _ = _split(real, _first_copies(real))
     duplicates = real.height - kept.height
     if not twins.is_empty():  # keep a twin only when its real row is missing
         orphans = twins.join(real, on=key, how="anti")
@@ -222,6 +224,15 @@ def api_calls_frame(
         end_ns="end",
     )
     return frame, twins_dropped, duplicates
+
+
+def _first_copies(calls: pl.DataFrame) -> pl.Series:
+    """The rows that are the first of their copies (every column alike), on the raw
+    runtime columns; all of them when no (pid, correlation id) repeats."""
+    if _rising_ids(calls):
+        return pl.repeat(True, calls.height, dtype=pl.Boolean, eager=True)
+    first = pl.struct(pl.all()).is_first_distinct() | pl.col("correlationId").is_null()
+    return calls.select(first).to_series()
 
 
 def _first_calls(calls: pl.DataFrame) -> pl.Series:

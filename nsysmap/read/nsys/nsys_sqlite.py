@@ -133,12 +133,21 @@ def gpu_processes(source: Export | str | os.PathLike[str]) -> list[int] | None:
     return sorted(p for p in found if p is not None)
 
 
-def expected_bytes(source: Export | str | os.PathLike[str]) -> int:
-    """About the peak memory of reading the export whole: BYTES_PER_ROW per row
-    (by the tables' largest rowids: no scan)."""
+def expected_bytes(source: Export | str | os.PathLike[str], budget: float | None = None) -> int:
+    """About the peak memory of reading the export whole: BYTES_PER_ROW per row.
+
+    The rows are bounded first by the tables' smallest and largest rowids (no
+    scan); where that bound passes `budget` (or no budget is given), they are
+    counted, since rowids need be neither dense nor positive: a table of two
+    rows, at rowid -5 and 2^40, would otherwise look like 10^12 rows and be
+    cut into thousands of windows.
+    """
     export = opened(source)
-    rows = (*GPU_WORK_SPECS, specs.RUNTIME, specs.NVTX)
-    return BYTES_PER_ROW * sum(sql.last_rowid(export, spec.table) or 0 for spec in rows)
+    tables = [spec.table for spec in (*GPU_WORK_SPECS, specs.RUNTIME, specs.NVTX)]
+    bound = BYTES_PER_ROW * sum(sql.row_bound(export, table) for table in tables)
+    if budget is not None and bound <= budget:
+        return bound
+    return BYTES_PER_ROW * sum(sql.row_count(export, table) for table in tables)
 
 
 def _keep_launched(raw: frames.Raw) -> None:

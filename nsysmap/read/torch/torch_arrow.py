@@ -18,8 +18,10 @@ an event of a family without pid, tid, name, ts or dur, a negative or huge time,
 a time written with an exponent (the general reader takes it through a float),
 recorded shapes of a tensor list (`Input Dims` three deep: Arrow types a field
 once, as lists of lists of integers), an old trace's second spellings
-(`external id`, `inDevice`). pid and tid written as text (Kineto's last few
-events) are read from those events parsed one by one.
+(`external id`, `inDevice`), bytes that are not UTF-8 and escapes of UTF-16
+surrogates (the general reader replaces what no string can hold). pid and tid
+written as text (Kineto's last few events) are read from those events parsed
+one by one.
 """
 
 from __future__ import annotations
@@ -70,10 +72,12 @@ _SCHEMA = pa.schema(
 _EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
 _SEPARATOR = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 # What the fast reader leaves to the general one (see the module doc): keys it does not
-# read, and times written with an exponent.
+# read, times written with an exponent, and escapes of UTF-16 surrogates (a lone one
+# is no character: the general reader replaces it).
 _UNUSUAL = (
     r'"(?:external id|inDevice)"'
     r'|"(?:ts|dur)"\s*:\s*-?[0-9]+(?:\.[0-9]+)?[eE]'
+    r"|\\u[dD][89a-fA-F]"
 )
 _TEXT_ID = b'id": "'  # after "p or "t: a pid or tid written as text
 _JOINT = b"}\n{"
@@ -138,11 +142,17 @@ def _header(doc: bytes) -> dict[str, Any] | None:
 
 
 def _unusual(raw: bytes, start: int, end: int) -> bool:
-    """Whether the events hold something the general reader reads another way (one
-    pass of a compiled regex over the bytes, in place)."""
+    """Whether the events hold something the general reader reads another way: bytes
+    that are not UTF-8 (Arrow's JSON reader would keep them, and no string may hold
+    them) or a match of _UNUSUAL (a validating cast and one pass of a compiled regex
+    over the bytes, in place)."""
     data = pa.py_buffer(raw)
     offsets = pa.py_buffer(np.array([start, end], dtype=np.int64).tobytes())
     text = pa.Array.from_buffers(pa.large_binary(), 1, [None, offsets, data])
+    try:
+        text = text.cast(pa.large_string())
+    except pa.ArrowInvalid:
+        return True
     return bool(pc.match_substring_regex(text, _UNUSUAL)[0].as_py())
 
 

@@ -17,18 +17,18 @@ value only to about 1 ns).
 from __future__ import annotations
 
 import gc
-import gzip
 import json
 import re
 import stat
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nsysmap.core.errors import DamagedTimes, InputNotFound, NotAProfile
+from nsysmap.core.errors import DamagedTimes, InputNotFound, InputTooLarge, NotAProfile
+from nsysmap.core.memory import budget_bytes
+from nsysmap.read.torch.inflate import Damaged, PastLimit, inflated
 
 # Event category (lower-cased) -> family. Older torch releases wrote
 # "Operator", "Runtime", "Kernel", "Memcpy", "Memset". gpu_user_annotation
@@ -54,6 +54,10 @@ FLOW_FAMILIES = {"fwdbwd": "fwdbwd", "ac2g": "launch_flow", "async": "launch_flo
 MODULE_PREFIX = "nn.Module: "
 Buckets = dict[str, list[dict[str, Any]]]
 
+# Peak resident memory per byte of (inflated) trace: 7.11 GB for a 1.02 GB trace
+# read the general way (docs/performance.md); a larger trace than the memory
+# budget over this is refused before it is read (`decompressed`).
+TRACE_BYTES_PER_BYTE = 7
 # Microseconds beyond this magnitude do not fit Int64 nanoseconds with margin
 # (about 285 years after 1970).
 MAX_US = 9 * 10**15
@@ -81,20 +85,29 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
-def decompressed(path: Path) -> bytes:
-    """The trace file's bytes, gunzipped when gzipped.
+def decompressed(path: Path, memory_gb: float | None = None) -> bytes:
+    """The trace file's bytes, gunzipped when gzipped, as many as the memory budget
+    reads (`memory_gb`, None: the default of nsysmap.core.memory): at most the budget over
+    TRACE_BYTES_PER_BYTE, inflated as a stream that stops there.
 
-    Raises InputNotFound or NotAProfile with a one-line message.
+    Raises InputNotFound, NotAProfile or InputTooLarge with a one-line message.
     """
-    raw = _read_bytes(path)
-    if raw[:2] != b"\x1f\x8b":
-        return raw
+    budget = budget_bytes(memory_gb)
+    limit = None if budget is None else int(budget / TRACE_BYTES_PER_BYTE)
     try:
-        return gzip.decompress(raw)
-    except zlib.error as exc:  # a corrupt deflate stream inside a valid gzip header
-        raise NotAProfile(f"{path}: a corrupt gzip stream, not a readable chrome trace") from exc
-    except (OSError, EOFError, ValueError) as exc:
-        raise NotAProfile(f"{path}: not a JSON chrome trace ({type(exc).__name__})") from exc
+        return inflated(_regular(path), limit)
+    except PastLimit as exc:
+        raise InputTooLarge(
+            f"{path}: holds more than {exc.limit / 1e9:.2f} GB of trace (inflated), more than "
+            f"a memory budget of {(budget or 0) / 1e9:.1f} GB can read at about "
+            f"{TRACE_BYTES_PER_BYTE} bytes per byte of trace; give a larger one with --memory-gb"
+        ) from None
+    except Damaged as exc:
+        raise NotAProfile(f"{path}: {exc.reason}, not a readable chrome trace") from None
+    except FileNotFoundError as exc:
+        raise InputNotFound(f"{path}: no such file") from exc
+    except OSError as exc:
+        raise InputNotFound(f"{path}: cannot be read ({exc.strerror})") from exc
 
 
 def parse_events(path: Path, raw: bytes) -> tuple[dict[str, Any], list[Any]]:
@@ -103,7 +116,7 @@ def parse_events(path: Path, raw: bytes) -> tuple[dict[str, Any], list[Any]]:
     Raises NotAProfile with a one-line message.
     """
     try:
-        doc = json.loads(raw, parse_float=Number)  # decimal text: see ns_from_us
+        doc = json.loads(json_text(raw), parse_float=Number)  # decimal text: see ns_from_us
     except RecursionError as exc:
         raise NotAProfile(f"{path}: JSON nested too deeply to be a chrome trace") from exc
     except ValueError as exc:
@@ -115,17 +128,34 @@ def parse_events(path: Path, raw: bytes) -> tuple[dict[str, Any], list[Any]]:
     raise NotAProfile(f"{path}: JSON without a traceEvents list, not a chrome trace")
 
 
-def _read_bytes(path: Path) -> bytes:
-    """The file's bytes; only a regular file is read (a FIFO would block forever)."""
+# One JSON escape: a surrogate pair, a lone surrogate (group 1), or any other escape
+# (consumed whole, so that an escaped backslash never starts a false match).
+_ESCAPE = re.compile(
+    r"\\(?:u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+    r"|(u[dD][89a-fA-F][0-9a-fA-F]{2})|.)",
+    re.S,
+)
+
+
+def json_text(raw: bytes) -> str:
+    """The trace's text for `json.loads`, with what Polars cannot hold replaced by U+FFFD:
+    bytes that are not UTF-8 (as the nsys reader replaces them) and escapes of lone
+    UTF-16 surrogates (`\\ud800`), which no UTF-8 string holds."""
+    encoding = json.detect_encoding(raw)
     try:
-        mode = path.stat().st_mode
-        if not stat.S_ISREG(mode):
-            raise InputNotFound(f"{path}: not a regular file")
-        return path.read_bytes()
-    except FileNotFoundError as exc:
-        raise InputNotFound(f"{path}: no such file") from exc
-    except OSError as exc:
-        raise InputNotFound(f"{path}: cannot be read ({exc.strerror})") from exc
+        text = raw.decode(encoding)
+    except UnicodeDecodeError:
+        text = raw.decode(encoding, "replace")
+    if "\\ud" in text or "\\uD" in text:
+        text = _ESCAPE.sub(lambda m: "\\ufffd" if m.group(1) else m.group(0), text)
+    return text
+
+
+def _regular(path: Path) -> Path:
+    """`path`, once it is a regular file (a FIFO would block the first read forever)."""
+    if not stat.S_ISREG(path.stat().st_mode):
+        raise InputNotFound(f"{path}: not a regular file")
+    return path
 
 
 @dataclass

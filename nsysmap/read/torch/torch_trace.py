@@ -56,17 +56,19 @@ _BASE = ["name", "pid", "tid", "start_ns", "end_ns", "kind"]
 Flows = Callable[[], pl.DataFrame]  # the launch flows' table, made when first asked for
 
 
-def read_trace(path: str | Path) -> Profile:
+def read_trace(path: str | Path, *, memory_gb: float | None = None) -> Profile:
     """Read a torch.profiler chrome trace (.json, or gzipped) into a Profile.
 
     Raises InputNotFound for a missing file, NotAProfile for anything that is
-    not a chrome trace, NoGpuData for a trace without a single operator.
+    not a chrome trace, NoGpuData for a trace without a single operator,
+    InputTooLarge for one larger than the memory budget (`memory_gb`, None:
+    the default of nsysmap.core.memory) reads, once inflated.
     Events with unreadable fields are skipped and counted in `meta`; an event
     with a negative `dur` makes the trace NotAProfile (it ends before it starts).
     """
     path = Path(path)
     with paused_gc():  # millions of acyclic objects: collections would find nothing
-        raw = decompressed(path)
+        raw = decompressed(path, memory_gb)
         fast = arrow_families(raw)  # None unless every event reads the usual way
         if fast is not None:
             header, families = fast

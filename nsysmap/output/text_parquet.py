@@ -1,0 +1,63 @@
+"""ops.parquet written with its texts dictionary-coded: each distinct text once.
+
+A text column of the operations repeats a few names over millions of rows.
+Polars' own Parquet writer copies every row's text while it encodes it (146
+rows of a 50 MB kernel name took 7 GB more than the names); this writer casts
+each text column to Categorical (the distinct texts held once, the rows
+codes) and writes those as Parquet's dictionary encoding through PyArrow,
+block by block. The file's columns are the ones Polars writes, read back the
+same: the Arrow schema stored in it (`ARROW:schema`) declares each text a
+string, never a dictionary, so Polars reads String (each row's view into the
+dictionary page, not a copy) and pandas reads `object`, as before.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from nsysmap.core.coded import coded
+
+# zstd level 1: as small as the default level here, and faster to write.
+_OPTIONS = {"compression": "zstd", "compression_level": 1, "write_statistics": True}
+_ARROW_SCHEMA = b"ARROW:schema"
+# Texts nearly every row has its own of (the ranges' names and paths, in the
+# operations and in by_range and idle): written as they are, since coding them
+# costs more than it saves (1.8 CPU s more per 10^6 operations).
+NEARLY_UNIQUE = ("range_name", "range_path")
+
+
+def write_coded(
+    blocks: Iterable[pl.DataFrame],
+    schema: pl.Schema,
+    path: Path,
+    plain: Iterable[str] = NEARLY_UNIQUE,
+) -> int:
+    """Write `blocks` (frames of `schema`) into the Parquet file `path`; their rows.
+
+    Every text column is coded but those of `plain`: texts nearly every row has
+    its own of (coding them costs more than it saves), written as they are.
+    """
+    texts = [n for n, dtype in schema.items() if dtype == pl.String and n not in set(plain)]
+    empty = pl.DataFrame(schema=schema)
+    stored = empty.to_arrow().schema  # what a reader sees: texts as strings
+    written = empty.with_columns(coded(texts)).to_arrow().schema
+    rows = 0
+    options = {**_OPTIONS, "use_dictionary": texts}  # the others: plain, as Polars writes them
+    with pq.ParquetWriter(path, written, store_schema=False, **options) as writer:
+        for block in blocks:
+            table = block.with_columns(coded(texts)).to_arrow()
+            writer.write_table(pa.Table.from_batches(table.to_batches(), written))
+            rows += block.height
+        writer.add_key_value_metadata({_ARROW_SCHEMA: _serialised(stored)})
+    return rows
+
+
+def _serialised(schema: pa.Schema) -> bytes:
+    """`schema` as Parquet files store it for Arrow readers (base64 of its IPC form)."""
+    return base64.b64encode(schema.serialize().to_pybytes())
