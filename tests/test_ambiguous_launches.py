@@ -89,6 +89,7 @@ def _export(path: Path, kernels: int) -> Path:
     return b.write(path)
 
 
+@pytest.mark.slow
 def test_an_export_whose_calls_share_one_id(tmp_path):
     """All but one of the operations read as "no launch record in the capture" (145 of 146
     with 144 kernels; 8 here), although every launch call is there."""
@@ -121,6 +122,7 @@ def test_an_export_with_copied_launch_rows_attributes_as_before(tmp_path):
     assert analyse(profile).ops["attribution"].unique().to_list() == ["range"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shared", ["calls", "none"])
 def test_a_trace_whose_launch_calls_share_one_id(tmp_path, shared):
     events = [

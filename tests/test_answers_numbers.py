@@ -155,12 +155,14 @@ def compared(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, A
     return result.markdown, result.answers
 
 
+@pytest.mark.slow
 def test_every_number_of_report_md_is_a_value_of_answers_json(report: Reported) -> None:
     assert render(report.answers) == report.markdown  # report.md is answers.json rendered
     assert NUMBER.findall(prose(report.markdown, report.answers))  # there is something to check
     assert stray_numbers(report.markdown, report.answers) == []
 
 
+@pytest.mark.slow
 def test_every_number_of_a_compared_report_is_a_value_of_answers_json(
     compared: tuple[str, dict[str, Any]],
 ) -> None:
@@ -169,6 +171,7 @@ def test_every_number_of_a_compared_report_is_a_value_of_answers_json(
     assert stray_numbers(markdown, doc) == []
 
 
+@pytest.mark.slow
 def test_a_number_not_in_answers_json_is_caught(compared: tuple[str, dict[str, Any]]) -> None:
     markdown, doc = compared
     lines = markdown.splitlines()
@@ -214,6 +217,7 @@ def _top_cell(markdown: str, scope_label: str) -> str:
     return row[2]
 
 
+@pytest.mark.slow
 def test_same_top_kernel_sentence_agrees_with_the_top_kernel_table(report: Reported) -> None:
     answer = report.answers["answers"]["top_kernel"]
     said = _same_kernel_sentence(report.markdown)

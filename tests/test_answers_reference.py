@@ -237,6 +237,7 @@ def answer(report: Reported, name: str) -> dict[str, Any]:
     return report.answers["answers"][name]
 
 
+@pytest.mark.slow
 def test_scopes_are_the_documented_operations(profile: tuple[Reported, Reference]) -> None:
     report, ref = profile
     scopes = ref.scopes()
@@ -247,6 +248,7 @@ def test_scopes_are_the_documented_operations(profile: tuple[Reported, Reference
         assert facts["time_ns"] == ref.total(where)
 
 
+@pytest.mark.slow
 def test_matmul_share_per_scope(profile: tuple[Reported, Reference]) -> None:
     report, ref = profile
     for scope, where in ref.scopes().items():

@@ -51,6 +51,7 @@ def test_api_md_shows_the_docstrings_example():
     assert code_lines(shown) == code_lines(docstring_example())
 
 
+@pytest.mark.slow
 def test_the_docstrings_example_runs(tmp_path, monkeypatch):
     """On a small synthetic export named run.sqlite: the outputs are written."""
     write_export(tmp_path / "run.sqlite", gpt_tables(300, seed=1, n_layer=2, processes=1))

@@ -14,6 +14,8 @@ import importlib
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.test_imports import module_files, parsed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,6 +129,7 @@ def test_function_lengths_on_a_toy_tree(tmp_path: Path):
     assert function_lengths(tmp_path) == {"nsysmap/m.py:long": 62, "nsysmap/m.py:short": 2}
 
 
+@pytest.mark.slow
 def test_no_function_is_over_60_lines():
     lengths = function_lengths()
     assert sorted(name for name, lines in lengths.items() if lines > MAX_FUNCTION_LINES) == []
@@ -201,6 +204,7 @@ def test_the_sql_check_finds_sql_and_the_readers_inner_modules(tmp_path: Path):
     ]
 
 
+@pytest.mark.slow
 def test_nsys_sql_appears_only_under_read_nsys():
     assert sql_outside_the_reader(module_files("nsysmap")) == []
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from bench import peers, run
 from bench.report import markdown
 
@@ -134,6 +136,7 @@ def test_the_table_says_how_each_export_was_read():
     assert "- 1,000 (one process), nsysmap (by process): 2 processes one at a time" in table
 
 
+@pytest.mark.slow
 def test_nsysmap_run_says_it_read_a_one_process_export_in_windows(tmp_path, monkeypatch):
     from bench import nsysmap_run
     from devtools.synth.bulk import write_export

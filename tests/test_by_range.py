@@ -222,6 +222,7 @@ def test_ranges_nested_deeper_than_the_limit_fold_into_one_row(monkeypatch):
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sample", [_nested_sample, _sample, "two threads"])
 def test_windows_by_position_equal_windows_by_key(sample, monkeypatch):
     """Each thread on one device: a range's leaves are found by counting leaves per
@@ -450,6 +451,7 @@ def test_kernels_launched_inside_their_own_threads_ranges_count_in_the_phase_ran
     assert rows["train step > backward pass"][5] == 14 * MS  # span: 61 ms to 75 ms
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(

@@ -212,6 +212,7 @@ def _by_op(ops: pl.DataFrame, t0_ns: int) -> dict[tuple[str, int], tuple]:
     }
 
 
+@pytest.mark.slow
 def test_cpu_trace_compiled_kernels_get_their_call_sites_modules(tmp_path):
     report = load_profile(_write(tmp_path, CPU_EVENTS, COMPILED))
     ops = analyse(report).ops
@@ -220,6 +221,7 @@ def test_cpu_trace_compiled_kernels_get_their_call_sites_modules(tmp_path):
     assert report.compiled.height == 6
 
 
+@pytest.mark.slow
 def test_without_compiled_json_kernels_stay_in_the_compiled_regions_module(tmp_path):
     ops = analyse(load_profile(_write(tmp_path, CPU_EVENTS, None))).ops
     kernels = ops.filter(pl.col("name").str.starts_with("graph_0_"))
@@ -349,6 +351,7 @@ EXPECTED_CUDA = {
 }
 
 
+@pytest.mark.slow
 def test_cuda_trace_triton_extern_and_replayed_kernels_get_their_modules(tmp_path):
     ops = analyse(load_profile(_write(tmp_path, CUDA_EVENTS, CUDA_COMPILED))).ops
     assert set(ops["kind"]) == {"kernel"}

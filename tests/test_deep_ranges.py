@@ -95,6 +95,7 @@ def _open_chain(depth: int) -> Frames:
     return f
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth", [500, 5000])
 def test_paths_of_a_chain_thousands_deep_take_work_independent_of_depth(monkeypatch, depth):
     report = _open_chain(depth).profile()

@@ -63,6 +63,7 @@ def test_a_slower_layer_is_found_layer_by_layer(slower):
     assert row(slower, "kernel", "ampere_sgemm_128x64_tn")["change_share"] == 1.0
 
 
+@pytest.mark.slow
 def test_every_level_adds_up_to_each_runs_time_per_step(slower):
     for rows in slower.levels.values():
         assert rows.schema == DIFF
@@ -71,6 +72,7 @@ def test_every_level_adds_up_to_each_runs_time_per_step(slower):
         assert rows["change_share"].sum() == pytest.approx(1.0)
 
 
+@pytest.mark.slow
 def test_summary_names_what_changed_most(slower):
     line = summary(slower)
     assert line.startswith("B is 6.000 ms per step slower than A (+3.9 %)")

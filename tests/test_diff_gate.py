@@ -47,6 +47,7 @@ def gate(runs, new: str, *options: str) -> int:
     return nsysmap_cli(["diff", runs["base"], runs[new], "--quiet", *options])
 
 
+@pytest.mark.slow
 def test_a_planted_slowdown_in_one_module_trips_the_gate(runs, capsys):
     assert gate(runs, "slow", "--fail-above", "10", "--by", "module") == ExitCode.REGRESSION
     out, err = capsys.readouterr()
@@ -55,6 +56,7 @@ def test_a_planted_slowdown_in_one_module_trips_the_gate(runs, capsys):
     assert err.startswith("nsysmap: error: 1 of the rows checked grew more than 10 %")
 
 
+@pytest.mark.slow
 def test_noise_below_the_threshold_passes(runs, capsys):
     assert gate(runs, "noisy", "--fail-above", "5", "--by", "module", "--by", "kernel") == 0
     assert gate(runs, "noisy", "--fail-above", "5", "--by", "phase") == 0

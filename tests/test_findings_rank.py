@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -68,6 +69,7 @@ def findings(draw: st.DrawFn) -> list[Finding]:
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(findings())
 def test_findings_are_ranked_by_saving_per_step_unknown_last(drawn):
@@ -80,6 +82,7 @@ def test_findings_are_ranked_by_saving_per_step_unknown_last(drawn):
     assert all(r.saving_ns is None for r in out[len(known) :])
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(findings())
 def test_a_saving_never_exceeds_the_time_it_is_taken_from(drawn):
@@ -94,6 +97,7 @@ def test_a_saving_never_exceeds_the_time_it_is_taken_from(drawn):
             assert 0 < c.ns <= wanted.ns <= c.capacity
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(findings())
 def test_no_time_is_counted_by_two_findings(drawn):
@@ -106,6 +110,7 @@ def test_no_time_is_counted_by_two_findings(drawn):
     assert all(taken[k] <= capacity[k] for k in taken)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(findings(), st.randoms(use_true_random=False))
 def test_the_ranking_does_not_depend_on_the_order_findings_come_in(drawn, rnd: random.Random):
@@ -142,6 +147,7 @@ def _finding(rule: Rule, claims: list[Claim], tag: str) -> Finding:
     )
 
 
+@pytest.mark.slow
 def test_a_findings_table_holds_the_bounds(tmp_path):
     """A run with two findings over partly the same time: each saving within its basis and
     the step, ranked, in the table's schema."""

@@ -48,6 +48,7 @@ def a100_run(tmp_path_factory) -> Path:
     return attributed(Plan(A100_RUN), tmp_path_factory.mktemp("a100"), "run")
 
 
+@pytest.mark.slow
 def test_report_opens_with_what_to_fix_first_from_the_answer(a100_run):
     result = build_report(read_run(a100_run))
     answer = result.answers["answers"]["findings"]
@@ -64,6 +65,7 @@ def test_report_opens_with_what_to_fix_first_from_the_answer(a100_run):
         assert details in lines
 
 
+@pytest.mark.slow
 def test_an_output_without_findings_says_so(a100_run, tmp_path):
     old = tmp_path / "old"
     old.mkdir()
@@ -79,6 +81,7 @@ def test_an_output_without_findings_says_so(a100_run, tmp_path):
     assert f"Unknown: {answer['unknown']}." in result.markdown
 
 
+@pytest.mark.slow
 def test_the_terminal_summary_ends_with_the_top_three(a100_run):
     code, stdout, _ = invoke(
         ["attribute", str(a100_run.with_suffix(".sqlite")), "-o", str(a100_run)]
@@ -113,6 +116,7 @@ def before_after(tmp_path_factory) -> tuple[Path, Path, Path]:
     return a, b, c
 
 
+@pytest.mark.slow
 def test_a_fixed_finding_is_gone_and_its_saving_within_the_estimate(before_after):
     a, b, _ = before_after
     fixed = check(read_run(a), read_run(b))
@@ -128,6 +132,7 @@ def test_a_fixed_finding_is_gone_and_its_saving_within_the_estimate(before_after
     assert "gone: #1 per_parameter_optimizer" in text and "within the estimate" in text
 
 
+@pytest.mark.slow
 def test_more_saved_than_estimated_says_something_else_changed(before_after):
     a, _, c = before_after
     fixed = check(read_run(a), read_run(c))

@@ -53,6 +53,7 @@ def test_fp32_gemms_on_an_a100_save_the_tf32_share_of_their_time(tmp_path):
     assert row["upper_bound"] and "allow_tf32" in row["fix"] and row["basis_ns_per_step"] == 20 * MS
 
 
+@pytest.mark.slow
 def test_fp16_gemms_or_an_older_gpu_make_no_fp32_finding(tmp_path):
     tensor_cores = Plan([BIG, BIG, K(EW, 1.0)])
     assert of(found(tensor_cores, tmp_path), "fp32_gemm").is_empty()
@@ -74,6 +75,7 @@ def test_a_gpu_missing_from_the_peaks_says_what_it_needs(tmp_path):
 TINY = K(EW, 0.01, gap=0.05)
 
 
+@pytest.mark.slow
 def test_a_phase_of_tiny_late_launched_kernels_is_launch_bound(tmp_path):
     plan = Plan([BIG, *[TINY] * 50])
     table = found(plan, tmp_path)
@@ -82,6 +84,7 @@ def test_a_phase_of_tiny_late_launched_kernels_is_launch_bound(tmp_path):
     assert of(table, "launch_bound")["phase"].to_list() == ["forward"]
 
 
+@pytest.mark.slow
 def test_kernels_launched_in_time_or_after_long_host_work_are_not_launch_bound(tmp_path):
     in_time = Plan([BIG, *[K(EW, 0.01)] * 50])
     assert of(found(in_time, tmp_path), "launch_bound").is_empty()
@@ -113,6 +116,7 @@ def test_cuda_graph_replays_make_no_launch_bound_finding(tmp_path):
 # ---------------------------------------------------------------- per_parameter_optimizer
 
 
+@pytest.mark.slow
 def test_an_optimizer_of_one_kernel_per_operation_and_parameter(tmp_path):
     step = [K(SGEMM, 5.0), *[K(EW, 0.01, phase="optimizer", gap=0.02)] * 40]
     table = found(Plan(step, gpu=V100), tmp_path)
@@ -132,6 +136,7 @@ def test_a_multi_tensor_optimizer_makes_no_per_parameter_finding(tmp_path):
 ATTN = ("transformer.h.0.attn", "GPT2Attention")
 
 
+@pytest.mark.slow
 def test_attention_with_a_softmax_kernel_of_its_own_is_unfused(tmp_path):
     step = [
         K("volta_sgemm_64x64_nt", 2.0, module=ATTN),
@@ -152,6 +157,7 @@ def test_fused_attention_makes_no_finding(tmp_path):
 # ---------------------------------------------------------------- host_sync and sync_copy
 
 
+@pytest.mark.slow
 def test_a_synchronisation_inside_the_step_and_the_copy_before_it(tmp_path):
     step = [
         K(SGEMM, 5.0),
@@ -184,6 +190,7 @@ def test_asynchronous_copies_make_no_sync_copy_finding(tmp_path):
 ALL_REDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
 
 
+@pytest.mark.slow
 def test_an_all_reduce_after_the_backward_is_exposed(tmp_path):
     step = [
         K(SGEMM, 4.0, phase="backward"),
@@ -195,6 +202,7 @@ def test_an_all_reduce_after_the_backward_is_exposed(tmp_path):
     assert row["phase"] == "backward" and "bucket_cap_mb" in row["fix"]
 
 
+@pytest.mark.slow
 def test_an_all_reduce_under_compute_is_hidden(tmp_path):
     step = [
         K(SGEMM, 4.0, phase="backward"),
@@ -208,6 +216,7 @@ def test_an_all_reduce_under_compute_is_hidden(tmp_path):
 ACT = ("transformer.h.0.mlp.act", "NewGELUActivation")
 
 
+@pytest.mark.slow
 def test_a_chain_of_short_elementwise_kernels_in_one_module(tmp_path):
     step = [K(SGEMM, 1.0), *[K(EW, 0.01, module=ACT, gap=0.01)] * 8]
     table = found(Plan(step, gpu=V100), tmp_path)
@@ -215,6 +224,7 @@ def test_a_chain_of_short_elementwise_kernels_in_one_module(tmp_path):
     assert saving_ms(table, "elementwise_chain") == pytest.approx(7 * 0.01 + 0.08 * 7 / 8)
 
 
+@pytest.mark.slow
 def test_a_fused_kernel_or_a_short_run_is_no_chain(tmp_path):
     compiled = [K(SGEMM, 1.0), K("triton_poi_fused_gelu_0", 0.02, module=ACT)]
     assert of(found(Plan(compiled, gpu=V100), tmp_path), "elementwise_chain").is_empty()
@@ -227,12 +237,14 @@ def test_a_fused_kernel_or_a_short_run_is_no_chain(tmp_path):
 BATCH = K("[CUDA memcpy HtoD]", 0.1, phase="data", copy=HTOD)
 
 
+@pytest.mark.slow
 def test_the_gpu_waiting_for_each_batch_between_steps(tmp_path):
     plan = Plan([BATCH, K(SGEMM, 5.0)], between=5.0, gpu=V100)
     # two gaps of 5 ms between three steps, per measured step
     assert saving_ms(found(plan, tmp_path), "data_wait") == pytest.approx(10 / 3, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_steps_back_to_back_or_without_a_data_phase_make_no_data_finding(tmp_path):
     fed = Plan([BATCH, K(SGEMM, 5.0)], between=0.01, gpu=V100)
     assert of(found(fed, tmp_path), "data_wait").is_empty()

@@ -86,6 +86,7 @@ def test_the_check_finds_a_driver_that_strings_stages_together(tmp_path: Path):
     assert stray_imports(files) == ["nsysmap.capture.driver imports attribute_chunks"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(ONLY_FROM))
 def test_each_stage_is_imported_where_it_may_be_and_nowhere_else(name: str):
     files = module_files("nsysmap")

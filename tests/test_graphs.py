@@ -66,6 +66,7 @@ def graph_trace(tmp_path):
     return _graph_trace_export().write(tmp_path / "graph_trace.sqlite")
 
 
+@pytest.mark.slow
 def test_graph_replays_are_ops_attributed_through_their_launch(graph_trace, tmp_path):
     analysis = analyse_file(graph_trace, tmp_path / "out")
     ops = analysis.ops.sort("op_id")
@@ -96,6 +97,7 @@ def test_graph_replays_are_ops_attributed_through_their_launch(graph_trace, tmp_
     assert graph5["capture_range_path"] == "nsysmap:step:0 > nsysmap:phase:backward"
 
 
+@pytest.mark.slow
 def test_graph_replays_conserve_time_per_device(graph_trace, tmp_path):
     analysis = analyse_file(graph_trace, tmp_path / "out")
     expected = {0: (6, 82 * MS)}  # 20 + 30 + 20 + 10 + 0 ms of replays, 2 ms of optimizer
@@ -112,6 +114,7 @@ def test_untimed_replay_leaves_the_capture_window_alone(graph_trace):
     assert (meta["graph_replays"], meta["graph_replay_time_ns"]) == ("5", str(80 * MS))
 
 
+@pytest.mark.slow
 def test_summary_names_graph_time_and_how_to_see_inside(graph_trace, tmp_path):
     result = CliRunner().invoke(cli, ["attribute", str(graph_trace), "-o", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
@@ -181,6 +184,7 @@ def test_graph_node_kernels_take_module_from_capture_and_step_from_replay(node_m
     )
 
 
+@pytest.mark.slow
 def test_node_mode_conserves_time_and_says_so(node_mode, tmp_path):
     result = CliRunner().invoke(cli, ["attribute", str(node_mode), "-o", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
@@ -203,6 +207,7 @@ def test_node_mode_conserves_time_and_says_so(node_mode, tmp_path):
     assert "cuda-graph-trace=node" not in text
 
 
+@pytest.mark.slow
 def test_older_exports_keep_node_events_in_cuda_graph_events(tmp_path):
     b = _node_export()
     nodes = b.tables()["CUDA_GRAPH_NODE_EVENTS"]

@@ -69,6 +69,7 @@ def test_synthetic_blocks_phases_and_steps_match_the_truth(gpt):
     assert pairs["step"].n_unique() == pairs.height == pairs["inferred_step"].n_unique()
 
 
+@pytest.mark.slow
 def test_measured_labels_are_not_read():
     """Inference gives the same answer whether or not the ops carry measured labels."""
     path = SAMPLES
@@ -76,6 +77,7 @@ def test_measured_labels_are_not_read():
     assert infer_ops(ops).labels.equals(infer_ops(_hidden(ops)).labels)
 
 
+@pytest.mark.slow
 def test_ops_without_a_device_id_get_the_same_blocks():
     """An export whose device id column is unreadable (null) is inferred like the others."""
     ops = analyse(load_profile(SAMPLES / "gpt2_tiny_train.sqlite"), infer=False).ops

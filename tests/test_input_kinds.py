@@ -56,6 +56,7 @@ def test_a_kind_by_its_name(export, trace, tmp_path):
     assert kind_of(report) is NSYS_REPORT
 
 
+@pytest.mark.slow
 def test_an_export_named_json_is_read_as_an_export(export, tmp_path, capsys):
     """Content wins when it says another kind than the name: the same profile."""
     renamed = shutil.copyfile(export, tmp_path / "run.json")

@@ -78,6 +78,7 @@ def test_name_labels(name, expected):
     assert set_labels == expected
 
 
+@pytest.mark.slow
 def test_names_together_get_the_labels_each_gets_alone():
     """Operators are tested once per distinct operator over a series of names: each row
     must still get the labels its own name gives."""

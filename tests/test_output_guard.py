@@ -51,12 +51,14 @@ def _refused(capsys: pytest.CaptureFixture[str], target: Path, *argv: object) ->
     return err
 
 
+@pytest.mark.slow
 def test_export_over_the_report_the_outputs_were_made_from(work, capsys):
     report = work / "REPORT.sqlite"
     err = _refused(capsys, report, "export", work / "out", "--perfetto", report)
     assert "the input" in err
 
 
+@pytest.mark.slow
 def test_export_over_the_input_under_another_name(work, capsys):
     """Found by its size and SHA-256, whatever path the manifest recorded."""
     copy = work / "copy.json"
@@ -64,6 +66,7 @@ def test_export_over_the_input_under_another_name(work, capsys):
     _refused(capsys, copy, "export", work / "out", "--perfetto", copy)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["ops.parquet", "manifest.json", "by_phase.parquet"])
 def test_export_over_an_output_it_reads(work, capsys, name):
     out = work / "out"

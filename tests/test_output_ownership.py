@@ -82,6 +82,7 @@ def test_run_refuses_such_a_folder_before_the_script_runs(tmp_path, capsys):
     assert _tree(out) == before
 
 
+@pytest.mark.slow
 def test_an_nsysmap_manifest_proves_only_its_own_parquet_tables(tmp_path, capsys):
     """A manifest with nsysmap's mark that lists the user's files: the attribution is
     written beside them, and they are untouched."""
@@ -107,6 +108,7 @@ def test_the_users_own_ops_parquet_is_not_overwritten(tmp_path, capsys):
     assert (out / "ops.parquet").read_bytes() == mine and not (out / "manifest.json").exists()
 
 
+@pytest.mark.slow
 def test_a_second_run_replaces_the_first_and_keeps_the_users_files(tmp_path, capsys):
     out = tmp_path / "out"
     assert _run(capsys, "attribute", _export(tmp_path / "a.sqlite"), "-o", out)[0] == 0

@@ -117,6 +117,7 @@ CASES: dict[str, tuple[Argv, str]] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_an_output_that_cannot_be_written_is_refused_before_writing(work, capsys, case):
     _export(work / "run.sqlite")
@@ -124,6 +125,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_writing(work, capsys
     assert fragment in _refused(work, capsys, argv(work))
 
 
+@pytest.mark.slow
 def test_report_html_alone_when_its_default_file_is_a_directory(work, capsys):
     (work / "run" / "report.html").mkdir()
     err = _refused(work, capsys, ["report", work / "run", "--html"])
@@ -166,6 +168,7 @@ def test_an_output_under_a_folder_without_write_permission(work, capsys, monkeyp
     assert "Permission denied" in _refused(work, capsys, argv[command])
 
 
+@pytest.mark.slow
 def test_the_same_outputs_that_can_be_written_are(work, capsys):
     """The cases above fail for their paths alone: the same commands elsewhere succeed."""
     assert nsysmap_cli(["report", work / "run", "--html", work / "r.html", "--quiet"]) == 0

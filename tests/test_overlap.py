@@ -72,6 +72,7 @@ EXPECTED = [
 ]
 
 
+@pytest.mark.slow
 def test_known_overlap_through_an_export(tmp_path):
     path = _two_stream_export().write(tmp_path / "nccl.sqlite")
     result = CliRunner().invoke(cli, ["attribute", str(path), "-o", str(tmp_path / "out")])
@@ -88,6 +89,7 @@ def test_known_overlap_through_an_export(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_communication_time_matches_the_category_table(tmp_path):
     path = _two_stream_export().write(tmp_path / "nccl.sqlite")
     result = CliRunner().invoke(

@@ -7,6 +7,7 @@ The waits tables sort the GPU operations and the host's intervals with it
 from __future__ import annotations
 
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
@@ -30,6 +31,7 @@ def _frame(rows: list[tuple]) -> pl.DataFrame:
     return frame.with_columns(op_id=pl.int_range(pl.len(), dtype=pl.Int64).reverse())
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.lists(ROW, min_size=1, max_size=40))
 def test_packed_order_is_the_sort_by_the_columns(rows):
@@ -60,6 +62,7 @@ def test_times_too_far_apart_or_null_fall_back_to_the_columns():
     assert_frame_equal(gaps.gpu_ops(ops), expected)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(st.lists(ROW, min_size=1, max_size=40))
 def test_reach_runs_per_stream_and_step_as_windows_over_the_columns(rows):

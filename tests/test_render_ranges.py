@@ -82,6 +82,7 @@ def _section(text: str) -> list[str]:
     return [line for line in lines if not line.startswith("  ...")]
 
 
+@pytest.mark.slow
 def test_operator_ranges_alone_are_shown_but_not_beside_nsysmaps_ranges():
     f = Frames()
     f.range(1, "aten::mm, seq = 1, op_id = 2", 0, 10)

@@ -76,6 +76,7 @@ def test_matmul_share_in_the_full_step_and_in_forward_only(report):
     assert shares["compare"]["step"]["share"] == 74 / 108
 
 
+@pytest.mark.slow
 def test_top_kernel_and_its_calls_per_forward_pass_and_per_step(report):
     top = report.tables["report_top_kernels"].filter(pl.col("rank") == 1)
     rows = {(r["run"], r["scope"]): r for r in top.iter_rows(named=True)}
@@ -90,6 +91,7 @@ def test_top_kernel_and_its_calls_per_forward_pass_and_per_step(report):
     assert report.answers["answers"]["top_kernel"]["same_with_backward"] is True
 
 
+@pytest.mark.slow
 def test_non_matmul_kernels_above_one_percent(report):
     table = report.tables["report_non_matmul"]
     by_short = table.group_by("short_name").agg(pl.col("time_ns").sum(), pl.col("calls").sum())
@@ -202,6 +204,7 @@ def with_model_flops(tmp_path_factory) -> Path:
     return run
 
 
+@pytest.mark.slow
 def test_model_flops_give_tflops_and_mfu_per_module_and_phase(with_model_flops):
     result = build_report(read_run(with_model_flops))  # dtype from the document: float32
     assert result.findings.source == "model"
@@ -228,6 +231,7 @@ def test_model_flops_give_tflops_and_mfu_per_module_and_phase(with_model_flops):
     assert drop["tflops_per_s"] is None
 
 
+@pytest.mark.slow
 def test_model_flops_by_category_and_softmax_ratio(with_model_flops):
     result = build_report(read_run(with_model_flops), options=ReportOptions(dtype="tf32"))
     table = result.tables["report_category"]
@@ -239,6 +243,7 @@ def test_model_flops_by_category_and_softmax_ratio(with_model_flops):
     assert result.tables["report_devices"]["peak_tflops"].to_list() == [494.7]
 
 
+@pytest.mark.slow
 def test_unknown_device_or_dtype_means_no_mfu_said_plainly(with_model_flops):
     run = read_run(with_model_flops)
     result = build_report(run, options=ReportOptions(device_name="Imaginary GPU 9000"))
@@ -256,6 +261,7 @@ def test_flops_source_can_be_forced_and_said_missing(outputs):
     assert "no FLOP document of the model" in result.findings.source_note
 
 
+@pytest.mark.slow
 def test_command_writes_markdown_and_tables(outputs, tmp_path):
     target = tmp_path / "answers.md"
     argv = [
@@ -377,6 +383,7 @@ def test_an_ops_table_of_another_format_is_refused_in_one_line(tmp_path):
     assert nsysmap_cli(["report", str(tmp_path)]) == 4
 
 
+@pytest.mark.slow
 def test_the_compared_run_is_named_for_what_it_is(outputs, report):
     assert "(forward-only run), steps: 2" in report.markdown
     assert "It is not known to be forward-only" not in report.markdown
@@ -388,6 +395,7 @@ def test_the_compared_run_is_named_for_what_it_is(outputs, report):
     assert "Compared run: It is not known to be forward-only" in twice.markdown
 
 
+@pytest.mark.slow
 def test_each_share_names_its_denominator(outputs, report):
     """The report divides categories by the time in steps (304 ms); the attribute summary by
     all GPU time (304 ms plus the NCCL kernel and the add outside the steps, 4 ms)."""

@@ -43,6 +43,7 @@ def _training_step(f: Frames, first: str = "ampere_sgemm_128x64_tn") -> None:
     f.kernel(1, 12, first, dur=1)
 
 
+@pytest.mark.slow
 def test_same_top_kernel_names_both_kernels_and_says_no_when_they_differ():
     f = Frames()
     _training_step(f)
@@ -57,6 +58,7 @@ def test_same_top_kernel_names_both_kernels_and_says_no_when_they_differ():
     ) in result.markdown
 
 
+@pytest.mark.slow
 def test_a_forward_only_profile_has_no_answer_to_same_with_backward():
     f = Frames()
     f.range(1, "forward", 0, 10)
@@ -70,6 +72,7 @@ def test_a_forward_only_profile_has_no_answer_to_same_with_backward():
     assert "included: yes" not in result.markdown
 
 
+@pytest.mark.slow
 def test_forward_ranges_without_steps_count_the_forward_passes():
     """Three `forward pass` ranges, no step ranges: three passes, 2 sgemm calls each."""
     f = Frames()
@@ -205,6 +208,7 @@ def test_course_forward_export_counts_its_one_forward_pass(tmp_path):
     assert answers["schema"] == "nsysmap.answers" and answers["schema_version"] == "2.1"
 
 
+@pytest.mark.slow
 def test_the_header_says_which_steps_nsysmap_run_left_uncaptured():
     """A 4-step run whose first step was warm-up: 3 profiled, and the header says so."""
     f = Frames()
@@ -223,6 +227,7 @@ def test_the_header_says_which_steps_nsysmap_run_left_uncaptured():
     ) in result.markdown
 
 
+@pytest.mark.slow
 def test_non_matmul_kernels_are_told_apart_and_grouped_by_operator(tmp_path):
     """Templated elementwise kernels that share their first 90 characters get different
     labels; the forward scope's time is also given per PyTorch operator."""
@@ -248,6 +253,7 @@ def test_a_capture_without_ranges_says_its_host_copies_are_in_the_answers():
     assert len(notes) == 1 and "60.0 % of the time is host-to-device copies" in notes[0]
 
 
+@pytest.mark.slow
 def test_the_brief_names_work_left_out_unless_it_is_a_sliver():
     """Set-up work of 0.05 % of the time stays in the table but not in the brief; 48 % does."""
     for setup_ms, in_brief in ((1, False), (1900, True)):

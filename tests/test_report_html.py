@@ -133,6 +133,7 @@ def test_the_module_tree_holds_all_time(charts):
     assert all(p in values for p in parents.values() if p)
 
 
+@pytest.mark.slow
 def test_the_tree_s_branch_colours_are_no_phase_s(charts):
     """The phase charts colour forward blue and backward orange; the icicle beside them
     must not colour a branch (say, the backward range) in another phase's colour."""

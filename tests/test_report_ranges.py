@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import polars as pl
+import pytest
 
 from devtools.synth import SynthExport
 from nsysmap.flow.verbs import analyse, analyse_file
@@ -47,6 +48,7 @@ def _attention_profile() -> Frames:
     return f
 
 
+@pytest.mark.slow
 def test_attention_softmax_against_matmul_from_the_users_ranges():
     result = build_report(_run(_attention_profile()))
     assert result.findings.attention_source == "ranges"
@@ -60,6 +62,7 @@ def test_attention_softmax_against_matmul_from_the_users_ranges():
     assert "from the profile's own ranges" in result.markdown
 
 
+@pytest.mark.slow
 def test_attention_modules_win_over_ranges(tmp_path):
     b = SynthExport()
     b.thread(1, 1, "python")
@@ -76,6 +79,7 @@ def test_attention_modules_win_over_ranges(tmp_path):
     assert "| time, attention modules | 2.000 ms |" in result.markdown
 
 
+@pytest.mark.slow
 def test_the_range_section_lists_the_users_ranges_inside_and_own():
     result = build_report(_run(_attention_profile()))
     table = result.tables["report_ranges"]
@@ -108,6 +112,7 @@ def test_without_modules_and_ranges_one_line_says_how_to_get_them():
     assert "No operation was launched inside a range." in result.markdown
 
 
+@pytest.mark.slow
 def test_an_output_directory_without_by_range_says_to_attribute_again(tmp_path):
     b = SynthExport()
     b.thread(1, 1, "python")

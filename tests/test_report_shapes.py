@@ -134,6 +134,7 @@ def _nsys_export_with_nested_aten_ranges(path):
     return path
 
 
+@pytest.mark.slow
 def test_nsys_operator_ranges_count_each_call_once(tmp_path):
     export = _nsys_export_with_nested_aten_ranges(tmp_path / "aten.sqlite")
     ops = analyse_file(export, tmp_path / "out").ops
@@ -149,6 +150,7 @@ def test_nsys_operator_ranges_count_each_call_once(tmp_path):
     assert set(asked["family"]) == {"addmm / linear", "softmax"}
 
 
+@pytest.mark.slow
 def test_a_calls_flops_land_on_its_longest_kernel_not_on_a_memset_before_it(tmp_path):
     """cuBLAS often clears a workspace before the gemm of one addmm:
 

@@ -25,12 +25,14 @@ def answer(run) -> dict:
     return waits_answer(read_waits(run, manifest))
 
 
+@pytest.mark.slow
 def test_the_answer_is_json_and_covers_the_steps(answer):
     assert json.loads(json.dumps(answer)) == answer
     assert answer["unknown"] is None
     assert (answer["scope"], answer["steps"]) == ("steps", 2)
 
 
+@pytest.mark.slow
 def test_the_busiest_stream_adds_up_over_the_steps(answer):
     top = answer["streams"][0]
     assert (top["device_id"], top["stream_id"], top["steps"]) == (0, 7, 2)

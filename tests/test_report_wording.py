@@ -37,6 +37,7 @@ def _forward_only() -> Frames:
     return f
 
 
+@pytest.mark.slow
 def test_a_forward_only_profile_says_its_step_answers_once():
     """Without backward, the step (all phases) is the forward pass: the brief names the top
     kernel once and the non-matmul section does not print the same tables twice."""
@@ -49,6 +50,7 @@ def test_a_forward_only_profile_says_its_step_answers_once():
     assert "The same as the forward pass's" in non_matmul
 
 
+@pytest.mark.slow
 def test_a_top_kernel_only_in_backward_is_not_said_to_run_0_times_per_forward_pass():
     f = Frames()
     f.range(1, "forward", 0, 10)
@@ -125,6 +127,7 @@ def test_a_forward_from_module_calls_is_said_in_the_header(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_the_brief_does_not_call_a_copy_a_kernel():
     """No ranges: the brief lists non-matmul work by kernel, and a host-to-device copy is
     no kernel: it has a sentence of its own (cs336 without NVTX: 58 % of the time)."""
@@ -145,6 +148,7 @@ def test_the_brief_does_not_call_a_copy_a_kernel():
     assert "non-matmul kernels" not in brief
 
 
+@pytest.mark.slow
 def test_the_matmul_definition_says_which_convolution_kernels_count():
     """cuDNN's direct backward engines (dgrad_engine, wgrad_alg0_engine) stay convolution
     while implicit-GEMM convolutions are gemm: the definition line names both sides, and
@@ -197,6 +201,7 @@ def test_the_waits_sentence_names_the_rest_of_the_idle_time_when_it_is_not_small
     assert "0.003 ms" not in text  # GPU latency, a sliver of the idle time
 
 
+@pytest.mark.slow
 def test_the_html_says_no_step_ranges_once():
     """cs336 (phase ranges, no steps): the HTML's list of what the data cannot answer said
     'No step ranges: ...' twice, the report's note and the charts' note; one note holds both."""

@@ -45,6 +45,7 @@ def _two_steps(kernels_per_forward: int) -> Frames:
     return f
 
 
+@pytest.mark.slow
 def test_whole_calls_per_pass_print_without_decimals():
     """24 calls in each forward pass are 24, not 24.00; a fraction keeps two decimals."""
     result = _report(_two_steps(3))
@@ -84,6 +85,7 @@ def test_implicit_gemm_convolutions_count_as_matrix_multiplication(tmp_path):
     assert "fprop" not in non_matmul and "fft2d_r2c_32x32" in non_matmul
 
 
+@pytest.mark.slow
 def test_shapes_of_an_export_without_modules_take_their_direction_from_the_phase():
     """emit_nvtx exports (cs336): no module calls, yet forward and backward phase ranges;
     the shapes table says each call's direction from them, and opens by saying which
@@ -109,6 +111,7 @@ def test_shapes_of_an_export_without_modules_take_their_direction_from_the_phase
     assert "else the phase the call ran in" in opening
 
 
+@pytest.mark.slow
 def test_attention_ranges_of_the_forward_pass_only_say_so():
     """cs336: the ranges around attention mark only the forward pass, while the softmax
     section's scope is the whole step; the brief and the section say what they cover."""
@@ -138,6 +141,7 @@ def _waits_brief(f: Frames) -> str:
     return next(line for line in brief.splitlines() if line.startswith("- Where the GPU waits"))
 
 
+@pytest.mark.slow
 def test_the_waits_sentence_says_one_step_and_one_launch_call_in_the_singular():
     """ "Over 1 step window ... in 1 launch calls; 1 operations ran": singular where one."""
     f = Frames()
@@ -152,6 +156,7 @@ def test_the_waits_sentence_says_one_step_and_one_launch_call_in_the_singular():
     assert "Over the 2 steps' windows, the busiest stream" in _waits_brief(f)
 
 
+@pytest.mark.slow
 def test_the_waits_sentence_names_the_busiest_stream_of_each_device():
     """fastvideo on 2 GPUs: the brief named device 0's busiest stream as if it were the only
     one; it names each device's, and says how many devices there are."""
@@ -166,6 +171,7 @@ def test_the_waits_sentence_names_the_busiest_stream_of_each_device():
     assert ". Device 1, stream 7, was busy" in said
 
 
+@pytest.mark.slow
 def test_a_graph_launch_of_many_kernels_is_one_launch_call():
     """vLLM on MI300X: 421 kernels of one hipGraphLaunch each counted that call, so the
     brief said the host spent 213 ms in 434 launch calls (one call of 0.5 ms, really)."""
@@ -201,6 +207,7 @@ def test_a_category_without_counted_flops_has_no_flop_share(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_one_call_per_forward_pass_is_singular():
     """DLRM: "1 calls per forward pass"."""
     brief = _section(_report(_two_steps(1)).markdown, "Answers in brief")
@@ -238,6 +245,7 @@ def test_a_synchronous_copy_is_not_an_operation_shorter_than_its_launch():
     assert cost.select(pl.col("launches", "shorter_than_launch").sum()).row(0) == (2, 1)
 
 
+@pytest.mark.slow
 def test_the_launch_calls_host_time_says_it_holds_synchronous_copies_waits():
     """A cudaMemcpy call lasts until its copy is done: 'the host spent X in launch calls'
     holds that wait, and says so; only the other calls are compared with their operation."""
@@ -291,6 +299,7 @@ def test_the_terminal_names_generic_kernels_by_what_tells_them_apart():
     assert "  Kernel (gemm)" not in text and "enable_if" not in text
 
 
+@pytest.mark.slow
 def test_attention_in_both_directions_needs_no_note_about_other_phases():
     """GPT-2 on B200: attention modules hold forward and backward work; that they hold no
     optimizer work says nothing, so the answer carries no coverage note."""
@@ -358,6 +367,7 @@ def test_one_steps_wall_time_is_the_steps_in_the_singular(tmp_path):
     assert "steps' wall time" not in result.markdown
 
 
+@pytest.mark.slow
 def test_the_waits_tables_say_what_the_rest_of_the_idle_time_before_was():
     """GPT-2 on B200: the forward phase's 0.757 ms idle before its operations read as
     launch-bound 0.627 ms, sync 0 and other stream 0; the sentence above the table says

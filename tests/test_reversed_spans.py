@@ -119,6 +119,7 @@ def test_reversed_spans_of_a_synthetic_export_read_one_process_at_a_time_are_ref
     assert re.search(rf": \d+ {what}(s end before they start| ends before it starts) ", err), err
 
 
+@pytest.mark.slow
 def test_spans_of_no_length_and_open_ranges_are_not_reversed(tmp_path, capsys):
     source = _synthetic(tmp_path / "made.sqlite")
     with sqlite3.connect(source) as conn:

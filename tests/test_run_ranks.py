@@ -140,6 +140,7 @@ def test_waiting_ends_when_every_rank_has_a_record_of_this_job(tmp_path: Path):
     assert sorted(found) == [0, 1] and time.monotonic() - started < 5
 
 
+@pytest.mark.slow
 def test_waiting_for_a_missing_rank_ends_a_grace_period_after_a_failure(tmp_path: Path):
     write_record(tmp_path, 0, 137, 1.0)
     started = time.monotonic()

@@ -24,6 +24,7 @@ SCHEMAS["structure"] = STRUCTURE
 SCHEMAS["findings"] = FINDINGS
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SAMPLES))
 def test_outputs_match_golden_files(name):
     tables = attributed_tables(HERE / f"{name}.sqlite")
@@ -42,6 +43,7 @@ def test_committed_sample_is_what_the_builder_writes(name, tmp_path):
         assert_frame_equal(getattr(committed, frame), getattr(rebuilt, frame)), frame
 
 
+@pytest.mark.slow
 def test_training_sample_attributes_backward_to_modules_and_phases():
     ops = attributed_tables(HERE / "gpt2_tiny_train.sqlite")["ops"]
     bwd = ops.filter(pl.col("tid") == 2)

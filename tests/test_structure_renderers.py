@@ -53,6 +53,7 @@ def no_overlaps(structure: pl.DataFrame) -> bool:
     return bool(ordered.select((previous.is_null() | (previous < pl.col("start_ns"))).all()).item())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", _params())
 def test_every_renderer_counts_the_same_passes_and_steps(name, tmp_path):
     out = tmp_path / "out"

@@ -31,6 +31,7 @@ def shape_one(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_forward_rule_around_the_timed_loop_counts_its_three_passes(shape_one):
     """`--phase 'forward=^timed_iterations$'` names a range that holds three passes: each is
     a forward pass (225 calls per pass, not 675), and the report says the range holds three."""
@@ -52,6 +53,7 @@ def test_a_forward_rule_around_the_timed_loop_counts_its_three_passes(shape_one)
     ]
 
 
+@pytest.mark.slow
 def test_a_measure_rule_wins_and_one_that_names_nothing_is_said(shape_one):
     warm = _answers(shape_one, measure=["^warm_up$"])
     assert warm["run"]["forward_passes"] == 1
@@ -71,6 +73,7 @@ def test_a_measure_rule_wins_and_one_that_names_nothing_is_said(shape_one):
     ]
 
 
+@pytest.mark.slow
 def test_a_step_rule_that_names_only_warm_up_steps_is_said(tmp_path):
     """`--step 'warmup_iter_(\\d+)'` gives steps, all of them warm-up work: the measured
     forward passes stay those of the timed loop, and the report says the steps measure
@@ -91,6 +94,7 @@ def test_a_step_rule_that_names_only_warm_up_steps_is_said(tmp_path):
     assert doc["answers"]["waits"]["scope"] == "whole capture"
 
 
+@pytest.mark.slow
 def test_a_measure_rule_that_is_no_regex_is_a_usage_error(shape_one, tmp_path):
     with pytest.raises(BadNameRule, match="--measure '\\(': not a valid regular expression"):
         measure_rules(["("])

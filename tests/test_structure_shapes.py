@@ -163,6 +163,7 @@ def _named_as_computed(answers: dict[str, Any], passes: int, spec: Spec) -> None
 SHAPES = (SETUP_WARMUP_TIMED, SUBRANGES_ONLY, WARMUP_STEPS_THEN_FORWARD)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", SHAPES)
 def test_each_shape_as_the_issue_draws_it(shape, tmp_path):
     """The default names: set-up, one warm-up pass or two warm-up steps, three timed passes."""
@@ -193,6 +194,7 @@ VARIANTS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", VARIANTS, ids=lambda s: f"{s.shape}-{s.names}-{s.slow_first}")
 def test_each_variant(spec, tmp_path):
     answers, ops, truth = _reported(spec, tmp_path / "x.sqlite")

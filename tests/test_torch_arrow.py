@@ -107,6 +107,7 @@ def _fast_or_declined(raw: bytes) -> bool:
     return fast is not None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["kineto", "compact"])
 @pytest.mark.parametrize("spans", ["none", "last", "first and middle"])
 def test_usual_traces_read_as_the_general_reader_reads_them(layout, spans):

@@ -322,6 +322,7 @@ def test_cuda_trace_launches_ranges_devices_meta(cuda_trace):
     assert report.meta_value("kineto_schema_version") == "1"
 
 
+@pytest.mark.slow
 def test_cuda_trace_attributes_through_the_pipeline(cuda_trace):
     pipeline = pytest.importorskip("nsysmap.flow.verbs")
     ops = pipeline.analyse(pipeline.load_profile(cuda_trace)).ops.sort("op_id")

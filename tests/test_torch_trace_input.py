@@ -143,6 +143,7 @@ def test_header_fields_of_the_wrong_type(tmp_path, header, devices, rank):
     assert report.devices["sm_count"].null_count() == devices
 
 
+@pytest.mark.slow
 def test_skipped_events_are_named_in_the_summary(tmp_path):
     events = _events()
     events[KERNEL]["ts"] = "abc"

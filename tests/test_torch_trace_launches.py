@@ -52,6 +52,7 @@ def launches(tmp_path) -> Path:
     return write_trace(tmp_path / "launches.json", _launch_events())
 
 
+@pytest.mark.slow
 def test_every_launch_path_attributed(launches):
     ops = analyse(load_profile(launches)).ops.sort("op_id")
     got = ops.select("kind", "launch_api", "aten_op", "module", "dur_ns").rows()
@@ -108,6 +109,7 @@ def _old_trace(with_correlation: bool) -> list[dict]:
     return events
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("with_correlation", [True, False])
 def test_old_trace_categories_and_async_flows(tmp_path, with_correlation):
     path = write_trace(tmp_path / "old.json", _old_trace(with_correlation), deviceProperties=[])

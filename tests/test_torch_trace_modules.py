@@ -90,6 +90,7 @@ def _ops(path: Path) -> pl.DataFrame:
     return analyse(load_profile(path)).ops.sort("op_id")
 
 
+@pytest.mark.slow
 def test_module_frames_give_path_class_direction_phase_by_hand(model_trace):
     ops = _ops(model_trace)
     got = ops.select("name", "module", "module_class", "direction", "phase", "step").rows()
@@ -108,6 +109,7 @@ def test_module_frames_give_path_class_direction_phase_by_hand(model_trace):
     assert ops["aten_op"][0] == "aten::addmm" and ops["input_shapes"][0] == json.dumps(ADDMM_DIMS)
 
 
+@pytest.mark.slow
 def test_by_module_adds_up_by_hand(model_trace):
     analysis = analyse(load_profile(model_trace))
     by_module = analysis.summaries.by_module
@@ -168,6 +170,7 @@ def test_reader_ranges_module_names_and_meta(model_trace):
     assert (meta["fwdbwd_flows"], meta["compute_dtype"]) == ("1", "bf16")
 
 
+@pytest.mark.slow
 def test_older_spelling_without_instance_number(tmp_path):
     events = [module("Linear", 0, 10, 0), op("aten::mm", 1, 5), launch(2, 1), kernel("k", 3, 1, 1)]
     events[0]["args"].pop("Python module id")
@@ -175,6 +178,7 @@ def test_older_spelling_without_instance_number(tmp_path):
     assert ops.select("module", "module_class").row(0) == ("Linear", "Linear")
 
 
+@pytest.mark.slow
 def test_nsysmap_module_ranges_win_over_module_frames(tmp_path):
     own = complete("user_annotation", "nsysmap:fwd:Linear:blocks.0.fc", 13, 17)
     path = write_trace(tmp_path / "own.json", [own, *_forward()])

@@ -48,6 +48,7 @@ def _gpu_events() -> list[dict]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("general", [False, True], ids=["arrow", "general"])
 @pytest.mark.parametrize(
     ("raw", "shown"),
@@ -69,6 +70,7 @@ def test_cpu_operator_names_keep_what_they_can(tmp_path, raw, shown, general):
     assert ops["dur_ns"].sum() == 15_000
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("general", [False, True], ids=["arrow", "general"])
 def test_attribution_cuts_such_names_by_bytes(tmp_path, general):
     """Operator names are cut at their call fields (`, seq = `) as bytes: never inside a
@@ -82,6 +84,7 @@ def test_attribution_cuts_such_names_by_bytes(tmp_path, general):
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("general", [False, True], ids=["arrow", "general"])
 def test_kernel_and_range_names_with_a_bad_byte(tmp_path, general):
     path = _write(tmp_path / "t.json", _gpu_events(), b"\xff", general=general)

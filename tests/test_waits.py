@@ -95,6 +95,7 @@ def _ns(ms: float) -> int:
     return round(ms * MS)
 
 
+@pytest.mark.slow
 def test_every_planted_gap_is_found_with_its_kind_and_next_kernel(out):
     idle = pl.read_parquet(out / "idle.parquet")
     ops = pl.read_parquet(out / "ops.parquet").select("op_id", "name")
@@ -111,6 +112,7 @@ def test_every_planted_gap_is_found_with_its_kind_and_next_kernel(out):
     assert set(idle.filter(pl.col("step") == 0)["phase"].drop_nulls()) == {"forward"}
 
 
+@pytest.mark.slow
 def test_busy_and_idle_make_the_wall_time_of_every_stream_and_step(out):
     table = pl.read_parquet(out / "stream_idle.parquet").sort("step", "stream_id")
     assert (table["busy_ns"] + table["idle_ns"] == table["wall_ns"]).all()
@@ -139,6 +141,7 @@ def test_launch_cost_per_module(out):
     )  # every gap but after_last [33, 45) has its operation
 
 
+@pytest.mark.slow
 def test_short_kernels_are_counted_against_their_launch_call(tmp_path):
     b = SynthExport()
     b.range(PID, MAIN, 0, 10, "nsysmap:step:0")
@@ -213,6 +216,7 @@ def _trace_event(cat: str, name: str, ts: float, dur: float, **args: int) -> dic
     return {**event, "args": args} if args else event
 
 
+@pytest.mark.slow
 def test_a_torch_profiler_trace_item_call_is_a_sync_wait(tmp_path):
     """ProfilerStep#0 (µs): a kernel [2000, 17000); `.item()` [20000, 30000); the next
     launch at 31000 and its kernel [32000, 33000): the gap [17000, 32000) is sync."""

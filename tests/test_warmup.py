@@ -77,12 +77,14 @@ def built_in(tmp_path_factory) -> tuple[Path, pl.DataFrame, list[dict]]:
     return root / "out", ops, launched
 
 
+@pytest.mark.slow
 def test_warm_up_steps_keep_their_phases_and_are_marked(built_in):
     _, ops, launched = built_in
     assert ops.select("step", "phase", "warmup").to_dicts() == launched
     assert ops["warmup"].sum() == 2 * WARM_STEPS
 
 
+@pytest.mark.slow
 def test_forward_passes_are_the_measured_steps(built_in):
     _, ops, _ = built_in
     measured = ops.filter(~pl.col("warmup"))
@@ -93,6 +95,7 @@ def test_forward_passes_are_the_measured_steps(built_in):
     assert ops.filter(pl.col("phase") == "forward").height == WARM_STEPS + STEPS
 
 
+@pytest.mark.slow
 def test_a_users_phase_rule_wins_inside_warm_up_steps(tmp_path):
     ops, launched = _attributed(tmp_path, "--phase", "loss=^Backward$")
     want = [{**k, "phase": "loss" if k["phase"] == "backward" else k["phase"]} for k in launched]
