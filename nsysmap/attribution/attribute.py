@@ -48,14 +48,16 @@ import polars as pl
 from nsysmap.attribution.categories import category_expr
 from nsysmap.attribution.compiled_modules import apply_compiled, compiled_context
 from nsysmap.attribution.labels import name_labels
-from nsysmap.attribution.locate import ANCHORS, WARMUP, Scope, locate, queries, thread_keys
+from nsysmap.attribution.locate import locate, queries
 from nsysmap.attribution.paths import range_paths
 from nsysmap.attribution.record_evidence import evidence
 from nsysmap.attribution.recorded_steps import record_labels
 from nsysmap.attribution.rules import BUILTIN, NameRules
+from nsysmap.attribution.scope import ANCHORS, WARMUP, Scope, thread_keys
 from nsysmap.core import schemas
 from nsysmap.core.launch_keys import call_key, first_calls
 from nsysmap.core.profile import NestedProfile, Profile
+from nsysmap.intervals.preorder import Preorder
 
 
 def attribute(profile: NestedProfile, rules: NameRules = BUILTIN) -> pl.DataFrame:
@@ -72,6 +74,7 @@ def attribute_chunks(
     chunk_rows: int | None,
     rules: NameRules = BUILTIN,
     launches: list[pl.DataFrame] | None = None,
+    preorders: list[Preorder | None] | None = None,
 ) -> Iterator[pl.DataFrame]:
     """The OPS rows of `profile` in op_id order, `chunk_rows` rows at a time (None: one chunk).
 
@@ -79,7 +82,10 @@ def attribute_chunks(
     paths are materialised one chunk at a time. `launches`, when given, gets
     the launch-call durations the join with the launch calls found
     (`launch_durations`) before the first chunk: the waits tables read them
-    (nsysmap.waits.tables) rather than join the API calls again.
+    (nsysmap.waits.tables) rather than join the API calls again. `preorders`,
+    when given, gets the ranges in nesting pre-order as the search sorted them
+    (nsysmap.intervals.preorder; None where it did not), which by_range reads
+    rather than sort them again.
     """
     ops = _with_graphs(_with_launches(profile.ops, profile.api_calls), profile.graph_links)
     if launches is not None:
@@ -98,6 +104,8 @@ def attribute_chunks(
         found = locate(scope, queries(ops, keys[1].slice(0, n)), n)
         if has_captures:
             captured = locate(scope, queries(captures, keys[1].slice(n, n)), n)
+    if preorders is not None:
+        preorders.append(None if scope is None else scope.preorder)
     compiled = compiled_context(profile) if scope is not None else None
     rank = pl.lit(_rank(profile), pl.Int64).alias("rank")
     category = _categories(ops)
@@ -170,7 +178,7 @@ def _labels(found: pl.DataFrame, scope: Scope) -> pl.DataFrame:
         {
             "range_id": ranges["range_id"].gather(inner),
             "range_name": ranges["name"].gather(inner),
-            "range_path": range_paths(scope.forest.parent, ranges["name"], ranges["depth"], inner),
+            "range_path": range_paths(scope.parent, ranges["name"], ranges["depth"], inner),
             "range_depth": ranges["depth"].gather(inner),
             "other_thread_range_id": ranges["range_id"].gather(found["other"]),
             "step": scope.label(found["step"], "lbl_step"),
