@@ -48,6 +48,7 @@ import polars as pl
 from nsysmap.attribution.categories import category_expr
 from nsysmap.attribution.compiled_modules import apply_compiled, compiled_context
 from nsysmap.attribution.labels import name_labels
+from nsysmap.attribution.launch_rows import call_rows
 from nsysmap.attribution.locate import locate, queries
 from nsysmap.attribution.paths import range_paths
 from nsysmap.attribution.record_evidence import evidence
@@ -279,8 +280,8 @@ def _with_launches(ops: pl.DataFrame, api_calls: pl.DataFrame) -> pl.DataFrame:
 
 
 def _launch_join(ops: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
-    """`ops` left-joined with `calls` on (pid, correlation_id): a row per match."""
-    key = call_key(calls, ops)
+    """`ops` left-joined with `calls` on (pid, correlation_id): a row per match (by an
+    array lookup where nsysmap.attribution.launch_rows can, else by a join)."""
     launches = calls.select(
         "pid",
         "correlation_id",
@@ -289,6 +290,11 @@ def _launch_join(ops: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
         pl.col("start_ns").alias("launch_start_ns"),
         pl.col("end_ns").alias("launch_end_ns"),
     )
+    rows = call_rows(calls, ops)
+    if rows is not None:
+        found = launches.drop("pid", "correlation_id").select(pl.all().gather(rows))
+        return pl.concat([ops, found], how="horizontal")
+    key = call_key(calls, ops)
     if key is None:
         return ops.join(launches, on=["pid", "correlation_id"], how="left", maintain_order="left")
     joined = ops.with_columns(_k=key).join(
