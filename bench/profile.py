@@ -1,7 +1,7 @@
 """Where `nsysmap attribute` spends its time and memory: per stage, then per function.
 
     python -m bench.profile EXPORT OUTDIR [--no-infer] [--memory-gb GB]
-                            [--functions N] [--json FILE]
+                            [--functions N] [--clock wall|cpu] [--json FILE]
 
 Runs `analyse_file` (what `nsysmap attribute` runs) once and prints:
 
@@ -14,7 +14,9 @@ Runs `analyse_file` (what `nsysmap attribute` runs) once and prints:
   memory is that of the window they run in (`attributing`);
 * the N functions of nsysmap with the most cumulative time (cProfile, main
   thread; calls, own seconds, cumulative seconds), so that nothing here names
-  a function of the flow that may be renamed.
+  a function of the flow that may be renamed. `--clock cpu` times them in
+  CPU seconds of the whole process (every thread: Polars' pool, the readers,
+  the background hash) instead of wall seconds: steadier on a shared machine.
 
 Measuring adds a sampling thread and cProfile's cost per Python call (small:
 the work is in Polars and Arrow); `--functions 0` leaves cProfile off.
@@ -132,8 +134,17 @@ def functions(profile: cProfile.Profile, top: int) -> list[dict]:
     return sorted(rows, key=lambda r: -r["cumulative_s"])[:top]
 
 
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
 def profiled(
-    export: Path, out_dir: Path, *, infer: bool, memory_gb: float | None, top: int
+    export: Path,
+    out_dir: Path,
+    *,
+    infer: bool,
+    memory_gb: float | None,
+    top: int,
+    clock: str = "wall",
 ) -> dict:
     """One run of the flow on `export`, measured per stage and per function."""
     from bench.nsysmap_run import attributed
@@ -141,7 +152,7 @@ def profiled(
     sampler = Sampler()
     threading.Thread(target=sampler.run, daemon=True).start()
     stages = RecordingStages(sampler)
-    profile = cProfile.Profile() if top else None
+    profile = cProfile.Profile(CLOCKS[clock]) if top else None
     if profile:
         profile.enable()
     analysis, seconds = attributed(export, out_dir, infer=infer, memory_gb=memory_gb, stages=stages)
@@ -158,6 +169,7 @@ def profiled(
         "stages": analysis.timings,
         "windows": {k: asdict(v) for k, v in stages.windows.items()},
         "functions": functions(profile, top) if profile else [],
+        "clock": clock,
     }
 
 
@@ -180,7 +192,8 @@ def text(result: dict) -> str:
     if result["functions"]:
         lines += [
             "",
-            f"{'function (by cumulative time)':<60} {'calls':>7} {'own s':>8} {'cum s':>8}",
+            f"{'function (by cumulative ' + result.get('clock', 'wall') + ' time)':<60} "
+            f"{'calls':>7} {'own s':>8} {'cum s':>8}",
         ]
         for f in result["functions"]:
             name = f"{f['function']}:{f['line']}"
@@ -195,6 +208,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-infer", action="store_true")
     parser.add_argument("--memory-gb", type=float, help="as `nsysmap attribute --memory-gb`")
     parser.add_argument("--functions", type=int, default=25, help="top N functions; 0: off")
+    parser.add_argument(
+        "--clock", choices=sorted(CLOCKS), default="wall", help="what the function table counts"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     result = profiled(
@@ -203,6 +219,7 @@ def main(argv: list[str] | None = None) -> None:
         infer=not args.no_infer,
         memory_gb=args.memory_gb,
         top=args.functions,
+        clock=args.clock,
     )
     print(text(result))
     if args.json:

@@ -248,7 +248,7 @@ def test_scope_labels_are_those_of_each_range_name():
     """`Scope.labels` at a range that may give a scope: the labels of its own name
     (names repeat; their labels are kept once); null at a null position."""
     from nsysmap.attribution.labels import name_labels
-    from nsysmap.attribution.locate import Scope, thread_keys
+    from nsysmap.attribution.scope import Scope, thread_keys
 
     f = Frames()
     names = ["nsysmap:step:1", "nsysmap:phase:forward", "nsysmap:fwd:Block:h.0", "aten::mm"]

@@ -48,14 +48,17 @@ import polars as pl
 from nsysmap.attribution.categories import category_expr
 from nsysmap.attribution.compiled_modules import apply_compiled, compiled_context
 from nsysmap.attribution.labels import name_labels
-from nsysmap.attribution.locate import ANCHORS, WARMUP, Scope, locate, queries, thread_keys
+from nsysmap.attribution.launch_rows import call_rows
+from nsysmap.attribution.locate import locate, queries
 from nsysmap.attribution.paths import range_paths
 from nsysmap.attribution.record_evidence import evidence
 from nsysmap.attribution.recorded_steps import record_labels
 from nsysmap.attribution.rules import BUILTIN, NameRules
+from nsysmap.attribution.scope import ANCHORS, WARMUP, Scope, thread_keys
 from nsysmap.core import schemas
 from nsysmap.core.launch_keys import ambiguous_keys, ambiguous_launches, call_key, first_calls
 from nsysmap.core.profile import NestedProfile, Profile
+from nsysmap.intervals.preorder import Preorder
 
 
 def attribute(profile: NestedProfile, rules: NameRules = BUILTIN) -> pl.DataFrame:
@@ -72,6 +75,7 @@ def attribute_chunks(
     chunk_rows: int | None,
     rules: NameRules = BUILTIN,
     launches: list[pl.DataFrame] | None = None,
+    preorders: list[Preorder | None] | None = None,
 ) -> Iterator[pl.DataFrame]:
     """The OPS rows of `profile` in op_id order, `chunk_rows` rows at a time (None: one chunk).
 
@@ -79,7 +83,10 @@ def attribute_chunks(
     paths are materialised one chunk at a time. `launches`, when given, gets
     the launch-call durations the join with the launch calls found
     (`launch_durations`) before the first chunk: the waits tables read them
-    (nsysmap.waits.tables) rather than join the API calls again.
+    (nsysmap.waits.tables) rather than join the API calls again. `preorders`,
+    when given, gets the ranges in nesting pre-order as the search sorted them
+    (nsysmap.intervals.preorder; None where it did not), which by_range reads
+    rather than sort them again.
     """
     ops = _with_graphs(_with_launches(profile.ops, profile.api_calls), profile.graph_links)
     if launches is not None:
@@ -98,6 +105,8 @@ def attribute_chunks(
         found = locate(scope, queries(ops, keys[1].slice(0, n)), n)
         if has_captures:
             captured = locate(scope, queries(captures, keys[1].slice(n, n)), n)
+    if preorders is not None:
+        preorders.append(None if scope is None else scope.preorder)
     compiled = compiled_context(profile) if scope is not None else None
     rank = pl.lit(_rank(profile), pl.Int64).alias("rank")
     category = _categories(ops)
@@ -170,7 +179,7 @@ def _labels(found: pl.DataFrame, scope: Scope) -> pl.DataFrame:
         {
             "range_id": ranges["range_id"].gather(inner),
             "range_name": ranges["name"].gather(inner),
-            "range_path": range_paths(scope.forest.parent, ranges["name"], ranges["depth"], inner),
+            "range_path": range_paths(scope.parent, ranges["name"], ranges["depth"], inner),
             "range_depth": ranges["depth"].gather(inner),
             "other_thread_range_id": ranges["range_id"].gather(found["other"]),
             "step": scope.label(found["step"], "lbl_step"),
@@ -281,8 +290,8 @@ def _with_launches(ops: pl.DataFrame, api_calls: pl.DataFrame) -> pl.DataFrame:
 
 
 def _launch_join(ops: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
-    """`ops` left-joined with `calls` on (pid, correlation_id): a row per match."""
-    key = call_key(calls, ops)
+    """`ops` left-joined with `calls` on (pid, correlation_id): a row per match (by an
+    array lookup where nsysmap.attribution.launch_rows can, else by a join)."""
     launches = calls.select(
         "pid",
         "correlation_id",
@@ -291,6 +300,11 @@ def _launch_join(ops: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
         pl.col("start_ns").alias("launch_start_ns"),
         pl.col("end_ns").alias("launch_end_ns"),
     )
+    rows = call_rows(calls, ops)
+    if rows is not None:
+        found = launches.drop("pid", "correlation_id").select(pl.all().gather(rows))
+        return pl.concat([ops, found], how="horizontal")
+    key = call_key(calls, ops)
     if key is None:
         return ops.join(launches, on=["pid", "correlation_id"], how="left", maintain_order="left")
     joined = ops.with_columns(_k=key).join(

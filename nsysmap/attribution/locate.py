@@ -11,103 +11,15 @@ positions into values, a chunk of operations at a time.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import polars as pl
 
-from nsysmap.attribution.labels import (
-    ATEN_OP,
-    LABELS,
-    SEQ,
-    autograd_nodes,
-    may_name_scope,
-    name_labels,
-)
-from nsysmap.attribution.rules import BUILTIN, WARMUP, NameRules
-from nsysmap.intervals.forest import Forest, group_index
+from nsysmap.attribution.labels import ATEN_OP, SEQ, name_labels
+from nsysmap.attribution.rules import WARMUP
+from nsysmap.attribution.scope import ANCHORS, FAMILIES, SCOPE_FAMILIES, WINDOW_FAMILIES, Scope
+from nsysmap.intervals.forest import Forest
 from nsysmap.intervals.nesting import nest_repaired
-
-SCOPE_FAMILIES = {"step": "lbl_step", "phase": "lbl_phase", "module": "lbl_module"}
-# Warm-up ranges (names the rules mark `warmup`) are looked up as a family of
-# their own: an operation inside one is warm-up work whatever its phase.
-WINDOW_FAMILIES = ("step", "phase", WARMUP)
-# Ranges of autograd's nodes (labels.AUTOGRAD_NODE): backward work, whatever the phase.
-AUTOGRAD = "autograd"
-# Columns of `locate`: range positions (UInt32, null when none) and `projected`.
-# `other`: the innermost of the step, phase and warm-up ranges taken from another thread.
-ANCHORS = ("inner", "step", "phase", WARMUP, "module", "aten", "seq_module", "other", AUTOGRAD)
-
-
-@dataclass(frozen=True)
-class Scope:
-    """Nested ranges by position, and the labels of names that may give a scope.
-
-    Those names repeat (the same module ranges every step), so their labels
-    are kept once per distinct name: `name_at` holds, per range position, the
-    index of its name in `table` (null: a name that gives no scope), so that a
-    lookup is two gathers.
-    """
-
-    ranges: pl.DataFrame
-    forest: Forest
-    name_at: pl.Series  # per range: index into table (UInt32), null when not scoped
-    table: pl.DataFrame  # LABELS per distinct name
-    members: dict[str, pl.Series]  # family -> Boolean per range
-
-    @classmethod
-    def of(cls, ranges: pl.DataFrame, thread: pl.Series, rules: NameRules = BUILTIN) -> Scope:
-        """The scope of `ranges`, whose step and phase names `rules` read."""
-        names = ranges["name"]
-        frame = pl.DataFrame({"name": names})
-        maybe = frame.select(may_name_scope(pl.col("name"), rules)).to_series()
-        pos = maybe.arg_true()
-        code = names.gather(pos).cast(pl.Categorical).to_physical()
-        distinct = pl.DataFrame({"code": code}).with_row_index("first").unique("code").sort("code")
-        table = name_labels(names.gather(pos.gather(distinct["first"])), rules=rules)
-        name = distinct["code"].search_sorted(code)  # of each scoped range, into table
-        name_at = pl.repeat(None, ranges.height, dtype=name.dtype, eager=True).scatter(pos, name)
-        found = {f: table[label].is_not_null() for f, label in SCOPE_FAMILIES.items()}
-        found[WARMUP] = table["lbl_warmup"].fill_null(False)
-        members = {}
-        for family, hit_names in found.items():
-            hit = pos.filter(hit_names.gather(name))
-            members[family] = pl.repeat(False, ranges.height, eager=True).scatter(hit, True)
-        members[AUTOGRAD] = autograd_nodes(names)
-        return cls(ranges, Forest.of(ranges, thread, "range_id"), name_at, table, members)
-
-    def label(self, positions: pl.Series, column: str) -> pl.Series:
-        """`column` of LABELS at `positions` (which must be scoped names, or null)."""
-        return self.labels(positions, [column])[column]
-
-    def labels(self, positions: pl.Series, columns: list[str]) -> dict[str, pl.Series]:
-        """Some LABELS columns at `positions` (scoped names, or null), looked up once."""
-        if self.table.is_empty():
-            return {
-                c: pl.repeat(None, positions.len(), dtype=LABELS[c], eager=True) for c in columns
-            }
-        name = self.name_at.gather(positions)
-        return {c: self.table[c].gather(name) for c in columns}
-
-    def names_match(self, pattern: str) -> Callable[[pl.Series], pl.Series]:
-        """A test on positions: does the range's name match `pattern`?"""
-        names = self.ranges["name"]
-        return lambda pos: names.gather(pos).str.contains(pattern)
-
-
-def thread_keys(ranges: pl.DataFrame, ops: pl.DataFrame) -> tuple[pl.Series, pl.Series] | None:
-    """One code per (pid, tid), shared by ranges and launching threads (null: no thread)."""
-    both = pl.concat(
-        [ranges.select("pid", "tid"), ops.select("pid", "tid").drop_nulls()], how="vertical"
-    )
-    codes = group_index(both, ["pid", "tid"])
-    if codes is None:
-        return None
-    code, _ = codes
-    op_codes = pl.repeat(None, ops.height, dtype=pl.UInt32, eager=True)
-    launched = ops.select(pl.col("tid").is_not_null() & pl.col("pid").is_not_null()).to_series()
-    op_codes = op_codes.scatter(launched.arg_true(), code.slice(ranges.height))
-    return code.slice(0, ranges.height), op_codes
 
 
 @dataclass(frozen=True)
@@ -131,17 +43,7 @@ def queries(ops: pl.DataFrame, thread: pl.Series) -> Queries:
 
 def locate(scope: Scope, q: Queries, n_ops: int) -> pl.DataFrame:
     """ANCHORS and `projected` for each of the `n_ops` operations, in operation order."""
-    forest = scope.forest
-    inner = forest.innermost(q.thread, q.t)
-    found = {f: forest.innermost(q.thread, q.t, scope.members[f]) for f in SCOPE_FAMILIES}
-    found[WARMUP] = pl.repeat(None, q.t.len(), dtype=pl.UInt32, eager=True)
-    if scope.members[WARMUP].any():
-        found[WARMUP] = forest.innermost(q.thread, q.t, scope.members[WARMUP])
-    found["inner"] = inner
-    found[AUTOGRAD] = pl.repeat(None, q.t.len(), dtype=pl.UInt32, eager=True)
-    if scope.members[AUTOGRAD].any():
-        found[AUTOGRAD] = forest.innermost(q.thread, q.t, scope.members[AUTOGRAD])
-    found["aten"] = forest.climb(inner, q.t, scope.names_match(ATEN_OP))
+    found = _anchors(scope, q)
     projected = pl.repeat(False, q.t.len(), eager=True)
     taken = {}
     for family in WINDOW_FAMILIES:
@@ -149,11 +51,40 @@ def locate(scope: Scope, q: Queries, n_ops: int) -> pl.DataFrame:
         projected = projected | filled
         taken[family] = pl.select(pl.when(filled).then(found[family])).to_series()
     found["other"] = _innermost_of(taken, scope.ranges["depth"])
-    found["seq_module"] = _module_via_seq(scope, q, inner, found["module"])
+    found["seq_module"] = _module_via_seq(scope, q, found["inner"], found["module"])
     where = pl.repeat(None, n_ops, dtype=pl.UInt32, eager=True)
     where = where.scatter(q.row, pl.int_range(q.row.len(), dtype=pl.UInt32, eager=True))
     located = pl.DataFrame({**{a: found[a] for a in ANCHORS}, "projected": projected})
     return located.select(pl.all().gather(where))
+
+
+def _anchors(scope: Scope, q: Queries) -> dict[str, pl.Series]:
+    """Per query: the innermost range on its thread, the innermost of each family
+    there, and the operator range (`aten`, the innermost named like one)."""
+    pre = scope.preorder
+    if pre is None:
+        return _anchors_by_forest(scope, q)
+    rows = pre.innermost(q.thread.cast(pl.Int64).to_numpy(), q.t.to_numpy())
+    found = {"inner": pre.rows(rows), **scope.around(rows)}
+    found["aten"] = pre.rows(pre.climb(rows, scope.rows_match(ATEN_OP)))
+    return found
+
+
+def _anchors_by_forest(scope: Scope, q: Queries) -> dict[str, pl.Series]:
+    """`_anchors` by as-of joins and climbs (ranges that do not form a proper forest)."""
+    forest = scope.forest
+    inner = forest.innermost(q.thread, q.t)
+    found = {"inner": inner}
+    for family in FAMILIES:
+        found[family] = _none(q.t.len())
+        if family in SCOPE_FAMILIES or scope.members[family].any():
+            found[family] = forest.innermost(q.thread, q.t, scope.members[family])
+    found["aten"] = forest.climb(inner, q.t, scope.names_match(ATEN_OP))
+    return found
+
+
+def _none(n: int) -> pl.Series:
+    return pl.repeat(None, n, dtype=pl.UInt32, eager=True)
 
 
 def _innermost_of(taken: dict[str, pl.Series], depth: pl.Series) -> pl.Series:
@@ -209,7 +140,7 @@ def _module_via_seq(scope: Scope, q: Queries, inner: pl.Series, module: pl.Serie
     need = (module.is_null() & inner.is_not_null()).arg_true()
     if not need.len() or not scope.members["module"].any():
         return out
-    node = scope.forest.climb(inner.gather(need), q.t.gather(need), scope.names_match(SEQ))
+    node = _climb(scope, inner.gather(need), q.t.gather(need), SEQ)
     nodes = name_labels(scope.ranges["name"].gather(node), ["lbl_seq", "lbl_stashed"])
     nodes = nodes.with_columns(i=need, pid=q.pid.gather(need)).filter(pl.col("lbl_stashed"))
     if nodes.is_empty():
@@ -224,8 +155,7 @@ def _module_via_seq(scope: Scope, q: Queries, inner: pl.Series, module: pl.Serie
         nodes.select("pid", "lbl_seq").unique(), on=["pid", "lbl_seq"], how="semi"
     )
     forward = forward.sort("start", "pos")
-    thread = scope.forest.thread.gather(forward["pos"])
-    around = scope.forest.innermost(thread, forward["start"], scope.members["module"])
+    around = _module_at(scope, scope.thread.gather(forward["pos"]), forward["start"])
     seq_map = (
         forward.with_columns(module=around)
         .filter(pl.col("module").is_not_null())
@@ -233,6 +163,25 @@ def _module_via_seq(scope: Scope, q: Queries, inner: pl.Series, module: pl.Serie
     )
     linked = nodes.join(seq_map.select("pid", "lbl_seq", "module"), on=["pid", "lbl_seq"])
     return out.scatter(linked["i"], linked["module"])
+
+
+def _climb(scope: Scope, cand: pl.Series, t: pl.Series, pattern: str) -> pl.Series:
+    """From each of `cand` (open at `t`), the first of it and the ranges around it
+    whose name matches `pattern`."""
+    pre = scope.preorder
+    if pre is None:
+        return scope.forest.climb(cand, t, scope.names_match(pattern))
+    rows = cand.cast(pl.Int64).fill_null(pre.n).to_numpy()
+    return pre.rows(pre.climb(rows, scope.rows_match(pattern)))
+
+
+def _module_at(scope: Scope, thread: pl.Series, t: pl.Series) -> pl.Series:
+    """The innermost module range open at each `t` (sorted) on each `thread`."""
+    pre = scope.preorder
+    if pre is None:
+        return scope.forest.innermost(thread, t, scope.members["module"])
+    rows = pre.innermost(thread.cast(pl.Int64).to_numpy(), t.to_numpy())
+    return scope.around(rows, 1)["module"]
 
 
 def _maybe_forward_seq(names: pl.Series, seqs: pl.Series) -> pl.Series:

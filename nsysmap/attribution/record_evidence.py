@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from nsysmap.attribution.locate import AUTOGRAD, Scope
+from nsysmap.attribution.scope import AUTOGRAD, Scope
 from nsysmap.core.schemas import declare
 
 # Thread names of autograd's per-device worker threads (nsys ThreadNames,

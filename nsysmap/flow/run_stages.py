@@ -38,6 +38,7 @@ from nsysmap.core.timings import Stages
 from nsysmap.flow.analysis import Analysis, flow_tables
 from nsysmap.flow.leftovers import Leftovers
 from nsysmap.infer.summary import INFER_COLUMNS, Inferred, combined, infer_ops, infer_scan
+from nsysmap.intervals.preorder import Preorder
 from nsysmap.output.ops_sinks import HeldOps, OpsSink, OpsStore
 from nsysmap.output.writer import build_manifest
 from nsysmap.sources.by_window import WindowCheck
@@ -183,20 +184,22 @@ def _chunks(
             check.next_part()
         if check is None or profile.ops.height:
             _require_ops(profile)
-            start = len(parts)
+            start, found = len(parts), list[Preorder | None]()
             yield from _checked(
                 attribute_chunks(
                     profile,
                     chunk_rows=chunk_rows,
                     rules=settings.rules,
                     launches=leftovers.launches,
+                    preorders=found,
                 ),
                 check,
             )
             with settings.stages.stage("summarise", "summarising"):
                 leaves = combine_leaves([part.pop(LEAVES) for part in parts[start:]])
-                leftovers.add(profile, by_range(leaves, profile.ranges))
-            del leaves
+                ordered = found[0] if found else None
+                leftovers.add(profile, by_range(leaves, profile.ranges, ordered))
+            del leaves, found, ordered
         else:
             leftovers.add(profile, schemas.empty(schemas.BY_RANGE))
         del profile

@@ -103,12 +103,13 @@ def candidate_lags(codes: np.ndarray, limit: int, next_repeats: int = 1) -> np.n
     return lags[np.argsort(seen)].astype(np.int64)
 
 
-def lag_score(codes: np.ndarray, lag: int, window: int = 0) -> float:
+def lag_score(codes: np.ndarray, lag: int, window: int = 0, chance: float | None = None) -> float:
     """Share of positions whose code recurs `lag` (+- `window`) positions later.
 
     The window tolerates a few kernels inserted or missing between two
     repeats; the score is scaled so that chance matches give 0 and a perfect
-    repeat 1.
+    repeat 1. `chance`: `chance_matches(codes, window)`, when the caller scores
+    many lags of the same codes.
     """
     n = codes.size
     w = window
@@ -118,9 +119,15 @@ def lag_score(codes: np.ndarray, lag: int, window: int = 0) -> float:
     hit = np.zeros(head.size, bool)
     for d in range(-w, w + 1):
         hit |= head == codes[w + lag + d : n - w + d]
-    freq = np.bincount(codes - codes.min()) / n
-    chance = min(0.99, float(np.sum(freq**2)) * (2 * window + 1))
+    if chance is None:
+        chance = chance_matches(codes, window)
     return (float(np.mean(hit)) - chance) / (1.0 - chance)
+
+
+def chance_matches(codes: np.ndarray, window: int) -> float:
+    """The share of positions `lag_score` finds a match at by chance."""
+    freq = np.bincount(codes - codes.min()) / codes.size
+    return min(0.99, float(np.sum(freq**2)) * (2 * window + 1))
 
 
 def step_period(codes: np.ndarray, gaps_ns: np.ndarray) -> tuple[int, int, float, float] | None:
@@ -134,21 +141,23 @@ def step_period(codes: np.ndarray, gaps_ns: np.ndarray) -> tuple[int, int, float
     by host work; blocks inside a step are not), and the kernel after them,
     the anchor, starts each period.
     """
-    lags = np.union1d(candidate_lags(codes, codes.size // 2), _gap_lags(gaps_ns))
+    by_gap = np.argsort(-gaps_ns, kind="stable")  # the longest gaps first, once
+    lags = np.union1d(candidate_lags(codes, codes.size // 2), _gap_lags(gaps_ns, by_gap))
     lags = lags[lags > PERIOD_WINDOW]
     # Two passes of unequal length: the first may be a little over half of them.
-    found = _period(codes, gaps_ns, lags[lags <= codes.size // 2])
-    return found or _period(codes, gaps_ns, lags[lags <= 2 * codes.size // 3])
+    found = _period(codes, gaps_ns, lags[lags <= codes.size // 2], by_gap)
+    return found or _period(codes, gaps_ns, lags[lags <= 2 * codes.size // 3], by_gap)
 
 
 def _period(
-    codes: np.ndarray, gaps_ns: np.ndarray, lags: np.ndarray
+    codes: np.ndarray, gaps_ns: np.ndarray, lags: np.ndarray, by_gap: np.ndarray
 ) -> tuple[int, int, float, float] | None:
     if lags.size == 0:
         return None
-    scores = np.array([lag_score(codes, int(k), PERIOD_WINDOW) for k in lags])
+    chance = chance_matches(codes, PERIOD_WINDOW)
+    scores = np.array([lag_score(codes, int(k), PERIOD_WINDOW, chance) for k in lags])
     typical = max(float(np.median(gaps_ns[1:])), 1.0)
-    by_gap = np.argsort(-gaps_ns[1:], kind="stable") + 1
+    by_gap = by_gap[by_gap > 0]  # the gaps after the first kernel, longest first
     passing = {}
     for lag, score in zip(lags, scores, strict=True):
         if score >= MIN_PERIOD_SCORE:
@@ -162,9 +171,10 @@ def _period(
     return (period, *passing[period])
 
 
-def _gap_lags(gaps_ns: np.ndarray) -> np.ndarray:
-    """Distances between the longest launch gaps (where steps tend to start)."""
-    longest = np.sort(np.argsort(-gaps_ns, kind="stable")[:GAP_CANDIDATES])
+def _gap_lags(gaps_ns: np.ndarray, by_gap: np.ndarray) -> np.ndarray:
+    """Distances between the longest launch gaps (where steps tend to start); `by_gap`:
+    the positions, longest gap first (a stable sort)."""
+    longest = np.sort(by_gap[:GAP_CANDIDATES])
     typical = max(float(np.median(gaps_ns)), 1.0)
     longest = longest[gaps_ns[longest] >= MIN_BOUNDARY_GAP_RATIO * typical]
     # From the start too: two passes have one gap between them.

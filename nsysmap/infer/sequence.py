@@ -14,6 +14,7 @@ from __future__ import annotations
 import polars as pl
 
 from instrument.phase_vocabulary import INFERRED_PHASES
+from nsysmap.intervals.packed_sort import packed_order
 
 # forward, backward, optimizer, data, other (instrument/phase_vocabulary.py)
 PHASES = INFERRED_PHASES
@@ -109,10 +110,20 @@ def sequences(frame: pl.DataFrame) -> pl.DataFrame:
     code = frame["_pair"].replace_strict(keys["_pair"], keys["code"]).alias("code")
     frame = frame.drop("_pair", "key_category", "key_name").with_columns(code)
     if not in_order(frame, ORDER):
-        frame = frame.sort(ORDER)
+        frame = _sorted(frame)
     by = ["device_id", "pid"]
     gap = (pl.col("order_ns") - pl.col("order_ns").shift(1).over(by)).clip(lower_bound=0)
     return frame.with_columns(gap_ns=gap.fill_null(0))
+
+
+def _sorted(frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame.sort(ORDER)`, by one packed key where device ids are all known (a sort
+    puts null devices first, the packed key last) and op ids tell rows apart."""
+    unique = frame["op_id"].n_unique() == frame.height
+    if frame["device_id"].null_count() or not unique:
+        return frame.sort(ORDER)
+    order = packed_order(frame, ORDER[:2], ORDER[2], ORDER[3:])
+    return frame.sort(ORDER) if order is None else frame[order]
 
 
 def _pair_id() -> pl.Expr:

@@ -193,7 +193,7 @@ class Forest:
     def of(cls, nested: pl.DataFrame, thread: pl.Series, id_col: str) -> Forest:
         """From a nested frame (`start_ns`, `end_ns`, `parent_id`) and a thread key per row."""
         ids, end = nested[id_col], nested["end_ns"]
-        parent = _positions(ids, nested["parent_id"])
+        parent = positions(ids, nested["parent_id"])
 
         def tie_keys(positions: pl.Series) -> pl.DataFrame:
             return pl.DataFrame({"k1": -end.gather(positions), "k2": ids.gather(positions)})
@@ -306,7 +306,7 @@ def _jump_tables(up: pl.Series) -> list[pl.Series]:
         tables.append(further)
 
 
-def _positions(ids: pl.Series, refs: pl.Series) -> pl.Series:
+def positions(ids: pl.Series, refs: pl.Series) -> pl.Series:
     """Row positions of the ids in `refs` (null stays null); `ids` sorted and unique."""
     n = ids.len()
     increasing = n < 2 or bool((ids.diff().drop_nulls() > 0).all())

@@ -37,8 +37,9 @@ import polars as pl
 from nsysmap.attribution.paths import PATH_SEPARATOR
 from nsysmap.core import schemas
 from nsysmap.core.scalars import to_int
+from nsysmap.intervals.preorder import Preorder
 from nsysmap.summaries.range_paths import domain_codes, domain_names, node_paths
-from nsysmap.summaries.range_tree import instances, positions_of, preorder
+from nsysmap.summaries.range_tree import from_preorder, instances, positions_of, preorder
 
 MAX_PATH_DEPTH = 64
 FOLDED = "…"
@@ -100,13 +101,16 @@ def combine_leaves(parts: list[pl.DataFrame]) -> pl.DataFrame:
     return pl.concat([schemas.empty(RANGE_LEAVES), *parts], rechunk=True)
 
 
-def by_range(leaves: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
+def by_range(
+    leaves: pl.DataFrame, ranges: pl.DataFrame, found: Preorder | None = None
+) -> pl.DataFrame:
     """BY_RANGE from the leaves of every operation and the profile's nested ranges.
 
     A (device, range) may have several rows in `leaves` (see `combine_leaves`):
-    every use below adds them up.
+    every use below adds them up. `found`: the ranges' pre-order as attribution
+    found it (nsysmap.attribution.attribute), when it did; else it is sorted here.
     """
-    forest = preorder(ranges)
+    forest = preorder(ranges) if found is None else from_preorder(found, ranges["range_id"])
     placed = _placed(leaves, forest, ranges["range_id"])
     inside = instances(placed, forest, MAX_PATH_DEPTH)
     domains = domain_codes(ranges["domain"])

@@ -21,6 +21,7 @@ import polars as pl
 
 from nsysmap.core.scalars import opt_int, to_int
 from nsysmap.intervals.forest import group_index, group_order, sorted_order
+from nsysmap.intervals.preorder import Preorder
 
 _END_OF_TIME = (1 << 63) - 1
 
@@ -47,6 +48,28 @@ def preorder(ranges: pl.DataFrame) -> pl.DataFrame:
     parent = _parent_positions(ordered, ranges["range_id"])
     return ordered.with_columns(parent=parent).select(
         "pos", "row", "range_id", "g", "depth", "parent", "stop"
+    )
+
+
+def from_preorder(pre: Preorder, ids: pl.Series) -> pl.DataFrame:
+    """`preorder`'s frame from the ranges' pre-order attribution found (every range has
+    a thread, a start and an end there): the same rows, no sort. `ids`: the ranges'
+    range ids, row by row."""
+    order = pl.Series(pre.order, dtype=pl.UInt32)
+    pos_of_row = np.empty(pre.n + 1, dtype=np.int64)
+    pos_of_row[pre.order] = np.arange(pre.n)
+    pos_of_row[pre.n] = pre.n
+    parent = pre.rows(pos_of_row[pre.parent[pre.order]])
+    return pl.DataFrame(
+        {
+            "pos": pl.int_range(pre.n, dtype=pl.UInt32, eager=True),
+            "row": order,
+            "range_id": ids.gather(order),
+            "g": pl.Series(pre.thread[pre.order], dtype=pl.UInt32),
+            "depth": pl.Series(pre.depth[pre.order], dtype=pl.Int32),
+            "parent": parent,
+            "stop": pl.Series(pre.stops(), dtype=pl.UInt32),
+        }
     )
 
 
