@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
@@ -16,6 +17,7 @@ _ROW = st.tuples(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_ROW, max_size=40), st.randoms())
 def test_sequences_are_in_the_sorts_order(rows, rnd):

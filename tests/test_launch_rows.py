@@ -44,6 +44,7 @@ def _joined(ops: pl.DataFrame, calls: pl.DataFrame, by_slot: bool) -> pl.DataFra
         return attribute._launch_join(ops, calls)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(st.tuples(_PIDS, st.integers(0, 40)), max_size=30),

@@ -68,6 +68,7 @@ def _rows(pre: Preorder, found: np.ndarray) -> list[int | None]:
     return pre.rows(found).to_list()
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(threads_of_ranges(n_threads=3), st.data())
 def test_innermost_and_families_are_the_forests(rows, data):
@@ -91,6 +92,7 @@ def test_innermost_and_families_are_the_forests(rows, data):
     assert _rows(pre, climbed) == expected.to_list()
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(crossing_intervals())
 def test_repaired_crossings_agree_or_refuse(rows):
@@ -143,6 +145,7 @@ def test_deep_chains_climb_past_the_rounds():
     assert _rows(pre, pre.climb(np.full(1, depth - 1), lambda at: outermost[at])) == [0]
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(threads_of_ranges(n_threads=3))
 def test_by_range_reads_the_same_preorder(rows):
