@@ -27,7 +27,7 @@ from nsysmap.report.html.chart import MAX_BARS, PHASE_COLOURS, TOP_ROWS
 from nsysmap.report.html.charts import missing_charts, report_charts
 from nsysmap.report.html.layers import top_layers
 from nsysmap.report.html.names import distinct_labels, middle
-from nsysmap.report.html.page import plotly_js, report_page
+from nsysmap.report.html.page import page, plotly_js, report_page
 from nsysmap.report.html.steps import phase_steps_chart
 from nsysmap.report.html.tree import (
     ROOT,
@@ -237,6 +237,23 @@ def test_page_is_self_contained(train):
     assert page.count('<table class="sortable">') == len(TRAIN_CHARTS) + 1
     notes = page.index("What this data cannot answer")
     assert page.index('id="sec-fix_first"') < notes < page.index('id="sec-phase_steps"')
+
+
+def test_names_in_the_brief_and_the_structure_are_code_not_backticks():
+    text = page(
+        "t",
+        [],
+        [],
+        [],
+        answers=["Matmul: 88.1 % of the pass inside `measurement`; top `<svg onload=x>`"],
+        structure=["measured: 1 forward pass inside `measurement`"],
+    )
+    sections = {}
+    for section in ("structure", "answers"):
+        start = text.index(f'<section class="limits {section}">')
+        sections[section] = text[start : text.index("</section>", start)]
+        assert "`" not in sections[section] and "<code>measurement</code>" in sections[section]
+    assert "<code>&lt;svg onload=x&gt;</code>" in sections["answers"]
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ from devtools.synth.bench_shapes import SHAPES, Spec, build
 from nsysmap.core.errors import NoGpuData
 from nsysmap.flow.verbs import analyse_file
 from nsysmap.report.build import build_report
+from nsysmap.report.html.chart import code_spans
 from nsysmap.report.html.page import report_page
 from nsysmap.report.report_files import read_run
 from tests.answers_profiles import SAMPLE_FILES
@@ -95,4 +96,4 @@ def test_every_renderer_counts_the_same_passes_and_steps(name, tmp_path):
     assert f"<li>Forward passes: {passes.height or 'none'} measured</li>" in page
     assert f"<li>Steps: {steps or 'none'} measured</li>" in page
     for line in lines:
-        assert html.escape(line[:1].upper() + line[1:]) in page
+        assert code_spans(html.escape(line[:1].upper() + line[1:])) in page

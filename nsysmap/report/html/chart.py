@@ -8,6 +8,7 @@ shares to 1e-6.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +68,11 @@ class Chart:
             "figure": self.figure,
             "table": self.table.to_dict(),
         }
+
+
+def code_spans(escaped: str) -> str:
+    """An escaped text's `names` (the texts mark them so for Markdown) as <code>."""
+    return re.sub(r"`([^`]*)`", r"<code>\1</code>", escaped)
 
 
 def ms(ns: float | None) -> float | None:

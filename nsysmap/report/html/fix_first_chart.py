@@ -11,13 +11,21 @@ and its rule's docs. Both read nsysmap.report.fix_first's answer only.
 from __future__ import annotations
 
 import html
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from nsysmap.core.inert import plotly_text, visible
 from nsysmap.report.fix_first import TITLE, saving_text
-from nsysmap.report.html.chart import MAX_BARS, Chart, Table, bar, layout, ms, ratio
+from nsysmap.report.html.chart import (
+    MAX_BARS,
+    Chart,
+    Table,
+    bar,
+    code_spans,
+    layout,
+    ms,
+    ratio,
+)
 
 BAR = "#d62728"
 LABEL = 60  # characters of a bar's label
@@ -109,16 +117,11 @@ def _escaped(text: object) -> str:
     return html.escape(visible(text))
 
 
-def _code(escaped: str) -> str:
-    """An escaped text's `names` (the evidence marks them so for Markdown) as <code>."""
-    return re.sub(r"`([^`]*)`", r"<code>\1</code>", escaped)
-
-
 def _item(r: Mapping[str, Any]) -> str:
     e = _escaped
     parts = [
         f"<b>{e(r['title'])}</b> ({e(r['place'])}): {e(saving_text(r))} per step",
-        f"Evidence: {_code(e(r['evidence']))}.",
+        f"Evidence: {code_spans(e(r['evidence']))}.",
         f"Estimate: {e(r['estimate'])}."
         + (f" Overlaps {e(r['overlaps'])}." if r["overlaps"] else ""),
         f"Fix: <code>{e(r['fix'])}</code>",

@@ -18,7 +18,7 @@ from nsysmap.core.errors import ToolMissing
 from nsysmap.output.placement import write_file
 from nsysmap.report.format import devices_text
 from nsysmap.report.html.assets import SCRIPT, STYLE
-from nsysmap.report.html.chart import Cell, Chart, Table
+from nsysmap.report.html.chart import Cell, Chart, Table, code_spans
 
 if TYPE_CHECKING:
     from nsysmap.report.answers import Findings
@@ -104,14 +104,14 @@ def page(
     brief = ""
     if structure:
         listed = "".join(
-            f"<li>{html.escape(line[:1].upper() + line[1:])}</li>" for line in structure
+            f"<li>{code_spans(html.escape(line[:1].upper() + line[1:]))}</li>" for line in structure
         )
         brief += (
             f'<section class="limits structure"><h2>Structure of the profile</h2>'
             f"<ul>{listed}</ul></section>"
         )
     if answers:
-        listed = "".join(f"<li>{html.escape(a)}</li>" for a in answers)
+        listed = "".join(f"<li>{code_spans(html.escape(a))}</li>" for a in answers)
         brief += (
             f'<section class="limits answers"><h2>Answers in brief</h2><ul>{listed}</ul></section>'
         )
