@@ -38,10 +38,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.corpus]
 
 # The last commit whose outputs a later change means to keep: every change since
 # (speed, layout) must leave every table, report and page as it wrote them. Moved
-# with findings.parquet (output schema 1.11; answers.json 2.1 holds `findings`,
-# report.md and the HTML page open with what to fix first), merged after
-# `ambiguous_launch` (1.10).
-BASELINE = "7d764c12c24ac9e9a5f5d3e9fcc34465516a31a6"
+# with the HTML page's names as code in the structure and the answers in brief
+# (after findings.parquet, output schema 1.11).
+BASELINE = "1916110cf39fd8b156532a5721a71657326a1158"
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = (ROOT / ".." / "shared" / "corpus").resolve()
 FOLDERS = ("nsys", "real", "real2", "real3")
