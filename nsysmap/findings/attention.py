@@ -88,7 +88,7 @@ def _finding(x: Inputs, rule: Rule, device: int, place: str, rows: pl.DataFrame)
     steps, step_ns = x.step_count(device), x.step_ns(device)
     rest = rows.filter(~pl.col("category").is_in(MATMUL))
     saving = total_ns(rest, "dur_ns")
-    if saving / steps < rule.value("min_share") * step_ns:
+    if rule.below_min_share(x, device, saving):
         return None
     by_module = rows["by"][0] == "module"
     classes = sorted(set(rows["module_class"].drop_nulls().to_list()))

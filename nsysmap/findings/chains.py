@@ -98,7 +98,7 @@ def _finding(
     steps, step_ns = x.step_count(device), x.step_ns(device)
     claims = _claims(x, rows)
     saving = sum(c.ns for c in claims)
-    if saving / steps < rule.value("min_share") * step_ns:
+    if rule.below_min_share(x, device, saving):
         return None
     kernels, busy = total_ns(rows, "kernels"), total_ns(rows, "busy_ns")
     unit = "CPU operators" if x.cpu else "kernels"

@@ -76,7 +76,7 @@ def _finding(x: Inputs, rule: Rule, row: dict) -> Finding | None:
     device, phase, what = row["device_id"], row["phase"], row["collective"]
     steps, step_ns = x.step_count(device), x.step_ns(device)
     time, hidden_share = row["exposed_ns"], 1 - (share(row["exposed_ns"], row["comm_ns"]) or 0)
-    if time / steps < rule.value("min_share") * step_ns:
+    if rule.below_min_share(x, device, time):
         return None
     evidence = (
         f"{plural(row['kernels'] / steps, f'{what} kernel')} per step in {phase_text(phase)} "

@@ -43,7 +43,7 @@ def _finding(x: Inputs, rule: Rule, device: int) -> Finding | None:
     pools = x.idle_pools.filter((pl.col("device_id") == device) & (pl.col("phase") == DATA))
     between, inside = total_ns(windows, "gap_ns"), _data_idle(pools)
     steps, step_ns = x.step_count(device), x.step_ns(device)
-    if (between + inside) / steps < rule.value("min_share") * step_ns:
+    if rule.below_min_share(x, device, between + inside):
         return None
     claims = tuple(
         Claim(

@@ -48,6 +48,11 @@ class Rule:
         """The threshold called `name`."""
         return next(t.value for t in self.thresholds if t.name == name)
 
+    def below_min_share(self, x: Inputs, device: int | None, ns: float) -> bool:
+        """Whether `ns`, summed over the steps, is per step less than `min_share` of the
+        device's step: too little for a finding."""
+        return ns / x.step_count(device) < self.value("min_share") * x.step_ns(device)
+
     @property
     def doc(self) -> str:
         return f"{DOCS}#{self.anchor}"

@@ -80,9 +80,8 @@ def _tensor_cores(x: Inputs, rule: Rule, device: int) -> bool:
 
 
 def _finding(x: Inputs, rule: Rule, device: int, rows: pl.DataFrame) -> Finding | None:
-    steps, step_ns = x.step_count(device), x.step_ns(device)
     simt = total_ns(rows, "simt_ns")
-    if simt / steps < rule.value("min_share") * step_ns:
+    if rule.below_min_share(x, device, simt):
         return None
     name = x.device_name(device)
     peak = find_peak(name)

@@ -47,13 +47,10 @@ def launch_bound(x: Inputs, rule: Rule) -> list[Finding]:
 def _launch_finding(
     x: Inputs, rule: Rule, device: int, phase: str | None, rows: pl.DataFrame
 ) -> Finding | None:
-    steps, step_ns = x.step_count(device), x.step_ns(device)
+    steps = x.step_count(device)
     idle = total_ns(rows, "idle_launch_ns")
     bound = share(idle, total_ns(rows, "busy_ns") + total_ns(rows, "idle_ns")) or 0.0
-    if (
-        bound < rule.value("min_launch_bound_share")
-        or idle / steps < rule.value("min_share") * step_ns
-    ):
+    if bound < rule.value("min_launch_bound_share") or rule.below_min_share(x, device, idle):
         return None
     calls = x.launch_costs.filter(
         (pl.col("device_id") == device) & pl.col("phase").eq_missing(phase)

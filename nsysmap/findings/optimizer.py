@@ -76,9 +76,9 @@ def per_parameter_optimizer(x: Inputs, rule: Rule) -> list[Finding]:
 
 
 def _finding(x: Inputs, rule: Rule, device: int) -> Finding | None:
-    steps, step_ns = x.step_count(device), x.step_ns(device)
+    steps = x.step_count(device)
     cost = cpu_cost(x, device) if x.cpu else gpu_cost(x, device)
-    if sum(c.ns for c in cost.claims) / steps < rule.value("min_share") * step_ns:
+    if rule.below_min_share(x, device, sum(c.ns for c in cost.claims)):
         return None
     unit = "operator calls" if x.cpu else "kernels"
     where = "the phase takes" if x.cpu else "the GPU waits"

@@ -38,9 +38,8 @@ def host_sync(x: Inputs, rule: Rule) -> list[Finding]:
         return out
     for device in pools["device_id"].unique().sort().to_list():
         rows = pools.filter(pl.col("device_id") == device)
-        steps, step_ns = x.step_count(device), x.step_ns(device)
         idle = total_ns(rows, "idle_sync_ns")
-        if not idle or idle / steps < rule.value("min_share") * step_ns:
+        if not idle or rule.below_min_share(x, device, idle):
             continue
         out.append(
             Finding(
@@ -135,7 +134,7 @@ def sync_copy(x: Inputs, rule: Rule) -> list[Finding]:
 def _copy_finding(x: Inputs, rule: Rule, device: int, rows: pl.DataFrame) -> Finding | None:
     steps, step_ns = x.step_count(device), x.step_ns(device)
     time = total_ns(rows, "copy_ns")
-    if time / steps < rule.value("min_share") * step_ns:
+    if rule.below_min_share(x, device, time):
         return None
     evidence = (
         f"{plural(total_ns(rows, 'copies') / steps, COPY, COPIES)} per step take "

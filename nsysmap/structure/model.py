@@ -164,14 +164,19 @@ def _region_of(rows: pl.DataFrame, regions_: pl.DataFrame) -> pl.DataFrame:
     if rows.is_empty():
         return rows.with_columns(region=pl.lit(None, pl.String))
     spans = regions_.select("dev", "pid", r_start="start_ns", r_end="end_ns", region="region")
-    joined = rows.sort("start_ns").join_asof(
-        spans.sort("r_start"),
+    return _last_started(rows, spans, "r_start").drop("r_start", "r_end")
+
+
+def _last_started(rows: pl.DataFrame, spans: pl.DataFrame, start: str) -> pl.DataFrame:
+    """`rows` with the columns of the span of their device and process that started last
+    at or before each row's start (its start in column `start`)."""
+    return rows.sort("start_ns").join_asof(
+        spans.sort(start),
         left_on="start_ns",
-        right_on="r_start",
+        right_on=start,
         by=["dev", "pid"],
         check_sortedness=False,
     )
-    return joined.drop("r_start", "r_end")
 
 
 def _finished(
@@ -212,13 +217,7 @@ def _in_steps(passes: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         step_index=pl.int_range(pl.len(), dtype=pl.Int64).over("dev", "pid")
     )
     spans = numbered.select("dev", "pid", "step_index", s_start="start_ns", s_end="end_ns")
-    joined = passes.sort("start_ns").join_asof(
-        spans.sort("s_start"),
-        left_on="start_ns",
-        right_on="s_start",
-        by=["dev", "pid"],
-        check_sortedness=False,
-    )
+    joined = _last_started(passes, spans, "s_start")
     inside = pl.col("start_ns") <= pl.col("s_end")
     joined = joined.with_columns(step_index=pl.when(inside).then("step_index"))
     return joined.drop("s_start", "s_end")

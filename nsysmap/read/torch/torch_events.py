@@ -290,8 +290,7 @@ def _is_module_frame(ev: dict[str, Any]) -> bool:
 
 def _complete_ok(ev: dict[str, Any], skipped: Skipped) -> bool:
     """A complete event ("X") has a readable ts, a non-negative dur, a pid and a tid."""
-    if not time_ok(ts := ev.get("ts")):
-        skipped.add("ts not a number", ev, ts)
+    if not _ts_ok(ev, skipped):
         return False
     if not time_ok(dur := ev.get("dur")):
         skipped.add("dur not a number", ev, dur)
@@ -305,13 +304,20 @@ def _complete_ok(ev: dict[str, Any], skipped: Skipped) -> bool:
 
 
 def _flow_ok(ev: dict[str, Any], skipped: Skipped) -> bool:
-    if not time_ok(ts := ev.get("ts")):
-        skipped.add("ts not a number", ev, ts)
+    if not _ts_ok(ev, skipped):
         return False
     if not int_ok(flow_id := ev.get("id")):
         skipped.add("flow id not an integer", ev, flow_id)
         return False
     return _ids_ok(ev, skipped)
+
+
+def _ts_ok(ev: dict[str, Any], skipped: Skipped) -> bool:
+    """An event's ts is a readable time; counted as skipped when it is not."""
+    if time_ok(ts := ev.get("ts")):
+        return True
+    skipped.add("ts not a number", ev, ts)
+    return False
 
 
 def _ids_ok(ev: dict[str, Any], skipped: Skipped) -> bool:
