@@ -103,6 +103,40 @@ def test_a_host_gap_inside_the_step_does_not_cut_it():
     assert steps[:5].tolist() == [0] * 5  # the tail of the step before: in the first pass
 
 
+def _gapped_passes(unmarked: list[int], copies: int = 3, count: int = 5) -> tuple:
+    """`copies` set-up copies, then `count` forward passes (a stem, four blocks, a head)
+    with a long host gap before each but those in `unmarked` (0 = the first)."""
+    one = [1, 2] + [3, 4, 5, 6] * 4 + [7, 8]
+    codes = np.array([9] * copies + one * count)
+    gaps = np.full(codes.size, 2_000)
+    firsts = copies + len(one) * np.arange(count)
+    gaps[firsts] = 3_000_000
+    gaps[firsts[unmarked]] = 2_000
+    return codes, gaps, firsts
+
+
+@pytest.mark.parametrize("unmarked", [[0], [1], [2], [4]], ids=str)
+def test_a_pass_boundary_no_host_gap_marks_is_still_a_boundary(unmarked):
+    """Mechanism: host gaps mark all pass boundaries but one (a slowly launched
+    warm-up pass and a timed loop right after it); the missing ones are found one
+    period from their neighbours, where the pass repeats. The set-up copies before the
+    first pass are a pass of their own where a gap follows them, else part of the first."""
+    codes, gaps, firsts = _gapped_passes(unmarked)
+    steps, period = passes(codes, gaps)
+    assert period == firsts[1] - firsts[0]
+    cut = firsts if 0 not in unmarked else firsts[1:]
+    assert np.flatnonzero(np.diff(steps)).tolist() == (cut - 1).tolist()
+
+
+def test_a_stretch_that_does_not_repeat_the_pass_is_not_cut():
+    """Mechanism: a long stretch of other work before the marked passes (no repeat of
+    the pass at one period before the first) stays whole: only repeats are cut."""
+    codes, gaps, firsts = _gapped_passes([0], copies=40)
+    codes[:40] = np.arange(100, 140)
+    steps, _ = passes(codes, gaps)
+    assert np.flatnonzero(np.diff(steps)).tolist() == (firsts[1:] - 1).tolist()
+
+
 @pytest.mark.corpus
 def test_ddp_resnet_steps_come_out_as_passes_with_their_phases():
     """The DDP ResNet trace (torch.profiler, five training steps, each repeated whole and

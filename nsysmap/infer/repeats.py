@@ -4,7 +4,10 @@ Two ways, the first that finds something wins:
 
 1. Host gaps: the sequence repeats at a step period with a long launch gap
    before each repeat (`motif.step_period`); a pass starts at every launch
-   of the kernel after those gaps.
+   of the kernel after those gaps. A boundary that no gap marks (a slowly
+   launched warm-up pass followed at once by a timed loop) is found from
+   its neighbour: one period before a start (or after the last), where the
+   anchor kernel begins a repeat of the pass that follows it.
 2. Stacks of blocks: passes run back to back (a forward benchmark), so no
    gap marks them, but every pass holds one stack of the block motif. The
    stacks of exact repeats of the block motif over the whole sequence,
@@ -31,6 +34,7 @@ import numpy as np
 
 from nsysmap.infer.motif import (
     MIN_PERIOD_SCORE,
+    PERIOD_WINDOW,
     Region,
     best_stacks,
     lag_score,
@@ -71,9 +75,54 @@ def passes(
         starts = (codes == anchor) & (gaps_ns >= 0.5 * least_gap)
         starts[0] = False
         if not _synced_layers(codes, np.flatnonzero(starts), seen):
+            starts[_unmarked(codes, np.flatnonzero(starts), anchor, periodic[0])] = True
             steps = _at_optimizer_ends(np.cumsum(starts).astype(np.int64), seen)
             return steps, periodic[0]
     return _at_optimizer_ends(_by_stacks(codes, gaps_ns, seen), seen), None
+
+
+# A stretch between two starts this many periods long or more holds an unmarked start.
+UNMARKED_SPAN = 1.5
+
+
+def _unmarked(codes: np.ndarray, starts: np.ndarray, anchor: int, period: int) -> list[int]:
+    """Starts that no host gap marks, one period before each marked start (back to the
+    sequence's start) and after the last: where the anchor kernel is, within
+    PERIOD_WINDOW kernels, and the period it begins repeats the one beside it (at
+    least MIN_PERIOD_SCORE of its kernels equal). A loop over passes, not kernels.
+
+        marked:    |copies  warm-up  timed 1  |timed 2  |timed 3
+        unmarked:  |copies  warm-up |timed 1  |timed 2  |timed 3
+    """
+    n, span, added = codes.size, int(UNMARKED_SPAN * period), []
+    bounds = [0, *starts.tolist()]
+    for lo, hi in itertools.pairwise(bounds):
+        while hi - lo >= span and (p := _repeat_at(codes, hi - period, hi, lo, anchor)) > 0:
+            added.append(p)
+            hi = p
+    last = bounds[-1] if starts.size else None
+    while last is not None and n - last >= span + period // 2:
+        found = _repeat_at(codes, last + period, last, last, anchor)
+        if found <= 0:
+            break
+        added.append(found)
+        last = found
+    return added
+
+
+def _repeat_at(codes: np.ndarray, guess: int, other: int, after: int, anchor: int) -> int:
+    """The position of the anchor kernel nearest `guess` (past `after`) whose period
+    repeats the one starting at `other`; -1 where none does."""
+    near = np.arange(max(guess - PERIOD_WINDOW, after + 1), guess + PERIOD_WINDOW + 1)
+    near = near[(near < codes.size) & (near != other)]
+    near = near[codes[near] == anchor]
+    for p in near[np.argsort(np.abs(near - guess), kind="stable")]:
+        width = min(abs(int(p) - other), codes.size - max(int(p), other))
+        if width > 0 and np.mean(codes[p : p + width] == codes[other : other + width]) >= (
+            MIN_PERIOD_SCORE
+        ):
+            return int(p)
+    return -1
 
 
 def _at_optimizer_ends(steps: np.ndarray, seen: Evidence) -> np.ndarray:
