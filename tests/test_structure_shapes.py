@@ -206,7 +206,7 @@ def test_each_variant(spec, tmp_path):
 @settings(
     max_examples=6,
     deadline=None,
-    derandomize=True,  # the same examples every run; the known miss is pinned below
+    derandomize=True,  # the same examples every run: a failure in CI reproduces anywhere
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(data=st.data())
