@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 # The CPU build of PyTorch; pinned so that pip does not pull CUDA packages.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test lint check bench peers samples screenshots chromium clean
+.PHONY: demo test lint check bench bench-quick peers samples screenshots chromium clean
 
 $(BIN)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -77,6 +77,13 @@ ONE_PROCESS ?= 1e6,3e7
 bench: $(BIN)/.bench-installed peers
 	$(BIN)/python -m bench --peers-venv $(PEERS) --one-process "$(ONE_PROCESS)" \
 	  --user-shaped "$(USER_SHAPED)" $(BENCH_ARGS)
+
+# What a change costs, in about 20 s (under a minute): 10^5 kernels, the floor and
+# nsysmap (read whole and by process), medians of 3 runs, nsysmap's stage times; the
+# results go to out/bench-quick.json, leaving bench/results as `make bench` wrote them.
+bench-quick: $(BIN)/.installed
+	$(BIN)/python -m bench --sizes 1e5 --runs 3 --engines floor,nsysmap \
+	  --out out/bench-quick.json $(BENCH_ARGS)
 
 samples: $(BIN)/.installed
 	$(BIN)/python -m sample_reports.build --golden
