@@ -147,6 +147,9 @@ def test_attention_with_a_softmax_kernel_of_its_own_is_unfused(tmp_path):
     table = found(Plan(step, gpu=V100), tmp_path)
     assert saving_ms(table, "unfused_attention") == pytest.approx(1.5)
     assert of(table, "unfused_attention")["module"].to_list() == ["transformer.h.*.attn"]
+    # the softmax named is the softmax kernels' time, and says so (not a softmax range's)
+    evidence = of(table, "unfused_attention")["evidence"][0]
+    assert "softmax kernels 1.000 ms, other non-matmul work 0.500 ms" in evidence
 
 
 def test_fused_attention_makes_no_finding(tmp_path):

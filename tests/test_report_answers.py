@@ -16,7 +16,7 @@ import pytest
 from nsysmap.flow.verbs import analyse, analyse_file
 from nsysmap.report.answers import limitations
 from nsysmap.report.build import build_report
-from nsysmap.report.format import flop, ratio
+from nsysmap.report.format import flop, ms, ratio
 from nsysmap.report.report_files import ANSWERS_JSON, read_run, write_report
 from tests.corpus import corpus_path
 from tests.frames import MS, Frames
@@ -186,7 +186,11 @@ def test_course_export_softmax_flops_come_from_its_softmax_ranges(tmp_path):
     assert flops["ratio"] == flops["softmax_flop"] / flops["matmul_flop"]
     assert "| FLOPs, attention ranges | 0 FLOP |" not in result.markdown
     brief = result.markdown.split("## Answers in brief")[1].split("##")[0]
-    assert f"it does {ratio(flops['ratio'])} times the attention matmuls' FLOPs" in brief
+    assert f"softmax does {ratio(flops['ratio'])} times the attention matmuls' FLOPs" in brief
+    # the time compares whole ranges, and says so beside the matmul kernels alone
+    time = result.answers["answers"]["softmax_vs_matmul"]["attention"]["time"]
+    assert f"the softmax ranges take {ms(time['softmax_ns'])} against " in brief
+    assert f"their matmul kernels alone {ms(time['matmul_kernel_ns'])}, " in brief
     # By kernel category, softmax FLOPs are those of the `softmax` kernels, as in the
     # categories table (the hand-written softmax's exp kernels), not 0.
     answers = result.answers["answers"]

@@ -152,6 +152,14 @@ def _softmax(answers: dict[str, Any]) -> str:
         return f"Softmax against the attention matmuls: unknown ({time['unknown']})."
     if time["unknown"]:
         said = f"time unknown ({time['unknown']})"
+    elif time.get("whole_ranges"):
+        said = (
+            f"the softmax ranges take {ms(time['softmax_ns'])} against "
+            f"{ms(time['matmul_ns'])} for the attention matmul ranges "
+            f"({ratio(time['ratio'])} times their time; whole ranges, every operation in "
+            f"them; their matmul kernels alone {ms(time['matmul_kernel_ns'])}, "
+            f"{ratio(time['kernel_ratio'])} times)"
+        )
     else:
         said = (
             f"softmax takes {ms(time['softmax_ns'])} against {ms(time['matmul_ns'])} "
@@ -160,7 +168,7 @@ def _softmax(answers: dict[str, Any]) -> str:
     if flops["unknown"]:
         said += f"; FLOPs unknown ({flops['unknown']})"
     elif flops["ratio"] is not None:
-        subject = "softmax" if time["unknown"] else "it"
+        subject = "softmax" if time["unknown"] or time.get("whole_ranges") else "it"
         said += f"; {subject} does {ratio(flops['ratio'])} times the attention matmuls' FLOPs"
     covered = attention_coverage(answer)
     where = f", in {covered} only (what the attention {answer['attention_source']} hold)"
