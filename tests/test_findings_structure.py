@@ -9,12 +9,16 @@ from it on.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import polars as pl
 import pytest
 
+from nsysmap.diff.fix_check import median_times
 from nsysmap.findings import process_findings
 from nsysmap.flow.analysis import Analysis
 from nsysmap.flow.verbs import analyse, load_profile
+from nsysmap.report.answers import RunData
 from nsysmap.structure.table import STRUCTURE
 from tests.findings_plans import HTOD, K, Plan, export
 
@@ -100,3 +104,15 @@ def test_copies_inside_the_measured_region_make_findings(run):
 
 def test_a_structure_that_measures_everything_changes_nothing(run):
     assert findings(run, regions(run, "measured")).equals(findings(run, None))
+
+
+def test_a_fix_is_checked_over_the_measured_region_as_the_findings_counted(run):
+    """`nsysmap diff`'s step time, what a fix's saving is measured against: without steps,
+    the measured region's wall time (the findings' one step), not the capture's."""
+    ops = run.store.scan().collect()
+    data = RunData("a", ops, {})
+    structure = regions(run, "setup", "measured")
+    whole, measured = median_times(data), median_times(replace(data, structure=structure))
+    kept = ops.filter(pl.col("launch_start_ns") >= structure["start_ns"][1])
+    assert measured == {0: float(kept["end_ns"].max() - kept["start_ns"].min())}
+    assert whole == {0: float(ops["end_ns"].max() - ops["start_ns"].min())} != measured

@@ -70,8 +70,15 @@ def median_times(run: RunData, phase: str | None = None) -> dict[int, float]:
     """device -> the median over the steps of its step time (a step's wall time and the gap
     before the next, as findings count it: nsysmap.findings.inputs; of the steps followed by
     another, where any is), or with `phase`, of that phase's wall time in each step. A
-    median: a step slowed by something outside the run (a busy machine) moves it little."""
-    x = Inputs(run.ops.lazy(), pl.DataFrame(schema=LAUNCH_COST), pl.DataFrame(schema=IDLE))
+    median: a step slowed by something outside the run (a busy machine) moves it little.
+    Without steps or phases the one step is the run's measured region (its structure), as
+    the findings counted it."""
+    x = Inputs(
+        run.ops.lazy(),
+        pl.DataFrame(schema=LAUNCH_COST),
+        pl.DataFrame(schema=IDLE),
+        structure=run.structure,
+    )
     if phase is None:
         times = x.windows.with_columns(time_ns=pl.col("wall_ns") + pl.col("gap_ns"))
         times = times.with_columns(
