@@ -10,7 +10,8 @@ to LOG as `N name path`. FAULT_NO_EXCHANGE=1 in the environment makes the
 swap take its other way, two renames, as where the system has no
 RENAME_EXCHANGE. FAULT_IMPORT=MODULE sends SIGNAL when MODULE is first
 imported (start-up), FAULT_AT_EXIT=1 from an exit handler that runs while
-the interpreter ends (teardown). Before step STEP runs, the process sends itself
+the interpreter ends (teardown); FAULT_RUN_MODULE=MODULE runs `python -m
+MODULE ARGV` instead of the console script. Before step STEP runs, the process sends itself
 SIGNAL (KILL or INT); STEP -1 counts without a fault. DELAY_S (default 0)
 is slept before every step, to widen the moments between them for a
 reader or a kill from outside. A SIGINT lands as a Ctrl-C would: the
@@ -46,9 +47,14 @@ def main() -> None:
         placement.exchange = lambda a, b: False  # type: ignore[assignment]
     if os.environ.get("FAULT_IMPORT"):
         sys.meta_path.insert(0, _SignalOnImport(os.environ["FAULT_IMPORT"], counter.signal))
+    sys.argv = ["nsysmap", *argv]
+    if os.environ.get("FAULT_RUN_MODULE"):  # `python -m MODULE ARGV` instead
+        import runpy
+
+        runpy.run_module(os.environ["FAULT_RUN_MODULE"], run_name="__main__", alter_sys=True)
+        return
     from nsysmap.console import main as console
 
-    sys.argv = ["nsysmap", *argv]
     console()
 
 

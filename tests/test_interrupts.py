@@ -77,3 +77,11 @@ def test_ctrl_c_while_the_interpreter_ends(world):
     tables = json.loads((world.root / "exit" / "out" / "manifest.json").read_text())["tables"]
     assert state == "new" and f"Wrote {len(tables)} tables and manifest.json" in stdout
     assert line.endswith("are complete")
+
+
+def test_ctrl_c_while_the_interpreter_ends_under_python_m_nsysmap_cli(world):
+    """`python -m nsysmap.cli`, the command without its console script, answers Ctrl-C
+    as the console script does."""
+    env = {"FAULT_AT_EXIT": "1", "FAULT_RUN_MODULE": "nsysmap.cli"}
+    state, stdout, line = _interrupted(world, "exit-m", -1, **env)
+    assert state == "new" and "manifest.json" in stdout and line.endswith("are complete")

@@ -1,5 +1,7 @@
-"""`python -m nsysmap.cli ...`: the `nsysmap` command without the console script."""
+"""`python -m nsysmap.cli ...`: the `nsysmap` command without the console script, with
+Ctrl-C answered as the console script answers it (nsysmap.console; `python -m nsysmap`
+takes it earlier, before the CLI's imports)."""
 
-from nsysmap.cli import main
+from nsysmap.console import main
 
 main()
