@@ -65,8 +65,9 @@ cli.add_command(diff_command)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m nsysmap.cli`: runs the command and exits with its code (the console
-    script is nsysmap.console, which takes Ctrl-C before these imports)."""
+    """Run the command and exit with its code, Ctrl-C left to Python (`python -m
+    nsysmap.cli` and the console script, nsysmap.console, answer it:
+    nsysmap.core.interrupts.answered)."""
     cli.main(args=argv, prog_name="nsysmap")
 
 

@@ -1,27 +1,78 @@
 """Ctrl-C answered in one line, wherever it lands (docs/cli.md, "Ctrl-C").
 
-The console script (nsysmap.console) installs `on_sigint` as SIGINT's
-handler before anything heavy is imported. While it is armed, a Ctrl-C
-raises KeyboardInterrupt, once: the handler disarms itself as it raises, so
-that a second Ctrl-C while the first is answered (the line printed, a
-staging folder settled, the interpreter's exit) is noted instead of raising
-in the middle of the answer. Code that takes a Ctrl-C and carries on
-(`nsysmap run` forwarding it to the script) arms it again (`rearm`) and
-learns whether another came meanwhile. Without the console script (the
-library, click's test runner), Python's own handler stays, and these calls
-change nothing. Standard library only: imported before anything else.
+The console script (nsysmap.console) runs the command under `answered`,
+which installs `on_sigint` as SIGINT's handler before anything heavy is
+imported (`python -m nsysmap.cli` runs it the same way, once the commands
+are imported), and answers a Ctrl-C that comes while the interpreter ends.
+While it is armed, a Ctrl-C raises KeyboardInterrupt, once: the handler
+disarms itself as it raises, so that a second Ctrl-C while the first is
+answered (the line printed, a staging folder settled, the interpreter's
+exit) is noted instead of raising in the middle of the answer. Code that
+takes a Ctrl-C and carries on (`nsysmap run` forwarding it to the script)
+arms it again (`rearm`) and learns whether another came meanwhile. Without
+`answered` (the library, click's test runner), Python's own handler stays,
+and these calls change nothing. Standard library only: imported before
+anything else.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import os
 import signal
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import NoReturn
 
+INTERRUPTED = 130
 _state = {"installed": False, "armed": False, "noted": 0}
 _completed: list[str] = []  # the folders this command has put complete outputs into
+_answered: list[bool] = []  # the one line has been said
+
+
+def answered(command: Callable[[], int]) -> NoReturn:
+    """Run `command` (which returns an exit code) with Ctrl-C answered in one line and
+    exit 130 wherever it lands, from here to the interpreter's end, and exit with its
+    code. A command that returns 130 has said the line itself."""
+    install()
+    atexit.register(_last_exit_handler)  # registered first: run last
+    code = INTERRUPTED
+    try:
+        code = command()
+        if code == INTERRUPTED:
+            _answered.append(True)
+        disarm()
+    except KeyboardInterrupt:  # raised once at most: later ones are only noted
+        disarm()
+        if not _answered:
+            _say(interrupted_line())
+        code = INTERRUPTED
+    sys.exit(code)
+
+
+def _last_exit_handler() -> None:
+    """The last thing before the interpreter ends: a Ctrl-C noted meanwhile is answered
+    here; later ones are ignored (nothing is left to interrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if noted() and not _answered:
+        _say(interrupted_line())
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(INTERRUPTED)
+
+
+def _say(line: str) -> None:
+    _answered.append(True)
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def install() -> bool:
