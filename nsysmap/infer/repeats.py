@@ -95,34 +95,32 @@ def _unmarked(codes: np.ndarray, starts: np.ndarray, anchor: int, period: int) -
         unmarked:  |copies  warm-up |timed 1  |timed 2  |timed 3
     """
     n, span, added = codes.size, int(UNMARKED_SPAN * period), []
-    bounds = [0, *starts.tolist()]
-    for lo, hi in itertools.pairwise(bounds):
-        while hi - lo >= span and (p := _repeat_at(codes, hi - period, hi, lo, anchor)) > 0:
+    for lo, hi in itertools.pairwise([0, *starts.tolist()]):
+        while hi - lo >= span and (p := _repeat_at(codes, hi - period, hi, lo, anchor)) is not None:
             added.append(p)
             hi = p
-    last = bounds[-1] if starts.size else None
-    while last is not None and n - last >= span + period // 2:
-        found = _repeat_at(codes, last + period, last, last, anchor)
-        if found <= 0:
-            break
-        added.append(found)
-        last = found
+    last = int(starts[-1]) if starts.size else n
+    while (
+        n - last >= span + period // 2
+        and (p := _repeat_at(codes, last + period, last, last, anchor)) is not None
+    ):
+        added.append(p)
+        last = p
     return added
 
 
-def _repeat_at(codes: np.ndarray, guess: int, other: int, after: int, anchor: int) -> int:
+def _repeat_at(codes: np.ndarray, guess: int, other: int, after: int, anchor: int) -> int | None:
     """The position of the anchor kernel nearest `guess` (past `after`) whose period
-    repeats the one starting at `other`; -1 where none does."""
+    repeats the one starting at `other`; None where none does."""
     near = np.arange(max(guess - PERIOD_WINDOW, after + 1), guess + PERIOD_WINDOW + 1)
     near = near[(near < codes.size) & (near != other)]
     near = near[codes[near] == anchor]
     for p in near[np.argsort(np.abs(near - guess), kind="stable")]:
         width = min(abs(int(p) - other), codes.size - max(int(p), other))
-        if width > 0 and np.mean(codes[p : p + width] == codes[other : other + width]) >= (
-            MIN_PERIOD_SCORE
-        ):
+        same = codes[p : p + width] == codes[other : other + width]
+        if width > 0 and np.mean(same) >= MIN_PERIOD_SCORE:
             return int(p)
-    return -1
+    return None
 
 
 def _at_optimizer_ends(steps: np.ndarray, seen: Evidence) -> np.ndarray:

@@ -148,11 +148,12 @@ def _copies(answer: dict[str, Any] | None, name: Callable[[str], str]) -> str:
 def _softmax(answers: dict[str, Any]) -> str:
     answer = answers["softmax_vs_matmul"]
     time, flops = answer["attention"]["time"], answer["attention"]["flops"]
+    whole = bool(time.get("whole_ranges"))  # the ranges' time, not their kernels' alone
     if time["unknown"] and flops["unknown"]:
         return f"Softmax against the attention matmuls: unknown ({time['unknown']})."
     if time["unknown"]:
         said = f"time unknown ({time['unknown']})"
-    elif time.get("whole_ranges"):
+    elif whole:
         said = (
             f"the softmax ranges take {ms(time['softmax_ns'])} against "
             f"{ms(time['matmul_ns'])} for the attention matmul ranges "
@@ -168,7 +169,7 @@ def _softmax(answers: dict[str, Any]) -> str:
     if flops["unknown"]:
         said += f"; FLOPs unknown ({flops['unknown']})"
     elif flops["ratio"] is not None:
-        subject = "softmax" if time["unknown"] or time.get("whole_ranges") else "it"
+        subject = "softmax" if time["unknown"] or whole else "it"
         said += f"; {subject} does {ratio(flops['ratio'])} times the attention matmuls' FLOPs"
     covered = attention_coverage(answer)
     where = f", in {covered} only (what the attention {answer['attention_source']} hold)"
