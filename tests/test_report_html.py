@@ -379,3 +379,18 @@ def test_real_backward_pass_is_one_box_over_grouped_operators(tmp_path):
     names = labels.figure["data"][0]["y"]
     assert len(set(names)) == len(names) and max(map(len, names)) <= 80
     assert any("MulFunctor" in n for n in names) and any("DivFunctor" in n for n in names)
+
+
+@pytest.mark.corpus
+def test_names_marked_for_markdown_are_code_in_the_page_and_plain_in_its_charts(tmp_path):
+    """The structure's scope names (`measurement`) and the findings' names reach the page as
+    <code> in its text, captions and cells, and as plain text in Plotly's labels and hover
+    texts: no Markdown backtick shows anywhere outside Plotly's own script."""
+    name = "cs336a2_small_fwd_unranged_warmup_then_measurement_range_rtx5070laptop.sqlite"
+    analyse_file(corpus_path(name), tmp_path, before_write=with_findings)
+    text = report_page(build_report(read_run(tmp_path)).findings)
+    text = text.replace(plotly_js(), "")
+    assert "`" not in text
+    assert "Measured region inside <code>measurement</code>, devices pooled." in text
+    assert "Needs: the fp32 and TF32/bf16 peaks of <code>NVIDIA GeForce RTX 5070" in text
+    assert '"1 forward pass inside measurement"' in text  # a chart's label

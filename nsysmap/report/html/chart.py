@@ -70,9 +70,26 @@ class Chart:
         }
 
 
+# A Markdown code span as nsysmap.core.inert.markdown_code writes one: a run of backticks,
+# the name (padded with one space where it starts or ends with a backtick), the same run.
+_CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.S)
+
+
+def _unpadded(match: re.Match[str]) -> str:
+    name = match.group(2)
+    padded = len(name) > 2 and name[0] == name[-1] == " " and name.strip(" ")
+    return name[1:-1] if padded else name
+
+
 def code_spans(escaped: str) -> str:
     """An escaped text's `names` (the texts mark them so for Markdown) as <code>."""
-    return re.sub(r"`([^`]*)`", r"<code>\1</code>", escaped)
+    return _CODE_SPAN.sub(lambda m: f"<code>{_unpadded(m)}</code>", escaped)
+
+
+def code_plain(text: str) -> str:
+    """A text's `names` without their Markdown marks: for Plotly's labels and hover
+    texts and for sorting keys, which show text only."""
+    return _CODE_SPAN.sub(_unpadded, text)
 
 
 def ms(ns: float | None) -> float | None:

@@ -22,6 +22,7 @@ from nsysmap.report.html.chart import (
     Chart,
     bar,
     chart,
+    code_plain,
     horizontal,
     ms,
     ratio,
@@ -102,7 +103,7 @@ def matmul_chart(f: Findings, c: Findings | None) -> Chart:
             other.append(ratio(1 - share))
             rows.append([run, scope_name(x, scope), ms(total), ms(mm), ratio(share)])
     text = [f"{100 * s:.1f} %" for s in matmul]
-    drawn = plotly_texts(labels)
+    drawn = plotly_texts(code_plain(label) for label in labels)
     data = [
         bar("matrix multiplication", drawn, matmul, CATEGORY_COLOURS["gemm"], text=text),
         bar("everything else", drawn, other, "#d9d9d9"),

@@ -21,6 +21,7 @@ from nsysmap.report.html.chart import (
     Chart,
     Table,
     bar,
+    code_plain,
     code_spans,
     layout,
     ms,
@@ -47,7 +48,7 @@ def fix_first_chart(answer: Mapping[str, Any]) -> Chart | None:
     trace.update(
         orientation="h",
         text=[f"{100 * (r['saving_share'] or 0):.1f} % of the step" for r in shown],
-        hovertext=[plotly_text(r["evidence"]) for r in shown],
+        hovertext=[plotly_text(code_plain(r["evidence"])) for r in shown],
         hoverinfo="x+text",
         customdata=[f"#{anchor(r)}" for r in shown],  # a click shows the evidence
     )
@@ -103,9 +104,11 @@ def evidence_html(answer: Mapping[str, Any]) -> str:
     """Each finding's evidence, estimate and fix, under the chart; or why there are none."""
     e = _escaped
     if answer.get("unknown"):
-        body = f"<p>Unknown: {e(answer['unknown'])}.</p>"
+        body = f"<p>Unknown: {code_spans(e(answer['unknown']))}.</p>"
     elif not answer.get("findings"):
-        body = f"<p>No rule found anything worth fixing (rules: {e(answer['rules'])}).</p>"
+        body = (
+            f"<p>No rule found anything worth fixing (rules: {code_spans(e(answer['rules']))}).</p>"
+        )
     else:
         items = "".join(_item(r) for r in answer["findings"])
         body = f'<ol class="findings">{items}</ol>'
@@ -120,13 +123,13 @@ def _escaped(text: object) -> str:
 def _item(r: Mapping[str, Any]) -> str:
     e = _escaped
     parts = [
-        f"<b>{e(r['title'])}</b> ({e(r['place'])}): {e(saving_text(r))} per step",
+        f"<b>{e(r['title'])}</b> ({code_spans(e(r['place']))}): {e(saving_text(r))} per step",
         f"Evidence: {code_spans(e(r['evidence']))}.",
         f"Estimate: {e(r['estimate'])}."
         + (f" Overlaps {e(r['overlaps'])}." if r["overlaps"] else ""),
         f"Fix: <code>{e(r['fix'])}</code>",
-        f"Rows: {e(r['evidence_rows'])}. Rule: {e(r['doc'])}",
+        f"Rows: {code_spans(e(r['evidence_rows']))}. Rule: {e(r['doc'])}",
     ]
     if r["needs"]:
-        parts.insert(3, f"Needs: {e(r['needs'])}.")
+        parts.insert(3, f"Needs: {code_spans(e(r['needs']))}.")
     return f'<li id="{anchor(r)}" value="{r["priority"]}">' + "<br>".join(parts) + "</li>"

@@ -18,7 +18,7 @@ from nsysmap.core.errors import ToolMissing
 from nsysmap.output.placement import write_file
 from nsysmap.report.format import devices_text
 from nsysmap.report.html.assets import SCRIPT, STYLE
-from nsysmap.report.html.chart import Cell, Chart, Table, code_spans
+from nsysmap.report.html.chart import Cell, Chart, Table, code_plain, code_spans
 
 if TYPE_CHECKING:
     from nsysmap.report.answers import Findings
@@ -47,7 +47,8 @@ def _cell(value: Cell, kind: str) -> str:
         return '<td data-v="" class="num">–</td>' if kind != "text" else '<td data-v="">–</td>'
     if kind == "text":
         text = html.escape(str(value))
-        return f'<td data-v="{text}" class="name">{text}</td>'
+        key = html.escape(code_plain(str(value)))
+        return f'<td data-v="{key}" class="name">{code_spans(text)}</td>'
     if kind == "ms":
         shown = f"{value:,.3f}"
     elif kind == "share":
@@ -80,7 +81,7 @@ def chart_html(chart: Chart) -> str:
     return (
         f'<section class="chart-section" id="sec-{cid}">'
         f"<h2>{html.escape(chart.title)}</h2>"
-        f'<p class="caption">{html.escape(chart.caption)}</p>'
+        f'<p class="caption">{code_spans(html.escape(chart.caption))}</p>'
         f'<div class="chart" id="chart-{cid}" data-figure="fig-{cid}"></div>'
         f'<script type="application/json" id="fig-{cid}">{_json(chart.figure)}</script>'
         f"<details><summary>Table ({len(chart.table.rows)} rows)</summary>"
@@ -118,7 +119,7 @@ def page(
 
     limits = ""
     if notes:
-        listed = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+        listed = "".join(f"<li>{code_spans(html.escape(n))}</li>" for n in notes)
         limits = (
             f'<section class="limits"><h2>{html.escape(notes_title)}</h2>'
             f"<ul>{listed}</ul></section>"
