@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow  # real launcher runs
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "train_gpt2.py"
 
-# argv: mode (train | infer | kwarg | opaque)
+# argv: mode (train | infer | kwarg | opaque | dataparallel)
 SCRIPT = """
 import sys
 import torch
@@ -44,6 +44,8 @@ layers = (torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
 model = {"opaque": Opaque, "kwarg": lambda: Keyword(*layers)}.get(
     mode, lambda: torch.nn.Sequential(*layers)
 )()
+if mode == "dataparallel":  # on the CPU, DataParallel calls the model it wraps
+    model = torch.nn.DataParallel(model)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for _ in range(3):
     x = torch.randn(2, 4)
@@ -90,6 +92,35 @@ def test_launcher_counts_the_model_it_profiled(tmp_path, script):
     # backward: the weight gradients (same) plus the input gradient of the second layer.
     assert matmul(doc, "forward") == 128 + 32
     assert matmul(doc, "backward") == 128 + 32 + 32
+
+
+def test_a_data_parallel_model_is_counted_under_the_names_its_kernels_carry(tmp_path, script):
+    """Inside DataParallel (or DistributedDataParallel) the model is the wrapper's child
+    `module`: the FLOPs of `0` are those of the ranges' `module.0`, and the time per
+    module meets its FLOPs."""
+    capture = tmp_path / "run" / "capture"
+    record, doc = launched(capture, script, "dataparallel")
+    assert record["flops"] == "flops.json" and doc["model_class"] == "Sequential"
+    assert [(m["module"], m["module_class"]) for m in doc["modules"]] == [
+        ("", "DataParallel"),
+        ("module", "Sequential"),
+        ("module.0", "Linear"),
+        ("module.1", "ReLU"),
+        ("module.2", "Linear"),
+    ]
+    assert matmul(doc, "forward") == 128 + 32 and matmul(doc, "backward") == 128 + 32 + 32
+    counted = {r["module"] for r in doc["rows"] if r["matmul_flop"]}
+    assert counted == {"module.0", "module.2"}
+    assert {m["module"] for m in doc["flop_counter"]["modules"]} >= {"module", "module.0"}
+    out = tmp_path / "run"
+    write(attach_model_flops(analyse(load_profile(capture / "trace.json")), capture), out)
+    ops = pl.read_parquet(out / "ops.parquet")
+    assert counted <= set(ops["module"].drop_nulls())
+    rows = build_report(read_run(out), options=ReportOptions(flops="model")).tables
+    timed = rows["report_module_phase"].filter(pl.col("module").is_in(list(counted)))
+    assert set(timed["flop_source"]) == {"model"}, timed
+    # The model's FLOPs of the profiled steps reach the modules that ran them.
+    assert timed["matmul_flop"].sum() > 0 and timed["time_ns"].sum() > 0
 
 
 def test_forward_only_and_keyword_inputs(tmp_path, script):

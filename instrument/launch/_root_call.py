@@ -15,6 +15,10 @@ A data-parallel wrapper is not what is counted: inside DistributedDataParallel
 the wrapper's forward, which would talk to the process group (gone by then,
 and never to be called outside the script's own collectives). A model sharded
 by FSDP is not counted, with a one-line reason: its parameters are shards.
+The document's module paths are then written as the ranges name them: the
+wrapper is the root (`""`) and the model its child `module`, so that
+`transformer.h.0.attn` is counted as `module.transformer.h.0.attn`, the name
+its kernels carry (`wrapped_paths`).
 """
 
 from __future__ import annotations
@@ -85,6 +89,7 @@ class RootCall:
         if self.model is None:
             return NO_CALL
         model, why_not = script_model(self.model)
+        wrappers = data_parallel(self.model)[1]
         if model is None:
             self.model = None
             return f"FLOPs not counted, no flops.json: {why_not}"
@@ -102,6 +107,7 @@ class RootCall:
             return f"FLOP counting failed, no flops.json: {line}"
         finally:
             self.model = None
+        doc = wrapped_paths(doc, wrappers)
         doc.update(
             model=doc["model_class"], compute_dtype=self.compute_dtype, source="instrument.launch"
         )
@@ -112,10 +118,7 @@ class RootCall:
 def script_model(model: torch.nn.Module) -> tuple[torch.nn.Module | None, str]:
     """The module to count: the model inside a data-parallel wrapper; None and why for a
     model that FSDP shards."""
-    from torch.nn.parallel import DataParallel, DistributedDataParallel
-
-    while isinstance(model, (DistributedDataParallel, DataParallel)):
-        model = model.module
+    model = data_parallel(model)[0]
     sharded = [type(m).__name__ for m in model.modules() if _fsdp(m)]
     if sharded:
         return None, (
@@ -123,6 +126,56 @@ def script_model(model: torch.nn.Module) -> tuple[torch.nn.Module | None, str]:
             "and its forward gathers them through the process group"
         )
     return model, ""
+
+
+def data_parallel(model: torch.nn.Module) -> tuple[torch.nn.Module, list[str]]:
+    """The model inside its data-parallel wrappers, and their classes, outermost first
+    (DistributedDataParallel, DataParallel; none for a bare model)."""
+    from torch.nn.parallel import DataParallel, DistributedDataParallel
+
+    found = []
+    while isinstance(model, (DistributedDataParallel, DataParallel)):
+        found.append(type(model).__name__)
+        model = model.module
+    return model, found
+
+
+def wrapped_paths(doc: dict[str, Any], wrappers: list[str]) -> dict[str, Any]:
+    """`doc` with its module paths as the ranges name them inside `wrappers`.
+
+    The session names the modules from the outermost wrapper down (its
+    `named_modules()`): the wrapper is `""`, the model `module`, its layers
+    `module.<path>`. Each wrapper adds one `module.` and is listed as a
+    module of its own, with no FLOPs of its own::
+
+        counted      "", "transformer.h.0"
+        inside DDP   "" (DistributedDataParallel), "module", "module.transformer.h.0"
+    """
+    if not wrappers:
+        return doc
+    prefix = ".".join(["module"] * len(wrappers))
+
+    def path(module: str | None) -> str | None:
+        if module is None:
+            return None
+        return f"{prefix}.{module}" if module else prefix
+
+    def renamed(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{**entry, "module": path(entry.get("module"))} for entry in entries]
+
+    outer = [
+        {"module": ".".join(["module"] * depth), "module_class": cls}
+        for depth, cls in enumerate(wrappers)
+    ]
+    out = {
+        **doc,
+        "rows": renamed(doc.get("rows", [])),
+        "modules": outer + renamed(doc.get("modules", [])),
+    }
+    counter = doc.get("flop_counter")
+    if isinstance(counter, dict):
+        out["flop_counter"] = {**counter, "modules": renamed(counter.get("modules", []))}
+    return out
 
 
 def _fsdp(module: torch.nn.Module) -> bool:
