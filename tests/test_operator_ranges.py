@@ -16,9 +16,17 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nsysmap.attribution.attribute import attribute
-from nsysmap.attribution.labels import OPERATOR_CALL_FIELDS, name_labels, without_call_fields
+from nsysmap.attribution.labels import (
+    OPERATOR_CALL_FIELDS,
+    OPERATOR_RANGE,
+    name_labels,
+    operator_ranges,
+    without_call_fields,
+)
 from nsysmap.flops.aten_flops import with_shape_flops
 from nsysmap.flow.verbs import load_profile
 from nsysmap.report.operator_shapes import shapes_table
@@ -83,6 +91,51 @@ def test_call_fields_are_cut_exactly_as_the_pattern_removes_them():
     expected = names.str.replace(OPERATOR_CALL_FIELDS, "")
     assert without_call_fields(names).to_list() == expected.to_list()
     assert without_call_fields(names)[0] == "aten::addmm"
+
+
+# Pieces of range names: operators, autograd nodes, other libraries' functions, user
+# names, and PyTorch's call fields in any order.
+_HEADS = [
+    "aten::addmm",
+    "aten::_softmax",
+    "MmBackward0",
+    "NativeLayerNormBackward",
+    "autograd::engine::evaluate_function: MmBackward0",
+    "torch::autograd::AccumulateGrad",
+    "FSDP::pre_forward (blocks.3)",
+    "KernelExecutor::runFusion",
+    "fusion_executor::allocations::allocateOutputs",
+    "c10d::allreduce_",
+    "nsysmap:bwd:Linear:h.0.mlp",
+    "my Backward pass",
+    "Backward0",
+    "käfer::op",
+    "",
+]
+_FIELDS = [", seq = 12", ", stashed seq = 7", ", op_id = 88", ", sizes = [[2, 3]]", ", x = 1"]
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(_HEADS), st.lists(st.sampled_from(_FIELDS), max_size=3)),
+        min_size=1,
+        max_size=12,
+    ),
+    st.booleans(),
+)
+@settings(max_examples=200, derandomize=True, deadline=None)
+def test_operator_ranges_are_the_names_the_pattern_finds_without_call_fields(parts, null):
+    """`operator_ranges` cuts the call fields only from names holding "Backward": it must
+    find exactly the names OPERATOR_RANGE finds once the fields are removed."""
+    names = pl.Series([head + "".join(fields) for head, fields in parts] + ([None] if null else []))
+    expected = names.str.replace(OPERATOR_CALL_FIELDS, "").str.contains(OPERATOR_RANGE)
+    assert operator_ranges(names).to_list() == expected.to_list()
+
+
+def test_operator_ranges_find_a_backward_node_only_without_its_fields():
+    names = pl.Series(["MmBackward0, stashed seq = 3", "MmBackward0 again", "aten::mm, seq = 1"])
+    assert operator_ranges(names).to_list() == [True, False, True]
+    assert names.str.contains(OPERATOR_RANGE).to_list() == [False, False, True]
 
 
 def test_repeated_calls_with_new_style_names_group_and_count_flops():

@@ -307,6 +307,30 @@ def without_call_fields(names: pl.Series) -> pl.Series:
     return kept.to_series().alias(names.name)
 
 
+def operator_ranges(names: pl.Series) -> pl.Series:
+    """Whether each of `names` is one of PyTorch's operator ranges: OPERATOR_RANGE on the
+    name without its call fields (null for null).
+
+    The same as `without_call_fields(names).str.contains(OPERATOR_RANGE)`, with
+    the fields cut only where that can change the answer: a name that matches
+    with its fields matches without them (the operator name ends at its
+    first `, `), and one that does not can match without them only through
+    the autograd node alternative (`MmBackward0, stashed seq = 3`), so only
+    names holding "Backward" are cut (0.6 CPU s over the benchmark's 2.9
+    million ranges the other way, 0.2 this one).
+    """
+    frame = pl.DataFrame({"name": names}).select(
+        whole=pl.col("name").str.contains(OPERATOR_RANGE),
+        node=pl.col("name").str.contains("Backward", literal=True),
+    )
+    whole = frame["whole"]
+    rows = (frame["node"] & ~whole).fill_null(False).arg_true()
+    if rows.is_empty():
+        return whole.alias(names.name)
+    cut = without_call_fields(names.gather(rows)).str.contains(OPERATOR_RANGE)
+    return whole.scatter(rows, cut).alias(names.name)
+
+
 def autograd_nodes(names: pl.Series) -> pl.Series:
     """Whether each of `names` matches AUTOGRAD_NODE (false for null).
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from nsysmap.attribution.labels import OPERATOR_CALL_FIELDS, OPERATOR_RANGE, name_labels
+from nsysmap.attribution.labels import name_labels, operator_ranges
 from nsysmap.attribution.rules import NameRules
 
 MAX_DEPTH = 6
-_MODULE_RANGE = r"^nsysmap:(?:fwd|bwd):"
+_MODULE_RANGES = ("nsysmap:fwd:", "nsysmap:bwd:")
 # The ranges kept by the flow for the structure model (a few columns of RANGES).
 SLIM = pl.Schema(
     {
@@ -38,14 +38,17 @@ _LAST = 2**62  # an end for ranges left open at the end of the capture
 
 
 def slim_ranges(ranges: pl.DataFrame) -> pl.DataFrame:
-    """The ranges that can name or hold a region, step or pass (SLIM)."""
-    bare = pl.col("name").str.replace(OPERATOR_CALL_FIELDS, "")
+    """The ranges that can name or hold a region, step or pass (SLIM).
+
+    The cheap tests first (process, depth, nsysmap's module prefixes), on every
+    range; the operator test on those left.
+    """
+    name = pl.col("name")
+    module = pl.any_horizontal(name.str.starts_with(prefix) for prefix in _MODULE_RANGES)
     kept = ranges.filter(
-        pl.col("pid").is_not_null()
-        & (pl.col("depth") <= MAX_DEPTH)
-        & ~bare.str.contains(OPERATOR_RANGE).fill_null(True)
-        & ~pl.col("name").str.contains(_MODULE_RANGE).fill_null(True)
+        pl.col("pid").is_not_null() & (pl.col("depth") <= MAX_DEPTH) & name.is_not_null() & ~module
     )
+    kept = kept.filter(~operator_ranges(kept["name"]))
     return kept.select(SLIM.names()).cast(SLIM)
 
 
