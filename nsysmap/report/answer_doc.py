@@ -3,7 +3,7 @@
 `answers_document(findings, compare)` returns a JSON-able dict, versioned by
 ANSWERS_SCHEMA_VERSION and documented in docs/report.md::
 
-    {"schema": "nsysmap.answers", "schema_version": "2.1",
+    {"schema": "nsysmap.answers", "schema_version": "2.2",
      "run": {...}, "compare": {...} | None,
      "structure": {"regions", "measured", "lines", "notes"},
      "scopes": {"forward": {"label", "source", "region", "passes", "steps", "name",
@@ -33,6 +33,7 @@ import polars as pl
 
 from nsysmap.report import questions as q
 from nsysmap.report import scope_tables as rt
+from nsysmap.report import scopes as structured
 from nsysmap.report.blocks import block_totals, part_order
 from nsysmap.report.communication import communication_answer
 from nsysmap.report.fix_first import fix_first_answer
@@ -43,12 +44,13 @@ from nsysmap.report.scopes import describe
 from nsysmap.report.softmax_answer import softmax_vs_matmul
 from nsysmap.report.waits import waits_answer
 from nsysmap.structure.words import EVIDENCE_WORDS, structure_summary
+from nsysmap.waits.gaps import GPU
 
 if TYPE_CHECKING:
     from nsysmap.report.answers import Findings
 
 ANSWERS_SCHEMA = "nsysmap.answers"
-ANSWERS_SCHEMA_VERSION = "2.1"
+ANSWERS_SCHEMA_VERSION = "2.2"
 LAYER_ROWS = 20  # layers listed, by time
 RANGE_ROWS = 15  # ranges by time inside them
 OWN_ROWS = 10  # range paths by own time
@@ -68,7 +70,7 @@ def answers_document(f: Findings, c: Findings | None = None) -> dict[str, Any]:
         "phase_time": phase_time(f),
         "layer_time": layer_time(f),
         "communication": communication_answer(f.run.ops),
-        "waits": waits_answer(f.run.waits, f.run.ops, _measured_steps(f)),
+        "waits": waits_answer(f.run.waits, f.run.ops, _measured_steps(f), _measured_region(f)),
         "ranges": ranges(f),
         "blocks": blocks(f),
         "inferred_blocks": inferred_blocks(f),
@@ -136,6 +138,17 @@ def _measured_steps(f: Findings) -> list[int] | None:
         (pl.col("kind") == "step") & (pl.col("region") == "measured") & pl.col("step").is_not_null()
     )
     return sorted(int(s) for s in steps["step"].unique())
+
+
+def _measured_region(f: Findings) -> pl.DataFrame | None:
+    """The operations of the measured region where it has no steps and leaves out some
+    of the capture's GPU work (set-up, warm-up): the waits' window; else None."""
+    ops = f.run.ops
+    if f.run.structure is None or "s_region" not in ops.columns or _measured_steps(f):
+        return None
+    region = structured.rows(ops, "step")
+    inside = region.filter(GPU).height
+    return region if 0 < inside < ops.filter(GPU).height else None
 
 
 def _steps_source(f: Findings) -> str:

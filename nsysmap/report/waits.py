@@ -6,8 +6,13 @@ JSON-able answer from them; `waits_section(answer)` renders it as Markdown
 from the answer alone. Definitions: docs/waits.md (nsysmap.waits).
 
 The answer covers the steps (every row with a step) when the run has any,
-else the whole capture as one window. Times are summed over the steps;
-`steps` says how many (device, step) windows that is.
+else the measured region its structure found, where that leaves out part of
+the capture (set-up, warm-up), else the whole capture as one window. Times
+are summed over the steps; `steps` says how many (device, step) windows that
+is. The measured region's streams are worked out from its operations and the
+capture's gaps (nsysmap.waits.tables.window_stream_idle); its phases, modules
+and launch calls stay those of the capture (`cost_scope`): the outputs keep
+no launch call's duration per operation.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import polars as pl
 from nsysmap.core.inert import markdown_code
 from nsysmap.core.wait_schemas import WAIT_INTERIOR, WAIT_KINDS
 from nsysmap.report.format import ms, pct, plural, sentence, table
-from nsysmap.waits.tables import SCHEMAS, is_sync_copy
+from nsysmap.waits.tables import SCHEMAS, is_sync_copy, window_stream_idle
 
 ID = "waits"
 QUESTION = (
@@ -78,10 +83,13 @@ def waits_answer(
     tables: Mapping[str, pl.DataFrame] | None,
     ops: pl.DataFrame | None = None,
     measured: list[int] | None = None,
+    region: pl.DataFrame | None = None,
 ) -> dict[str, Any]:
     """The waits answer from the tables `read_waits` gives (see the module); `ops`, the
     run's operations, tell which launch calls were synchronous copies; `measured`: the
-    step labels of the measured steps (nsysmap.structure), None to take every step."""
+    step labels of the measured steps (nsysmap.structure), None to take every step;
+    `region`: the operations of the measured region, the streams' scope where the
+    tables have no steps (None: the whole capture)."""
     if tables is None:
         return _answer(NO_TABLES)
     streams = _scoped(tables["stream_idle"], measured)
@@ -89,6 +97,11 @@ def waits_answer(
     if streams.is_empty():
         return _answer(NO_OPS)
     in_steps = streams["step"].is_not_null().any()
+    cost_scope = scope = "steps" if in_steps else "whole capture"
+    if not in_steps and region is not None:
+        found = window_stream_idle(region, tables["idle"])
+        if not found.is_empty():
+            streams, scope = found, "measured region"
     per_stream = (
         streams.group_by("device_id", "stream_id")
         .agg(
@@ -110,7 +123,8 @@ def waits_answer(
     busiest = per_stream.group_by("device_id", maintain_order=True).first().sort("device_id")
     return _answer(
         None,
-        scope="steps" if in_steps else "whole capture",
+        scope=scope,
+        cost_scope=cost_scope,
         steps=windows,
         step_count=streams["step"].drop_nulls().n_unique(),
         devices=busiest.height,
@@ -162,6 +176,7 @@ def _sync_copies(ops: pl.DataFrame | None, *, in_steps: bool) -> int:
 def _answer(unknown: str | None, **found: Any) -> dict[str, Any]:
     empty: dict[str, Any] = {
         "scope": None,
+        "cost_scope": None,
         "steps": 0,
         "step_count": 0,
         "devices": 0,
@@ -184,14 +199,15 @@ def waits_section(answer: dict[str, Any]) -> list[str]:
         return [*lines, f"Not known: {answer['unknown']}.", ""]
     lines += [waits_lead(answer), ""]
     lines += _stream_table(answer)
-    lines += ["Per phase: the GPU time of its operations and the idle time just before them"
-              " (the gaps they ended), by kind of wait; the rest of the idle time before"
-              " them was GPU latency, of unknown cause, or before their stream's first"
-              " operation. The launch-bound share is of the GPU time and idle time"
-              " together.", ""]  # fmt: skip
+    lines += [f"Per phase{_over_cost(answer)}: the GPU time of its operations and the idle"
+              " time just before them (the gaps they ended), by kind of wait; the rest of"
+              " the idle time before them was GPU latency, of unknown cause, or before"
+              " their stream's first operation. The launch-bound share is of the GPU time"
+              " and idle time together.", ""]  # fmt: skip
     lines += _cost_table(answer["phases"], ["phase"])
     if answer["modules"]:
-        lines += [f"The modules the GPU waited for most (top {answer['module_rows']}):", ""]
+        top = f"top {answer['module_rows']}{_over_cost(answer, ', ')}"
+        lines += [f"The modules the GPU waited for most ({top}):", ""]
         lines += _cost_table(answer["modules"], ["module", "phase"])
     lines.append(
         "Launch-bound: the host started the next launch call after the previous operation on"
@@ -202,12 +218,23 @@ def waits_section(answer: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _over_cost(answer: dict[str, Any], joint: str = " ") -> str:
+    """ "over the whole capture" where the phases, modules and launch calls cover more than
+    the streams (a measured region without steps), else nothing."""
+    cost = answer.get("cost_scope")
+    if cost is None or cost == answer["scope"]:
+        return ""
+    return f"{joint}over the whole capture" if cost == "whole capture" else f"{joint}over the steps"
+
+
 def waits_lead(answer: dict[str, Any]) -> str:
     """The first sentence: the busiest stream's wall time, busy and launch-bound (of each
     device, where there are several)."""
     steps = answer.get("step_count", answer["steps"])
     where = (
-        "the capture"
+        "the measured region"
+        if answer["scope"] == "measured region"
+        else "the capture"
         if answer["scope"] != "steps"
         else "the step's window"
         if steps == 1
@@ -231,16 +258,18 @@ def waits_lead(answer: dict[str, Any]) -> str:
             each.append(f"{plural(more, 'more device')} not named here.")
         text = f"Over {where} ({devices:,} devices, the busiest stream of each): "
         text += " ".join([each[0], *(sentence(e) for e in each[1:])])
-    return text + _launch_text(answer["totals"])
+    return text + _launch_text(answer["totals"], _over_cost(answer).strip())
 
 
-def _launch_text(t: dict[str, Any]) -> str:
-    """The launch calls' host time, what it holds besides launching (synchronous copies'
-    waits), and the operations shorter than their call (the others)."""
+def _launch_text(t: dict[str, Any], over: str = "") -> str:
+    """The launch calls' host time (`over` a wider scope than the streams, when not
+    empty), what it holds besides launching (synchronous copies' waits), and the
+    operations shorter than their call (the others)."""
     if not t.get("launches"):
         return ""
     calls, copies = t["launches"], t.get("sync_copy_calls", 0)
-    text = f" The host spent {ms(t['launch_cpu_ns'])} in {plural(calls, 'launch call')}"
+    lead = f" {over[:1].upper()}{over[1:]}, the host" if over else " The host"
+    text = f"{lead} spent {ms(t['launch_cpu_ns'])} in {plural(calls, 'launch call')}"
     if copies:
         which = "all of them" if copies == calls else f"{copies:,} of them"
         copy = "copy or set" if copies == 1 else "copies or sets"

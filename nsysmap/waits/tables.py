@@ -16,7 +16,14 @@ import polars as pl
 
 from nsysmap.core.coded import lexical_rank
 from nsysmap.core.scalars import opt_int
-from nsysmap.core.wait_schemas import IDLE, LAUNCH_COST, STREAM_IDLE, WAIT_INTERIOR, WAIT_KINDS
+from nsysmap.core.wait_schemas import (
+    IDLE,
+    LAUNCH_COST,
+    STREAM_IDLE,
+    WAIT_INTERIOR,
+    WAIT_KINDS,
+    WaitKind,
+)
 from nsysmap.waits import gaps as g
 
 SCHEMAS = {"idle": IDLE, "stream_idle": STREAM_IDLE, "launch_cost": LAUNCH_COST}
@@ -55,6 +62,39 @@ def waits_tables(
         "stream_idle": stream_idle(reached, window, idle),
         "launch_cost": launch_cost(gpu, launches, idle),
     }
+
+
+def window_stream_idle(ops: pl.DataFrame, idle: pl.DataFrame) -> pl.DataFrame:
+    """STREAM_IDLE rows of the GPU operations of `ops` (a part of a capture, such as its
+    measured region) as one window per device, from the written tables alone.
+
+    Each device's window runs from its first operation in `ops` to its last
+    end, and each stream's gaps in it are found as `waits_tables` finds them
+    (`step` is set aside: null). An interior gap takes the kind of the gap its
+    next operation ended in `idle` (the capture's IDLE rows, whose kinds read
+    the host's synchronisations, which the outputs do not hold); `unknown`
+    where that operation ended no interior gap there (the work just before it
+    on its stream is not in `ops`)::
+
+        capture  |--a--|  sync  |--b--|  launch  |--c--|
+        ops           b and c:   window [b.start, c.end], one gap before c: launch
+    """
+    gpu = g.gpu_ops(ops.lazy().with_columns(step=pl.lit(None, pl.Int64)))
+    if gpu.is_empty():
+        return pl.DataFrame(schema=STREAM_IDLE)
+    reached = g.with_reach(gpu)
+    window = g.windows(gpu)
+    ended = idle.filter(pl.col("kind").is_in(WAIT_INTERIOR)).select("next_op_id", "kind")
+    inner = g.interior_gaps(reached).join(
+        ended.unique("next_op_id", keep="first"), on="next_op_id", how="left"
+    )
+    inner = inner.with_columns(pl.col("kind").fill_null("unknown").cast(WaitKind))
+    rows = pl.concat(
+        [inner.drop(*g.THREAD, "launch_start_ns"), g.edge_gaps(reached, window)], how="diagonal"
+    )
+    return stream_idle(
+        reached, window, rows.with_columns(dur_ns=pl.col("end_ns") - pl.col("start_ns"))
+    )
 
 
 def rejoined_launches(gpu: pl.DataFrame, api_calls: pl.DataFrame) -> pl.DataFrame:

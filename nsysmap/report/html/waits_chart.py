@@ -29,7 +29,8 @@ def waits_chart(answer: dict[str, Any]) -> Chart | None:
     rows = [_with_rest(r) for r in answer["phases"]]
     names = [r["phase"] or "(none)" for r in rows]
     data = [bar(label, names, [ms(r[key]) for r in rows], colour) for key, label, colour in PARTS]
-    scope = "the steps" if answer["scope"] == "steps" else "the whole capture"
+    phases_scope = answer.get("cost_scope") or answer["scope"]  # the phases' own scope
+    scope = "the steps" if phases_scope == "steps" else "the whole capture"
     caption = (
         f"Summed over {scope} and every stream: each phase's operations and the idle time"
         " of their stream just before them, by what the GPU waited for (docs/waits.md)."

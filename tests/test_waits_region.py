@@ -1,0 +1,128 @@
+"""The waits of a part of a capture (its measured region), from the written tables alone.
+
+`window_stream_idle` takes some of a run's operations and the capture's idle
+gaps: over a whole window it gives the written stream_idle rows exactly; over
+a part, each device's window is that part's, and the report's "Where the GPU
+waits" covers the measured region of a profile without steps (set-up and
+warm-up left out) rather than the whole capture.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from nsysmap.core.wait_schemas import STREAM_IDLE
+from nsysmap.flow.verbs import analyse_file
+from nsysmap.report.build import build_report
+from nsysmap.report.report_files import read_run
+from nsysmap.waits.tables import window_stream_idle
+from tests.corpus import REAL, REAL2, needs_corpus
+from tests.test_waits import MS, attributed_planted
+
+KEYS = ["device_id", "stream_id"]
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory) -> Path:
+    return attributed_planted(tmp_path_factory.mktemp("waits_region"))
+
+
+def _written(out: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    ops = pl.read_parquet(out / "ops.parquet")
+    idle = pl.read_parquet(out / "idle.parquet")
+    return ops, idle, pl.read_parquet(out / "stream_idle.parquet").cast(STREAM_IDLE)
+
+
+def _ms(row: dict, column: str) -> float:
+    return row[column] / MS
+
+
+@pytest.mark.slow
+def test_each_steps_window_gives_the_written_stream_idle(out):
+    ops, idle, written = _written(out)
+    for step in (0, 1):
+        got = window_stream_idle(ops.filter(pl.col("step") == step), idle)
+        want = written.filter(pl.col("step") == step).with_columns(step=pl.lit(None, pl.Int64))
+        assert_frame_equal(got.sort(KEYS), want.sort(KEYS))
+
+
+@pytest.mark.slow
+def test_a_part_is_its_own_window_and_its_gaps_keep_the_captures_kinds(out):
+    """Step 0 without K0: the device's window starts at K1 (5.5 ms); stream 8 waits from
+    there for S0 (before its first); stream 7's gaps keep their kinds."""
+    ops, idle, _ = _written(out)
+    part = ops.filter((pl.col("step") == 0) & (pl.col("name") != "K0"))
+    rows = {r["stream_id"]: r for r in window_stream_idle(part, idle).to_dicts()}
+    main, side = rows[7], rows[8]
+    assert (_ms(main, "wall_start_ns"), _ms(main, "wall_end_ns")) == (5.5, 45)
+    assert _ms(main, "busy_ns") == 2.5 + 2 + 2 + 2 + 2  # K1 .. K5
+    kinds = {k: _ms(main, f"idle_{k}_ns") for k in ("launch", "sync", "other_stream")}
+    assert kinds == {"launch": 3, "sync": 3, "other_stream": 11}
+    assert _ms(main, "idle_after_last_ns") == 12 and _ms(main, "idle_latency_ns") == 0
+    assert _ms(side, "idle_before_first_ns") == 20 - 5.5
+    for row in rows.values():
+        assert row["busy_ns"] + row["idle_ns"] == row["wall_ns"]
+
+
+@pytest.mark.slow
+def test_a_gap_the_capture_does_not_have_is_of_unknown_kind(out):
+    """Without K2, K3 (which followed K2 with no gap) waits from K1's end: the capture
+    gives that gap no kind, so it is unknown rather than guessed."""
+    ops, idle, _ = _written(out)
+    part = ops.filter((pl.col("step") == 0) & ~pl.col("name").is_in(["K0", "K2"]))
+    main = window_stream_idle(part, idle).filter(pl.col("stream_id") == 7).row(0, named=True)
+    assert _ms(main, "idle_unknown_ns") == 13 - 8
+    assert _ms(main, "idle_launch_ns") == 0
+
+
+ALEXNET = REAL2 / "hta_param_alexnet_warmup_measure_annotations_a100.json.gz"
+COURSE_FWD = REAL / "cs336a2_small_fwd_emitnvtx_shapes_a100.sqlite"
+
+
+@pytest.fixture(scope="module")
+def alexnet(tmp_path_factory) -> Path:
+    if not ALEXNET.is_file():
+        pytest.skip(f"{ALEXNET} is not in the corpus")
+    out = tmp_path_factory.mktemp("alexnet") / "run"
+    analyse_file(ALEXNET, out)
+    return out
+
+
+@pytest.mark.corpus
+@needs_corpus
+@pytest.mark.parametrize("path", [ALEXNET, COURSE_FWD], ids=lambda p: p.name)
+def test_the_whole_capture_as_one_window_is_the_written_stream_idle(path, tmp_path):
+    if not path.is_file():
+        pytest.skip(f"{path} is not in the corpus")
+    analyse_file(path, tmp_path / "run")
+    ops, idle, written = _written(tmp_path / "run")
+    for step in written["step"].unique().to_list():
+        mine = pl.col("step").is_null() if step is None else pl.col("step") == step
+        got = window_stream_idle(ops.filter(mine), idle)
+        want = written.filter(mine).with_columns(step=pl.lit(None, pl.Int64))
+        assert_frame_equal(got.sort(KEYS), want.sort(KEYS))
+
+
+@pytest.mark.corpus
+@needs_corpus
+def test_the_waits_of_a_profile_without_steps_cover_its_measured_region(alexnet):
+    """AlexNet, a warm-up pass and a measured pass in a 12.9 s capture: the section's
+    streams cover the measured pass's window (27.2 ms, launch-bound), not the capture's
+    12.9 s of mostly idle set-up; the phases and launch calls say they cover the capture."""
+    report = build_report(read_run(alexnet))
+    waits = report.answers["answers"]["waits"]
+    assert (waits["scope"], waits["cost_scope"]) == ("measured region", "whole capture")
+    structure = pl.read_parquet(alexnet / "structure.parquet")
+    measured = structure.filter((pl.col("kind") == "region") & (pl.col("region") == "measured"))
+    busiest = waits["busiest"][0]
+    window = measured.filter(pl.col("device_id") == busiest["device_id"]).row(0, named=True)
+    assert busiest["wall_ns"] == window["gpu_end_ns"] - window["gpu_start_ns"]
+    assert busiest["idle_launch_ns"] > 0.5 * busiest["wall_ns"]
+    lead = report.markdown.split("## Where the GPU waits", 1)[1]
+    assert "Over the measured region, the busiest stream" in lead
+    assert "Over the whole capture, the host spent" in lead
+    assert "Per phase over the whole capture:" in lead
