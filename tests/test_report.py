@@ -295,6 +295,13 @@ def test_command_errors(argv, code, tmp_path, monkeypatch):
     assert nsysmap_cli(argv) == code
 
 
+def test_rank_of_a_one_run_output_is_refused_in_one_line(outputs, capsys):
+    assert nsysmap_cli(["report", outputs["train"], "--rank", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--rank reads an output of several ranks" in err
+    assert not (outputs["train"] / "rank0").exists()
+
+
 @pytest.mark.corpus
 @needs_corpus
 @pytest.mark.parametrize(

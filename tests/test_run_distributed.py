@@ -32,7 +32,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from nsysmap.flow.verbs import analyse_file
-from tests.cli_runner import interrupt_when_ready
+from tests.cli_runner import interrupt_when_ready, invoke
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]  # several torch processes per run
 
@@ -230,6 +230,34 @@ def test_every_rank_profiled_the_same_window_and_counted_flops(job: dict[str, An
             0,
         )
     assert job["run"]["window"] is None
+
+
+def test_one_ranks_whole_report_meets_the_models_flops(job: dict[str, Any]) -> None:
+    """`nsysmap report OUT --rank R`: rank R's operations alone, as a one-run report in
+    OUT/rankR/, its modules' time meeting the FLOPs of the model counted inside
+    DistributedDataParallel (`module.0` in both)."""
+    out, rank = job["out"], job["world"] - 1
+    code, _, err = invoke(["report", out, "--rank", rank, "--flops", "model", "--quiet"])
+    assert code == 0, err
+    folder = out / f"rank{rank}"
+    phases = pl.read_parquet(folder / "report_module_phase.parquet")
+    total = pl.read_parquet(out / "by_phase.parquet").filter(pl.col("rank") == rank)
+    assert phases["time_ns"].sum() == total["time_ns"].sum() > 0  # this rank's time, all of it
+    linear = phases.filter(pl.col("module").is_in(["module.0", "module.2"]))
+    assert set(linear["flop_source"]) == {"model"} and linear["matmul_flop"].sum() > 0
+    markdown = (folder / "report.md").read_text()
+    assert f"rank {rank}" in markdown.splitlines()[2]  # the Run line names the rank
+    assert "## Where the time goes: by phase" in markdown
+    code, said, err = invoke(["report", out])  # the cross-rank report points to it
+    assert code == 0 and "--rank R" in said, err
+
+
+def test_a_rank_the_output_does_not_hold_is_refused_in_one_line(job: dict[str, Any]) -> None:
+    code, _, err = invoke(["report", job["out"], "--rank", "99"])
+    every = ", ".join(str(r) for r in range(job["world"]))
+    assert code == 2 and err.strip().endswith(f"holds no rank 99 (its ranks: {every})"), err
+    assert len(err.strip().splitlines()) == 1
+    assert not (job["out"] / "rank99").exists()
 
 
 @pytest.fixture(scope="module", params=["nproc", "torchrun", "spawn"])

@@ -9,9 +9,15 @@ import click
 
 from nsysmap.core.errors import ExitCode, NsysmapError
 from nsysmap.flops.peaks import DTYPES
+from nsysmap.many.rank_run import read_rank_run
 from nsysmap.many.ranks_section import is_multi_rank, rank_report
 from nsysmap.output.guard import check_not_over
-from nsysmap.output.placement import check_output_dir, check_output_file, write_file
+from nsysmap.output.placement import (
+    check_output_dir,
+    check_output_file,
+    write_failed,
+    write_file,
+)
 from nsysmap.report.answers import FLOP_SOURCES, ReportOptions
 from nsysmap.report.build import build_report
 from nsysmap.report.html.page import REPORT_HTML, plotly_js, report_page, write_page
@@ -61,6 +67,12 @@ from nsysmap.report.report_files import REPORT_MD, read_run, write_report
     help="Also write the report as one self-contained HTML page (default: DIR/report.html).",
 )
 @click.option("--shapes", is_flag=True, help="Also list every module's operator shapes.")
+@click.option(
+    "--rank",
+    type=click.IntRange(min=0),
+    help="Of a multi-rank output: the whole report of this rank alone, written to "
+    "DIR/rank<R>/ (default: the cross-rank report).",
+)
 @click.option("--quiet", is_flag=True, help="Write the files without printing the Markdown.")
 def report_command(
     run_dir: Path,
@@ -69,18 +81,30 @@ def report_command(
     old_output: Path | None,
     html_file: str | None,
     quiet: bool,
+    rank: int | None,
     **options: Any,  # click has checked each against its option type
 ) -> None:
     """Answer what GPU time goes to, per phase, module and kernel, with FLOPs and MFU."""
     output = _markdown_target(markdown_file, old_output)
-    if is_multi_rank(run_dir):  # several reports: the cross-rank section (docs/many.md)
+    multi = is_multi_rank(run_dir)
+    if multi and rank is None:  # several reports: the cross-rank section (docs/many.md)
         _rank_report(run_dir, output, html_file is not None, quiet)
         return
-    main = read_run(run_dir)
+    if rank is not None and not multi:
+        raise NsysmapError(
+            f"{run_dir}: --rank reads an output of several ranks (nsysmap run on distributed "
+            "training, nsysmap attribute of several reports); this one holds one run",
+            exit_code=ExitCode.USAGE,
+        )
+    main = read_run(run_dir) if rank is None else read_rank_run(run_dir, rank)
     compare = read_run(compare_dir) if compare_dir is not None else None
-    html = _html_target(html_file, run_dir)
     reads = [run_dir] if compare_dir is None else [run_dir, compare_dir]
+    if rank is not None:  # the rank's report tables go to a folder of their own
+        run_dir = run_dir / f"rank{rank}"
+    html = _html_target(html_file, run_dir)
     _check_outputs(run_dir, output, html, reads)  # every output, before anything is written
+    if rank is not None:
+        _made(run_dir)
     chosen = ReportOptions(
         dtype=options["dtype"],
         peak_tflops=options["peak_tflops"],
@@ -96,6 +120,14 @@ def report_command(
     if html is not None:
         page = report_page(result.findings, result.compare)
         click.echo(f"nsysmap: wrote {write_page(page, html)}", err=True)
+
+
+def _made(folder: Path) -> None:
+    """`folder` made where it is missing (a rank's report folder inside the output)."""
+    try:
+        folder.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise write_failed(folder, exc) from None
 
 
 def _html_target(html_file: str | None, run_dir: Path) -> Path | None:

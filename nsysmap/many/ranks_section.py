@@ -45,7 +45,12 @@ def rank_report(run_dir: Path) -> str:
     ranks = [int(r) for r in tables["rank_comm"]["rank"]]
     fix_first = "\n".join(fix_first_section(fix_first_answer(tables.get("findings"))))
     section = markdown_section(findings(manifest, tables))
-    return f"{title}{fix_first}\n{section}\n{collectives_section(run_dir, ranks)}"
+    whole_rank = (
+        "Each rank's whole report (phases, layers, kernels, FLOPs, waits): "
+        f"{markdown_code(f'nsysmap report {run_dir} --rank R')}.\n"
+    )
+    collectives = collectives_section(run_dir, ranks)
+    return f"{title}{fix_first}\n{section}\n{collectives}\n{whole_rank}"
 
 
 def _read(run_dir: Path) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:

@@ -105,6 +105,10 @@ def _input_entry(o: Outcome, ranks: list[int]) -> dict[str, Any]:
             "sha256": o.source.get("sha256"),
             "backend": o.meta.get("backend"),
             "report_meta": o.meta,
+            "devices": [
+                {"device_id": device, "name": name}
+                for device, name in sorted(o.device_names.items())
+            ],
         }
     else:
         entry |= {"error": o.error, "exit_code": o.exit_code}
