@@ -110,6 +110,8 @@ _HEADS = [
     "my Backward pass",
     "Backward0",
     "käfer::op",
+    "aten::foo:",  # one colon at its end: the comma of a call field completes `:[^:]`
+    "aten::a_B:",
     "",
 ]
 _FIELDS = [", seq = 12", ", stashed seq = 7", ", op_id = 88", ", sizes = [[2, 3]]", ", x = 1"]

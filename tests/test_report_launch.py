@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow  # real launcher runs
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "train_gpt2.py"
 
-# argv: mode (train | infer | kwarg | opaque | dataparallel)
+# argv: mode (train | infer | kwarg | opaque | dataparallel | dataparallel_compiled)
 SCRIPT = """
 import sys
 import torch
@@ -46,6 +46,8 @@ model = {"opaque": Opaque, "kwarg": lambda: Keyword(*layers)}.get(
 )()
 if mode == "dataparallel":  # on the CPU, DataParallel calls the model it wraps
     model = torch.nn.DataParallel(model)
+if mode == "dataparallel_compiled":  # nanoGPT's order: compiled, then wrapped
+    model = torch.nn.DataParallel(torch.compile(model, backend="eager"))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for _ in range(3):
     x = torch.randn(2, 4)
@@ -94,12 +96,15 @@ def test_launcher_counts_the_model_it_profiled(tmp_path, script):
     assert matmul(doc, "backward") == 128 + 32 + 32
 
 
-def test_a_data_parallel_model_is_counted_under_the_names_its_kernels_carry(tmp_path, script):
+@pytest.mark.parametrize("mode", ["dataparallel", "dataparallel_compiled"])
+def test_a_data_parallel_model_is_counted_under_the_names_its_kernels_carry(tmp_path, script, mode):
     """Inside DataParallel (or DistributedDataParallel) the model is the wrapper's child
-    `module`: the FLOPs of `0` are those of the ranges' `module.0`, and the time per
-    module meets its FLOPs."""
+    `module`: the FLOPs of `0` are those of the ranges' `module.0` (a compiled model in
+    it too: no `_orig_mod`, as the ranges name its modules), and the time per module
+    meets its FLOPs (checked eager: compiled on the CPU, the modules inside the graph
+    open no ranges)."""
     capture = tmp_path / "run" / "capture"
-    record, doc = launched(capture, script, "dataparallel")
+    record, doc = launched(capture, script, mode)
     assert record["flops"] == "flops.json" and doc["model_class"] == "Sequential"
     assert [(m["module"], m["module_class"]) for m in doc["modules"]] == [
         ("", "DataParallel"),
@@ -112,6 +117,8 @@ def test_a_data_parallel_model_is_counted_under_the_names_its_kernels_carry(tmp_
     counted = {r["module"] for r in doc["rows"] if r["matmul_flop"]}
     assert counted == {"module.0", "module.2"}
     assert {m["module"] for m in doc["flop_counter"]["modules"]} >= {"module", "module.0"}
+    if mode == "dataparallel_compiled":
+        return
     out = tmp_path / "run"
     write(attach_model_flops(analyse(load_profile(capture / "trace.json")), capture), out)
     ops = pl.read_parquet(out / "ops.parquet")

@@ -69,14 +69,25 @@ def test_a_part_is_its_own_window_and_its_gaps_keep_the_captures_kinds(out):
 
 
 @pytest.mark.slow
-def test_a_gap_the_capture_does_not_have_is_of_unknown_kind(out):
-    """Without K2, K3 (which followed K2 with no gap) waits from K1's end: the capture
-    gives that gap no kind, so it is unknown rather than guessed."""
+@pytest.mark.parametrize(
+    ("left_out", "unknown", "kinds"),
+    [
+        # K3 followed K2 with no gap: waiting from K1's end, it ended no gap of the capture
+        ("K2", (8, 13), {"launch": 0, "sync": 3}),
+        # K4 ended a sync gap from K3's end (15): from K2's end (13) the gap is another
+        ("K3", (13, 18), {"launch": 3, "sync": 0}),
+    ],
+)
+def test_a_gap_the_capture_does_not_have_is_of_unknown_kind(out, left_out, unknown, kinds):
+    """Work of a stream left out of the part lies in a gap of the part that the capture
+    does not have: its kind is unknown, never the kind of a shorter gap of the capture
+    ended by the same operation (the left-out work's GPU time is not called a wait)."""
     ops, idle, _ = _written(out)
-    part = ops.filter((pl.col("step") == 0) & ~pl.col("name").is_in(["K0", "K2"]))
+    part = ops.filter((pl.col("step") == 0) & ~pl.col("name").is_in(["K0", left_out]))
     main = window_stream_idle(part, idle).filter(pl.col("stream_id") == 7).row(0, named=True)
-    assert _ms(main, "idle_unknown_ns") == 13 - 8
-    assert _ms(main, "idle_launch_ns") == 0
+    assert _ms(main, "idle_unknown_ns") == unknown[1] - unknown[0]
+    assert {k: _ms(main, f"idle_{k}_ns") for k in kinds} == kinds
+    assert main["busy_ns"] + main["idle_ns"] == main["wall_ns"]
 
 
 ALEXNET = REAL2 / "hta_param_alexnet_warmup_measure_annotations_a100.json.gz"

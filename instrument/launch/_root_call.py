@@ -130,13 +130,15 @@ def script_model(model: torch.nn.Module) -> tuple[torch.nn.Module | None, str]:
 
 def data_parallel(model: torch.nn.Module) -> tuple[torch.nn.Module, list[str]]:
     """The model inside its data-parallel wrappers, and their classes, outermost first
-    (DistributedDataParallel, DataParallel; none for a bare model)."""
+    (DistributedDataParallel, DataParallel; none for a bare model). A compiled model
+    inside one (`DDP(torch.compile(model))`) is the module it compiled, as the ranges
+    name it (no `_orig_mod`)."""
     from torch.nn.parallel import DataParallel, DistributedDataParallel
 
     found = []
     while isinstance(model, (DistributedDataParallel, DataParallel)):
         found.append(type(model).__name__)
-        model = model.module
+        model = unwrap(model.module)
     return model, found
 
 

@@ -141,12 +141,13 @@ def _measured_steps(f: Findings) -> list[int] | None:
 
 
 def _measured_region(f: Findings) -> pl.DataFrame | None:
-    """The operations of the measured region where it has no steps and leaves out some
-    of the capture's GPU work (set-up, warm-up): the waits' window; else None."""
+    """Every operation of the measured region (the waits' window: all the work the GPU
+    ran there) where the run has no measured step labels and the region leaves out
+    some of the capture's GPU work (set-up, warm-up); else None."""
     ops = f.run.ops
     if f.run.structure is None or "s_region" not in ops.columns or _measured_steps(f):
         return None
-    region = structured.rows(ops, "step")
+    region = ops.filter(pl.col("s_region") == structured.MEASURED)
     inside = region.filter(GPU).height
     return region if 0 < inside < ops.filter(GPU).height else None
 

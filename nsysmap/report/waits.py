@@ -11,8 +11,9 @@ the capture (set-up, warm-up), else the whole capture as one window. Times
 are summed over the steps; `steps` says how many (device, step) windows that
 is. The measured region's streams are worked out from its operations and the
 capture's gaps (nsysmap.waits.tables.window_stream_idle); its phases, modules
-and launch calls stay those of the capture (`cost_scope`): the outputs keep
-no launch call's duration per operation.
+and launch calls stay those of the capture (`cost_scope`): their tables show
+the launch calls' host time beside the idle time, and the outputs keep no
+launch call's duration per operation.
 """
 
 from __future__ import annotations
@@ -220,11 +221,9 @@ def waits_section(answer: dict[str, Any]) -> list[str]:
 
 def _over_cost(answer: dict[str, Any], joint: str = " ") -> str:
     """ "over the whole capture" where the phases, modules and launch calls cover more than
-    the streams (a measured region without steps), else nothing."""
+    the streams (a measured region without steps: the only such case), else nothing."""
     cost = answer.get("cost_scope")
-    if cost is None or cost == answer["scope"]:
-        return ""
-    return f"{joint}over the whole capture" if cost == "whole capture" else f"{joint}over the steps"
+    return "" if cost is None or cost == answer["scope"] else f"{joint}over the whole capture"
 
 
 def waits_lead(answer: dict[str, Any]) -> str:

@@ -70,11 +70,11 @@ def window_stream_idle(ops: pl.DataFrame, idle: pl.DataFrame) -> pl.DataFrame:
 
     Each device's window runs from its first operation in `ops` to its last
     end, and each stream's gaps in it are found as `waits_tables` finds them
-    (`step` is set aside: null). An interior gap takes the kind of the gap its
-    next operation ended in `idle` (the capture's IDLE rows, whose kinds read
-    the host's synchronisations, which the outputs do not hold); `unknown`
-    where that operation ended no interior gap there (the work just before it
-    on its stream is not in `ops`)::
+    (`step` is set aside: null). An interior gap takes the kind of the same gap
+    in `idle` (the capture's IDLE rows: the same next operation and the same
+    start), whose kinds read the host's synchronisations, which the outputs do
+    not hold; a gap the capture does not have (work of its stream left out of
+    `ops` lies in it, or the next operation began a step there) is `unknown`::
 
         capture  |--a--|  sync  |--b--|  launch  |--c--|
         ops           b and c:   window [b.start, c.end], one gap before c: launch
@@ -84,10 +84,9 @@ def window_stream_idle(ops: pl.DataFrame, idle: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame(schema=STREAM_IDLE)
     reached = g.with_reach(gpu)
     window = g.windows(gpu)
-    ended = idle.filter(pl.col("kind").is_in(WAIT_INTERIOR)).select("next_op_id", "kind")
-    inner = g.interior_gaps(reached).join(
-        ended.unique("next_op_id", keep="first"), on="next_op_id", how="left"
-    )
+    same = ["next_op_id", "start_ns"]  # the same gap: ended by the same operation, as long
+    known = idle.filter(pl.col("kind").is_in(WAIT_INTERIOR)).select(*same, "kind")
+    inner = g.interior_gaps(reached).join(known.unique(same, keep="first"), on=same, how="left")
     inner = inner.with_columns(pl.col("kind").fill_null("unknown").cast(WaitKind))
     rows = pl.concat(
         [inner.drop(*g.THREAD, "launch_start_ns"), g.edge_gaps(reached, window)], how="diagonal"
