@@ -9,7 +9,6 @@ import click
 
 from nsysmap.core.errors import ExitCode, NsysmapError
 from nsysmap.flops.peaks import DTYPES
-from nsysmap.many.rank_run import read_rank_run
 from nsysmap.many.ranks_section import is_multi_rank, rank_report
 from nsysmap.output.guard import check_not_over
 from nsysmap.output.placement import (
@@ -21,6 +20,7 @@ from nsysmap.output.placement import (
 from nsysmap.report.answers import FLOP_SOURCES, ReportOptions
 from nsysmap.report.build import build_report
 from nsysmap.report.html.page import REPORT_HTML, plotly_js, report_page, write_page
+from nsysmap.report.rank_files import read_rank_run
 from nsysmap.report.report_files import REPORT_MD, read_run, write_report
 
 
