@@ -70,7 +70,7 @@ def answers_document(f: Findings, c: Findings | None = None) -> dict[str, Any]:
         "phase_time": phase_time(f),
         "layer_time": layer_time(f),
         "communication": communication_answer(f.run.ops),
-        "waits": waits_answer(f.run.waits, f.run.ops, _measured_steps(f), _measured_region(f)),
+        "waits": _waits(f),
         "ranges": ranges(f),
         "blocks": blocks(f),
         "inferred_blocks": inferred_blocks(f),
@@ -140,12 +140,19 @@ def _measured_steps(f: Findings) -> list[int] | None:
     return sorted(int(s) for s in steps["step"].unique())
 
 
+def _waits(f: Findings) -> dict[str, Any]:
+    """The waits answer over the measured steps, else the measured region (docs/waits.md)."""
+    measured = _measured_steps(f)
+    region = None if measured else _measured_region(f)
+    return waits_answer(f.run.waits, f.run.ops, measured, region)
+
+
 def _measured_region(f: Findings) -> pl.DataFrame | None:
-    """Every operation of the measured region (the waits' window: all the work the GPU
-    ran there) where the run has no measured step labels and the region leaves out
-    some of the capture's GPU work (set-up, warm-up); else None."""
+    """Every operation of the measured region (the waits' window when it has no measured
+    step labels: all the work the GPU ran there), where the region leaves out some of
+    the capture's GPU work (set-up, warm-up); else None."""
     ops = f.run.ops
-    if f.run.structure is None or "s_region" not in ops.columns or _measured_steps(f):
+    if f.run.structure is None or "s_region" not in ops.columns:
         return None
     region = ops.filter(pl.col("s_region") == structured.MEASURED)
     inside = region.filter(GPU).height

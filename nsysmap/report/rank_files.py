@@ -28,14 +28,14 @@ import polars as pl
 from instrument.contract import CAPTURE_DIR, rank_dir
 from instrument.contract import FLOPS as FLOPS_JSON
 from nsysmap.core.errors import ExitCode, NotAnOutput, NsysmapError
-from nsysmap.core.findings_schema import FINDINGS
 from nsysmap.core.schemas import BY_RANGE, OPS, conform
 from nsysmap.flops.flops_document import describe, read_document
 from nsysmap.flops.module_flops import flops_table
 from nsysmap.output.read_back import whole
 from nsysmap.output.writer import MANIFEST, OPS_DIR
 from nsysmap.report.answers import RunData
-from nsysmap.waits.tables import SCHEMAS as WAITS
+from nsysmap.report.fix_first import read_findings
+from nsysmap.report.waits import read_waits
 
 STRUCTURE_NOTE = (
     "A multi-rank output keeps no structure per rank: the structure was found from this "
@@ -71,7 +71,7 @@ def _read(run_dir: Path, rank: int) -> RunData:
         },
         model_flops=None if doc is None else flops_table(doc),
         model_info=None if doc is None else describe(doc),
-        by_range=_of_rank(run_dir, "by_range", rank, BY_RANGE),
+        by_range=_by_range(run_dir, rank),
         waits=_waits(run_dir, manifest, rank),
         structure=None,
         structure_note=STRUCTURE_NOTE,
@@ -100,29 +100,31 @@ def _ops(run_dir: Path, rank: int) -> pl.DataFrame:
     return conform(frame.with_columns(rank=pl.lit(rank, pl.Int64)), OPS, "ops")
 
 
-def _of_rank(run_dir: Path, name: str, rank: int, schema: pl.Schema) -> pl.DataFrame | None:
-    """Table `name`'s rows of `rank`, without the rank column (None: not written)."""
-    path = run_dir / f"{name}.parquet"
+def _by_range(run_dir: Path, rank: int) -> pl.DataFrame | None:
+    """Rank `rank`'s by_range rows (None: not written)."""
+    path = run_dir / "by_range.parquet"
     if not path.is_file():
         return None
-    frame = pl.read_parquet(path)
-    return conform(frame.filter(pl.col("rank") == rank).drop("rank"), schema, name)
+    return conform(_of_rank(pl.read_parquet(path), rank), BY_RANGE, "by_range")
+
+
+def _of_rank(frame: pl.DataFrame, rank: int) -> pl.DataFrame:
+    """`frame`'s rows of `rank`, without the rank column."""
+    return frame.filter(pl.col("rank") == rank).drop("rank")
 
 
 def _waits(run_dir: Path, manifest: dict[str, Any], rank: int) -> dict[str, pl.DataFrame] | None:
     """The waits tables of `rank` (None when the output has none)."""
-    listed = manifest.get("tables") or {}
-    if not all(name in listed for name in WAITS):
+    tables = read_waits(run_dir, manifest)
+    if tables is None:
         return None
-    found = {name: _of_rank(run_dir, name, rank, schema) for name, schema in WAITS.items()}
-    return {name: frame for name, frame in found.items() if frame is not None} or None
+    return {name: _of_rank(frame, rank) for name, frame in tables.items()}
 
 
 def _findings(run_dir: Path, manifest: dict[str, Any], rank: int) -> pl.DataFrame | None:
     """Rank `rank`'s findings (and the job's own, with no rank), numbered again from 1."""
-    listed = (manifest.get("tables") or {}).get("findings")
-    if not listed:
+    every = read_findings(run_dir, manifest)
+    if every is None:
         return None
-    every = pl.read_parquet(run_dir / listed["file"]).cast(FINDINGS)
     mine = every.filter(pl.col("rank").is_null() | (pl.col("rank") == rank)).sort("priority")
     return mine.with_columns(priority=pl.int_range(1, pl.len() + 1, dtype=pl.Int64))
