@@ -27,6 +27,7 @@ from pathlib import Path
 
 import psutil
 
+from bench.measure import compile_packages
 from devtools.synth.ddp_ranks import Job, rank_file, write_rank
 from nsysmap.core.scalars import to_float
 from nsysmap.many import ClusterOptions, run_many
@@ -152,6 +153,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=RESULTS / "many-latest.json")
     args = parser.parse_args(argv)
     kernels = int(args.kernels)
+    compile_packages()  # as an installed package: no worker compiles nsysmap's modules
     runs = []
     for world in [int(x) for x in args.ranks.split(",")]:
         job = Job(world, slow_rank=args.slow_rank, slow_module=args.slow_layer, module_factor=3.0)

@@ -23,6 +23,14 @@ def _floor(size: dict) -> tuple[str, float] | None:
     return min(floors, key=lambda f: f[1]) if floors else None
 
 
+def _bytecode(m: dict) -> str:
+    """How nsysmap's modules were loaded (bench.measure.compile_packages)."""
+    compiled = m.get("bytecode_compiled")
+    if compiled is None:  # results written before the benchmark compiled them
+        return "bytecode not recorded"
+    return "compiled to bytecode" if compiled else "not all compiled to bytecode"
+
+
 def markdown(results: dict) -> str:
     """Machine, one row per size and engine, nsysmap's stages, agreement."""
     m = results["machine"]
@@ -30,7 +38,7 @@ def markdown(results: dict) -> str:
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB; Python {m['python']}, "
         f"Polars {m['polars']}, PyArrow {m['pyarrow']}, adbc-driver-sqlite "
         f"{m['adbc-driver-sqlite']}, connectorx {m['connectorx']}, SQLite {m['sqlite (stdlib)']} "
-        f"(SQL engine). Started {results['started']}.",
+        f"(SQL engine); nsysmap {_bytecode(m)}. Started {results['started']}.",
         "",
         "| kernels | ranges | engine | runs | wall, median (s) | spread (min..max) "
         "| peak RSS (GB) | µs per kernel | × floor |",

@@ -44,7 +44,7 @@ from typing import Any
 from bench import compare, generate, peers
 from bench.engines import ENGINES as ALL_ENGINES
 from bench.engines import Engine, available
-from bench.measure import Run, machine, run_child, summary, warm
+from bench.measure import Run, compile_packages, machine, run_child, summary, warm
 from bench.report import markdown
 
 RESULTS = Path(__file__).parent / "results"
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     results: dict[str, Any] = {
         "started": started,
-        "machine": machine(),
+        "machine": machine() | {"bytecode_compiled": compile_packages()},
         "argv": vars(args)
         | {"engines": sorted(args.engines), "out": str(args.out)}
         | {"peers_venv": str(args.peers_venv)},

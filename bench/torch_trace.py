@@ -43,7 +43,7 @@ from typing import Any
 
 from bench import peers
 from bench.engines import Engine, available
-from bench.measure import machine, run_child, warm
+from bench.measure import compile_packages, machine, run_child, warm
 
 ROOT = Path(__file__).parent
 CACHE = ROOT / "cache"
@@ -194,6 +194,7 @@ def main(argv: list[str] | None = None) -> None:
         print(line, flush=True)
     load_before = os.getloadavg()
     warm(path)
+    compiled = compile_packages()
     work = CACHE / "work-torch"
     runs: dict[str, list] = {}
     peer_runs: dict[str, list[peers.PeerRun]] = {}
@@ -213,7 +214,7 @@ def main(argv: list[str] | None = None) -> None:
     shutil.rmtree(work, ignore_errors=True)
     record = {
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "machine": machine() | {"orjson": _orjson_version()},
+        "machine": machine() | {"orjson": _orjson_version(), "bytecode_compiled": compiled},
         "trace": args.trace.name,
         "tiles": args.tiles,
         "file_bytes": path.stat().st_size,

@@ -158,3 +158,35 @@ def test_each_nsysmap_engine_writes_its_own_outputs(tmp_path):
     folders = {run._child_args(e, tmp_path / "x.sqlite", tmp_path)[1] for e in nsysmap_engines}
     assert len(folders) == len(nsysmap_engines)
     assert str(run.output_dir(tmp_path, "nsysmap")) in folders
+
+
+@pytest.mark.parametrize(
+    ("compiled", "said"),
+    [(True, "nsysmap compiled to bytecode"), (False, "nsysmap not all compiled to bytecode")],
+)
+def test_the_machine_line_says_whether_nsysmap_ran_from_bytecode(compiled, said):
+    results = _results(_size(1000, {})) | {"machine": MACHINE | {"bytecode_compiled": compiled}}
+    assert said in markdown(results).splitlines()[0]
+
+
+def test_results_from_before_the_bytecode_step_say_it_was_not_recorded():
+    assert "nsysmap bytecode not recorded" in markdown(_results(_size(1000, {})))
+
+
+def test_the_benchmark_leaves_bytecode_for_every_module_the_engines_import(tmp_path):
+    import importlib.util
+    import shutil
+    from pathlib import Path
+
+    from bench.measure import PACKAGES, ROOT, compile_packages
+
+    for name in PACKAGES:
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    sources = [p for name in PACKAGES for p in (tmp_path / name).rglob("*.py")]
+    assert len(sources) > 150
+    assert compile_packages(tmp_path)
+    compiled = [Path(importlib.util.cache_from_source(str(p))) for p in sources]
+    assert all(
+        c.is_file() and c.stat().st_mtime >= p.stat().st_mtime
+        for c, p in zip(compiled, sources, strict=True)
+    )
