@@ -19,6 +19,7 @@ from nsysmap.core.wait_schemas import STREAM_IDLE
 from nsysmap.flow.verbs import analyse_file
 from nsysmap.report.build import build_report
 from nsysmap.report.report_files import read_run
+from nsysmap.report.waits import waits_answer, waits_lead
 from nsysmap.waits.tables import window_stream_idle
 from tests.corpus import REAL, REAL2, needs_corpus
 from tests.test_waits import MS, attributed_planted
@@ -137,3 +138,40 @@ def test_the_waits_of_a_profile_without_steps_cover_its_measured_region(alexnet)
     assert "Over the measured region, the busiest stream" in lead
     assert "Over the whole capture, the host spent" in lead
     assert "Per phase over the whole capture:" in lead
+
+
+def _without_steps(out: Path, devices: tuple[int, ...]) -> dict[str, pl.DataFrame]:
+    """The planted run's waits tables as a profile without steps would have them, its
+    streams repeated on each of `devices` (the planted run's device first)."""
+    ops, idle, _ = _written(out)
+    whole = window_stream_idle(ops, idle)
+    streams = pl.concat(
+        [whole]
+        + [whole.with_columns(device_id=pl.lit(d, whole["device_id"].dtype)) for d in devices]
+    )
+    cost = pl.read_parquet(out / "launch_cost.parquet").with_columns(step=pl.lit(None, pl.Int64))
+    return {"stream_idle": streams, "launch_cost": cost, "idle": idle}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("others", "said"),
+    [
+        ((), None),
+        ((3,), "Device 3 ran no operation in the measured region."),
+        ((3, 5), "Devices 3 and 5 ran no operation in the measured region."),
+    ],
+)
+def test_a_device_without_work_in_the_measured_region_is_named(out, others, said):
+    """The measured region's waits cover the devices with work in it; a device whose work
+    all lies outside it is named, not dropped without a word."""
+    ops, _, _ = _written(out)
+    region = ops.filter(pl.col("step") == 0)
+    answer = waits_answer(_without_steps(out, others), region=region)
+    assert answer["scope"] == "measured region"
+    assert answer["devices_outside"] == list(others)
+    assert answer["devices"] == region["device_id"].n_unique()
+    lead = waits_lead(answer)
+    assert ("ran no operation in the measured region" in lead) == (said is not None)
+    if said is not None:
+        assert said in lead

@@ -99,9 +99,11 @@ def waits_answer(
         return _answer(NO_OPS)
     in_steps = streams["step"].is_not_null().any()
     cost_scope = scope = "steps" if in_steps else "whole capture"
+    outside: list[int] = []
     if not in_steps and region is not None:
         found = window_stream_idle(region, tables["idle"])
         if not found.is_empty():
+            outside = _devices_left_out(streams, found)
             streams, scope = found, "measured region"
     per_stream = (
         streams.group_by("device_id", "stream_id")
@@ -129,6 +131,7 @@ def waits_answer(
         steps=windows,
         step_count=streams["step"].drop_nulls().n_unique(),
         devices=busiest.height,
+        devices_outside=outside,
         busiest=busiest.head(LEAD_DEVICES).to_dicts(),
         streams=per_stream.head(STREAM_ROWS).to_dicts(),
         streams_left_out=max(per_stream.height - STREAM_ROWS, 0),
@@ -137,6 +140,12 @@ def waits_answer(
         module_rows=MODULE_ROWS,
         totals=_totals(cost, _sync_copies(ops, in_steps=bool(in_steps))),
     )
+
+
+def _devices_left_out(capture: pl.DataFrame, part: pl.DataFrame) -> list[int]:
+    """The devices with streams in the capture but no operation in the part, ascending."""
+    left = capture.select("device_id").unique().join(part, on="device_id", how="anti")
+    return sorted(int(d) for d in left["device_id"].drop_nulls())
 
 
 def _scoped(frame: pl.DataFrame, measured: list[int] | None = None) -> pl.DataFrame:
@@ -181,6 +190,7 @@ def _answer(unknown: str | None, **found: Any) -> dict[str, Any]:
         "steps": 0,
         "step_count": 0,
         "devices": 0,
+        "devices_outside": [],
         "busiest": [],
         "streams": [],
         "streams_left_out": 0,
@@ -257,7 +267,19 @@ def waits_lead(answer: dict[str, Any]) -> str:
             each.append(f"{plural(more, 'more device')} not named here.")
         text = f"Over {where} ({devices:,} devices, the busiest stream of each): "
         text += " ".join([each[0], *(sentence(e) for e in each[1:])])
-    return text + _launch_text(answer["totals"], _over_cost(answer).strip())
+    return text + _outside_text(answer) + _launch_text(answer["totals"], _over_cost(answer).strip())
+
+
+def _outside_text(answer: dict[str, Any]) -> str:
+    """ " Device 1 ran no operation in the measured region.": the devices the scope leaves
+    out although the capture has work of theirs (empty when none)."""
+    outside = answer.get("devices_outside") or []
+    if not outside:
+        return ""
+    if len(outside) == 1:
+        return f" Device {outside[0]} ran no operation in the measured region."
+    named = ", ".join(str(d) for d in outside[:-1]) + f" and {outside[-1]}"
+    return f" Devices {named} ran no operation in the measured region."
 
 
 def _launch_text(t: dict[str, Any], over: str = "") -> str:
