@@ -60,6 +60,7 @@ class Scope:
     preorder: Preorder | None = None
     families: np.ndarray | None = None  # per range: bit f set when in FAMILIES[f]
     _forest: Forest | None = None
+    _parent: pl.Series | None = None
 
     @classmethod
     def of(cls, ranges: pl.DataFrame, thread: pl.Series, rules: NameRules = BUILTIN) -> Scope:
@@ -104,10 +105,15 @@ class Scope:
 
     @property
     def parent(self) -> pl.Series:
-        """Each range's parent position (UInt32, null at the top)."""
-        if self.preorder is not None:
-            return self.preorder.rows(self.preorder.parent[:-1])
-        return self.forest.parent
+        """Each range's parent position (UInt32, null at the top), made on first use and
+        kept: every chunk of operations asks for it (at 10^7 kernels, 41 chunks each
+        converting 2.9·10^7 parents took 13 CPU s)."""
+        if self._parent is None:
+            if self.preorder is not None:
+                self._parent = self.preorder.rows(self.preorder.parent[:-1])
+            else:
+                self._parent = self.forest.parent
+        return self._parent
 
     def label(self, positions: pl.Series, column: str) -> pl.Series:
         """`column` of LABELS at `positions` (which must be scoped names, or null)."""
