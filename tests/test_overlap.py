@@ -109,6 +109,26 @@ def test_no_communication_gives_an_empty_table_and_no_line():
     assert table.is_empty() and overlap_line(table) == ""
 
 
+def test_without_communication_the_overlap_reads_no_operation(tmp_path):
+    """With no communication in by_category, the overlap is empty and the operations are
+    not read again (a scan of a file that is not there would fail); with some, they are."""
+    from nsysmap.core import schemas
+    from nsysmap.summaries.summarise import Summaries, with_overlap
+
+    def summaries(*categories: str) -> Summaries:
+        by_category = pl.DataFrame({"device_id": [0] * len(categories), "category": categories})
+        return Summaries({"by_category": by_category, "overlap": schemas.empty(schemas.OVERLAP)})
+
+    missing = pl.scan_parquet(tmp_path / "not_there.parquet")
+    table = with_overlap(summaries("gemm", "elementwise"), missing).overlap
+    assert table.is_empty() and table.schema == schemas.OVERLAP
+    with pytest.raises(FileNotFoundError):
+        with_overlap(summaries("gemm", "communication"), missing)
+    talking = _ops([("kernel", "communication", 0, 20, 0, 10, 0)])
+    got = with_overlap(summaries("communication"), talking).overlap
+    assert got["comm_ns"].to_list() == [10]
+
+
 def test_same_stream_compute_does_not_count():
     ops = _ops([("kernel", "communication", 0, 7, 0, 10, 0), ("kernel", "gemm", 0, 7, 5, 15, 0)])
     assert overlap_table(ops).select("overlapped_ns", "exposed_ns").row(0) == (0, 10)

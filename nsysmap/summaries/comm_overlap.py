@@ -27,8 +27,9 @@ import polars as pl
 from nsysmap.core import schemas
 from nsysmap.intervals.hiding import hidden_ns
 
-COMM = (pl.col("kind") == "kernel") & (pl.col("category") == "communication")
-COMPUTE = pl.col("kind").is_in(["kernel", "graph"]) & (pl.col("category") != "communication")
+COMMUNICATION = "communication"  # the category of collective kernels (NCCL, RCCL, ...)
+COMM = (pl.col("kind") == "kernel") & (pl.col("category") == COMMUNICATION)
+COMPUTE = pl.col("kind").is_in(["kernel", "graph"]) & (pl.col("category") != COMMUNICATION)
 # Who can hide whose communication: the same process on the same device (another stream);
 # in the operations of several reports, of the same rank too (`rank`, when there is one).
 SAME = ("rank", "pid", "device_id")

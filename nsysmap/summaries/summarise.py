@@ -22,7 +22,7 @@ from nsysmap.attribution.module_names import instance_class, last_part, with_anc
 from nsysmap.core import schemas
 from nsysmap.core.coded import coded, decoded, texts
 from nsysmap.summaries.by_range import by_range, combine_leaves, conform_leaves, leaves_query
-from nsysmap.summaries.comm_overlap import overlap_table
+from nsysmap.summaries.comm_overlap import COMMUNICATION, overlap_table
 from nsysmap.waits.tables import empty_waits, waits_tables
 
 
@@ -198,7 +198,15 @@ def summarise(ops: pl.DataFrame, ranges: pl.DataFrame | None = None) -> Summarie
 
 
 def with_overlap(summaries: Summaries, ops: pl.DataFrame | pl.LazyFrame) -> Summaries:
-    """`summaries` with the communication overlap of `ops` (all of them at once)."""
+    """`summaries` with the communication overlap of `ops` (all of them at once).
+
+    Where `summaries.by_category` (of the same operations, or more) has no
+    communication, the overlap is empty without reading `ops` again: a
+    profile without collectives (the common case) reads none of its
+    operations' columns here, once per device where they were streamed.
+    """
+    if not summaries.by_category["category"].eq(COMMUNICATION).any():
+        return summaries.replaced(overlap=schemas.empty(schemas.OVERLAP))
     return summaries.replaced(overlap=overlap_table(ops))
 
 
