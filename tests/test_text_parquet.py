@@ -1,0 +1,75 @@
+"""ops.parquet's writer (nsysmap.output.text_parquet): blocks written while the next
+ones are made, read back as they were given, and an error in the middle is the
+caller's."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from nsysmap.output.text_parquet import write_coded
+
+SCHEMA = pl.Schema({"op_id": pl.Int64, "name": pl.String, "range_name": pl.String})
+
+
+def _blocks(n: int, rows: int) -> list[pl.DataFrame]:
+    return [
+        pl.DataFrame(
+            {
+                "op_id": range(b * rows, (b + 1) * rows),
+                "name": [f"kernel_{i % 3}" for i in range(rows)],
+                "range_name": [f"aten::mm, seq = {b * rows + i}" for i in range(rows)],
+            },
+            schema=SCHEMA,
+        )
+        for b in range(n)
+    ]
+
+
+def test_blocks_read_back_in_order_as_one_table(tmp_path):
+    blocks = _blocks(5, 1000)
+    path = tmp_path / "ops.parquet"
+    assert write_coded(iter(blocks), SCHEMA, path) == 5000
+    back = pl.read_parquet(path)
+    assert back.schema == SCHEMA  # texts read as strings, not dictionaries
+    assert_frame_equal(back, pl.concat(blocks))
+
+
+def test_the_next_block_is_made_while_one_is_written(tmp_path, monkeypatch):
+    """The first block's write waits until the second block has been made: written one
+    after the other on one thread, it would wait in vain."""
+    import pyarrow.parquet as pq
+
+    real = pq.ParquetWriter.write_table
+    second_made = threading.Event()
+    waited: list[bool] = []
+
+    def write_table(self, table, *args, **kwargs):
+        if not waited:
+            waited.append(second_made.wait(5))
+        return real(self, table, *args, **kwargs)
+
+    def blocks() -> Iterator[pl.DataFrame]:
+        first, *rest = _blocks(3, 10)
+        yield first
+        second_made.set()
+        yield from rest
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", write_table)
+    assert write_coded(blocks(), SCHEMA, tmp_path / "ops.parquet") == 30
+    assert waited == [True]
+
+
+def test_an_error_while_making_blocks_reaches_the_caller_and_leaves_no_thread(tmp_path):
+    def blocks() -> Iterator[pl.DataFrame]:
+        yield from _blocks(2, 10)
+        raise KeyboardInterrupt
+
+    before = threading.active_count()
+    with pytest.raises(KeyboardInterrupt):
+        write_coded(blocks(), SCHEMA, tmp_path / "ops.parquet")
+    assert threading.active_count() == before
