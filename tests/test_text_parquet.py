@@ -73,3 +73,40 @@ def test_an_error_while_making_blocks_reaches_the_caller_and_leaves_no_thread(tm
     with pytest.raises(KeyboardInterrupt):
         write_coded(blocks(), SCHEMA, tmp_path / "ops.parquet")
     assert threading.active_count() == before
+
+
+def test_not_beside_each_block_is_written_before_the_next_is_made(tmp_path, monkeypatch):
+    """`beside=False` (a profile read apart to fit the memory budget): block k is written
+    before block k + 1 is asked for, so no two are held at once."""
+    import pyarrow.parquet as pq
+
+    real = pq.ParquetWriter.write_table
+    events: list[str] = []
+
+    def write_table(self, table, *args, **kwargs):
+        events.append(f"write {table['op_id'][0].as_py() // 10}")
+        return real(self, table, *args, **kwargs)
+
+    def blocks() -> Iterator[pl.DataFrame]:
+        for k, block in enumerate(_blocks(3, 10)):
+            events.append(f"make {k}")
+            yield block
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", write_table)
+    path = tmp_path / "ops.parquet"
+    assert write_coded(blocks(), SCHEMA, path, beside=False) == 30
+    assert events == ["make 0", "write 0", "make 1", "write 1", "make 2", "write 2"]
+    assert_frame_equal(pl.read_parquet(path), pl.concat(_blocks(3, 10)))
+
+
+def test_a_profile_read_apart_writes_its_chunks_one_after_the_other(tmp_path):
+    """Read apart to fit the memory budget: no chunk waits beside the next; read whole
+    with more operations than are held: written beside; fewer: held, not streamed."""
+    from nsysmap.output.ops_sinks import STREAM_OPS, HoldOps, StreamOps, sink_for
+
+    staged = lambda: tmp_path / "ops.parquet"  # noqa: E731
+    apart = sink_for(10, staged, stream=True)
+    whole = sink_for(STREAM_OPS + 1, staged)
+    assert isinstance(apart, StreamOps) and not apart.beside
+    assert isinstance(whole, StreamOps) and whole.beside
+    assert isinstance(sink_for(STREAM_OPS, staged), HoldOps)

@@ -122,24 +122,33 @@ class HoldOps:
 
 @dataclass(frozen=True)
 class StreamOps:
-    """Write the rows to `path` chunk by chunk, their texts coded (`write_ops`)."""
+    """Write the rows to `path` chunk by chunk, their texts coded (`write_ops`);
+    `beside`: each chunk written while the next is attributed (see `sink_for`)."""
 
     path: Path
     chunk_rows: int = field(default_factory=lambda: CHUNK_ROWS)
     stage: str = "write"
+    beside: bool = True
 
     def take(self, chunks: Iterator[pl.DataFrame]) -> OpsFile:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        return OpsFile(self.path, write_ops(chunks, self.path))
+        return OpsFile(self.path, write_ops(chunks, self.path, beside=self.beside))
 
 
-def write_ops(chunks: Iterable[pl.DataFrame], path: Path, schema: pl.Schema = schemas.OPS) -> int:
+def write_ops(
+    chunks: Iterable[pl.DataFrame],
+    path: Path,
+    schema: pl.Schema = schemas.OPS,
+    *,
+    beside: bool = True,
+) -> int:
     """OPS rows (frames of `schema`) into the Parquet file `path`, chunk by chunk; how many.
 
     Their texts are written dictionary-coded (nsysmap.output.text_parquet):
-    a kernel name costs memory once, however many rows it names.
+    a kernel name costs memory once, however many rows it names. `beside`:
+    each chunk is written on a thread of its own while the next is made.
     """
-    return write_coded(chunks, schema, path)
+    return write_coded(chunks, schema, path, beside=beside)
 
 
 def sink_for(operations: int, staged: Callable[[], Path], *, stream: bool = False) -> OpsSink:
@@ -147,4 +156,7 @@ def sink_for(operations: int, staged: Callable[[], Path], *, stream: bool = Fals
     StreamOps into the file `staged()` names (called only then)."""
     if not stream and operations <= STREAM_OPS:
         return HoldOps()
-    return StreamOps(staged())
+    # A profile read apart (by process or time window) to fit the memory budget keeps
+    # the lower peak: its chunks are written one after the other. One read whole has
+    # room for the one chunk that waits to be written while the next is attributed.
+    return StreamOps(staged(), beside=not stream)

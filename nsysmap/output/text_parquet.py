@@ -43,11 +43,15 @@ def write_coded(
     schema: pl.Schema,
     path: Path,
     plain: Iterable[str] = NEARLY_UNIQUE,
+    *,
+    beside: bool = True,
 ) -> int:
     """Write `blocks` (frames of `schema`) into the Parquet file `path`; their rows.
 
     Every text column is coded but those of `plain`: texts nearly every row has
     its own of (coding them costs more than it saves), written as they are.
+    `beside`: each block is written on a thread of its own while the next one
+    is made (one more block held meanwhile); else one after the other.
     """
     texts = [n for n, dtype in schema.items() if dtype == pl.String and n not in set(plain)]
     empty = pl.DataFrame(schema=schema)
@@ -56,22 +60,26 @@ def write_coded(
     rows = 0
     options = {**_OPTIONS, "use_dictionary": texts}  # the others: plain, as Polars writes them
     # Each block is encoded and compressed on a thread of its own (PyArrow lets go of the
-    # GIL) while the next one is made: blocks made as they are written (the operations
-    # of a large profile, attributed chunk by chunk) are attributed meanwhile. One block
-    # waits at most; the thread is done before the file is closed, error or not.
+    # GIL), `beside` while the next one is made: blocks made as they are written (the
+    # operations of a large profile, attributed chunk by chunk) are attributed meanwhile.
+    # One block waits at most; the thread is done before the file is closed, error or not.
     with (
         pq.ParquetWriter(path, written, store_schema=False, **options) as writer,
         ThreadPoolExecutor(1) as pool,
     ):
         pending: Future[None] | None = None
         for block in blocks:
-            table = block.with_columns(coded(texts)).to_arrow()
-            if pending is not None:
-                pending.result()
-            pending = pool.submit(
-                writer.write_table, pa.Table.from_batches(table.to_batches(), written)
+            table = pa.Table.from_batches(
+                block.with_columns(coded(texts)).to_arrow().to_batches(), written
             )
             rows += block.height
+            del block  # nothing of it is held while the next block is made but `table`
+            if pending is not None:
+                pending.result()
+            pending = pool.submit(writer.write_table, table)
+            del table  # held by the write alone: freed once written
+            if not beside:
+                pending.result()
         if pending is not None:
             pending.result()
         writer.add_key_value_metadata({_ARROW_SCHEMA: _serialised(stored)})
