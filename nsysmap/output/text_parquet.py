@@ -10,10 +10,12 @@ same: the Arrow schema stored in it (`ARROW:schema`) declares each text a
 string, never a dictionary, so Polars reads String (each row's view into the
 dictionary page, not a copy) and pandas reads `object`, as before.
 
-Each block is encoded and compressed on a thread of its own while the next one
-is made: a large profile's operations, attributed and written chunk by chunk,
-are then written beside the attribution rather than after each chunk of it
-(at 10^7 kernels, the write stage's 16 s on the main thread became 7 s).
+Each block is encoded and compressed on a thread of its own. With `beside`,
+that runs while the next block is made: a large profile read whole, attributed
+and written chunk by chunk, is written beside its attribution rather than after
+each chunk of it (at 10^7 kernels, the write stage's 16 s on the main thread
+became 7 s). A profile read apart to fit the memory budget writes its blocks
+one after the other (nsysmap.output.ops_sinks.sink_for).
 """
 
 from __future__ import annotations
