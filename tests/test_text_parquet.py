@@ -60,7 +60,7 @@ def test_the_next_block_is_made_while_one_is_written(tmp_path, monkeypatch):
         yield from rest
 
     monkeypatch.setattr(pq.ParquetWriter, "write_table", write_table)
-    assert write_coded(blocks(), SCHEMA, tmp_path / "ops.parquet") == 30
+    assert write_coded(blocks(), SCHEMA, tmp_path / "ops.parquet", beside=True) == 30
     assert waited == [True]
 
 
@@ -71,7 +71,7 @@ def test_an_error_while_making_blocks_reaches_the_caller_and_leaves_no_thread(tm
 
     before = threading.active_count()
     with pytest.raises(KeyboardInterrupt):
-        write_coded(blocks(), SCHEMA, tmp_path / "ops.parquet")
+        write_coded(blocks(), SCHEMA, tmp_path / "ops.parquet", beside=True)
     assert threading.active_count() == before
 
 

@@ -140,7 +140,7 @@ def write_ops(
     path: Path,
     schema: pl.Schema = schemas.OPS,
     *,
-    beside: bool = True,
+    beside: bool = False,
 ) -> int:
     """OPS rows (frames of `schema`) into the Parquet file `path`, chunk by chunk; how many.
 

@@ -10,8 +10,8 @@ same: the Arrow schema stored in it (`ARROW:schema`) declares each text a
 string, never a dictionary, so Polars reads String (each row's view into the
 dictionary page, not a copy) and pandas reads `object`, as before.
 
-Each block is encoded and compressed on a thread of its own. With `beside`,
-that runs while the next block is made: a large profile read whole, attributed
+With `beside`, each block is encoded and compressed on a thread of its own while
+the next block is made: a large profile read whole, attributed
 and written chunk by chunk, is written beside its attribution rather than after
 each chunk of it (at 10^7 kernels, the write stage's 16 s on the main thread
 became 7 s). A profile read apart to fit the memory budget writes its blocks
@@ -46,14 +46,14 @@ def write_coded(
     path: Path,
     plain: Iterable[str] = NEARLY_UNIQUE,
     *,
-    beside: bool = True,
+    beside: bool = False,
 ) -> int:
     """Write `blocks` (frames of `schema`) into the Parquet file `path`; their rows.
 
     Every text column is coded but those of `plain`: texts nearly every row has
     its own of (coding them costs more than it saves), written as they are.
     `beside`: each block is written on a thread of its own while the next one
-    is made (one more block held meanwhile); else one after the other.
+    is made (one more block held meanwhile); else one after the other, here.
     """
     texts = [n for n, dtype in schema.items() if dtype == pl.String and n not in set(plain)]
     empty = pl.DataFrame(schema=schema)
@@ -61,8 +61,8 @@ def write_coded(
     written = empty.with_columns(coded(texts)).to_arrow().schema
     rows = 0
     options = {**_OPTIONS, "use_dictionary": texts}  # the others: plain, as Polars writes them
-    # Each block is encoded and compressed on a thread of its own (PyArrow lets go of the
-    # GIL), `beside` while the next one is made: blocks made as they are written (the
+    # `beside`, each block is encoded and compressed on a thread of its own (PyArrow lets
+    # go of the GIL) while the next one is made: blocks made as they are written (the
     # operations of a large profile, attributed chunk by chunk) are attributed meanwhile.
     # One block waits at most; the thread is done before the file is closed, error or not.
     with (
@@ -78,10 +78,11 @@ def write_coded(
             del block  # nothing of it is held while the next block is made but `table`
             if pending is not None:
                 pending.result()
-            pending = pool.submit(writer.write_table, table)
+            if beside:  # the pool's one thread starts with the first block it is given
+                pending = pool.submit(writer.write_table, table)
+            else:
+                writer.write_table(table)
             del table  # held by the write alone: freed once written
-            if not beside:
-                pending.result()
         if pending is not None:
             pending.result()
         writer.add_key_value_metadata({_ARROW_SCHEMA: _serialised(stored)})
