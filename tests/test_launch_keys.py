@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import polars as pl
 import pytest
 
@@ -90,3 +92,44 @@ def test_calls_without_a_pid_are_told_apart_by_their_ids():
     )
     assert call_key(calls) is None
     assert first_calls(calls).to_list() == [True, True, True, False]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_distinct_keys_says_what_marking_every_row_says(seed):
+    """The one count of distinct keys answers as `is_unique` over every row with an id,
+    with the packed key and the struct key (a pid missing, or an id past 2**39)."""
+    rng = random.Random(seed)
+    n = rng.randint(1, 40)
+    big = 2**40 if seed % 3 == 2 else 0
+    calls = pl.DataFrame(
+        {
+            "pid": [
+                None if seed % 3 == 1 and rng.random() < 0.2 else rng.randint(1, 3)
+                for _ in range(n)
+            ],
+            "correlation_id": [
+                None if rng.random() < 0.1 else big + rng.randint(0, 3 * n) for _ in range(n)
+            ],
+        },
+        schema={"pid": pl.Int64, "correlation_id": pl.Int64},
+    )
+    keyed = calls.filter(pl.col("correlation_id").is_not_null())
+    marked = keyed.select(pl.struct("pid", "correlation_id").is_unique().all()).item()
+    assert launch_keys.distinct_keys(calls) is bool(marked)
+
+
+def test_falling_ids_that_never_repeat_keep_every_call_and_none_is_ambiguous():
+    calls = pl.DataFrame(
+        {
+            "pid": [1, 1, 1, 2],
+            "tid": [1, 2, 1, 1],
+            "correlation_id": [9, 4, None, 9],
+            "start_ns": [1, 2, 3, 4],
+        }
+    )
+    assert not launch_keys.rising_ids(calls.filter(pl.col("pid") == 1).drop_nulls())
+    assert first_calls(calls).to_list() == [True, True, True, True]
+    assert launch_keys.ambiguous_keys(calls).is_empty()
+    repeated = calls.with_columns(correlation_id=pl.Series([9, 4, None, 9]).replace(4, 9))
+    assert first_calls(repeated).to_list() == [True, False, True, True]
+    assert launch_keys.ambiguous_keys(repeated).rows() == [(1, 9)]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from nsysmap.core import schemas
-from nsysmap.core.launch_keys import first_calls
+from nsysmap.core.launch_keys import distinct_keys, first_calls
 from nsysmap.read.nsys import nsys_specs as specs
 from nsysmap.read.nsys.nsys_env import rank_facts
 from nsysmap.read.nsys.nsys_gpu_ops import gpu_ops_frame, kernels_batch
@@ -228,8 +228,8 @@ def api_calls_frame(
 
 def _first_copies(calls: pl.DataFrame) -> pl.Series:
     """The rows that are the first of their copies (every column alike), on the raw
-    runtime columns; all of them when no (pid, correlation id) repeats."""
-    if _rising_ids(calls):
+    runtime columns; all of them when no (pid, correlation id) repeats (copies share one)."""
+    if _rising_ids(calls) or distinct_keys(calls, "correlationId"):
         return pl.repeat(True, calls.height, dtype=pl.Boolean, eager=True)
     first = pl.struct(pl.all()).is_first_distinct() | pl.col("correlationId").is_null()
     return calls.select(first).to_series()
