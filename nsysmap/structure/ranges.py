@@ -101,6 +101,8 @@ def labelled(ranges: pl.DataFrame, rules: NameRules) -> pl.DataFrame:
     names = ranges["name"].unique().drop_nulls()
     columns = ["lbl_phase", "lbl_step", "lbl_warmup", "lbl_module", "lbl_direction"]
     labels = pl.concat([names.to_frame(), name_labels(names, columns, rules)], how="horizontal")
+    # numbers as #, once per distinct name (the ranges repeat a few thousand names)
+    labels = labels.with_columns(_key=pl.col("name").str.replace_all(r"\d+", "#"))
     done = ranges.join(labels, on="name", how="left").with_columns(
         pl.col("start_ns").fill_null(0),
         pl.col("end_ns").fill_null(_LAST),
@@ -112,12 +114,12 @@ def labelled(ranges: pl.DataFrame, rules: NameRules) -> pl.DataFrame:
             pl.col("lbl_module").is_not_null()
             & ~pl.col("lbl_module").str.contains(".", literal=True)
         ).then(pl.col("lbl_direction")),
-        key=pl.col("name").str.replace_all(r"\d+", "#"),
+        key=pl.col("_key"),
     )
     done = done.sort("pid", "tid", "start_ns", pl.col("end_ns"), descending=[False] * 3 + [True])
     return (
         done.with_columns(outermost=_outermost("phase"), outer_call=_outermost("call"))
-        .drop(columns)
+        .drop(*columns, "_key")
         .sort("start_ns")
     )
 
