@@ -21,7 +21,7 @@ from devtools.synth.bulk import write_export
 from devtools.synth.tile import gpt_tables
 from nsysmap.cli import cli
 from nsysmap.flow.verbs import analyse, load_profile, write
-from nsysmap.infer.motif import motif_regions, step_period
+from nsysmap.infer.motif import motif_regions, narrowed, step_period
 from nsysmap.infer.repeats import passes
 from nsysmap.infer.summary import LAYER_INDEX, agreement, infer_ops
 from nsysmap.report.answers import ReportOptions
@@ -124,6 +124,23 @@ def test_planted_period_and_motif_are_found_through_noise(seed):
     clean, _, _ = _planted(random.Random(seed), 1, motif, repeats, noise=0.0)
     (region,) = motif_regions(clean)
     assert (region.length, region.repeats) == (motif, repeats)
+
+
+@pytest.mark.parametrize(
+    ("offset", "dtype"),
+    [(0, np.int16), (40_000, np.int32), (-(2**20), np.int32), (2**40, np.int64)],
+)
+def test_the_period_is_found_the_same_in_the_narrowest_type(offset, dtype):
+    """The search reads the codes in the smallest type that holds them: the same period,
+    score and gap wherever the codes lie, the anchor the same code."""
+    codes, gaps, length = _planted(random.Random(3), 6, 12, 8, noise=0.01)
+    shifted = codes.astype(np.int64) + offset
+    assert narrowed(shifted).dtype == dtype
+    assert narrowed(shifted).tolist() == shifted.tolist()
+    plain, moved = step_period(codes.astype(np.int64), gaps), step_period(shifted, gaps)
+    assert plain is not None and moved is not None
+    assert moved == (plain[0], plain[1] + offset, plain[2], plain[3])
+    assert plain[0] >= length
 
 
 def test_no_period_without_repeats():
