@@ -21,6 +21,7 @@ from devtools.synth.bulk import write_export
 from devtools.synth.tile import gpt_tables
 from nsysmap.cli import cli
 from nsysmap.flow.verbs import analyse, load_profile, write
+from nsysmap.infer import label as label_module
 from nsysmap.infer.motif import motif_regions, narrowed, step_period
 from nsysmap.infer.repeats import passes
 from nsysmap.infer.summary import LAYER_INDEX, agreement, infer_ops
@@ -292,3 +293,18 @@ def test_block_agreement_allows_a_window_that_opens_inside_the_model():
     )
     block = agreement(joined).filter(pl.col("what") == "block").row(0, named=True)
     assert (block["measured_ns"], block["agreeing_ns"]) == (35, 30)
+
+
+@pytest.mark.parametrize("high", [50, 10**12])
+def test_confidence_bins_group_ops_as_the_distinct_keys_do(high):
+    """Per pass and block, the ops' bins are the distinct keys: counted directly when
+    the keys are few, ranked when they spread far (the same sums either way)."""
+    rng = np.random.default_rng(high % 7)
+    key = np.where(rng.random(400) < 0.3, -1, rng.integers(0, high, 400))
+    bins = label_module._dense(key)
+    ranks = np.unique(key, return_inverse=True)[1]
+    pairs = set(zip(bins.tolist(), ranks.tolist(), strict=True))
+    assert len(pairs) == len(set(bins.tolist())) == len(set(ranks.tolist()))
+    weights = rng.random(400)
+    by_bin = np.bincount(bins, weights=weights)[bins]
+    assert np.array_equal(by_bin, np.bincount(ranks, weights=weights)[ranks])

@@ -280,7 +280,17 @@ def _confidence(
     )
     # A layer's forward and backward blocks in one pass count as one.
     key = np.where(block >= 0, steps * (int(block.max()) + 2) + block, -1)
-    _, inverse = np.unique(key, return_inverse=True)
+    inverse = _dense(key)
     sums = np.bincount(inverse, weights=explained.astype(np.float64))
     per_block = sums / np.maximum(np.bincount(inverse), 1)
     return np.where(key >= 0, per_block[inverse], per_pass[steps])
+
+
+def _dense(key: np.ndarray) -> np.ndarray:
+    """A bin per distinct value of `key` (-1 and up), for `np.bincount`: the key
+    itself, shifted, when its values are few enough to count directly (a pass
+    and block per op, about n bins at most), else their ranks. The bins' sums
+    are the same either way; sorting 5 million keys for their ranks took 1.5 s."""
+    if key.size and int(key.max()) < 4 * key.size + 1024:
+        return key + 1
+    return np.unique(key, return_inverse=True)[1]
