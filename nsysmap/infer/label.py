@@ -293,4 +293,5 @@ def _dense(key: np.ndarray) -> np.ndarray:
     are the same either way; sorting 5 million keys for their ranks took 1.5 s."""
     if key.size and int(key.max()) < 4 * key.size + 1024:
         return key + 1
-    return np.unique(key, return_inverse=True)[1]
+    inverse: np.ndarray = np.unique(key, return_inverse=True)[1]
+    return inverse
