@@ -283,7 +283,8 @@ def _confidence(
     inverse = _dense(key)
     sums = np.bincount(inverse, weights=explained.astype(np.float64))
     per_block = sums / np.maximum(np.bincount(inverse), 1)
-    return np.where(key >= 0, per_block[inverse], per_pass[steps])
+    confidence: np.ndarray = np.where(key >= 0, per_block[inverse], per_pass[steps])
+    return confidence
 
 
 def _dense(key: np.ndarray) -> np.ndarray:
