@@ -131,13 +131,9 @@ def chance_matches(codes: np.ndarray, window: int) -> float:
 
 
 def narrowed(codes: np.ndarray) -> np.ndarray:
-    """`codes` (integers) in the smallest signed integer type that holds them all.
-
-    The period search compares every code with another at each of up to a
-    hundred lags: once the codes outgrow the cache, a quarter of the bytes is
-    read four times faster (`lag_score` over 5 million codes: 4.3x; the
-    candidate lags' sort 1.7x). Equal codes stay equal, so every answer is the same.
-    """
+    """`codes` (integers) in the smallest signed integer type that holds them: the period
+    search reads every code at each of up to a hundred lags, 4.3x faster over 5 million
+    codes as int16 than as int64. Equal codes stay equal: every answer is the same."""
     if codes.size == 0 or codes.dtype.kind not in "iu":
         return codes
     low, high = int(codes.min()), int(codes.max())
