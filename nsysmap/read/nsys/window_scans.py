@@ -10,6 +10,8 @@ reads only the stretches of a table that hold its rows.
 
 from __future__ import annotations
 
+import itertools
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 import polars as pl
@@ -17,13 +19,15 @@ import polars as pl
 from nsysmap.read.nsys import nsys_specs as specs
 from nsysmap.read.nsys import nsys_sql as sql
 from nsysmap.read.nsys.nsys_frames import RANGE_KINDS
-from nsysmap.read.nsys.nsys_probe import BACKEND_ERRORS, Export, unreadable
+from nsysmap.read.nsys.nsys_probe import BACKEND_ERRORS, BATCH_ROWS, Export, unreadable
 
 CHUNK_ROWS = 1 << 16
 END = (1 << 63) - 1  # where a range left open ends
 _KINDS = ", ".join(str(kind) for kind in RANGE_KINDS)
 # Cuts asked about in one scan (each adds a term to the query's condition).
 CUTS_PER_SCAN = 100
+# A scan in parts begins each part at a multiple of this many rowids (`scan_parts`).
+PART_ROWS = BATCH_ROWS
 
 
 @dataclass(frozen=True)
@@ -128,16 +132,59 @@ def op_batches(export: Export, pid: int) -> dict[str, pl.DataFrame]:
 
 def scan(export: Export, spec: specs.TableSpec, batch: sql.Batch, pid: int) -> pl.DataFrame | None:
     """`spec`'s rows of process `pid` with their `rowid`, each batch reduced by `batch`;
-    None when the export lacks the table."""
+    None when the export lacks the table.
+
+    A table of more than SPLIT_ROWS rowids is scanned in READ_THREADS parts at
+    once, each on its own connection (the SQLite driver and Polars let go of the
+    GIL); the parts' reductions are joined in rowid order. Parts begin at a
+    multiple of PART_ROWS rowids (BATCH_ROWS), so that where rowids are dense each part's
+    batches are those a single scan would make.
+    """
     present = export.columns(spec.table)
     if present is None:
         return None
     with_rowid = replace(spec, ints=f"{spec.ints} rowid")
+    parts = scan_parts(export, spec.table)
+    if len(parts) == 1:
+        return _scanned(export, with_rowid, present, batch, pid, parts[0])
+    with ThreadPoolExecutor(len(parts)) as pool:
+        futures = [
+            pool.submit(_scanned, export, with_rowid, present, batch, pid, rows) for rows in parts
+        ]
+        return pl.concat([f.result() for f in futures], rechunk=False)
+
+
+def _scanned(
+    export: Export,
+    spec: specs.TableSpec,
+    present: set[str],
+    batch: sql.Batch,
+    pid: int,
+    rows: tuple[int, int] | None,
+) -> pl.DataFrame:
     try:
         with export.connect() as conn:
-            return sql.fetch(conn, with_rowid, present | {"rowid"}, batch=batch, process=pid)
+            return sql.fetch(conn, spec, present | {"rowid"}, rows=rows, batch=batch, process=pid)
     except BACKEND_ERRORS as exc:
         raise unreadable(export.file, exc) from None
+
+
+def scan_parts(export: Export, table: str) -> list[tuple[int, int] | None]:
+    """The rowid ranges (low, high] `scan` reads `table` in: one unbounded part for a
+    table of at most SPLIT_ROWS rowids, else READ_THREADS parts whose inner bounds
+    are multiples of PART_ROWS (fewer where the table spans fewer batches)."""
+    last = sql.last_rowid(export, table)
+    if last is None or sql.READ_THREADS < 2:
+        return [None]
+    low = sql.first_rowid(export, table) - 1
+    if last - low <= sql.SPLIT_ROWS:
+        return [None]
+    inner = {
+        (low + (last - low) * i // sql.READ_THREADS) // PART_ROWS * PART_ROWS
+        for i in range(1, sql.READ_THREADS)
+    }
+    bounds = [low, *sorted(b for b in inner if low < b < last), last]
+    return list(itertools.pairwise(bounds))
 
 
 def counted(table: str, ints: str, process: str) -> specs.TableSpec:
