@@ -134,7 +134,7 @@ def _outermost(label: str) -> pl.Expr:
 def containing(spans: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     """For each span (`span`, pid, start_ns, end_ns) every range of its process that holds
     it whole: span, range_id, name, key, phase, warmup, start and end (`r_start_ns`,
-    `r_end_ns`), depth; outermost first.
+    `r_end_ns`), depth; outermost first (HELD_ORDER).
 
     Ranges of one thread and depth never overlap, so per thread and depth the one
     range that can hold a span is the last to start by the span's start (an as-of
@@ -159,7 +159,13 @@ def containing(spans: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
         )
         held.append(found.filter(pl.col("end_ns") <= pl.col("r_end_ns")))
     every = pl.concat(held) if held else pl.DataFrame(schema=_CONTAINING)
-    return every.sort("span", "r_start_ns", "depth").select(_CONTAINING.names())
+    return every.sort(HELD_ORDER).select(_CONTAINING.names())
+
+
+# The order of `containing`'s rows: outermost first, then by what the ranges say, so that
+# ranges of two threads with the same start and depth come in one order whatever the
+# order they were read in (their ids differ between a whole read and one in parts).
+HELD_ORDER = ("span", "r_start_ns", "depth", "name", "r_end_ns")
 
 
 _CONTAINING = pl.Schema(

@@ -25,7 +25,7 @@ from typing import Any
 import polars as pl
 
 from nsysmap.attribution.rules import BadNameRule
-from nsysmap.structure.ranges import containing
+from nsysmap.structure.ranges import HELD_ORDER, containing
 
 # Confidence kept when the measured group is chosen by its position among others.
 BY_POSITION = 0.8
@@ -100,7 +100,7 @@ def _holders(spans: pl.DataFrame, held: pl.DataFrame) -> pl.DataFrame:
     held = held.join(spans.select("span", "pid", "group"), on="span")
     own = held.group_by("pid", "range_id").agg(pl.col("group").n_unique().alias("groups"))
     alone = held.join(own, on=["pid", "range_id"]).filter(pl.col("groups") == 1)
-    first = alone.sort("span", "r_start_ns", "depth").unique("span", keep="first")
+    first = alone.sort(HELD_ORDER).unique("span", keep="first", maintain_order=True)
     spans = spans.join(
         first.select("span", h_start="r_start_ns", h_end="r_end_ns", h_name="name"),
         on="span",
