@@ -6,6 +6,7 @@ from __future__ import annotations
 import polars as pl
 
 from nsysmap.attribution.rules import BUILTIN
+from nsysmap.structure.model import _setup_name
 from nsysmap.structure.ranges import SLIM, containing, labelled
 from nsysmap.structure.regions import grouped
 
@@ -51,3 +52,10 @@ def test_tied_holders_come_in_one_order_whichever_thread_was_read_first():
     grouped_one, grouped_other = grouped(_passes(), one), grouped(_passes(), other)
     assert grouped_one["h_name"].to_list() == [min(names)] * 3
     assert grouped_one.equals(grouped_other)
+
+
+def test_of_two_set_up_ranges_as_long_the_first_by_name_names_the_set_up():
+    names = ("load_weights", "compile_model")
+    for order in (names, tuple(reversed(names))):
+        ranges = labelled(_ranges(*order), BUILTIN)
+        assert _setup_name(ranges, 7, 0, 20_000) == "compile_model"

@@ -156,7 +156,10 @@ def _setup_name(named: pl.DataFrame, pid: int, start: int, end: int) -> str | No
     )
     if inside.is_empty():
         return None
-    return str(inside.sort(pl.col("end_ns") - pl.col("start_ns"), descending=True)["name"][0])
+    longest = inside.sort(
+        pl.col("end_ns") - pl.col("start_ns"), pl.col("name"), descending=[True, False]
+    )
+    return str(longest["name"][0])  # of two as long, the first by name: one answer every run
 
 
 def _region_of(rows: pl.DataFrame, regions_: pl.DataFrame) -> pl.DataFrame:
