@@ -6,6 +6,7 @@ from __future__ import annotations
 import polars as pl
 
 from nsysmap.attribution.rules import BUILTIN
+from nsysmap.structure.evidence import range_steps
 from nsysmap.structure.model import _setup_name
 from nsysmap.structure.ranges import SLIM, containing, labelled
 from nsysmap.structure.regions import grouped
@@ -59,3 +60,21 @@ def test_of_two_set_up_ranges_as_long_the_first_by_name_names_the_set_up():
     for order in (names, tuple(reversed(names))):
         ranges = labelled(_ranges(*order), BUILTIN)
         assert _setup_name(ranges, 7, 0, 20_000) == "compile_model"
+
+
+def test_of_two_tied_ranges_holding_a_step_the_first_by_name_names_it():
+    passes = pl.DataFrame(
+        {
+            "dev": [0, 0],
+            "pid": [7, 7],
+            "start_ns": [100, 500],
+            "end_ns": [200, 600],
+            "direction": ["forward", "backward"],
+            "warm": [False, False],
+        }
+    )
+    names = ("beta_step", "alpha_step")
+    for order in (names, tuple(reversed(names))):
+        for _ in range(5):  # the order of a group_by varies from run to run
+            steps = range_steps(passes, labelled(_ranges(*order), BUILTIN))
+            assert steps["name"].to_list() == ["alpha_step"]

@@ -290,7 +290,10 @@ def range_steps(passes: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
         depth=pl.col("depth").first(),
     )
     steps = per.filter((pl.col("forward") == 1) & (pl.col("backward") >= 1))
-    steps = steps.sort("depth", descending=True).unique("span", keep="first")
+    # innermost first; of tied ranges (two threads, one start and depth) the first by name
+    order = ["depth", "name", "r_start_ns", "r_end_ns"]
+    steps = steps.sort(order, descending=[True, False, False, False])
+    steps = steps.unique("span", keep="first", maintain_order=True)
     pid = spans.select("span", "pid")
     return _conform(
         steps.join(pid, on="span").select(
