@@ -41,7 +41,7 @@ def test_parts_cover_the_rowids_once_each_from_a_multiple_of_part_rows(export, m
     table = specs.NVTX.table
     parts = window_scans.scan_parts(opened, table)
     assert len(parts) == 3
-    bounds = [parts[0][0], *(high for _, high in parts)]  # type: ignore[index]
+    bounds = [parts[0][0], *(high for _, high in parts)]  # type: ignore[index,misc]
     assert bounds[0] == sql.first_rowid(opened, table) - 1
     assert bounds[-1] == sql.last_rowid(opened, table)
     assert all(low < high for low, high in itertools.pairwise(bounds))
@@ -83,3 +83,13 @@ def test_windows_planned_by_scans_in_parts_give_the_tables_of_the_whole(
     assert differences(tmp_path / "whole", tmp_path / "split") == []
     ops = pl.read_parquet(tmp_path / "split" / "ops.parquet")
     assert ops["op_id"].is_unique().all()
+
+
+def test_rowids_down_to_the_lowest_integer_are_scanned_in_one_part(export, monkeypatch):
+    """A bound below the smallest rowid would not fit SQLite's 64-bit integers."""
+    _split_small(monkeypatch)
+    monkeypatch.setattr(sql, "first_rowid", lambda *_: -(1 << 63))
+    monkeypatch.setattr(sql, "last_rowid", lambda *_: 1 << 40)
+    assert window_scans.scan_parts(open_export(export), specs.NVTX.table) == [None]
+    monkeypatch.setattr(sql, "first_rowid", lambda *_: -(1 << 63) + 1)
+    assert len(window_scans.scan_parts(open_export(export), specs.NVTX.table)) == 3

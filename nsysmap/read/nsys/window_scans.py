@@ -28,6 +28,7 @@ _KINDS = ", ".join(str(kind) for kind in RANGE_KINDS)
 CUTS_PER_SCAN = 100
 # A scan in parts begins each part at a multiple of this many rowids (`scan_parts`).
 PART_ROWS = BATCH_ROWS
+_LOWEST_BOUND = -(1 << 63)
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,7 @@ def scan_parts(export: Export, table: str) -> list[tuple[int, int] | None]:
     if last is None or sql.READ_THREADS < 2:
         return [None]
     low = sql.first_rowid(export, table) - 1
-    if last - low <= sql.SPLIT_ROWS:
+    if last - low <= sql.SPLIT_ROWS or low < _LOWEST_BOUND:  # SQLite binds 64-bit bounds
         return [None]
     inner = {
         (low + (last - low) * i // sql.READ_THREADS) // PART_ROWS * PART_ROWS
