@@ -118,10 +118,15 @@ def nvtx_batch(nvtx: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
         pid=specs.process_id("globalTid"),
         tid=specs.thread_id("globalTid"),
         domainId="domainId",
-        name=pl.coalesce(specs.text_or_null("text"), specs.string_value("textId", strings)),
+        name=nvtx_name(strings),
         start_ns="start",
         end="end",
     )
+
+
+def nvtx_name(strings: pl.DataFrame) -> pl.Expr:
+    """An NVTX row's name: its text, else StringIds[textId]."""
+    return pl.coalesce(specs.text_or_null("text"), specs.string_value("textId", strings))
 
 
 def ranges_frame(nvtx: pl.DataFrame, first_id: int = 0) -> pl.DataFrame:

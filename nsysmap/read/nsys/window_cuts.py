@@ -39,13 +39,13 @@ any gap), calls or ranges without a start.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import polars as pl
 
 from nsysmap.read.nsys import nsys_specs as specs
 from nsysmap.read.nsys import nsys_sql as sql
-from nsysmap.read.nsys.nsys_frames import RANGE_KINDS, nvtx_batch
+from nsysmap.read.nsys.nsys_frames import RANGE_KINDS, nvtx_name
 from nsysmap.read.nsys.nsys_probe import Export, opened
 from nsysmap.read.nsys.nsys_sql import DOMAIN_CREATE, RowWindow
 from nsysmap.read.nsys.window_scans import (
@@ -90,6 +90,9 @@ _REDUCED = pl.Schema(
 _NEEDED = {specs.RUNTIME.table: ("start", "correlationId"), specs.NVTX.table: ("start",)}
 _NEEDED |= {s.table: ("correlationId",) for s in GPU_WORK}
 _CAPTURES = (specs.GRAPH_NODE_EVENTS, specs.GRAPH_EVENTS)
+# The NVTX columns the planning reads: no thread or domain id (its process is chosen in
+# SQL; a fifth less time per row than every column).
+_PLAN_NVTX = replace(specs.NVTX, ints="start end eventType textId")
 
 
 @dataclass(frozen=True)
@@ -205,7 +208,7 @@ def _range_spans(
     apart from them (None: not to bound), the rowids of its domain creations,
     whether a range names an autograd node and whether `open` is exact; or a
     refusal."""
-    reduced = scan(export, specs.NVTX, lambda batch: _reduced(batch, strings, rules), pid)
+    reduced = scan(export, _PLAN_NVTX, lambda batch: _reduced(batch, strings, rules), pid)
     if reduced is None:
         return None, (None, None), (), False, True  # no NVTX
     kinds = set(reduced["kind"].unique())
@@ -269,8 +272,8 @@ def _reduced(batch: pl.DataFrame, strings: pl.DataFrame, rules: CutRules) -> pl.
         row_lo=pl.col("rowid").min(),
         row_hi=pl.col("rowid").max(),
     )
-    rows = nvtx_batch(batch, strings).filter(pl.col("eventType").is_in(RANGE_KINDS))
-    rows = rows.select(lo="start_ns", hi=pl.col("end").fill_null(END), name="name")
+    rows = batch.filter(pl.col("eventType").is_in(RANGE_KINDS))
+    rows = rows.select(lo="start", hi=pl.col("end").fill_null(END), name=nvtx_name(strings))
     chunked = batch.select("rowid", "start", hi=pl.col("end").fill_null(END)).with_columns(
         seq=pl.col("rowid") // CHUNK_ROWS
     )
