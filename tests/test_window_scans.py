@@ -93,3 +93,21 @@ def test_rowids_down_to_the_lowest_integer_are_scanned_in_one_part(export, monke
     assert window_scans.scan_parts(open_export(export), specs.NVTX.table) == [None]
     monkeypatch.setattr(sql, "first_rowid", lambda *_: -(1 << 63) + 1)
     assert len(window_scans.scan_parts(open_export(export), specs.NVTX.table)) == 3
+
+
+def test_a_windows_nvtx_rows_are_read_in_stretches_each_domain_by_one(monkeypatch):
+    """The window's own NVTX rowids split among the threads, never the whole table's;
+    each domain creation read by exactly one part (the first or last past the ends)."""
+    monkeypatch.setattr(sql, "READ_THREADS", 3)
+    monkeypatch.setattr(sql, "SPLIT_ROWS", 256)
+    window = sql.RowWindow(
+        100, 200, 1, 9, nvtx_rows=(1000, 4000), domains=(3, 1000, 1001, 2500, 9000)
+    )
+    parts = sql._parts(None, specs.NVTX, window)  # type: ignore[arg-type]
+    assert [rows for rows, _ in parts] == [None, None, None]
+    windows = [part for _, part in parts]
+    assert [w.nvtx_rows for w in windows] == [(1000, 2000), (2000, 3000), (3000, 4000)]
+    assert [w.domains for w in windows] == [(3, 1000, 1001), (2500,), (9000,)]
+    assert all(w.start_lo == 100 and w.start_hi == 200 for w in windows)
+    small = sql.RowWindow(100, 200, 1, 9, nvtx_rows=(1000, 1200), domains=(3,))
+    assert sql._parts(None, specs.NVTX, small) == [(None, small)]  # type: ignore[arg-type]

@@ -25,11 +25,12 @@ of the storage stack on bad input becomes NotAProfile.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import adbc_driver_sqlite.dbapi as adbc
 import polars as pl
@@ -136,10 +137,8 @@ def read_tables(
     with ThreadPoolExecutor(READ_THREADS) as pool:
         futures = {
             spec.table: [
-                pool.submit(
-                    read_table, export, spec, rows, batches.get(spec.table), process, window
-                )
-                for rows in _parts(export, spec, window)
+                pool.submit(read_table, export, spec, rows, batches.get(spec.table), process, part)
+                for rows, part in _parts(export, spec, window)
             ]
             for spec in specs
         }
@@ -229,11 +228,21 @@ def _aggregate(export: Export, table: str, what: str) -> int | None:
     return opt_int(value.as_py())
 
 
-def _parts(
+_Part = tuple[tuple[int, int] | None, RowWindow | None]
+
+
+def _parts(export: Export, spec: TableSpec, window: RowWindow | None = None) -> list[_Part]:
+    """The parts to read `spec` in, each a rowid range (None: unbounded) and the window
+    it reads in: one part for small tables; within `window`'s bounds for the table,
+    when it has some (an NVTX window's ranges: `_nvtx_parts`)."""
+    if window is not None and spec == NVTX and window.nvtx_rows is not None:
+        return [(None, part) for part in _nvtx_parts(window)]
+    return [(rows, window) for rows in _row_parts(export, spec, window)]
+
+
+def _row_parts(
     export: Export, spec: TableSpec, window: RowWindow | None = None
 ) -> list[tuple[int, int] | None]:
-    """Rowid ranges to read `spec` in (one unbounded part for small tables); within
-    `window`'s bounds for the table, when it has some."""
     known = None if window is None else window.rows_of(spec.table)
     if known is not None and (spec not in SPLIT_SPECS or known[1] - known[0] < SPLIT_ROWS):
         return [known]
@@ -248,6 +257,29 @@ def _parts(
         low, last = first_rowid(export, spec.table) - 1, last_found
     bounds = [low + (last - low) * i // READ_THREADS for i in range(READ_THREADS + 1)]
     return list(itertools.pairwise(bounds))
+
+
+def _nvtx_parts(window: RowWindow) -> list[RowWindow]:
+    """`window` (NVTX rows bounded) as windows over READ_THREADS stretches of its NVTX
+    rowids, each domain creation read by the one whose stretch holds its rowid (those
+    below the first and above the last by the first and the last): every row once, in
+    rowid order by kind. A window's rows bound its NVTX reads by a condition of their
+    own (`condition`); a rowid range of the whole table beside it would make SQLite
+    scan that range instead of the window's rows."""
+    assert window.nvtx_rows is not None
+    low, high = window.nvtx_rows
+    if READ_THREADS < 2 or high - low < SPLIT_ROWS:
+        return [window]
+    bounds = [low + (high - low) * i // READ_THREADS for i in range(READ_THREADS + 1)]
+    stretches = list(itertools.pairwise(bounds))
+    mine: list[list[int]] = [[] for _ in stretches]
+    for rowid in window.domains:
+        at = bisect.bisect_left(bounds, rowid) - 1  # bounds[at] < rowid <= bounds[at + 1]
+        mine[min(max(at, 0), len(stretches) - 1)].append(rowid)
+    return [
+        replace(window, nvtx_rows=stretch, domains=tuple(sorted(domains)))
+        for stretch, domains in zip(stretches, mine, strict=True)
+    ]
 
 
 def _joined(parts: list[pl.DataFrame | None]) -> pl.DataFrame | None:
