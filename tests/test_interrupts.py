@@ -13,6 +13,7 @@ test.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 
@@ -35,7 +36,17 @@ def _interrupted(world: World, name: str, step: int, **env: str) -> tuple[str, s
     work = world.fresh(name)
     argv = ["attribute", str(world.b), "-o", str(work / "out")]
     cmd = [sys.executable, str(HELPER), str(work), str(step), "INT", f"{work}.log", "--", *argv]
-    done = subprocess.run(cmd, cwd=ROOT, env=_env(env), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        cmd,
+        cwd=ROOT,
+        env=_env(env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        # SIGINT as an interactive shell leaves it: a test run started as a background
+        # job (a CI runner's) hands its children SIGINT ignored.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 130, done.stderr
     assert len(lines) == 1 and lines[0].startswith("nsysmap: interrupted"), done.stderr
