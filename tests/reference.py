@@ -172,7 +172,9 @@ def reference_attribution(
     A backward operator range (`stashed seq = N`) outside every module range
     takes the module of the forward operator with `seq = N` in its process;
     anything inside a warm-up range has `warmup` true (its step and phase are those of
-    the ranges around it).
+    the ranges around it). A step, phase or warm-up unknown on the launching thread
+    comes from the process's other threads: of each thread's innermost such range
+    open at launch, the one that started last (then ended first, then by name, thread).
     """
     launches: dict[tuple, dict] = {}
     for row in api_calls.sort("start_ns", "tid").iter_rows(named=True):
@@ -199,8 +201,15 @@ def reference_attribution(
     fam = {k: finder(lambda rid, k=k: k in labels[rid], True) for k in ("step", "phase", "module")}
     nodes = finder(lambda rid: _seq_node(names[rid]) is not None, True)
     forward_modules = _forward_modules(rows, labels, fam["module"])
-    win = {k: finder(lambda rid, k=k: k in labels[rid], False) for k in ("step", "phase")}
-    warm = [finder(lambda rid: labels[rid].get("warmup", False), by) for by in (True, False)]
+    warm = finder(lambda rid: labels[rid].get("warmup", False), True)
+    threads = sorted({(r["pid"], r["tid"]) for r in rows})
+    order = {r["range_id"]: (-r["start_ns"], r["end_ns"], r["name"], r["tid"]) for r in rows}
+
+    def latest(family: Innermost, pid: int, t: int) -> int | None:
+        """Of the ranges of `pid` open at `t`, one per thread, the one that started last."""
+        found = [family.at(thread, t) for thread in threads if thread[0] == pid]
+        return min((rid for rid in found if rid is not None), key=order.get, default=None)
+
     out = {}
     for op in gpu_ops.iter_rows(named=True):
         launch = launches.get((op["pid"], op["correlation_id"]))
@@ -219,14 +228,14 @@ def reference_attribution(
             found: dict[str, int | None] = {}
             for k in ("step", "phase", "module"):
                 rid = fam[k].at(thread, t)
-                if rid is None and k in win:
-                    rid = win[k].at((launch["pid"],), t)
+                if rid is None and k in ("step", "phase"):
+                    rid = latest(fam[k], launch["pid"], t)
                     projected = projected or rid is not None
                 res[k] = labels[rid][k] if rid is not None else None
                 found[k] = rid
-            warm_rid = warm[0].at(thread, t)
+            warm_rid = warm.at(thread, t)
             if warm_rid is None:
-                warm_rid = warm[1].at((launch["pid"],), t)
+                warm_rid = latest(warm, launch["pid"], t)
                 projected = projected or warm_rid is not None
             res["warmup"] = warm_rid is not None
             own_range = res["range_id"] is not None

@@ -200,7 +200,7 @@ NAMES = (
 @given(
     st.data(),
     st.lists(
-        st.tuples(st.sampled_from([None, 1, 2]), st.integers(-2, 62), st.integers(0, 1)),
+        st.tuples(st.sampled_from([None, 1, 2, 3]), st.integers(-2, 62), st.integers(0, 1)),
         max_size=30,
     ),
 )
@@ -296,3 +296,22 @@ def test_the_ranges_parents_are_converted_once_however_many_chunks(monkeypatch):
     assert len(chunks) == profile.ops.height == 9
     assert len(whole) == 1
     assert pl.concat(chunks)["range_path"].drop_nulls().len() == 9
+
+
+def test_work_on_a_thread_without_phase_ranges_takes_the_range_that_started_last():
+    """Phase ranges of two threads cross; work launched from a third thread takes, of the
+    ranges open at its launch, the one that started last, and the crossing one stays
+    open to its own end (it is not clipped to the range it crossed)."""
+    f = Frames()
+    f.range(1, "nsysmap:phase:forward", 0, 10)
+    f.range(2, "nsysmap:phase:backward", 5, 15)
+    f.range(4, "nsysmap:phase:loss", 20, 30)  # started together: the one that ends first
+    f.range(5, "nsysmap:phase:optimizer", 20, 25)
+    at = {3: "forward", 7: "backward", 12: "backward", 16: None, 22: "optimizer", 27: "loss"}
+    for launch in at:
+        f.kernel(3, launch)
+    ops = attribute(f.profile()).sort("op_id")
+    assert dict(zip(at, ops["phase"], strict=True)) == at
+    credited = ops.filter(pl.col("phase").is_not_null())
+    assert (credited["attribution"] == "other_thread").all()
+    assert credited["other_thread_range_id"].to_list() == [0, 1, 1, 3, 2]

@@ -117,15 +117,59 @@ def _window(
     filled = pl.repeat(False, anchor.len(), eager=True)
     if not need.len() or not member.any():
         return anchor, filled
-    family_ranges = scope.ranges.select("pid", "start_ns", "end_ns").with_columns(
-        pos=pl.int_range(pl.len(), dtype=pl.Int64)
-    )
-    nested, _ = nest_repaired(family_ranges.filter(member), by=("pid",), id_col="pos")
-    window = Forest.of(nested, nested["pid"], "pos")
-    found = window.innermost(q.pid.gather(need), q.t.gather(need))
-    at = nested["pos"].gather(found).cast(pl.UInt32)
+    at = latest_open(scope, member, q.pid.gather(need), q.t.gather(need))
     hit = at.is_not_null()
     return anchor.scatter(need.filter(hit), at.filter(hit)), filled.scatter(need.filter(hit), True)
+
+
+def latest_open(scope: Scope, member: pl.Series, pid: pl.Series, t: pl.Series) -> pl.Series:
+    """Per query (`pid`, `t` sorted), the member range of that process, on any thread,
+    open at `t` that started last (UInt32 position, null when none is open).
+
+    Each thread's member ranges nest; ranges of different threads may cross,
+    and are not clipped against each other, so the answer at `t` depends on
+    the ranges open at `t` alone, not on what a read saw before (a read in
+    time windows answers as a whole read does). Of ranges that started
+    together, the one that ends first, then the first by name and thread:
+
+        thread 1   |------ A ------|
+        thread 2           |------ B ------|
+        t             ^ A       ^ B      ^ B
+    """
+    pos = member.arg_true()
+    ranges = scope.ranges
+    own = pl.DataFrame(
+        {
+            "pos": pos.cast(pl.Int64),
+            "pid": ranges["pid"].gather(pos),
+            "thread": scope.thread.gather(pos),
+            "start_ns": ranges["start_ns"].gather(pos),
+            "end_ns": ranges["end_ns"].gather(pos),
+        }
+    )
+    nested, _ = nest_repaired(own, by=("pid", "thread"), id_col="pos")
+    forest = Forest.of(nested, nested["thread"], "pos")
+    at = pl.repeat(None, t.len(), dtype=pl.UInt32, eager=True)
+    threads = nested.select("pid", "thread", tid=ranges["tid"].gather(nested["pos"])).unique()
+    for pid_of, thread, _tid in threads.sort("tid", "thread").rows():
+        mine = (pid == pid_of).fill_null(False).arg_true()
+        if not mine.len():
+            continue
+        query = pl.repeat(thread, mine.len(), dtype=nested["thread"].dtype, eager=True)
+        found = nested["pos"].gather(forest.innermost(query, t.gather(mine))).cast(pl.UInt32)
+        better = _comes_first(ranges, found, at.gather(mine))
+        at = at.scatter(mine.filter(better), found.filter(better))
+    return at
+
+
+def _comes_first(ranges: pl.DataFrame, found: pl.Series, held: pl.Series) -> pl.Series:
+    """Per pair of range positions, whether `found` (null: none) comes before `held`
+    (null: none yet): a later start, then an earlier end, then the first name."""
+    f_start, f_end, f_name = (ranges[c].gather(found) for c in ("start_ns", "end_ns", "name"))
+    h_start, h_end, h_name = (ranges[c].gather(held) for c in ("start_ns", "end_ns", "name"))
+    tie = f_start == h_start
+    later = (f_start > h_start) | tie & ((f_end < h_end) | (f_end == h_end) & (f_name < h_name))
+    return found.is_not_null() & (held.is_null() | later.fill_null(False))
 
 
 def _module_via_seq(scope: Scope, q: Queries, inner: pl.Series, module: pl.Series) -> pl.Series:
