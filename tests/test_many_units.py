@@ -90,16 +90,18 @@ def test_processes_and_failed_inputs_take_numbers_in_order() -> None:
 # ----------------------------------------------------------------- overlap
 def test_exposed_communication_by_hand() -> None:
     # device 0: compute [0, 10) on stream 7, all-reduces [5, 15) and [12, 20) on streams 20
-    # and 21, a copy [15, 20) (no compute); device 1: an all-reduce alone [0, 4)
+    # and 21, a copy [15, 20) (no compute); device 1: an all-reduce alone [0, 4); and a
+    # warm-up all-reduce [30, 40) on device 0, left out
     ops = pl.DataFrame(
         {
-            "pid": [1, 1, 1, 1, 1],
-            "kind": ["kernel", "kernel", "kernel", "kernel", "memcpy"],
-            "device_id": [0, 0, 0, 1, 0],
-            "stream_id": [7, 20, 21, 20, 8],
-            "start_ns": [0, 5, 12, 0, 15],
-            "end_ns": [10, 15, 20, 4, 20],
-            "category": ["gemm", "communication", "communication", "communication", "memcpy"],
+            "pid": [1, 1, 1, 1, 1, 1],
+            "kind": ["kernel", "kernel", "kernel", "kernel", "memcpy", "kernel"],
+            "device_id": [0, 0, 0, 1, 0, 0],
+            "stream_id": [7, 20, 21, 20, 8, 20],
+            "start_ns": [0, 5, 12, 0, 15, 30],
+            "end_ns": [10, 15, 20, 4, 20, 40],
+            "category": ["gemm", *["communication"] * 3, "memcpy", "communication"],
+            "warmup": [False, False, False, None, False, True],
         }
     ).with_columns(dur_ns=pl.col("end_ns") - pl.col("start_ns"))
     got = exposed_communication(ops.lazy()).row(0, named=True)
@@ -145,9 +147,11 @@ def test_rank_steps_and_stragglers() -> None:
     overlap = pl.DataFrame(
         {"rank": [1], "comm_busy_ns": [20], "overlapped_ns": [5], "exposed_ns": [15]}
     )
-    comm = across.rank_comm(per_step, overlap)
-    assert comm["collective_wait_ns"].to_list() == [40, 0, 20]
-    assert comm["exposed_ns"].to_list() == [0, 15, 0]  # ranks without communication: 0
+    comm = across.rank_comm(per_step, overlap, [0, 1, 2, 3])
+    assert comm["collective_wait_ns"].to_list() == [40, 0, 20, 0]
+    assert comm["exposed_ns"].to_list() == [0, 15, 0, 0]  # ranks without communication: 0
+    # rank 3 has no step (all its work was warm-up): listed, every figure 0
+    assert comm.row(3) == (3, *[0] * (comm.width - 1))
 
 
 def test_module_spread_counts_missing_ranks_as_zero() -> None:

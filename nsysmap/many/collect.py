@@ -4,8 +4,9 @@ The summary tables of one report (coverage, by_phase, ..., by_category) come
 back per rank with a leading `rank` column, so each rank's rows add up to
 that rank's GPU time; the waits tables (idle, stream_idle, launch_cost) per
 rank too, each rank with its own GPUs' rows; then the cross-rank tables
-(nsysmap.many.cross_rank) and `ranks`, which says which input and process each
-rank is.
+(nsysmap.many.cross_rank), from what each rank's worker gave of its measured
+operations (warm-up left out: nsysmap.many.measured), and `ranks`, which says
+which input and process each rank is.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import polars as pl
 
 from nsysmap.core import rank_schemas, schemas
 from nsysmap.many import cross_rank as across
+from nsysmap.many.measured import MODULE_TABLES, unit_name
 from nsysmap.many.rank_ids import RankOf
 from nsysmap.many.rank_overlap import EXPOSED_COMM
 from nsysmap.many.task import OK, UNIT_KEY, UNIT_STEPS, Outcome
@@ -70,13 +72,19 @@ def output_tables(outcomes: Sequence[Outcome], ranks: Sequence[RankOf]) -> dict[
     steps = _typed(labelled(outcomes, ranks, "steps"), by_rank(UNIT_STEPS), "steps")
     exposed = labelled(outcomes, ranks, "exposed_comm")
     overlap = _typed(exposed, by_rank(EXPOSED_COMM), "exposed_comm")
+    modules = {  # by_module and by_module_phase of the measured operations
+        t.name: _typed(
+            labelled(outcomes, ranks, unit_name(t)), rank_schemas.with_rank(t.schema), t.name
+        )
+        for t in MODULE_TABLES
+    }
     per_step = across.rank_steps(steps)
     tables["rank_steps"] = per_step
     tables["stragglers"] = across.stragglers(per_step)
     every = [r.rank for r in ranks]
-    tables["rank_module_phase"] = across.rank_module_phase(tables["by_module_phase"], every)
-    tables["rank_module"] = across.rank_module(tables["by_module"], every)
-    tables["rank_comm"] = across.rank_comm(per_step, overlap)
+    tables["rank_module_phase"] = across.rank_module_phase(modules["by_module_phase"], every)
+    tables["rank_module"] = across.rank_module(modules["by_module"], every)
+    tables["rank_comm"] = across.rank_comm(per_step, overlap, every)
     return tables
 
 

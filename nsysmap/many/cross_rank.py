@@ -19,6 +19,9 @@ durations, never by timestamps:
   and every module inside it), so that a slow layer shows as one row.
 * `rank_comm`: per rank, communication time, its overlapped and exposed parts
   (nsysmap.many.rank_overlap) and the collective wait summed over the steps.
+
+Each reads the ranks' measured operations only: warm-up work is left out
+(nsysmap.many.measured).
 """
 
 from __future__ import annotations
@@ -108,20 +111,19 @@ def _spread(frame: pl.DataFrame, keys: list[str], value: str, ranks: list[int]) 
     )
 
 
-def rank_comm(per_step: pl.DataFrame, overlap: pl.DataFrame) -> pl.DataFrame:
-    """Per rank: GPU time, compute, communication, its overlapped and exposed parts, wait."""
-    totals = per_step.group_by("rank").agg(
-        pl.col("ops").sum(),
-        pl.col("time_ns").sum(),
-        pl.col("compute_ns").sum(),
-        pl.col("comm_ns").sum(),
-        pl.col("collective_wait_ns").sum(),
-    )
+def rank_comm(per_step: pl.DataFrame, overlap: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
+    """Per rank of `ranks`: GPU time, compute, communication, its overlapped and exposed
+    parts, wait (0 for a rank without steps: all its work was warm-up)."""
+    sums = ["ops", "time_ns", "compute_ns", "comm_ns", "collective_wait_ns"]
+    totals = per_step.group_by("rank").agg(pl.col(sums).sum())
     hidden = overlap.group_by("rank").agg(
         pl.col("comm_busy_ns").sum(), pl.col("overlapped_ns").sum(), pl.col("exposed_ns").sum()
     )
-    out = totals.join(hidden, on="rank", how="left").with_columns(
-        pl.col("comm_busy_ns", "overlapped_ns", "exposed_ns").fill_null(0)
+    every = pl.DataFrame({"rank": ranks}, schema={"rank": pl.Int64}).unique()
+    out = (
+        every.join(totals, on="rank", how="left")
+        .join(hidden, on="rank", how="left")
+        .with_columns(pl.exclude("rank").fill_null(0))
     )
     out = out.sort("rank").select(rank_schemas.RANK_COMM.names())
     return schemas.conform(out, rank_schemas.RANK_COMM, "rank_comm")

@@ -6,7 +6,8 @@ the communication kernels' calls and time, and how much of it is hidden
 behind compute and how much exposed, by nsysmap's one definition
 (nsysmap.summaries.comm_overlap.hidden_communication, that of `overlap.parquet`
 and `rank_comm.parquet`), so each rank's rows add up to its `rank_comm`
-communication kernel time. One rank is read at a time. Communication that is
+communication kernel time: as every cross-rank answer, they leave out kernels
+marked warm-up (nsysmap.many.measured). One rank is read at a time. Communication that is
 not a GPU kernel (gloo's CPU operators in a trace without GPU activity) has no
 stream to be hidden on: it is counted apart, not split.
 """
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import polars as pl
 
+from nsysmap.many.measured import MEASURED
 from nsysmap.report.collectives import collective
 from nsysmap.report.format import ms, pct, table
 from nsysmap.summaries.comm_overlap import COMM, hidden_communication
@@ -29,8 +31,8 @@ def rank_collectives(ops: pl.LazyFrame, ranks: list[int]) -> pl.DataFrame:
     frames = []
     for rank in ranks:
         kernels = hidden_communication(
-            ops.filter(pl.col("rank") == rank), keep=["name", "range_path"]
-        )
+            ops.filter(pl.col("rank") == rank), keep=["name", "range_path", "warmup"]
+        ).filter(MEASURED)
         if kernels.is_empty():
             continue
         frames.append(
@@ -51,15 +53,23 @@ def rank_collectives(ops: pl.LazyFrame, ranks: list[int]) -> pl.DataFrame:
 
 def not_kernels_ns(ops: pl.LazyFrame) -> int:
     """Time of communication operations that are not GPU kernels (CPU operators, ...)."""
-    said = ops.filter((pl.col("category") == "communication") & ~COMM).select(
+    said = ops.filter((pl.col("category") == "communication") & ~COMM & MEASURED).select(
         pl.col("dur_ns").sum()
     )
     return int(said.collect().item() or 0)
 
 
+def _with_warmup(ops: pl.LazyFrame) -> pl.LazyFrame:
+    """`ops` with a `warmup` mark: none in an output older than schema 1.5, whose
+    cross-rank tables counted its warm-up work (its phase `warmup`) with the rest."""
+    if "warmup" in ops.collect_schema().names():
+        return ops
+    return ops.with_columns(warmup=pl.lit(False))
+
+
 def collectives_section(run_dir: Path, ranks: list[int]) -> str:
     """The report's section: exposed communication per collective and rank (Markdown)."""
-    ops = pl.scan_parquet(Path(run_dir) / "ops", hive_partitioning=True)
+    ops = _with_warmup(pl.scan_parquet(Path(run_dir) / "ops", hive_partitioning=True))
     found = rank_collectives(ops, ranks)
     out = ["### Exposed communication per collective and rank", ""]
     if found.is_empty():

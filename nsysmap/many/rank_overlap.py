@@ -3,10 +3,11 @@
 Hidden and exposed time are nsysmap's one definition
 (nsysmap.summaries.comm_overlap.hidden_communication, the same as
 `overlap.parquet`): per communication kernel, the part during which compute
-runs on another stream of the same device, summed here per process, so that
-`overlapped_ns + exposed_ns` is the process's communication time (`comm_ns`)
-and `overlapped_ns` is the sum of `overlap.parquet`'s over the process's
-devices.
+runs on another stream of the same device, summed here per process over its
+kernels not marked warm-up (as every cross-rank table: nsysmap.many.measured),
+so that `overlapped_ns + exposed_ns` is the process's communication time
+(`comm_ns`) and `overlapped_ns` is the sum of `overlap.parquet`'s over the
+process's devices, less its warm-up kernels'.
 
 `comm_busy_ns` is a different measure with its own name: the wall time,
 per device and summed, during which at least one communication operation
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from nsysmap.many.measured import MEASURED
 from nsysmap.summaries.comm_overlap import COMM, hidden_communication
 
 COMMUNICATION = "communication"
@@ -34,18 +36,21 @@ EXPOSED_COMM = pl.Schema(
 
 
 def exposed_communication(ops: pl.LazyFrame) -> pl.DataFrame:
-    """Per process with communication kernels: busy time, the hidden (overlapped) and
-    exposed parts of its communication kernels' time.
+    """Per process with measured communication kernels: busy time, the hidden
+    (overlapped) and exposed parts of its communication kernels' time.
 
-    `ops` needs pid, kind, category, device_id, stream_id, start_ns, end_ns
-    and dur_ns (the OPS columns).
+    Kernels marked warm-up are left out (nsysmap.many.measured); each other
+    kernel's hidden time is what `overlap.parquet` gives it (any compute of the
+    process hides it, warm-up or not). `ops` needs pid, kind, category,
+    device_id, stream_id, start_ns, end_ns, dur_ns and warmup (the OPS columns).
     """
     hidden = (
-        hidden_communication(ops, keep=["pid"])
+        hidden_communication(ops, keep=["pid", "warmup"])
+        .filter(MEASURED)
         .group_by("pid")
         .agg(overlapped_ns=pl.col("hidden_ns").sum(), exposed_ns=pl.col("exposed_ns").sum())
     )
-    out = _busy(ops).join(hidden, on="pid", how="inner")
+    out = _busy(ops.filter(MEASURED)).join(hidden, on="pid", how="inner")
     return out.select(EXPOSED_COMM.names()).cast(EXPOSED_COMM).sort("pid")
 
 

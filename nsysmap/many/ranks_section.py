@@ -25,7 +25,9 @@ from nsysmap.output.writer import MANIFEST
 from nsysmap.report.fix_first import fix_first_answer, fix_first_section, read_findings
 
 NEEDED = ("rank_comm", "stragglers", "rank_module_phase", "rank_module")
-OPTIONAL = ("rank_steps",)  # the steps the answers name, when the output has it
+# The steps the answers name, and the ranks' operations (the warm-up left out is the
+# difference with rank_comm's), when the output has them.
+OPTIONAL = ("rank_steps", "ranks")
 
 
 def is_multi_rank(run_dir: Path) -> bool:

@@ -3,7 +3,8 @@
 Both say the same: what was attributed and what failed, time per rank, the
 slowest rank against the median, the straggler cost, and the modules whose
 time differs most between ranks; each answer names the rank and the steps
-it describes (the steps every rank has in `rank_steps`).
+it describes (the steps every rank has in `rank_steps`). Those answers leave
+warm-up work out (nsysmap.many.measured); a line says how much, when any.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import polars as pl
 
 from nsysmap.core.inert import markdown_cell, markdown_code, markdown_text, terminal_text
 from nsysmap.core.scalars import to_float
+from nsysmap.many.measured import left_out
 
 MS = 1e6
 SHOWN_RANKS = 16  # more ranks than this: the slowest ones only
@@ -36,6 +38,7 @@ class Findings:
     slowest: dict[str, Any] | None  # rank, compute_ns, median_ns
     layer: dict[str, Any] | None  # a rank_module row
     steps: str = "the profile"  # the steps the answers describe: "steps 1-3"
+    warmup: dict[str, int] | None = None  # ops, time_ns, ranks: the warm-up left out
 
 
 def findings(manifest: dict[str, Any], tables: dict[str, pl.DataFrame]) -> Findings:
@@ -48,7 +51,19 @@ def findings(manifest: dict[str, Any], tables: dict[str, pl.DataFrame]) -> Findi
     modules = tables["rank_module_phase"].filter(pl.col("excess_ns") > 0).head(SHOWN_MODULES)
     layer = slow_layer(tables["rank_module"])
     steps = steps_said(tables.get("rank_steps"))
-    return Findings(manifest, comm, tables["stragglers"], modules, slowest, layer, steps)
+    warmup = left_out(tables.get("ranks"), comm)
+    return Findings(manifest, comm, tables["stragglers"], modules, slowest, layer, steps, warmup)
+
+
+def warmup_line(f: Findings) -> str | None:
+    """What the answers across ranks leave out, when some work was warm-up."""
+    w = f.warmup
+    if w is None:
+        return None
+    return (
+        f"Warm-up left out, as in each rank's findings: {w['ops']:,} operations, "
+        f"{_ms(w['time_ns'])} ms in {w['ranks']} rank(s) (each rank's own tables keep it)."
+    )
 
 
 def steps_said(rank_steps: pl.DataFrame | None) -> str:
@@ -194,7 +209,8 @@ def terminal_summary(f: Findings) -> str:
     doubt = not_one_job(f.manifest)
     lines += [f"  warning: {terminal_text(doubt)}"] if doubt else []
     lines += ["", _rank_table_text(f)]
-    lines += [line for line in (slowest_line(f), layer_line(f), straggler_line(f)) if line]
+    said = (warmup_line(f), slowest_line(f), layer_line(f), straggler_line(f))
+    lines += [line for line in said if line]
     if not f.modules.is_empty():
         lines.append("Largest differences between ranks, by module and phase (max - median):")
         for row in f.modules.iter_rows(named=True):
@@ -256,7 +272,7 @@ def markdown_section(f: Findings) -> str:
     if hidden:
         out.append(f"\n{hidden} faster rank(s) not shown; `rank_comm.parquet` lists every rank.")
     out.append("")
-    lines = (slowest_line(f), layer_line(f, markdown_code), straggler_line(f))
+    lines = (warmup_line(f), slowest_line(f), layer_line(f, markdown_code), straggler_line(f))
     out += [f"{line}\n" for line in lines if line]
     if not f.modules.is_empty():
         out += [

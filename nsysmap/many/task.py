@@ -38,6 +38,7 @@ from nsysmap.core.errors import ExitCode, NsysmapError
 from nsysmap.core.profile import NestedProfile
 from nsysmap.flow.analysis import Analysis
 from nsysmap.flow.run_stages import Settings, flow, process_summary
+from nsysmap.many.measured import MEASURED, module_queries, module_tables
 from nsysmap.many.rank_overlap import COMMUNICATION, exposed_communication
 from nsysmap.output.ops_sinks import OpsFile, OpsSink, sink_for
 from nsysmap.output.writer import input_identity
@@ -240,19 +241,22 @@ def by_device_owner(
 
 
 def unit_tables(ops: pl.LazyFrame) -> dict[str, pl.DataFrame]:
-    """Per process and step: time and communication; per process: overlap of communication."""
+    """What the cross-rank tables read of each process, over its measured operations
+    (warm-up left out: nsysmap.many.measured): per step, time and communication; its
+    by_module and by_module_phase; the overlap of its communication."""
+    measured = ops.filter(MEASURED)
     comm = pl.col("dur_ns").filter(pl.col("category") == COMMUNICATION).sum()
-    steps = (
-        ops.group_by("pid", "step")
-        .agg(
+    queries = {
+        "steps": measured.group_by("pid", "step").agg(
             pl.len().cast(pl.Int64).alias("ops"),
             pl.col("dur_ns").sum().alias("time_ns"),
             comm.alias("comm_ns"),
             pl.col("start_ns").min().alias("first_start_ns"),
             pl.col("end_ns").max().alias("last_end_ns"),
-        )
-        .sort("pid", "step", nulls_last=True)
-        .collect()
-    )
+        ),
+        **module_queries(measured),
+    }
+    done = dict(zip(queries, pl.collect_all(list(queries.values())), strict=True))
+    steps = done.pop("steps").sort("pid", "step", nulls_last=True)
     steps = schemas.conform(steps, UNIT_STEPS, "steps")
-    return {"steps": steps, "exposed_comm": exposed_communication(ops)}
+    return {"steps": steps, "exposed_comm": exposed_communication(ops), **module_tables(done)}
