@@ -38,6 +38,7 @@ from nsysmap.report.html.layers import (
     rates_chart,
     tree_chart,
 )
+from nsysmap.report.html.scope_names import scope_name
 from nsysmap.report.html.steps import phase_spread_chart, phase_steps_chart
 from nsysmap.report.html.waits_chart import waits_chart
 from nsysmap.report.kernel_labels import kernel_labels
@@ -71,15 +72,6 @@ TOP_KERNEL_COLUMNS = (
     ("time", "ms"),
     ("share", "share"),
 )
-
-
-def scope_name(x: Findings, scope: str) -> str:
-    """A scope as the report names it: its instances in the run's structure."""
-    from nsysmap.report.scopes import describe
-
-    if x.run.structure is None or "s_region" not in x.run.ops.columns:
-        return rt.scope_label(x.run.ops, scope)
-    return str(describe(x.run.ops, x.run.structure, scope)["label"])
 
 
 def matmul_chart(f: Findings, c: Findings | None) -> Chart:

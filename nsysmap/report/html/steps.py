@@ -1,4 +1,11 @@
-"""Charts of time by phase per step, and of its spread from step to step (pure)."""
+"""Charts of time by phase per step, and of its spread from step to step (pure).
+
+Both draw the measured steps that the page's header counts (the report's step
+scope: warm-up steps left out), wherever the structure found them: step labels,
+a range holding a forward and a backward pass, or the kernel sequence; the
+caption says which. Without measured steps, one bar per device sums every
+operation of the run per phase.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,8 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from instrument.phase_vocabulary import PHASES
+from nsysmap.report import scope_tables as rt
+from nsysmap.report.format import cap
 from nsysmap.report.html.chart import (
     PHASE_COLOURS,
     SERIES,
@@ -21,6 +30,8 @@ from nsysmap.report.html.chart import (
     table,
     time_axis,
 )
+from nsysmap.report.html.scope_names import scope_name
+from nsysmap.structure.words import code
 
 if TYPE_CHECKING:
     from nsysmap.report.answers import Findings
@@ -59,6 +70,71 @@ def step_phase_times(ops: pl.DataFrame) -> pl.DataFrame:
     return full.with_columns(pl.col("time_ns").fill_null(0)).sort("device_id", "step", "phase")
 
 
+def measured_steps(f: Findings) -> pl.DataFrame:
+    """The operations of the measured steps the header counts (the step scope), each with
+    `step`: its step label, else its step's `index` in structure.parquet; empty without
+    measured steps."""
+    if f.steps is None:
+        return f.run.ops.clear()
+    ops = rt.scope_filter(f.run.ops, "step")
+    if "s_step" not in ops.columns:  # operations without their place in the structure
+        return ops.filter(pl.col("step").is_not_null())
+    held = ops.filter(pl.col("s_step").is_not_null())
+    return held.with_columns(step=pl.coalesce("step", "s_step"))
+
+
+def steps_source(f: Findings, held: pl.DataFrame) -> str:
+    """Where the measured steps (`held`: their operations) come from, in words: step
+    labels (ranges or PyTorch's records), else what the structure found as steps."""
+    labels, structure = "from " + rt.label_source(held, "step"), f.run.structure
+    if structure is None:
+        return labels
+    steps = structure.filter((pl.col("kind") == "step") & (pl.col("region") == "measured"))
+    found = steps.filter(pl.col("step").is_null())
+    evidence = found["evidence"].fill_null("")
+    said = [
+        words
+        for words in (
+            _held_by_ranges(found.filter(evidence == "range")),
+            _inferred(found.filter(evidence.str.contains("kernel_sequence"))),
+        )
+        if words
+    ]
+    if not said:
+        return labels
+    labelled = steps["step"].is_not_null().any()
+    return (labels + "; " if labelled else "no step ranges: ") + "; ".join(said)
+
+
+def _held_by_ranges(steps: pl.DataFrame) -> str:
+    """Steps that are ranges holding a forward and a backward pass, in words ("" without)."""
+    names = steps["name"].drop_nulls().unique(maintain_order=True)
+    if names.is_empty():
+        return ""
+    if names.len() > 1:
+        return f"ranges such as {code(names[0])} hold a forward and a backward pass each"
+    which = "the range" if steps.height == 1 else "each range"
+    return f"{which} {code(names[0])} holds a forward and a backward pass"
+
+
+def _inferred(steps: pl.DataFrame) -> str:
+    """Steps found in the kernel sequence, in words ("" without)."""
+    if steps.is_empty():
+        return ""
+    which = "the step is" if steps.height == 1 else "each step is"
+    return f"{which} a forward and a backward pass of the repeating kernel sequence"
+
+
+def steps_caption(f: Findings, held: pl.DataFrame) -> str:
+    """The per-step chart's caption: the steps as the report names them, where they come
+    from, and what each bar sums."""
+    each = "step and device" if held["device_id"].n_unique() > 1 else "step"
+    return (
+        f"{cap(scope_name(f, 'step'))}, {steps_source(f, held)}. One bar per {each}: "
+        "its operations summed per phase (busy time, not wall time)."
+    )
+
+
 def phase_order(phases: list[str]) -> list[str]:
     """Phases in training order (data, zero_grad, forward, ...), unknown ones after, none last."""
     known = [p for p in PHASES if p in phases]
@@ -71,10 +147,11 @@ def _colour(phase: str, i: int) -> str:
 
 
 def phase_steps_chart(f: Findings) -> Chart | None:
-    """Stacked bars: time by phase in each step (one bar per step and device); where
-    the run has phases but no steps, one bar per device for the whole run."""
-    ops = f.run.ops
-    times = step_phase_times(ops)
+    """Stacked bars: time by phase in each measured step (one bar per step and device);
+    where the measured region has no steps but the run has phases, one bar per device
+    for the whole run."""
+    ops, held = f.run.ops, measured_steps(f)
+    times = step_phase_times(held)
     stepped = not times.is_empty()
     if not stepped:
         if ops["phase"].is_null().all():
@@ -101,9 +178,10 @@ def phase_steps_chart(f: Findings) -> Chart | None:
         for i, (d, s) in enumerate(zip(wide["device_id"], wide["step"], strict=True))
     ]
     caption = (
-        "Operations inside each step, summed per phase (busy time, not wall time)."
+        steps_caption(f, held)
         if stepped
-        else "No step ranges: every operation of the run, summed per phase (busy time)."
+        else "No steps in the measured region: every operation of the run summed per phase "
+        "(busy time, not wall time)."
     )
     return chart(
         "phase_steps",
@@ -132,8 +210,8 @@ def _step_times(times: pl.DataFrame, phase: str) -> list[float | None]:
 
 
 def phase_spread_chart(f: Findings) -> Chart | None:
-    """Box plots: how much each phase's time varies from step to step."""
-    times = step_phase_times(f.run.ops)
+    """Box plots: how much each phase's time varies from measured step to step."""
+    times = step_phase_times(measured_steps(f))
     if times.select("device_id", "step").unique().height < 2:
         return None
     phases = phase_order(times["phase"].unique().to_list())

@@ -1,0 +1,121 @@
+"""The HTML report's time-by-phase charts draw the steps its header counts, and their
+caption says where those steps come from: step ranges, a range holding a forward and a
+backward pass, or none (synthetic profiles)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nsysmap.flow.verbs import analyse, analyse_file, write
+from nsysmap.report.answers import Findings
+from nsysmap.report.build import build_report
+from nsysmap.report.html.chart import Chart
+from nsysmap.report.html.page import report_facts
+from nsysmap.report.html.steps import phase_spread_chart, phase_steps_chart
+from nsysmap.report.report_files import read_run
+from tests.corpus import corpus_path
+from tests.frames import Frames
+
+GEMM = "ampere_sgemm_128x64_tn"
+MAIN = 1
+
+
+def _pass_pair(f: Frames, at: int) -> None:
+    """A forward range (a 2 ms kernel) then a backward range (a 3 ms kernel) from `at`."""
+    f.range(MAIN, "forward", at + 1, at + 9)
+    f.kernel(MAIN, at + 2, GEMM, dur=2)
+    f.range(MAIN, "backward", at + 10, at + 19)
+    f.kernel(MAIN, at + 11, GEMM, dur=3)
+
+
+def _drawn(f: Frames, out: Path) -> tuple[Findings, Chart, list[str]]:
+    """`nsysmap attribute` then `nsysmap report` of `f`: the findings, the per-step chart
+    and its bars."""
+    write(analyse(f.profile()), out)
+    findings = build_report(read_run(out)).findings
+    steps = phase_steps_chart(findings)
+    assert steps is not None
+    x = steps.figure["data"][0]["x"]
+    return findings, steps, x
+
+
+@pytest.mark.slow
+def test_steps_from_a_range_holding_both_passes_are_drawn_and_said(tmp_path):
+    """Two `profile` ranges, each holding a forward and a backward range, after a set-up
+    copy: the header counts 2 steps, so the chart draws those 2 (the copy is in neither)
+    and says where they come from, not 'No step ranges: every operation of the run'."""
+    f = Frames()
+    f.range(MAIN, "setup", 0, 5)
+    f.kernel(MAIN, 1, "copy", dur=4)
+    for at in (10, 30):
+        f.range(MAIN, "profile", at, at + 20)
+        _pass_pair(f, at)
+    findings, steps, x = _drawn(f, tmp_path / "out")
+    assert "Steps: 2 measured" in report_facts(findings, None)
+    assert x == ["step 0", "step 1"]
+    assert [row[-1] for row in steps.table.rows] == [5.0, 5.0]  # the set-up's 4 ms left out
+    assert steps.caption == (
+        "2 measured steps inside `profile`, no step ranges: each range `profile` holds a "
+        "forward and a backward pass. One bar per step: its operations summed per phase "
+        "(busy time, not wall time)."
+    )
+    spread = phase_spread_chart(findings)
+    assert spread is not None and spread.table.rows[-1][:2] == ["step total", 2]
+
+
+@pytest.mark.slow
+def test_step_ranges_are_drawn_without_the_warm_up_step_the_header_leaves_out(tmp_path):
+    """`step 0` inside a warm-up range, `step 1` to `step 3` after it: the header counts
+    3 measured steps, and the chart draws those 3."""
+    f = Frames()
+    for step in range(4):
+        at = 20 * step
+        if step == 0:
+            f.range(MAIN, "warm up", at, at + 20)
+        f.range(MAIN, f"step {step}", at, at + 20)
+        _pass_pair(f, at)
+    findings, steps, x = _drawn(f, tmp_path / "out")
+    assert "Steps: 3 measured" in report_facts(findings, None)
+    assert x == ["step 1", "step 2", "step 3"]
+    assert steps.caption == (
+        "3 measured steps, from step ranges. One bar per step: its operations summed per "
+        "phase (busy time, not wall time)."
+    )
+
+
+@pytest.mark.slow
+def test_without_steps_the_chart_sums_the_whole_run_and_says_so(tmp_path):
+    """Forward ranges only: no step at all, one bar for the whole run."""
+    f = Frames()
+    for at in (10, 30):
+        f.range(MAIN, "forward", at + 1, at + 9)
+        f.kernel(MAIN, at + 2, GEMM, dur=2)
+    findings, steps, x = _drawn(f, tmp_path / "out")
+    assert "Steps: none measured" in report_facts(findings, None)
+    assert x == ["whole run"]
+    assert steps.caption == (
+        "No steps in the measured region: every operation of the run summed per phase "
+        "(busy time, not wall time)."
+    )
+    assert phase_spread_chart(findings) is None
+
+
+@pytest.mark.corpus
+def test_a_profile_range_around_one_forward_and_backward_is_the_step_the_caption_names(
+    tmp_path,
+):
+    """cs336's `profile` range holds one forward and one backward pass and no step range:
+    the header says 1 step measured, and the phase chart's caption says that step is the
+    range `profile`."""
+    out = tmp_path / "out"
+    analyse_file(corpus_path("cs336a2_small_fwdbwd_emitnvtx_shapes_a100.sqlite"), out)
+    findings = build_report(read_run(out)).findings
+    steps = phase_steps_chart(findings)
+    assert "Steps: 1 measured" in report_facts(findings, None)
+    assert steps is not None and steps.figure["data"][0]["x"] == ["step 0"]
+    assert steps.caption.startswith(
+        "1 step inside `profile`, no step ranges: the range `profile` holds a forward and a "
+        "backward pass. One bar per step:"
+    )
