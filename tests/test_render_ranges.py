@@ -36,9 +36,9 @@ def test_a_profile_without_nsysmaps_ranges_says_what_it_has_and_lacks():
     text = _text(_user_profile())
     profile = [line for line in text.splitlines() if line.startswith("Profile:")]
     assert profile == [
-        "Profile: user ranges, PyTorch operator ranges, phases (100.0%); no steps, no modules. "
-        "To get them: `nsysmap run SCRIPT` (all three), NVTX / `record_function` ranges named "
-        "`step N`, `forward`, `backward`, `optimizer` (steps, phases), torch.profiler "
+        "Profile: user ranges, PyTorch operator ranges, phases (100.0%); no step ranges, no "
+        "modules. To get them: `nsysmap run SCRIPT` (all three), NVTX / `record_function` "
+        "ranges named `step N`, `forward`, `backward`, `optimizer` (steps, phases), torch.profiler "
         "`with_modules=True` (modules)."
     ]
     assert "Of all time" not in text
@@ -121,7 +121,7 @@ def test_a_profile_without_ranges_says_how_to_get_them():
     f = Frames()
     f.kernel(1, 1, dur=2)
     text = _text(f)
-    assert "Profile: no ranges; no steps, no phases, no modules." in text
+    assert "Profile: no ranges; no step ranges, no phases, no modules." in text
     assert "`emit_nvtx` (operator ranges)" in text
     assert "by phase" not in text and "Top modules" not in text and "Top ranges" not in text
 

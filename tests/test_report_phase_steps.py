@@ -119,3 +119,16 @@ def test_a_profile_range_around_one_forward_and_backward_is_the_step_the_caption
         "1 step inside `profile`, no step ranges: the range `profile` holds a forward and a "
         "backward pass. One bar per step:"
     )
+
+
+@pytest.mark.slow
+def test_the_terminal_says_no_step_ranges_beside_the_step_the_structure_found():
+    """A `profile` range around a forward and a backward range: the terminal's profile
+    line said 'no steps' above 'Structure: measured: 1 step'; it says 'no step ranges'."""
+    f = Frames()
+    f.range(MAIN, "profile", 0, 20)
+    _pass_pair(f, 0)
+    text = analyse(f.profile()).summary_text
+    assert "phases (100.0%); no step ranges, no modules." in text
+    assert "no steps" not in text
+    assert "Structure: measured: 1 step (1 forward and 1 backward passes) inside `profile`" in text

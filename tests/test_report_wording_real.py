@@ -329,7 +329,9 @@ def test_nvfuser_ranges_are_not_pytorch_operator_ranges():
     analysis = analyse(profile, infer=False)
     text = render_summary(analysis.summaries, {"backend": "nsys"})
     said = next(line for line in text.splitlines() if line.startswith("Profile: "))
-    assert said.startswith("Profile: user ranges; no steps") and "PyTorch operator" not in said
+    assert (
+        said.startswith("Profile: user ranges; no step ranges") and "PyTorch operator" not in said
+    )
     assert "`emit_nvtx` (operator ranges)" in said
     names = pl.Series(
         [

@@ -167,7 +167,10 @@ def _contents(summaries: Summaries, meta: dict[str, str], unit: str) -> str:
         )
     kinds = range_kinds(summaries)
     has = [*kinds, *(f"{k}s ({_pct(*v)})" for k, v in shares.items() if v[0])]
-    lacks = [f"{k}s" for k, (known, _) in shares.items() if not known]
+    # no step labels, yet the structure may find steps (a range around both passes)
+    lacks = [
+        "step ranges" if k == "step" else f"{k}s" for k, (known, _) in shares.items() if not known
+    ]
     how = [_HOW["all"]]
     if not (shares["step"][0] and shares["phase"][0]):
         how.append(_HOW["scopes"])
