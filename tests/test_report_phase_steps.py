@@ -5,7 +5,9 @@ backward pass, or none (synthetic profiles)."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
+import polars as pl
 import pytest
 
 from nsysmap.flow.verbs import analyse, analyse_file, write
@@ -13,7 +15,7 @@ from nsysmap.report.answers import Findings
 from nsysmap.report.build import build_report
 from nsysmap.report.html.chart import Chart
 from nsysmap.report.html.page import report_facts
-from nsysmap.report.html.steps import phase_spread_chart, phase_steps_chart
+from nsysmap.report.html.steps import phase_spread_chart, phase_steps_chart, steps_source
 from nsysmap.report.report_files import read_run
 from tests.corpus import corpus_path
 from tests.frames import Frames
@@ -132,3 +134,44 @@ def test_the_terminal_says_no_step_ranges_beside_the_step_the_structure_found():
     assert "phases (100.0%); no step ranges, no modules." in text
     assert "no steps" not in text
     assert "Structure: measured: 1 step (1 forward and 1 backward passes) inside `profile`" in text
+
+
+def _source(steps: list[tuple[int | None, str, str | None]], labels: list[str | None]) -> str:
+    """`steps_source` of measured step rows (step label, evidence, range name) whose
+    operations carry `labels` as their `step_source`."""
+    structure = pl.DataFrame(
+        {
+            "kind": ["step"] * len(steps),
+            "region": ["measured"] * len(steps),
+            "step": [s for s, _, _ in steps],
+            "evidence": [e for _, e, _ in steps],
+            "name": [n for _, _, n in steps],
+        },
+        schema={
+            "kind": pl.String,
+            "region": pl.String,
+            "step": pl.Int64,
+            "evidence": pl.String,
+            "name": pl.String,
+        },
+    )
+    held = pl.DataFrame(
+        {"step": list(range(len(labels))), "step_source": labels},
+        schema={"step": pl.Int64, "step_source": pl.String},
+    )
+    return steps_source(SimpleNamespace(run=SimpleNamespace(structure=structure)), held)
+
+
+def test_steps_found_in_the_kernel_sequence_or_beside_step_ranges_are_said():
+    inferred = [(None, "kernel_sequence", None)]
+    assert _source(inferred, [None]) == (
+        "no step ranges: the step is a forward and a backward pass of the repeating kernel sequence"
+    )
+    assert _source(inferred * 2, [None, None]).startswith("no step ranges: each step is ")
+    mixed = [(3, "range", None), (None, "range", "iteration_a"), (None, "range", "iteration_b")]
+    assert _source(mixed, ["range", None, None]) == (
+        "from step ranges; ranges such as `iteration_a` hold a forward and a backward pass each"
+    )
+    assert _source([(0, "records", None)], ["records"]) == (
+        "from PyTorch's records (no range names the steps)"
+    )
