@@ -75,7 +75,8 @@ def _conform(frame: pl.DataFrame) -> pl.DataFrame:
 
 def labelled_steps(base: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(passes, steps) of the processes with step labels: per step, one pass per direction."""
-    stepped = base.filter(pl.col("step").is_not_null())
+    read = ("dev", "pid", "step", "phase", "at", "dur_ns", "warmup", "step_source", "phase_source")
+    stepped = base.select(read).filter(pl.col("step").is_not_null())  # these columns alone
     passes = (
         stepped.filter(pl.col("phase").is_in(DIRECTIONS))
         .group_by("dev", "pid", "step", "phase")

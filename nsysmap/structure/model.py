@@ -18,7 +18,7 @@ from nsysmap.structure import evidence as found
 from nsysmap.structure.overlaps import overlapping
 from nsysmap.structure.ranges import SLIM, labelled
 from nsysmap.structure.regions import Regions, grouped, regions
-from nsysmap.structure.table import _NO_DEVICE, REGIONS, STRUCTURE, assign, launched_at
+from nsysmap.structure.table import _NO_DEVICE, REGIONS, STRUCTURE, held_rows, launched_at
 
 # The OPS columns the structure reads (with the inferred labels, when there are some).
 OPS_COLUMNS = (
@@ -63,7 +63,12 @@ def _base(ops: pl.DataFrame, inferred: pl.DataFrame | None) -> pl.DataFrame:
         dev=pl.col("device_id").fill_null(_NO_DEVICE), at=launched_at()
     )
     if inferred is not None and not inferred.is_empty():
-        base = base.join(inferred.select(INFERRED_COLUMNS), on="op_id", how="left")
+        # The inferred labels alone are joined, then set beside the operations' columns
+        # (a join of `base` itself would copy every column of every operation).
+        labels = base.select("op_id").join(
+            inferred.select(INFERRED_COLUMNS), on="op_id", how="left", maintain_order="left"
+        )
+        base = base.hstack(labels.drop("op_id").get_columns())
     return base
 
 
@@ -72,7 +77,8 @@ def _passes_and_steps(base: pl.DataFrame, named: pl.DataFrame) -> tuple[pl.DataF
     step labels' first; the operations outside every labelled step then read by their
     phase ranges, records and the kernel sequence."""
     label_passes, label_steps = found.labelled_steps(base)
-    rest = base.filter(pl.col("step").is_null())
+    labelled = base["step"].is_not_null()
+    rest = base.filter(~labelled) if labelled.any() else base  # no copy of unlabelled ops
     inferred = found.inferred_passes(base)
     kept = _added(label_passes, found.phase_ranges(rest, named, inferred), "direction")
     kept = _added(kept, found.records(rest, kept), "direction")
@@ -102,12 +108,6 @@ def _rows(frame: pl.DataFrame, kind: str) -> pl.DataFrame:
         .select(STRUCTURE.names())
         .cast(STRUCTURE)
     )
-
-
-def _held(base: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
-    """The operations of `base` with the rows that hold them (nsysmap.structure.table)."""
-    ops = base.with_columns(device_id=pl.col("dev"))
-    return assign(ops, rows)
 
 
 def _whole(base: pl.DataFrame) -> pl.DataFrame:
@@ -228,42 +228,25 @@ def _in_steps(passes: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
 
 def _counted(base: pl.DataFrame, table: pl.DataFrame) -> pl.DataFrame:
     """`table` with each row's ops, time_ns, gpu_start_ns and gpu_end_ns; regions without
-    operations left out; device ids null where the operations have none."""
-    held = _held(base, table)
+    operations left out; device ids null where the operations have none.
+
+    Each operation is counted in the rows that hold it (nsysmap.structure.table), found
+    as row positions and summed by position."""
+    lanes = base.select("pid", "launch_start_ns", "start_ns", "step", "phase", device_id="dev")
+    held = held_rows(lanes, table)
+    values = base.select("dur_ns", "start_ns", "end_ns")
     sums = (
         pl.len().cast(pl.Int64).alias("ops"),
         pl.col("dur_ns").sum().alias("time_ns"),
         pl.col("start_ns").min().alias("gpu_start_ns"),
         pl.col("end_ns").max().alias("gpu_end_ns"),
     )
-    keys = ["device_id", "pid"]
-    per_kind = {
-        "region": held.group_by(*keys, index="s_region").agg(*sums),
-        "step": held.filter(pl.col("s_step").is_not_null())
-        .group_by(*keys, index="s_step")
-        .agg(*sums),
-        "pass": held.filter(pl.col("s_pass").is_not_null())
-        .group_by(*keys, "s_direction", index="s_pass")
-        .agg(*sums),
-    }
-    parts = []
-    for kind, sums_ in per_kind.items():
-        rows = table.filter(pl.col("kind") == kind).drop(
-            "ops", "time_ns", "gpu_start_ns", "gpu_end_ns"
-        )
-        on = [*keys, "index"]
-        if kind == "region":
-            rows = rows.with_columns(_key=pl.col("region"))
-            sums_ = sums_.rename({"index": "_key"})
-            on = [*keys, "_key"]
-        elif kind == "pass":
-            sums_ = sums_.rename({"s_direction": "direction"})
-            on = [*on, "direction"]
-        joined = rows.join(sums_, on=on, how="left").with_columns(
-            pl.col("ops", "time_ns").fill_null(0)
-        )
-        if kind == "region":
-            joined = joined.filter(pl.col("ops") > 0).drop("_key")
-        parts.append(joined.select(STRUCTURE.names()))
-    done = pl.concat(parts).cast(STRUCTURE)
+    counted = pl.concat(
+        [values.with_columns(_pos=held[kind]).group_by("_pos").agg(*sums) for kind in held.columns]
+    ).drop_nulls("_pos")
+    rows = table.drop("ops", "time_ns", "gpu_start_ns", "gpu_end_ns").with_row_index("_pos")
+    joined = rows.join(counted, on="_pos", how="left", maintain_order="left")
+    joined = joined.with_columns(pl.col("ops", "time_ns").fill_null(0))
+    done = joined.filter((pl.col("kind") != "region") | (pl.col("ops") > 0))
+    done = done.select(STRUCTURE.names()).cast(STRUCTURE)
     return done.with_columns(device_id=pl.when(pl.col("device_id") != _NO_DEVICE).then("device_id"))

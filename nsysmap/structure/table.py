@@ -84,8 +84,28 @@ def before_capture() -> pl.Expr:
 def assign(ops: pl.DataFrame, structure: pl.DataFrame) -> pl.DataFrame:
     """`ops` with the ASSIGNED columns: each operation's region, step and pass (null:
     none), in `ops`' row order."""
+    at = held_rows(ops, structure)
+    region, step, pass_ = at["region"], at["step"], at["pass"]
+    placed = pl.DataFrame(
+        {
+            "s_region": structure["region"].gather(region),
+            "s_step": structure["index"].gather(step),
+            "s_step_region": structure["region"].gather(step),
+            "s_pass": structure["index"].gather(pass_),
+            "s_direction": structure["direction"].gather(pass_),
+            "s_pass_region": structure["region"].gather(pass_),
+        }
+    )
+    return pl.concat([ops, placed.cast(ASSIGNED)], how="horizontal")
+
+
+def held_rows(ops: pl.DataFrame, structure: pl.DataFrame) -> pl.DataFrame:
+    """Per operation of `ops` (device_id, pid, launch_start_ns, start_ns, step, phase),
+    in their order, the positions in `structure` of the region, step and pass rows
+    that hold it: `region`, `step`, `pass` (UInt32, null: none). Positions, not the
+    rows' columns: at 10^7 operations a text per operation and row kind is gigabytes."""
     lanes = ops.select(
-        pl.int_range(pl.len(), dtype=pl.Int64).alias("_row"),
+        pl.int_range(pl.len(), dtype=pl.UInt32).alias("_row"),
         pl.col("device_id").fill_null(_NO_DEVICE).alias("_dev"),
         pl.col("pid").fill_null(_NO_DEVICE).alias("_pid"),
         launched_at().alias("_at"),
@@ -96,43 +116,35 @@ def assign(ops: pl.DataFrame, structure: pl.DataFrame) -> pl.DataFrame:
     rows = structure.with_columns(
         pl.col("device_id").fill_null(_NO_DEVICE).alias("_dev"),
         pl.col("pid").fill_null(_NO_DEVICE).alias("_pid"),
+        pl.int_range(pl.len(), dtype=pl.UInt32).alias("_pos"),
     )
-    regions = _within(lanes, rows.filter(pl.col("kind") == "region"))
-    steps = _within(lanes, rows.filter(pl.col("kind") == "step"))
+    kind = pl.col("kind")
     passes = [
-        _within(lanes, rows.filter((pl.col("kind") == "pass") & (pl.col("direction") == d)))
+        _within(lanes, rows.filter((kind == "pass") & (pl.col("direction") == d)))
         for d in DIRECTIONS
     ]
-    placed = lanes.select(
-        "_row",
-        s_region=regions["region"],
-        s_step=steps["index"],
-        s_step_region=steps["region"],
-        s_pass=pl.coalesce([p["index"] for p in passes]),
-        s_direction=pl.coalesce([p["direction"] for p in passes]),
-        s_pass_region=pl.coalesce([p["region"] for p in passes]),
+    found = {
+        "region": _within(lanes, rows.filter(kind == "region")),
+        "step": _within(lanes, rows.filter(kind == "step")),
+        "pass": pl.select(pl.coalesce(passes)).to_series(),  # the first direction's
+    }
+    order = lanes["_row"]
+    return pl.DataFrame(
+        {
+            k: pl.repeat(None, ops.height, dtype=pl.UInt32, eager=True).scatter(order, v)
+            for k, v in found.items()
+        }
     )
-    placed = placed.sort("_row").drop("_row")
-    return pl.concat([ops, placed.cast(ASSIGNED)], how="horizontal")
 
 
-def _within(lanes: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
-    """Per operation (in `lanes`' order), the row of `rows` (none overlapping) whose span
-    holds its launch and whose labels it has: index, region, direction (null: none)."""
+def _within(lanes: pl.DataFrame, rows: pl.DataFrame) -> pl.Series:
+    """Per operation (in `lanes`' order), the position (`_pos`) of the row of `rows`
+    (none overlapping) whose span holds its launch and whose labels it has (null: none)."""
     if rows.is_empty():
-        n = lanes.height
-        return pl.DataFrame(
-            [
-                pl.Series("index", [None] * n, pl.Int64),
-                pl.Series("region", [None] * n, pl.String),
-                pl.Series("direction", [None] * n, pl.String),
-            ]
-        )
-    picked = rows.select(
-        "_dev", "_pid", "start_ns", "end_ns", "step", "phase", "index", "region", "direction"
-    ).sort("start_ns")
+        return pl.repeat(None, lanes.height, dtype=pl.UInt32, eager=True)
+    picked = rows.select("_dev", "_pid", "start_ns", "end_ns", "step", "phase", "_pos")
     joined = lanes.join_asof(
-        picked.rename({"step": "_step", "phase": "_phase"}),
+        picked.rename({"step": "_step", "phase": "_phase"}).sort("start_ns"),
         left_on="_at",
         right_on="start_ns",
         by=["_dev", "_pid"],
@@ -145,6 +157,4 @@ def _within(lanes: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
         & (pl.col("_step").is_null() | (pl.col("_step") == pl.col("step")))
         & (pl.col("_phase").is_null() | (pl.col("_phase") == pl.col("phase")))
     ).fill_null(False)
-    return joined.select(
-        *(pl.when(inside).then(pl.col(c)).alias(c) for c in ("index", "region", "direction"))
-    )
+    return joined.select(pl.when(inside).then("_pos").alias("_pos")).to_series()
