@@ -55,6 +55,20 @@ def test_a_small_table_is_one_unbounded_part(export, monkeypatch):
     assert window_scans.scan_parts(open_export(export), specs.NVTX.table) == [None]
 
 
+def test_a_table_read_with_rowid_has_each_rows_rowid_after_the_spec_integers(export):
+    """`scan` reads through read_table's `with_rowid`: every row as read without it."""
+    opened = open_export(export)
+    plain = sql.read_table(opened, specs.NVTX, rows=(99, 1 << 30))
+    with_rowid = sql.read_table(opened, specs.NVTX, rows=(99, 1 << 30), with_rowid=True)
+    assert plain is not None and with_rowid is not None and plain.height > 0
+    ints = len(specs.NVTX.ints.split())  # rowid is read as one more integer column
+    assert with_rowid.columns == [*plain.columns[:ints], "rowid", *plain.columns[ints:]]
+    assert with_rowid.drop("rowid").equals(plain)
+    rowids = with_rowid["rowid"]
+    assert rowids.dtype == pl.Int64 and rowids.is_sorted() and rowids.min() > 99  # type: ignore[operator]
+    assert rowids.max() == sql.last_rowid(opened, specs.NVTX.table)
+
+
 def test_a_scan_in_parts_reduces_every_row_once_in_rowid_order(export, monkeypatch):
     """The same rows as one scan (each batch's rowids, kept whole), in the same order."""
     opened = open_export(export)

@@ -152,16 +152,20 @@ def read_table(
     batch: Batch | None = None,
     process: int | None = None,
     window: RowWindow | None = None,
+    *,
+    with_rowid: bool = False,
 ) -> pl.DataFrame | None:
     """The table of `spec` as a frame, or None when the export lacks it.
 
     With `rows` = (low, high), only the rows with low < rowid <= high; with
     `process`, only that process's rows (when the table says whose they are).
-    `batch` is applied to each batch as it arrives (see `fetch`).
+    `batch` is applied to each batch as it arrives (see `fetch`); `with_rowid`: rowid too.
     """
     present = export.columns(spec.table)
     if present is None:
         return None
+    if with_rowid:
+        spec, present = replace(spec, ints=f"{spec.ints} rowid"), present | {"rowid"}
     try:
         with export.connect() as conn:
             return fetch(conn, spec, present, rows, batch, process, window)
@@ -188,12 +192,12 @@ def distinct_processes(export: Export, spec: TableSpec) -> set[int | None]:
 def last_rowid(export: Export, table: str) -> int | None:
     """The table's largest rowid; None when unknown (not its row count: rowids need
     be neither dense nor positive, see `row_bound`)."""
-    return _rowid(export, table, "max")
+    return _aggregate(export, table, "max(rowid)")
 
 
 def first_rowid(export: Export, table: str) -> int:
     """The table's smallest rowid (0 when unknown)."""
-    return _rowid(export, table, "min") or 0
+    return _aggregate(export, table, "min(rowid)") or 0
 
 
 def row_bound(export: Export, table: str) -> int:
@@ -209,10 +213,6 @@ def row_count(export: Export, table: str) -> int:
     row from the page cache); 0 when the table is absent or unreadable."""
     value = _aggregate(export, table, "count(*)")
     return value or 0
-
-
-def _rowid(export: Export, table: str, which: str) -> int | None:
-    return _aggregate(export, table, "max(rowid)" if which == "max" else "min(rowid)")
 
 
 def _aggregate(export: Export, table: str, what: str) -> int | None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import itertools
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from functools import partial
 
 import polars as pl
 
@@ -141,33 +142,15 @@ def scan(export: Export, spec: specs.TableSpec, batch: sql.Batch, pid: int) -> p
     multiple of PART_ROWS rowids (BATCH_ROWS), so that where rowids are dense each part's
     batches are those a single scan would make.
     """
-    present = export.columns(spec.table)
-    if present is None:
+    if export.columns(spec.table) is None:
         return None
-    with_rowid = replace(spec, ints=f"{spec.ints} rowid")
+    read = partial(sql.read_table, export, spec, batch=batch, process=pid, with_rowid=True)
     parts = scan_parts(export, spec.table)
     if len(parts) == 1:
-        return _scanned(export, with_rowid, present, batch, pid, parts[0])
+        return read(parts[0])
     with ThreadPoolExecutor(len(parts)) as pool:
-        futures = [
-            pool.submit(_scanned, export, with_rowid, present, batch, pid, rows) for rows in parts
-        ]
-        return pl.concat([f.result() for f in futures], rechunk=False)
-
-
-def _scanned(
-    export: Export,
-    spec: specs.TableSpec,
-    present: set[str],
-    batch: sql.Batch,
-    pid: int,
-    rows: tuple[int, int] | None,
-) -> pl.DataFrame:
-    try:
-        with export.connect() as conn:
-            return sql.fetch(conn, spec, present | {"rowid"}, rows=rows, batch=batch, process=pid)
-    except BACKEND_ERRORS as exc:
-        raise unreadable(export.file, exc) from None
+        scanned = list(pool.map(read, parts))
+    return pl.concat([part for part in scanned if part is not None], rechunk=False)
 
 
 def scan_parts(export: Export, table: str) -> list[tuple[int, int] | None]:
