@@ -26,7 +26,6 @@ of the storage stack on bad input becomes NotAProfile.
 from __future__ import annotations
 
 import bisect
-import itertools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -56,6 +55,7 @@ from nsysmap.read.nsys.nsys_specs import (
     RUNTIME,
     TableSpec,
 )
+from nsysmap.read.nsys.rowid_parts import split_rows
 
 Batch = Callable[[pl.DataFrame], pl.DataFrame]
 Raw = dict[str, pl.DataFrame | None]
@@ -255,8 +255,7 @@ def _row_parts(
         if last_found is None or last_found < SPLIT_ROWS:
             return [None]
         low, last = first_rowid(export, spec.table) - 1, last_found
-    bounds = [low + (last - low) * i // READ_THREADS for i in range(READ_THREADS + 1)]
-    return list(itertools.pairwise(bounds))
+    return split_rows(low, last, READ_THREADS)
 
 
 def _nvtx_parts(window: RowWindow) -> list[RowWindow]:
@@ -270,8 +269,10 @@ def _nvtx_parts(window: RowWindow) -> list[RowWindow]:
     low, high = window.nvtx_rows
     if READ_THREADS < 2 or high - low < SPLIT_ROWS:
         return [window]
-    bounds = [low + (high - low) * i // READ_THREADS for i in range(READ_THREADS + 1)]
-    stretches = list(itertools.pairwise(bounds))
+    stretches = [s for s in split_rows(low, high, READ_THREADS) if s is not None]
+    if not stretches:  # rowids down to the lowest integer: left whole
+        return [window]
+    bounds = [low, *(stretch_high for _, stretch_high in stretches)]
     mine: list[list[int]] = [[] for _ in stretches]
     for rowid in window.domains:
         at = bisect.bisect_left(bounds, rowid) - 1  # bounds[at] < rowid <= bounds[at + 1]

@@ -10,7 +10,6 @@ reads only the stretches of a table that hold its rows.
 
 from __future__ import annotations
 
-import itertools
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -21,6 +20,7 @@ from nsysmap.read.nsys import nsys_specs as specs
 from nsysmap.read.nsys import nsys_sql as sql
 from nsysmap.read.nsys.nsys_frames import RANGE_KINDS
 from nsysmap.read.nsys.nsys_probe import BACKEND_ERRORS, BATCH_ROWS, Export, unreadable
+from nsysmap.read.nsys.rowid_parts import split_rows
 
 CHUNK_ROWS = 1 << 16
 END = (1 << 63) - 1  # where a range left open ends
@@ -29,7 +29,6 @@ _KINDS = ", ".join(str(kind) for kind in RANGE_KINDS)
 CUTS_PER_SCAN = 100
 # A scan in parts begins each part at a multiple of this many rowids (`scan_parts`).
 PART_ROWS = BATCH_ROWS
-_LOWEST_BOUND = -(1 << 63)
 
 
 @dataclass(frozen=True)
@@ -156,19 +155,15 @@ def scan(export: Export, spec: specs.TableSpec, batch: sql.Batch, pid: int) -> p
 def scan_parts(export: Export, table: str) -> list[tuple[int, int] | None]:
     """The rowid ranges (low, high] `scan` reads `table` in: one unbounded part for a
     table of at most SPLIT_ROWS rowids, else READ_THREADS parts whose inner bounds
-    are multiples of PART_ROWS (fewer where the table spans fewer batches)."""
+    are multiples of PART_ROWS (fewer where the table spans fewer batches; one
+    unbounded part where its rowids reach the lowest integer: `split_rows`)."""
     last = sql.last_rowid(export, table)
     if last is None or sql.READ_THREADS < 2:
         return [None]
     low = sql.first_rowid(export, table) - 1
-    if last - low <= sql.SPLIT_ROWS or low < _LOWEST_BOUND:  # SQLite binds 64-bit bounds
+    if last - low <= sql.SPLIT_ROWS:
         return [None]
-    inner = {
-        (low + (last - low) * i // sql.READ_THREADS) // PART_ROWS * PART_ROWS
-        for i in range(1, sql.READ_THREADS)
-    }
-    bounds = [low, *sorted(b for b in inner if low < b < last), last]
-    return list(itertools.pairwise(bounds))
+    return split_rows(low, last, sql.READ_THREADS, PART_ROWS)
 
 
 def counted(table: str, ints: str, process: str) -> specs.TableSpec:
