@@ -19,8 +19,8 @@ from nsysmap.flow.run_stages import Settings
 from nsysmap.flow.verbs import analyse, analyse_file, load_profile
 from nsysmap.output.ops_sinks import HoldOps
 from nsysmap.read.nsys import window_cuts
-from nsysmap.read.nsys.nsys_sql import RowWindow
 from nsysmap.read.nsys.nsys_sqlite import open_export, read_sqlite
+from nsysmap.read.nsys.row_window import RowWindow
 from nsysmap.sources import choose
 from nsysmap.sources.by_process import merged_profile
 from nsysmap.sources.by_window import CUT_RULES, Plan, WindowCheck, window_profiles

@@ -120,3 +120,28 @@ def test_the_whole_read_of_rowids_down_to_the_lowest_integer_reads_every_row(
     read = sql.read_tables(opened, [specs.NVTX])[specs.NVTX.table]
     assert read is not None
     assert read.equals(whole.drop("rowid"))
+
+
+def test_a_window_whose_rows_begin_at_the_lowest_rowid_reads_them(lowest_export, monkeypatch):
+    """A window's NVTX stretch that begins at rowid -2**63 (its lower bound one below)
+    is read without a lower bound: every row of the stretch, none beyond it."""
+    from nsysmap.read.nsys.row_window import RowWindow
+
+    opened = open_export(lowest_export)
+    whole = sql.read_table(opened, specs.NVTX, with_rowid=True)
+    assert whole is not None
+    high = 1 << 20  # the stretch: every row but the one at 2**21
+    window = RowWindow(None, None, 0, 0, nvtx_rows=(LOWEST_BOUND - 1, high))
+    for threads in (1, 3):
+        monkeypatch.setattr(sql, "READ_THREADS", threads)
+        read = sql.read_tables(opened, [specs.NVTX], window=window)[specs.NVTX.table]
+        assert read is not None
+        assert read.equals(whole.filter(whole["rowid"] <= high).drop("rowid"))
+
+
+def test_a_rowid_condition_has_no_lower_bound_below_the_lowest_integer():
+    from nsysmap.read.nsys.rowid_parts import rowid_condition
+
+    assert rowid_condition(3, 9) == ('"rowid" > ? AND "rowid" <= ?', (3, 9))
+    assert rowid_condition(LOWEST_BOUND, 9) == ('"rowid" > ? AND "rowid" <= ?', (LOWEST_BOUND, 9))
+    assert rowid_condition(LOWEST_BOUND - 1, 9) == ('"rowid" <= ?', (9,))

@@ -25,3 +25,12 @@ def split_rows(low: int, high: int, parts: int, align: int = 1) -> list[tuple[in
     inner = {(low + (high - low) * i // parts) // align * align for i in range(1, parts)}
     bounds = [low, *sorted(b for b in inner if low < b < high), high]
     return list(itertools.pairwise(bounds))
+
+
+def rowid_condition(low: int, high: int) -> tuple[str, tuple[int, ...]]:
+    """`low < rowid <= high` as SQL (constants only) and its parameters; no lower
+    bound where `low` lies below LOWEST_BOUND, since no rowid does and it would not
+    bind (a window whose rows begin at the lowest rowid)."""
+    if low < LOWEST_BOUND:
+        return '"rowid" <= ?', (high,)
+    return '"rowid" > ? AND "rowid" <= ?', (low, high)

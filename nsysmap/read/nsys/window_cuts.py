@@ -47,7 +47,7 @@ from nsysmap.read.nsys import nsys_specs as specs
 from nsysmap.read.nsys import nsys_sql as sql
 from nsysmap.read.nsys.nsys_frames import RANGE_KINDS, nvtx_name
 from nsysmap.read.nsys.nsys_probe import Export, opened
-from nsysmap.read.nsys.nsys_sql import DOMAIN_CREATE, RowWindow
+from nsysmap.read.nsys.row_window import DOMAIN_CREATE, RowWindow
 from nsysmap.read.nsys.window_scans import (
     CHUNK_ROWS,
     END,

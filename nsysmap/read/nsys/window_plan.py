@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import polars as pl
 
 from nsysmap.read.nsys.nsys_probe import Export
-from nsysmap.read.nsys.nsys_sql import RowWindow
+from nsysmap.read.nsys.row_window import RowWindow
 from nsysmap.read.nsys.window_cuts import Segments, segments
 from nsysmap.read.nsys.window_scans import CutRules, carried_rows
 
