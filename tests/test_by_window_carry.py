@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from devtools.synth.bulk import write_export
-from devtools.synth.tile import gpt_tables
+from devtools.synth.tile import gpt_tables, with_ranges
 from nsysmap.core.timings import Stages
 from nsysmap.flow.verbs import analyse_file
 from nsysmap.read.nsys import nsys_sql, window_cuts, window_plan
@@ -47,15 +47,8 @@ def _spanned(tables: dict, gap: int = 1) -> dict:
             "end": [last, middle - gap, last],
             "text": ["run", "epoch 0", "epoch 1"],
         }
-    ).with_columns(
-        eventType=pl.lit(59, pl.Int64),
-        globalTid=pl.lit(steps["globalTid"][0], pl.Int64),
-        textId=pl.lit(None, pl.Int64),
-        domainId=pl.lit(0, pl.Int64),
     )
-    # Written last, as an exporter writes a range when it closes.
-    tables["NVTX_EVENTS"] = pl.concat([nvtx, outer.select(nvtx.columns)])
-    return tables
+    return with_ranges({**tables, "NVTX_EVENTS": nvtx}, outer, int(steps["globalTid"][0]))
 
 
 @pytest.fixture(scope="module")

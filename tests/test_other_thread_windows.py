@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from devtools.synth.bulk import global_tid, write_export
-from devtools.synth.tile import FIRST_PID, gpt_tables
+from devtools.synth.tile import FIRST_PID, gpt_tables, with_ranges
 from nsysmap.core.timings import Stages
 from nsysmap.flow.verbs import analyse_file
 from nsysmap.sources.choose import WINDOWS_ENV
@@ -43,15 +43,8 @@ def _crossing(tables: dict) -> dict:
     starts, ends = backward["start"], backward["end"]
     middle = (starts + (ends - starts) // 2).slice(0, backward.height - 1)
     stop = starts.slice(1) + (ends.slice(1) - starts.slice(1)) // 4
-    loader = pl.DataFrame({"start": middle, "end": stop}).with_columns(
-        eventType=pl.lit(59, pl.Int64),
-        text=pl.lit(LOADER),
-        globalTid=pl.lit(global_tid(FIRST_PID, LOADER_TID), pl.Int64),
-        textId=pl.lit(None, pl.Int64),
-        domainId=pl.lit(0, pl.Int64),
-    )
-    tables["NVTX_EVENTS"] = pl.concat([nvtx, loader.select(nvtx.columns)])
-    return tables
+    loader = pl.DataFrame({"start": middle, "end": stop, "text": LOADER})
+    return with_ranges({**tables, "NVTX_EVENTS": nvtx}, loader, global_tid(FIRST_PID, LOADER_TID))
 
 
 @pytest.fixture(scope="module")

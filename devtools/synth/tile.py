@@ -277,3 +277,18 @@ def gpt_tables(
         "CUPTI_ACTIVITY_KIND_RUNTIME": _runtime(plan, twins=twins),
         "NVTX_EVENTS": _nvtx(plan),
     }
+
+
+def with_ranges(tables: dict, ranges: pl.DataFrame, thread: int) -> dict:
+    """`tables` (gpt_tables) with push/pop `ranges` (start, end, text) of serialized
+    thread id `thread` added to NVTX_EVENTS, written last (as an exporter writes a
+    range when it closes); NVTX_EVENTS becomes one frame."""
+    nvtx = tables["NVTX_EVENTS"]
+    nvtx = nvtx if isinstance(nvtx, pl.DataFrame) else pl.concat(list(nvtx))
+    added = ranges.select("start", "end", "text").with_columns(
+        eventType=pl.lit(59, pl.Int64),
+        globalTid=pl.lit(thread, pl.Int64),
+        textId=pl.lit(None, pl.Int64),
+        domainId=pl.lit(0, pl.Int64),
+    )
+    return {**tables, "NVTX_EVENTS": pl.concat([nvtx, added.select(nvtx.columns)])}
