@@ -374,6 +374,9 @@ def test_bare_event_array_and_text_ids(tmp_path):
         (b'"just a string"', NotAProfile, ExitCode.UNUSABLE_INPUT),
         (gzip.compress(b"{ truncated", mtime=0), NotAProfile, ExitCode.UNUSABLE_INPUT),
         (b'{"traceEvents": []}', NoGpuData, ExitCode.NO_GPU_DATA),
+        (b"[]", NoGpuData, ExitCode.NO_GPU_DATA),  # the array form, with no events
+        # a JSON array of other records (a catalogue of files): not a trace
+        (b'[{"file": "a.sqlite", "carries": ["nvtx"]}, 3]', NotAProfile, ExitCode.UNUSABLE_INPUT),
     ],
 )
 def test_bad_files_fail_with_one_line(tmp_path, content, error, code):

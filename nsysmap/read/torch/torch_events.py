@@ -122,6 +122,10 @@ def parse_events(path: Path, raw: bytes) -> tuple[dict[str, Any], list[Any]]:
     except ValueError as exc:
         raise NotAProfile(f"{path}: not a JSON chrome trace ({type(exc).__name__})") from exc
     if isinstance(doc, list):  # the bare-array form of the trace event format
+        if doc and not any(isinstance(event, dict) and "ph" in event for event in doc):
+            # A list of other records (a catalogue of files, say): not a trace at all.
+            reason = "a JSON array without trace events (none has a ph field)"
+            raise NotAProfile(f"{path}: {reason}, not a chrome trace")
         return {}, doc
     if isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list):
         return doc, doc["traceEvents"]
