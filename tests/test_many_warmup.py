@@ -168,3 +168,27 @@ def test_the_straggler_finding_is_that_of_the_measured_steps(job: dict[str, Any]
     row = found.row(0, named=True)
     assert (found.height, row["rank"], row["module"]) == (1, 1, "fc")
     assert (row["steps"], row["saving_ns_per_step"]) == (3, 4 * MS)  # rank 0's wait per step
+
+
+def test_an_earlier_outputs_collectives_keep_the_warm_up(job: dict[str, Any], tmp_path) -> None:
+    """An output of schema 1.11 counted warm-up in its cross-rank tables: the report
+    reads its collectives as its `rank_comm` counted them, warm-up included."""
+    import json
+    import shutil
+
+    from nsysmap.many.rank_collectives import collectives_section
+
+    now = collectives_section(job["out"], [0, 1])
+    earlier = tmp_path / "earlier"
+    shutil.copytree(job["out"], earlier)
+    manifest = json.loads((earlier / "manifest.json").read_text())
+    assert manifest["output_schema_version"] == "1.12"
+    manifest["output_schema_version"] = "1.11"
+    (earlier / "manifest.json").write_text(json.dumps(manifest))
+    then = collectives_section(earlier, [0, 1])
+    calls = {
+        text: [line.split("|")[3].strip() for line in text.splitlines() if "all_reduce" in line]
+        for text in (now, then)
+    }
+    assert calls[now] == ["3", "3"]  # the measured steps' all-reduces
+    assert calls[then] == ["5", "5"]  # and the two warm-up steps'

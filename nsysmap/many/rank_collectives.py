@@ -14,6 +14,7 @@ stream to be hidden on: it is counted apart, not split.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
@@ -21,6 +22,7 @@ import polars as pl
 from nsysmap.many.measured import MEASURED
 from nsysmap.report.collectives import collective
 from nsysmap.report.format import ms, pct, table
+from nsysmap.report.report_files import older_than
 from nsysmap.summaries.comm_overlap import COMM, hidden_communication
 
 COLUMNS = ("rank", "collective", "calls", "time_ns", "hidden_ns", "exposed_ns")
@@ -59,17 +61,25 @@ def not_kernels_ns(ops: pl.LazyFrame) -> int:
     return int(said.collect().item() or 0)
 
 
-def _with_warmup(ops: pl.LazyFrame) -> pl.LazyFrame:
-    """`ops` with a `warmup` mark: none in an output older than schema 1.5, whose
-    cross-rank tables counted its warm-up work (its phase `warmup`) with the rest."""
-    if "warmup" in ops.collect_schema().names():
+# The output schema whose cross-rank tables first left warm-up work out.
+MEASURED_ONLY = (1, 12)
+
+
+def _with_warmup(ops: pl.LazyFrame, version: object) -> pl.LazyFrame:
+    """`ops` with the `warmup` mark the cross-rank tables of output schema `version`
+    went by: none before MEASURED_ONLY, whose tables counted warm-up work with the
+    rest (and before schema 1.5 the operations carry no mark at all)."""
+    if "warmup" in ops.collect_schema().names() and not older_than(version, MEASURED_ONLY):
         return ops
     return ops.with_columns(warmup=pl.lit(False))
 
 
 def collectives_section(run_dir: Path, ranks: list[int]) -> str:
-    """The report's section: exposed communication per collective and rank (Markdown)."""
-    ops = _with_warmup(pl.scan_parquet(Path(run_dir) / "ops", hive_partitioning=True))
+    """The report's section: exposed communication per collective and rank (Markdown),
+    counted as the output's own `rank_comm` counts it (warm-up left out from output
+    schema 1.12)."""
+    version = json.loads((Path(run_dir) / "manifest.json").read_text()).get("output_schema_version")
+    ops = _with_warmup(pl.scan_parquet(Path(run_dir) / "ops", hive_partitioning=True), version)
     found = rank_collectives(ops, ranks)
     out = ["### Exposed communication per collective and rank", ""]
     if found.is_empty():

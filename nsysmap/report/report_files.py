@@ -57,7 +57,7 @@ def _read_run(run_dir: Path) -> RunData:
         ) from exc
     except (ValueError, KeyError, TypeError) as exc:
         raise NotAnOutput(f"{run_dir / MANIFEST}: not an nsysmap manifest") from exc
-    older = _older_than(manifest.get("output_schema_version"), RENAMED_WINDOW)
+    older = older_than(manifest.get("output_schema_version"), RENAMED_WINDOW)
     ranges_file = (manifest["tables"].get("by_range") or {}).get("file")
     inferred_file = (manifest["tables"].get("by_inferred_block") or {}).get("file")
     ops = _table(run_dir / ops_file, OPS, "ops", renamed_window=older)
@@ -152,7 +152,7 @@ def write_report(result: ReportResult, out_dir: Path, markdown: Path | None = No
 RENAMED_WINDOW = (1, 3)
 
 
-def _older_than(version: object, than: tuple[int, ...]) -> bool:
+def older_than(version: object, than: tuple[int, ...]) -> bool:
     """Is the manifest's `output_schema_version` ("1.2") before `than`? (Unknown: no.)"""
     try:
         return tuple(int(part) for part in str(version).split(".")) < than
