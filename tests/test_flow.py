@@ -33,6 +33,9 @@ _AFTER_READING = (
 ONLY_FROM: dict[str, set[str]] = {
     # The stages after reading: the flow alone strings them together.
     **{name: {"nsysmap.flow.run_stages"} for name in _AFTER_READING},
+    # Several reports regroup each rank's work outside warm-up into its by_module and
+    # by_module_phase as one report's are combined (the cross-rank module spreads).
+    "combine_summaries": {"nsysmap.flow.run_stages", "nsysmap.many.measured"},
     # Summarising a frame of operations at once: the public verb, and the flow's per
     # process summaries of a flow over several processes (several reports never do).
     "summarise": {"nsysmap", "nsysmap.flow.run_stages"},
