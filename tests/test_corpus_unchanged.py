@@ -42,8 +42,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.corpus]
 # of a profile without steps over its measured region, the HTML page's names as
 # code, the softmax wording, the pass starts that no host gap marks and
 # findings.parquet, output schema 1.11; then the HTML page's time-by-phase caption
-# naming the measured steps the header counts).
-BASELINE = "796cca2bed81e0efccd3799ab98fb428812f0281"
+# naming the measured steps the header counts; then output schema 1.12 in every
+# manifest).
+BASELINE = "faf51c7864c5c3cd91ad254f03bf7f730a21fed9"
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = (ROOT / ".." / "shared" / "corpus").resolve()
 FOLDERS = ("nsys", "real", "real2", "real3")
