@@ -178,14 +178,14 @@ def test_an_earlier_outputs_collectives_keep_the_warm_up(job: dict[str, Any], tm
 
     from nsysmap.many.rank_collectives import collectives_section
 
-    now = collectives_section(job["out"], [0, 1])
+    now = collectives_section(job["out"], [0, 1], "1.12")
     earlier = tmp_path / "earlier"
     shutil.copytree(job["out"], earlier)
     manifest = json.loads((earlier / "manifest.json").read_text())
     assert manifest["output_schema_version"] == "1.12"
     manifest["output_schema_version"] = "1.11"
     (earlier / "manifest.json").write_text(json.dumps(manifest))
-    then = collectives_section(earlier, [0, 1])
+    then = collectives_section(earlier, [0, 1], manifest["output_schema_version"])
     calls = {
         text: [line.split("|")[3].strip() for line in text.splitlines() if "all_reduce" in line]
         for text in (now, then)

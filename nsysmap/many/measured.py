@@ -34,14 +34,7 @@ PREFIX = "measured_"  # a unit table of these summaries: measured_by_module, ...
 def module_queries(measured: pl.LazyFrame) -> dict[str, pl.LazyFrame]:
     """Per MODULE_TABLES table, the groups of `measured` (OPS rows) by pid, device and
     the table's keys: ops, time and the table's extra columns (to collect with others)."""
-    return {
-        unit_name(t): measured.group_by(["pid", "device_id", *t.keys]).agg(
-            pl.len().cast(pl.Int64).alias("ops"),
-            pl.col("dur_ns").sum().alias("time_ns"),
-            *(agg.over_ops.alias(column) for column, agg in t.extra.items()),
-        )
-        for t in MODULE_TABLES
-    }
+    return {unit_name(t): t.grouped(measured, by=("pid",)) for t in MODULE_TABLES}
 
 
 def module_tables(groups: Mapping[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:

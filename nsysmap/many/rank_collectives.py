@@ -14,7 +14,6 @@ stream to be hidden on: it is counted apart, not split.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import polars as pl
@@ -74,11 +73,10 @@ def _with_warmup(ops: pl.LazyFrame, version: object) -> pl.LazyFrame:
     return ops.with_columns(warmup=pl.lit(False))
 
 
-def collectives_section(run_dir: Path, ranks: list[int]) -> str:
+def collectives_section(run_dir: Path, ranks: list[int], version: object) -> str:
     """The report's section: exposed communication per collective and rank (Markdown),
     counted as the output's own `rank_comm` counts it (warm-up left out from output
-    schema 1.12)."""
-    version = json.loads((Path(run_dir) / "manifest.json").read_text()).get("output_schema_version")
+    schema 1.12; `version`: the manifest's `output_schema_version`)."""
     ops = _with_warmup(pl.scan_parquet(Path(run_dir) / "ops", hive_partitioning=True), version)
     found = rank_collectives(ops, ranks)
     out = ["### Exposed communication per collective and rank", ""]

@@ -51,7 +51,7 @@ def rank_report(run_dir: Path) -> str:
         "Each rank's whole report (phases, layers, kernels, FLOPs, waits): "
         f"{markdown_code(f'nsysmap report {run_dir} --rank R')}.\n"
     )
-    collectives = collectives_section(run_dir, ranks)
+    collectives = collectives_section(run_dir, ranks, manifest.get("output_schema_version"))
     return f"{title}{fix_first}\n{section}\n{collectives}\n{whole_rank}"
 
 

@@ -61,6 +61,15 @@ class SummaryTable:
     partition: bool = True
     finish: Callable[[pl.DataFrame], pl.DataFrame] | None = None
 
+    def grouped(self, ops: pl.LazyFrame, by: tuple[str, ...] = ()) -> pl.LazyFrame:
+        """The partial result of this GROUPED table over `ops`: per `by`, device and
+        keys, the ops, their summed time and each `extra` column."""
+        return ops.group_by([*by, "device_id", *self.keys]).agg(
+            pl.len().cast(pl.Int64).alias("ops"),
+            pl.col("dur_ns").sum().alias("time_ns"),
+            *(agg.over_ops.alias(column) for column, agg in self.extra.items()),
+        )
+
 
 # by_module's inclusive columns: the sum of each own column over the module and every module below.
 INCLUSIVE = {
@@ -237,14 +246,7 @@ def partial_summaries(
     grouped = [table for table in tables if table.source == GROUPED]
     keys = texts(ops, (k for table in grouped for k in table.keys))
     by_codes = lazy.with_columns(coded(keys))  # nsysmap.core.coded: each text held once
-    queries = {
-        table.name: by_codes.group_by(["device_id", *table.keys]).agg(
-            pl.len().cast(pl.Int64).alias("ops"),
-            pl.col("dur_ns").sum().alias("time_ns"),
-            *(agg.over_ops.alias(col) for col, agg in table.extra.items()),
-        )
-        for table in grouped
-    }
+    queries = {table.name: table.grouped(by_codes) for table in grouped}
     queries[LEAVES] = leaves_query(lazy)
     # Collected together: one pass of the engine over `ops` for every table.
     partial = {
