@@ -17,6 +17,7 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -73,7 +74,7 @@ def _read_connectorx(path: Path) -> int:
     for table, columns in COLUMNS.items():
         if table in SPLIT:
             sql = f'SELECT rowid AS rid, {columns} FROM "{table}"'
-            split = {"partition_on": "rid", "partition_num": THREADS}
+            split: dict[str, Any] = {"partition_on": "rid", "partition_num": THREADS}
         else:
             sql, split = f'SELECT {columns} FROM "{table}"', {}
         rows += cx.read_sql(uri, sql, return_type="arrow", **split).num_rows
