@@ -51,12 +51,13 @@ ENGINES = (
         "connectorx",
     ),
     Engine("nsysmap", "nsysmap", "bench.nsysmap_run"),
-    # The same with a budget too small for any export: one process at a time.
+    # The same with a budget too small for any export: one process at a time, each
+    # whole (one window: NSYSMAP_WINDOWS=1).
     Engine(
         "nsysmap (by process)",
         "nsysmap",
         "bench.nsysmap_run",
-        ("--memory-gb", "0.001"),
+        ("--memory-gb", "0.001", "--windows", "1"),
         processes="several",
     ),
     # A one-process export (`--processes 1`) read 8 time windows at a time.

@@ -21,6 +21,7 @@ from nsysmap.flow.run_stages import Settings
 from nsysmap.flow.verbs import analyse, analyse_file, load_profile
 from nsysmap.output import ops_sinks as streamed
 from nsysmap.output.ops_sinks import HeldOps, HoldOps, OpsFile
+from nsysmap.read.nsys.nsys_sqlite import expected_bytes
 from nsysmap.sources import choose
 from nsysmap.sources.choose import BY_PROCESS, BY_WINDOW, WHOLE, Choice, choice
 from nsysmap.sources.reading import whole_profile
@@ -154,7 +155,12 @@ def test_one_process_at_a_time_gives_the_tables_of_the_whole(gpt_export, tmp_pat
 def test_small_exports_are_read_whole_and_large_ones_apart(gpt_export, tmp_path):
     single = write_export(tmp_path / "one.sqlite", bulk_tables(300))
     assert choice(gpt_export, memory_gb=None) == Choice(WHOLE)  # fits in memory
-    assert choice(gpt_export, memory_gb=1e-6) == Choice(BY_PROCESS, (4100, 4101))
+    # Over the budget: a process at a time, each whole where its share fits ...
+    need = expected_bytes(gpt_export)
+    assert choice(gpt_export, memory_gb=0.6 * need / 1e9) == Choice(BY_PROCESS, (4100, 4101))
+    # ... else each in time windows too.
+    apart = choice(gpt_export, memory_gb=0.3 * need / 1e9)
+    assert apart == Choice(BY_PROCESS, (4100, 4101), 4)
     assert choice(single, memory_gb=1e-6).how == BY_WINDOW  # one process: in time windows
 
 

@@ -32,9 +32,12 @@ TABLE = [
     (True, [1, 2], 1 * GB, 2 * GB, None, False, WHOLE, 0),
     (True, [1], 1 * GB, 2 * GB, None, False, WHOLE, 0),
     (True, [1, 2], 2 * GB, 2 * GB, None, False, WHOLE, 0),  # at the budget: fits
-    # Over the budget: by process where two or more have work, else by window.
+    # Over the budget: by process where two or more have work, else by window;
+    # each process in windows too where its share of the need is over the budget.
     (True, [1, 2], 3 * GB, 2 * GB, None, False, BY_PROCESS, 0),
-    (True, [1, 2, 3], 9 * GB, 1 * GB, None, False, BY_PROCESS, 0),
+    (True, [1, 2], 4 * GB, 2 * GB, None, False, BY_PROCESS, 0),  # at the budget each
+    (True, [1, 2, 3], 9 * GB, 1 * GB, None, False, BY_PROCESS, 6),
+    (True, [1, 2], 5 * GB, 2 * GB, None, False, BY_PROCESS, 4),
     (True, [1], 3 * GB, 2 * GB, None, False, BY_WINDOW, 4),  # twice the peak over the budget
     (True, [1], 9 * GB, 1 * GB, None, False, BY_WINDOW, 18),
     (True, [1], 9 * GB, 0.0, None, False, BY_WINDOW, 2 * int(9 * GB)),  # no memory: a byte
@@ -49,9 +52,11 @@ TABLE = [
     (True, [1], 9 * GB, None, 5, False, BY_WINDOW, 5),
     (True, [1], 9 * GB, 1 * GB, 3, False, BY_WINDOW, 3),
     (True, [1], 9 * GB, 1 * GB, 1, False, WHOLE, 0),  # one window: whole
-    # ... never on several processes: those are read by process when over the budget.
+    # ... on several processes only when over the budget (read by process, each in
+    # those windows);
     (True, [1, 2], 1 * GB, 2 * GB, 3, False, WHOLE, 0),
-    (True, [1, 2], 9 * GB, 1 * GB, 3, False, BY_PROCESS, 0),
+    (True, [1, 2], 9 * GB, 1 * GB, 3, False, BY_PROCESS, 3),
+    (True, [1, 2], 9 * GB, 1 * GB, 1, False, BY_PROCESS, 0),
     # Several reports: every process of a report its own flow, whatever its size;
     (True, [1, 2], 1 * GB, 2 * GB, None, True, BY_PROCESS, 0),
     (True, [1, 2], 1 * GB, None, None, True, BY_PROCESS, 0),
@@ -89,11 +94,13 @@ DECIDING_NAMES = {
     "gpu_processes",
     "expected_bytes",
     "available_bytes",
+    "split_budget_bytes",
     "forced_windows",
     "WINDOWS_ENV",
     "process_profiles",
     "window_plan",
     "window_profiles",
+    "window_parts",
     "plan_windows",
 }
 # Where each is defined, or used by the readers below the choice.
@@ -101,7 +108,8 @@ DEFINED_IN = {
     "nsysmap.read.nsys.nsys_sqlite": {"gpu_processes", "expected_bytes"},
     "nsysmap.read.nsys.window_plan": {"plan_windows"},
     "nsysmap.sources.by_process": {"process_profiles"},
-    "nsysmap.sources.by_window": {"window_plan", "window_profiles", "plan_windows"},
+    "nsysmap.sources.by_window": {"window_plan", "window_profiles", "window_parts", "plan_windows"},
+    "nsysmap.core.memory": {"available_bytes", "split_budget_bytes"},
 }
 PARTS_FLAG = "by_process"  # InputKind.by_process: can be read in parts
 FLAG_ALLOWED = {CHOOSER, "nsysmap.sources.input_kinds"}

@@ -63,7 +63,7 @@ def differences(whole: Path, split: Path) -> list[str]:
         if not a.equals(b):
             out.append(name)
     metas = [json.loads((d / "manifest.json").read_text())["report_meta"] for d in (whole, split)]
-    told = {"windows_read_apart", "windows_refused"}
+    told = {"windows_read_apart", "windows_refused", "processes_read_apart"}
     for key in sorted(set(metas[0]) | set(metas[1])):
         if key not in told and metas[0].get(key) != metas[1].get(key):
             out.append(f"report_meta.{key}")

@@ -41,7 +41,7 @@ from nsysmap.infer.summary import INFER_COLUMNS, Inferred, combined, infer_ops, 
 from nsysmap.intervals.preorder import Preorder
 from nsysmap.output.ops_sinks import HeldOps, OpsSink, OpsStore
 from nsysmap.output.writer import build_manifest
-from nsysmap.sources.by_window import WindowCheck
+from nsysmap.sources.by_window import PartsCheck
 from nsysmap.sources.choose import Source
 from nsysmap.structure.model import OPS_COLUMNS as STRUCTURE_COLUMNS
 from nsysmap.structure.model import build_structure
@@ -168,7 +168,7 @@ def _chunks(
     parts: list[dict[str, pl.DataFrame]],
     chunk_rows: int | None,
     settings: Settings,
-    check: WindowCheck | None = None,
+    check: PartsCheck | None = None,
 ) -> Iterator[pl.DataFrame]:
     """The OPS chunks of each profile in turn, `chunk_rows` rows at a time.
 
@@ -208,7 +208,7 @@ def _chunks(
         profile = next(profiles, None)
 
 
-def _checked(chunks: Iterator[pl.DataFrame], check: WindowCheck | None) -> Iterator[pl.DataFrame]:
+def _checked(chunks: Iterator[pl.DataFrame], check: PartsCheck | None) -> Iterator[pl.DataFrame]:
     for chunk in chunks:
         if check is not None:
             check.chunk(chunk)

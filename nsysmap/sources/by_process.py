@@ -50,16 +50,24 @@ def process_profiles(
     return normalised_parts((part(pid) for pid in processes), stages)
 
 
+PROCESSES_KEY = "processes_read_apart"
+
+
 def merged_profile(
-    profiles: list[NestedProfile], key: str = "processes_read_apart"
+    profiles: list[NestedProfile], key: str = PROCESSES_KEY, *, processes: int | None = None
 ) -> NestedProfile:
     """The parts' meta (counts added up, the capture's extent), threads and
     devices, with what else the first part holds (the flow has released them);
-    `key` in the meta says how many parts (processes, or nsysmap.sources.by_window's windows)."""
+    `key` in the meta says how many parts (processes, or nsysmap.sources.by_window's
+    windows), and `processes`, where several were read each in its windows, how
+    many processes."""
+    meta = merged_meta([p.meta for p in profiles], len(profiles), key)
+    if processes is not None:
+        meta = merged_meta([meta], processes, PROCESSES_KEY)
     return replace(
         profiles[0],
         threads=pl.concat([p.threads for p in profiles]).unique(maintain_order=True),
-        meta=merged_meta([p.meta for p in profiles], len(profiles), key),
+        meta=meta,
     )
 
 
@@ -74,7 +82,7 @@ _WIDEST = {"capture_start_ns": min, "capture_end_ns": max}
 
 
 def merged_meta(
-    metas: list[pl.DataFrame], n_processes: int, key: str = "processes_read_apart"
+    metas: list[pl.DataFrame], n_processes: int, key: str = PROCESSES_KEY
 ) -> pl.DataFrame:
     """One meta frame from those of the processes, plus `key` (their number)."""
     values: dict[str, list[str | None]] = {}

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import polars as pl
 
@@ -91,7 +92,16 @@ def window_profiles(
     op_id counts on from one window to the next, a range carried into a window
     keeps the id it had in the window before, others count on. `check` learns
     what each window carries (and refuses windows whose carried ranges differ)."""
+    return normalised_parts(window_parts(export, plan, check), stages)
+
+
+def window_parts(
+    export: Export, plan: Plan, check: WindowCheck | None = None, *, named: bool = False
+) -> Iterator[Part]:
+    """The parts of `window_profiles` (to read in turn with others': several processes
+    each in its windows, `ProcessChecks`); `named`: the progress line names the process."""
     carry = Carry()
+    where = f"process {plan.pid}, " if named else ""
 
     def part(i: int, window: RowWindow) -> Part:
         refusals: list[str | None] = []
@@ -109,9 +119,25 @@ def window_profiles(
             if check is not None:
                 check.carry(i, profile, window, refused)
 
-        return Part(f"reading window {i + 1}/{len(plan.windows)}", read, nested)
+        return Part(f"reading {where}window {i + 1}/{len(plan.windows)}", read, nested)
 
-    return normalised_parts((part(i, w) for i, w in enumerate(plan.windows)), stages)
+    return (part(i, w) for i, w in enumerate(plan.windows))
+
+
+class PartsCheck(Protocol):
+    """What the flow asks of a check of parts read in windows (`WindowCheck`, or
+    `ProcessChecks` for several processes each in its windows)."""
+
+    @property
+    def refused(self) -> str | None: ...
+
+    def next_part(self) -> None: ...
+
+    def chunk(self, chunk: pl.DataFrame) -> None: ...
+
+    def refusal(self) -> str | None: ...
+
+    def carried_instances(self) -> pl.DataFrame | None: ...
 
 
 @dataclass
@@ -236,3 +262,44 @@ class WindowCheck:
         if not self.range_steps and (self.backward or self._may_be_backward()):
             return "backward work without step ranges (steps would come from PyTorch's records)"
         return None
+
+
+@dataclass
+class ProcessChecks:
+    """The `WindowCheck`s of several processes read one after the other, each in its
+    own time windows: each window's parts and rows go to its own process's check,
+    which watches them as those of a single process (steps, phases outside every
+    step and carried ranges never cross processes); the first refusal of any
+    refuses them all."""
+
+    checks: list[WindowCheck]
+    windows: list[int]  # per process, in reading order: how many parts it is read in
+    part: int = -1
+
+    @property
+    def refused(self) -> str | None:
+        return next((c.refused for c in self.checks if c.refused is not None), None)
+
+    def next_part(self) -> None:
+        self.part += 1
+        self._current().next_part()
+
+    def chunk(self, chunk: pl.DataFrame) -> None:
+        self._current().chunk(chunk)
+
+    def refusal(self) -> str | None:
+        return next((r for r in (c.refusal() for c in self.checks) if r is not None), None)
+
+    def carried_instances(self) -> pl.DataFrame | None:
+        """Every process's (range ids count on from one process to the next)."""
+        found = [f for f in (c.carried_instances() for c in self.checks) if f is not None]
+        return pl.concat(found) if found else None
+
+    def _current(self) -> WindowCheck:
+        """The check of the process whose windows the current part is one of."""
+        left = self.part
+        for check, count in zip(self.checks, self.windows, strict=True):
+            if left < count:
+                return check
+            left -= count
+        raise IndexError(f"part {self.part} of {sum(self.windows)}")

@@ -4,15 +4,20 @@
 machine (`Facts`): its kind (only an nsys SQLite export can be read in
 parts), how many processes ran GPU work, the expected peak memory of a
 whole read against the budget (`--memory-gb`, else the default of
-nsysmap.core.memory: 80 % of the memory this process may still use), and
-NSYSMAP_WINDOWS::
+nsysmap.core.memory: 6 GB, or 80 % of the memory this process may still use
+where that is less), and NSYSMAP_WINDOWS::
 
     kind read in parts? ──no──> whole
       │ yes
-    over the budget, and work on two processes or more? ──yes──> by process
-      │ no
+    over the budget, and work on two processes or more? ──yes──> by process,
+      │ no                             each in windows where its share of the
+      │                                peak is over the budget too (as below)
     windows: NSYSMAP_WINDOWS, else (over the budget) twice the peak over the budget
     two windows or more, and work on one process? ──yes──> by window, else whole
+
+The processes are taken to share the peak evenly (data-parallel ranks do).
+Where one process cannot be cut exactly, or the windows' rows would differ
+from a whole read, every process is read whole, one at a time.
 
 Several reports at once (`ranks`: nsysmap.many) read every process of a
 report on its own, whatever its size: one flow per rank.
@@ -30,12 +35,13 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from functools import cache
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from nsysmap.core.memory import budget_bytes
+from nsysmap.core.memory import split_budget_bytes
 from nsysmap.core.profile import NestedProfile
 from nsysmap.core.timings import Stages
 from nsysmap.read.nsys.nsys_sqlite import Export, expected_bytes, gpu_processes
@@ -43,12 +49,15 @@ from nsysmap.sources.by_process import merged_profile, process_profiles
 from nsysmap.sources.by_window import (
     META_KEY,
     REFUSED_KEY,
+    PartsCheck,
+    ProcessChecks,
     WindowCheck,
+    window_parts,
     window_plan,
     window_profiles,
 )
 from nsysmap.sources.input_kinds import InputKind, kind_of
-from nsysmap.sources.reading import whole_profile
+from nsysmap.sources.reading import normalised_parts, whole_profile
 
 WHOLE, BY_PROCESS, BY_WINDOW = "whole", "by process", "by window"
 # Forces the number of windows (an integer; tests and measurements), whatever
@@ -89,16 +98,24 @@ def decide(facts: Facts) -> Choice:
     if over:
         found = facts.processes()
         if found is not None and len(found) > 1:
-            return Choice(BY_PROCESS, tuple(found))
-    count = facts.forced
-    if count is None and over and facts.budget is not None:
-        count = 2 * math.ceil(facts.need / max(facts.budget, 1.0))
-    if count is None or count < 2:
+            return Choice(BY_PROCESS, tuple(found), _windows(facts, facts.need / len(found)))
+    count = _windows(facts, facts.need) if facts.forced is not None or over else 0
+    if count < 2:
         return Choice(WHOLE)
     found = facts.processes()
     if found is None or len(found) != 1:
         return Choice(WHOLE)
     return Choice(BY_WINDOW, tuple(found), count)
+
+
+def _windows(facts: Facts, need: float) -> int:
+    """The windows to read a process expected to need `need` bytes whole in:
+    NSYSMAP_WINDOWS, else twice its need over the budget where it is over it;
+    0 for fewer than two."""
+    count = facts.forced
+    if count is None and facts.budget is not None and need > facts.budget:
+        count = 2 * math.ceil(need / max(facts.budget, 1.0))
+    return count if count is not None and count >= 2 else 0
 
 
 @dataclass(frozen=True)
@@ -115,7 +132,7 @@ class Source:
     profiles: Iterable[NestedProfile]
     apart: bool = False
     merged: Callable[[list[NestedProfile]], NestedProfile] = merged_profile
-    check: WindowCheck | None = None
+    check: PartsCheck | None = None
     fallback: Callable[[str], Source] | None = None
 
 
@@ -154,8 +171,8 @@ def _facts(kind: InputKind, opened: Any, memory_gb: float | None, ranks: bool = 
     """The facts `decide` reads; the processes are counted only when asked for."""
     if not kind.by_process:
         return Facts(False, 0, None, lambda: None)
-    budget = budget_bytes(memory_gb)
-    need = expected_bytes(opened, budget) if budget is not None else 0
+    budget = split_budget_bytes(memory_gb)
+    need = expected_bytes(opened, budget)
     processes = cache(lambda: gpu_processes(opened))
     return Facts(True, need, budget, processes, forced_windows(), ranks)
 
@@ -172,8 +189,9 @@ def _source(
         return Source(_whole(path, kind, opened, stages, memory_gb=memory_gb))
     assert isinstance(opened, Export)  # read in parts: an nsys export, opened
     if found.how == BY_PROCESS:
-        profiles = process_profiles(opened, list(found.processes), stages=stages)
-        return Source(profiles, apart=True)
+        if found.windows:
+            return _processes_in_windows(opened, found, stages)
+        return _by_process(opened, found.processes, stages)
     with stages.stage("read", "finding where to cut the timeline"):
         plan = window_plan(opened, found.processes[0], found.windows)
     if plan.refused is not None:
@@ -188,6 +206,36 @@ def _source(
     )
 
 
+def _by_process(
+    opened: Export, processes: tuple[int, ...], stages: Stages, refused: str | None = None
+) -> Source:
+    """Each process read whole, one at a time; `refused`: why not in time windows."""
+    profiles = process_profiles(opened, list(processes), stages=stages)
+    return Source(profiles if refused is None else _noted(profiles, refused), apart=True)
+
+
+def _processes_in_windows(opened: Export, found: Choice, stages: Stages) -> Source:
+    """Each process in `found.windows` time windows, read one window at a time, the
+    processes one after the other; every process read whole, one at a time, where
+    one cannot be cut exactly or the windows' rows are refused (saying why)."""
+    with stages.stage("read", "finding where to cut the timeline"):
+        plans = [window_plan(opened, pid, found.windows) for pid in found.processes]
+    refused = next((plan.refused for plan in plans if plan.refused is not None), None)
+    if refused is not None:
+        return _by_process(opened, found.processes, stages, refused)
+    checks = [WindowCheck(plan.ops, plan.autograd, plan.nodes) for plan in plans]
+    pairs = zip(plans, checks, strict=True)
+    parts = chain.from_iterable(window_parts(opened, p, c, named=True) for p, c in pairs)
+    processes = len(plans)
+    return Source(
+        normalised_parts(parts, stages),
+        apart=True,
+        merged=lambda profiles: merged_profile(profiles, META_KEY, processes=processes),
+        check=ProcessChecks(checks, [len(plan.windows) for plan in plans]),
+        fallback=lambda reason: _by_process(opened, found.processes, stages, reason),
+    )
+
+
 def _whole(
     path: Path,
     kind: InputKind,
@@ -199,10 +247,23 @@ def _whole(
     """The profile of `path` (read only when the flow asks for it, within `memory_gb`);
     `refused`: why it was not read in time windows (its meta's `windows_refused`)."""
     profile = whole_profile(path, kind, opened, stages, memory_gb)
-    if refused is not None:
-        note = pl.DataFrame({"key": [REFUSED_KEY], "value": [refused]}, schema=profile.meta.schema)
-        profile = replace(profile, meta=pl.concat([profile.meta, note]))
-    yield profile
+    yield profile if refused is None else _with_refusal(profile, refused)
+
+
+def _noted(profiles: Iterator[NestedProfile], refused: str) -> Iterator[NestedProfile]:
+    """`profiles`, the first saying why the input was not read in time windows (the
+    merged meta keeps the first part's value)."""
+    first = next(profiles, None)
+    if first is not None:
+        yield _with_refusal(first, refused)
+    del first
+    yield from profiles
+
+
+def _with_refusal(profile: NestedProfile, refused: str) -> NestedProfile:
+    """`profile`, its meta saying why it was not read in time windows (`windows_refused`)."""
+    note = pl.DataFrame({"key": [REFUSED_KEY], "value": [refused]}, schema=profile.meta.schema)
+    return replace(profile, meta=pl.concat([profile.meta, note]))
 
 
 def forced_windows() -> int | None:

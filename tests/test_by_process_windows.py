@@ -1,0 +1,131 @@
+"""An export of several processes, each too large for the memory budget whole, read one
+process at a time and each process in time windows (nsysmap.sources.choose): the tables of
+a whole read, and where a process cannot be cut exactly, every process read whole one at a
+time, saying why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from devtools.synth.bulk import write_export
+from devtools.synth.tile import gpt_tables
+from nsysmap.core import memory
+from nsysmap.core.timings import Stages
+from nsysmap.flow.verbs import analyse_file
+from nsysmap.sources import choose
+from nsysmap.sources.by_window import Plan, ProcessChecks, WindowCheck
+from nsysmap.sources.choose import BY_PROCESS, WINDOWS_ENV, Choice, choice
+from tests.test_by_window import _block
+from tests.window_tables import differences
+
+QUIET = Stages(progress=False)
+TINY = 1e-6  # GB: every process over the budget
+
+
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A GPT-2-like data-parallel export: two processes, each with step, phase and
+    module ranges, backward work on an autograd thread, NCCL."""
+    folder = tmp_path_factory.mktemp("two")
+    return write_export(folder / "two.sqlite", gpt_tables(2400, seed=4, processes=2))
+
+
+def _whole(path: Path, out: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.delenv(WINDOWS_ENV, raising=False)
+    analyse_file(path, out, stages=QUIET, memory_gb=1000.0)
+    return out
+
+
+@pytest.mark.slow
+def test_each_process_in_windows_gives_the_tables_of_the_whole(
+    two_processes, tmp_path, monkeypatch
+):
+    whole = _whole(two_processes, tmp_path / "whole", monkeypatch)
+    monkeypatch.setenv(WINDOWS_ENV, "3")
+    found = choice(two_processes, TINY)
+    assert found.how == BY_PROCESS and len(found.processes) == 2 and found.windows == 3
+    split = analyse_file(two_processes, tmp_path / "split", stages=QUIET, memory_gb=TINY)
+    meta = split.profile.meta_value
+    assert meta("windows_refused") is None
+    assert (meta("processes_read_apart"), meta("windows_read_apart")) == ("2", "6")
+    assert differences(whole, tmp_path / "split") == []
+    ops = pl.read_parquet(tmp_path / "split" / "ops.parquet")
+    # What crosses a window's edge is exercised in both processes.
+    crossing = ops.filter(pl.col("other_thread_range_id").is_not_null())
+    assert crossing["pid"].n_unique() == 2 and ops["op_id"].is_unique().all()
+
+
+@pytest.mark.slow
+def test_windows_the_checks_refuse_are_read_a_process_at_a_time(
+    two_processes, tmp_path, monkeypatch
+):
+    whole = _whole(two_processes, tmp_path / "whole", monkeypatch)
+    refused = iter([None, "refused for the test"])  # the second process's check refuses
+    monkeypatch.setattr(WindowCheck, "refusal", lambda self: next(refused, None))
+    monkeypatch.setenv(WINDOWS_ENV, "3")
+    split = analyse_file(two_processes, tmp_path / "split", stages=QUIET, memory_gb=TINY)
+    meta = split.profile.meta_value
+    assert meta("windows_refused") == "refused for the test"
+    assert (meta("processes_read_apart"), meta("windows_read_apart")) == ("2", None)
+    assert differences(whole, tmp_path / "split") == []
+
+
+@pytest.mark.slow
+def test_a_process_that_cannot_be_cut_has_every_process_read_whole(
+    two_processes, tmp_path, monkeypatch
+):
+    planned = choose.window_plan
+
+    def plan(export, pid, count):  # the second process cannot be cut exactly
+        first = pid == min(choice(two_processes, TINY).processes)
+        return planned(export, pid, count) if first else Plan(pid, [], 0, refused="no cut")
+
+    whole = _whole(two_processes, tmp_path / "whole", monkeypatch)
+    monkeypatch.setattr(choose, "window_plan", plan)
+    monkeypatch.setenv(WINDOWS_ENV, "3")
+    split = analyse_file(two_processes, tmp_path / "split", stages=QUIET, memory_gb=TINY)
+    meta = split.profile.meta_value
+    assert (meta("windows_refused"), meta("processes_read_apart")) == ("no cut", "2")
+    assert meta("windows_read_apart") is None
+    assert differences(whole, tmp_path / "split") == []
+
+
+def test_each_process_is_checked_on_its_own():
+    """Work outside every step with a backward phase, in one window of each process: no
+    process has it in two windows, so nothing differs from a whole read; in two windows
+    of one process, it would (steps and phases never cross processes)."""
+    outside = _block(step=[None], phase=["backward"])
+    for windows, refused in (([2, 2], False), ([3, 1], True)):
+        checks = [WindowCheck(ops=windows[0]), WindowCheck(ops=windows[1])]
+        parts = ProcessChecks(checks, windows)
+        for _ in range(4):  # the first window of each process holds the work
+            parts.next_part()
+            parts.chunk(outside if parts.part in (0, 2) else _block(step=[0]))
+        found = parts.refusal()
+        assert (found is not None and "outside every step" in found) == refused
+        assert [c.seen for c in checks] == windows
+    with pytest.raises(IndexError):
+        parts.next_part()
+
+
+def test_the_default_budget_is_a_laptops(monkeypatch):
+    monkeypatch.setattr(memory, "available_bytes", lambda: 20e9)
+    assert memory.split_budget_bytes(None) == memory.LAPTOP_BYTES == 6e9
+    monkeypatch.setattr(memory, "available_bytes", lambda: 3e9)
+    assert memory.split_budget_bytes(None) == 3e9  # the machine's share, where less
+    monkeypatch.setattr(memory, "available_bytes", lambda: None)
+    assert memory.split_budget_bytes(None) == 6e9  # nothing known: the laptop's
+    assert memory.split_budget_bytes(40.0) == 40e9  # --memory-gb, whatever the machine
+    assert memory.budget_bytes(None) is None  # a trace's budget stays the machine's share
+
+
+def test_a_process_over_the_budget_alone_is_read_in_windows():
+    """Processes are expected to share the need evenly: windows where each one's
+    share is over the budget, twice that share over it, as for one process."""
+    facts = choose.Facts(True, int(16e9), 6e9, lambda: [1, 2], None)
+    assert choose.decide(facts) == Choice(BY_PROCESS, (1, 2), 4)
+    facts = choose.Facts(True, int(10e9), 6e9, lambda: [1, 2], None)
+    assert choose.decide(facts) == Choice(BY_PROCESS, (1, 2), 0)
