@@ -17,10 +17,14 @@ import os
 import time
 from pathlib import Path
 
-from nsysmap.core.timings import Stages
-from nsysmap.flow.verbs import Analysis, analyse_file
-from nsysmap.sources.by_window import META_KEY, REFUSED_KEY
-from nsysmap.sources.choose import WINDOWS_ENV
+from nsysmap.core.allocator import hand_back
+
+hand_back()  # as the console script does, before Polars loads (nsysmap.core.allocator)
+
+from nsysmap.core.timings import Stages  # noqa: E402
+from nsysmap.flow.verbs import Analysis, analyse_file  # noqa: E402
+from nsysmap.sources.by_window import META_KEY, REFUSED_KEY  # noqa: E402
+from nsysmap.sources.choose import WINDOWS_ENV  # noqa: E402
 
 
 def attributed(

@@ -36,8 +36,12 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import nsysmap
-from nsysmap.core.timings import Stages
+from nsysmap.core.allocator import hand_back
+
+hand_back()  # as the console script does, before Polars loads (nsysmap.core.allocator)
+
+import nsysmap  # noqa: E402
+from nsysmap.core.timings import Stages  # noqa: E402
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 GB = 1e9

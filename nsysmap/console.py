@@ -15,14 +15,15 @@ exits with 130:
                            only exits, with its code
 
 Only the interpreter's own start-up, before this module runs (a few tens of
-milliseconds), is left to Python.
+milliseconds), is left to Python. The allocators are set to hand freed
+memory back (nsysmap.core.allocator) before Polars is first imported.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from nsysmap.core import interrupts
+from nsysmap.core import allocator, interrupts
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -31,6 +32,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _command(argv: Sequence[str] | None) -> int:
+    allocator.hand_back()  # before Polars loads: memory freed goes back (nsysmap.core.allocator)
     from nsysmap.cli import exit_code_of
 
     return exit_code_of(list(argv) if argv is not None else None)
