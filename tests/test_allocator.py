@@ -45,6 +45,21 @@ def test_polars_loads_with_the_setting_and_no_child_inherits_it():
     assert found["again"] == {"jemalloc": False, "glibc": True}
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Polars' jemalloc: Linux")
+def test_jemalloc_reads_the_setting_as_polars_loads():
+    """A setting jemalloc does not know is reported when Polars loads: the setting
+    reached it (were it read later, or never, nothing would be said)."""
+    probe = (
+        "from nsysmap.core import allocator\n"
+        "allocator.JEMALLOC_CONF = 'no_such_option:1'\n"
+        "allocator.hand_back()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], env=_env_without_conf(), capture_output=True, text=True
+    )
+    assert "Invalid conf pair: no_such_option:1" in done.stderr
+
+
 def test_a_setting_of_the_users_own_is_kept():
     env = {**_env_without_conf(), allocator.JEMALLOC_ENV: "narenas:2"}
     found = _probe(env)

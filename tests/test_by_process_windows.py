@@ -11,26 +11,45 @@ import polars as pl
 import pytest
 
 from devtools.synth.bulk import write_export
-from devtools.synth.tile import gpt_tables
+from devtools.synth.tile import gpt_tables, with_ranges
 from nsysmap.core import memory
 from nsysmap.core.timings import Stages
 from nsysmap.flow.verbs import analyse_file
+from nsysmap.read.nsys.nsys_sqlite import open_export
 from nsysmap.sources import choose
-from nsysmap.sources.by_window import Plan, ProcessChecks, WindowCheck
+from nsysmap.sources.by_window import Plan, ProcessChecks, WindowCheck, window_plan
 from nsysmap.sources.choose import BY_PROCESS, WINDOWS_ENV, Choice, choice
 from tests.test_by_window import _block
 from tests.window_tables import differences
 
 QUIET = Stages(progress=False)
 TINY = 1e-6  # GB: every process over the budget
+STEP = r"^nsysmap:step:\d+$"
+
+
+def _with_runs(tables: dict) -> dict:
+    """`tables` with a range `run` on each process's main thread around all its steps:
+    open across every cut, so that each window of each process carries it."""
+    nvtx = tables["NVTX_EVENTS"]
+    nvtx = nvtx if isinstance(nvtx, pl.DataFrame) else pl.concat(list(nvtx))
+    steps_ids = tables["StringIds"].filter(pl.col("value").str.contains(STEP))["id"]
+    steps = nvtx.filter(pl.col("textId").is_in(steps_ids.implode()).fill_null(False))
+    spans = steps.group_by("globalTid").agg(first=pl.col("start").min(), last=pl.col("end").max())
+    tables = {**tables, "NVTX_EVENTS": nvtx}  # read once (it may be a generator)
+    for tid, first, last in spans.sort("globalTid").iter_rows():
+        run = pl.DataFrame({"start": [first - 10], "end": [last + 10], "text": ["run"]})
+        tables = with_ranges(tables, run, tid)
+    return tables
 
 
 @pytest.fixture(scope="module")
 def two_processes(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A GPT-2-like data-parallel export: two processes, each with step, phase and
-    module ranges, backward work on an autograd thread, NCCL."""
+    module ranges, a range around its whole run, backward work on an autograd
+    thread, NCCL."""
     folder = tmp_path_factory.mktemp("two")
-    return write_export(folder / "two.sqlite", gpt_tables(2400, seed=4, processes=2))
+    tables = _with_runs(gpt_tables(2400, seed=4, processes=2))
+    return write_export(folder / "two.sqlite", tables)
 
 
 def _whole(path: Path, out: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -47,15 +66,20 @@ def test_each_process_in_windows_gives_the_tables_of_the_whole(
     monkeypatch.setenv(WINDOWS_ENV, "3")
     found = choice(two_processes, TINY)
     assert found.how == BY_PROCESS and len(found.processes) == 2 and found.windows == 3
+    for pid in found.processes:  # each process's `run` is carried across its cuts
+        plan = window_plan(open_export(two_processes), pid, 3)
+        assert len(plan.windows) == 3 and all(n > 0 for n in plan.carried[1:])
     split = analyse_file(two_processes, tmp_path / "split", stages=QUIET, memory_gb=TINY)
     meta = split.profile.meta_value
     assert meta("windows_refused") is None
     assert (meta("processes_read_apart"), meta("windows_read_apart")) == ("2", "6")
     assert differences(whole, tmp_path / "split") == []
     ops = pl.read_parquet(tmp_path / "split" / "ops.parquet")
-    # What crosses a window's edge is exercised in both processes.
+    # Work credited to another thread's ranges, in both processes.
     crossing = ops.filter(pl.col("other_thread_range_id").is_not_null())
     assert crossing["pid"].n_unique() == 2 and ops["op_id"].is_unique().all()
+    runs = pl.read_parquet(tmp_path / "split" / "by_range.parquet").filter(range_name="run")
+    assert runs["calls"].to_list() == [1, 1]  # one instance per process, carried or not
 
 
 @pytest.mark.slow
@@ -70,6 +94,42 @@ def test_windows_the_checks_refuse_are_read_a_process_at_a_time(
     meta = split.profile.meta_value
     assert meta("windows_refused") == "refused for the test"
     assert (meta("processes_read_apart"), meta("windows_read_apart")) == ("2", None)
+    assert differences(whole, tmp_path / "split") == []
+
+
+@pytest.mark.slow
+def test_a_refusal_midway_lets_go_of_the_windows_before_reading_again(
+    two_processes, tmp_path, monkeypatch
+):
+    """A check that refuses at the first chunk stops the windows there: the paused
+    source is closed (its window let go) before every process is read whole."""
+    whole = _whole(two_processes, tmp_path / "whole", monkeypatch)
+
+    def refuse(self, chunk):
+        self.seen += chunk.height
+        self.refused = "refused at once"
+
+    closed: list[bool] = []
+    made = choose.normalised_parts
+
+    def watched(parts, stages):
+        try:
+            yield from made(parts, stages)
+        finally:
+            closed.append(True)
+
+    read_whole = choose._by_process
+
+    def by_process(*args, **kwargs):
+        assert closed == [True]  # let go before the processes are read again
+        return read_whole(*args, **kwargs)
+
+    monkeypatch.setattr(WindowCheck, "chunk", refuse)
+    monkeypatch.setattr(choose, "normalised_parts", watched)
+    monkeypatch.setattr(choose, "_by_process", by_process)
+    monkeypatch.setenv(WINDOWS_ENV, "3")
+    split = analyse_file(two_processes, tmp_path / "split", stages=QUIET, memory_gb=TINY)
+    assert split.profile.meta_value("windows_refused") == "refused at once"
     assert differences(whole, tmp_path / "split") == []
 
 

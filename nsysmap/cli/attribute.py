@@ -57,8 +57,8 @@ CLUSTER_OPTIONS = ("scheduler", "workers", "threads_per_worker", "memory_limit")
     "--memory-gb",
     type=click.FloatRange(min=0, min_open=True),
     help="Memory budget: an nsys export expected to need more is attributed one process "
-    "or time window at a time; a trace needing more is refused (exit 14). Default: 80% of "
-    "the memory available.",
+    "or time window at a time (default: 6 GB, or 80% of the memory available where less); "
+    "a trace needing more is refused (exit 14; default: 80% of the memory available).",
 )
 @click.option(
     "--ranks",

@@ -41,7 +41,7 @@ from nsysmap.cli.options import name_rule_options, output_option
     "--memory-gb",
     type=click.FloatRange(min=0, min_open=True),
     help="Memory budget for the attribution, as for `nsysmap attribute` "
-    "(default: 80% of the memory available).",
+    "(default: 6 GB, or 80% of the memory available where less).",
 )
 @click.option(
     "--nproc-per-node",

@@ -14,8 +14,8 @@ the console script (nsysmap.console) first:
 * fixes glibc malloc's mmap threshold at GLIBC_MMAP_THRESHOLD bytes
   (`mallopt`): a block that large is mapped on its own and unmapped when
   freed. By default the threshold rises to the size of the largest block
-  freed so far, after which such blocks (numpy's and SQLite's among them) are
-  carved from the heap and stay there once freed. This is most of the growth.
+  freed so far, after which such blocks (numpy's arrays, for one) are
+  carved from the heap and stay there once freed. This was most of the growth.
 
 Both only shape when memory goes back to the system; no result depends on
 them.
@@ -24,7 +24,6 @@ them.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import sys
 
@@ -59,10 +58,8 @@ def _glibc() -> bool:
     """glibc's mmap threshold fixed, where this process runs on glibc."""
     if not sys.platform.startswith("linux"):
         return False
-    name = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name) if name else None
-        mallopt = getattr(libc, "mallopt", None)
+        mallopt = getattr(ctypes.CDLL(None), "mallopt", None)  # the C library already loaded
     except OSError:
         return False
     return bool(mallopt is not None and mallopt(_M_MMAP_THRESHOLD, GLIBC_MMAP_THRESHOLD) == 1)

@@ -98,7 +98,8 @@ def flow(
     store, summaries, leftovers = _summarised(chained, source, sink, settings)
     refused = None if source.check is None else source.check.refusal()
     if refused is not None and source.fallback is not None:
-        del store, summaries, leftovers
+        del store, summaries, leftovers, chained
+        _close(profiles)  # the part it stopped at is let go before the input is read again
         return flow(source.fallback(refused), sink_for, settings)
     profile, totals = leftovers.profile(settings.release), leftovers.input_totals()
     ranges = leftovers.ranges() if settings.structure else None
@@ -303,6 +304,13 @@ def process_summary(analysis: Analysis, pid: int | None) -> Summaries:
     processes (several reports: one rank each, nsysmap.many.task); without by_range,
     whose ranges the flow has not kept."""
     return summarise(analysis.store.scan().filter(pl.col("pid") == pid).collect())
+
+
+def _close(profiles: Iterator[NestedProfile]) -> None:
+    """End a source's profiles early (a generator paused at a part lets go of it)."""
+    close = getattr(profiles, "close", None)
+    if close is not None:
+        close()
 
 
 def _require_ops(profile: NestedProfile) -> None:

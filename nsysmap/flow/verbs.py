@@ -106,9 +106,11 @@ def analyse_file(
     the summaries are taken, to lower the peak memory of what follows (read
     them with `load_profile` when needed).
 
-    An nsys export that would need more than `memory_gb` (None: 80 % of the
-    memory available) is attributed one process at a time when it has
-    several (nsysmap.sources.by_process); `Analysis.profile` then holds only the meta,
+    An nsys export that would need more than `memory_gb` (None: 6 GB, or 80 %
+    of the memory available where less) is attributed one process at a time
+    when it has several (nsysmap.sources.by_process), and one time window at a
+    time when it has one or a process's share is over the budget too
+    (nsysmap.sources.by_window); `Analysis.profile` then holds only the meta,
     threads and devices.
 
     The input's SHA-256 (for the manifest) is computed in a background

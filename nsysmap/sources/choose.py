@@ -218,11 +218,12 @@ def _processes_in_windows(opened: Export, found: Choice, stages: Stages) -> Sour
     """Each process in `found.windows` time windows, read one window at a time, the
     processes one after the other; every process read whole, one at a time, where
     one cannot be cut exactly or the windows' rows are refused (saying why)."""
+    plans = []
     with stages.stage("read", "finding where to cut the timeline"):
-        plans = [window_plan(opened, pid, found.windows) for pid in found.processes]
-    refused = next((plan.refused for plan in plans if plan.refused is not None), None)
-    if refused is not None:
-        return _by_process(opened, found.processes, stages, refused)
+        for pid in found.processes:  # the first process that cannot be cut ends the planning
+            plans.append(window_plan(opened, pid, found.windows))
+            if plans[-1].refused is not None:
+                return _by_process(opened, found.processes, stages, plans[-1].refused)
     checks = [WindowCheck(plan.ops, plan.autograd, plan.nodes) for plan in plans]
     pairs = zip(plans, checks, strict=True)
     parts = chain.from_iterable(window_parts(opened, p, c, named=True) for p, c in pairs)
