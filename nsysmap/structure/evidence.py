@@ -76,11 +76,14 @@ def _conform(frame: pl.DataFrame) -> pl.DataFrame:
 def labelled_steps(base: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(passes, steps) of the processes with step labels: per step, one pass per direction."""
     read = ("dev", "pid", "step", "phase", "at", "dur_ns", "warmup", "step_source", "phase_source")
-    stepped = base.select(read).filter(pl.col("step").is_not_null())  # these columns alone
+    stepped = base.select(read)  # these columns alone, not copied
+    if stepped["step"].null_count():  # copied only where some operation has no step
+        stepped = stepped.filter(pl.col("step").is_not_null())
     passes = (
-        stepped.filter(pl.col("phase").is_in(DIRECTIONS))
-        .group_by("dev", "pid", "step", "phase")
+        # Grouped by every phase, then the directions' groups kept: no copy of their rows.
+        stepped.group_by("dev", "pid", "step", "phase")
         .agg(*_SPAN, evidence=_source("phase_source"))
+        .filter(pl.col("phase").is_in(DIRECTIONS))
         .with_columns(
             direction=pl.col("phase"),
             confidence=pl.lit(1.0),
