@@ -74,3 +74,31 @@ def test_the_console_script_sets_them_before_the_cli_loads(monkeypatch):
     monkeypatch.setattr("nsysmap.cli.exit_code_of", lambda argv: order.append("cli") or 0)
     assert console._command(["--version"]) == 0
     assert order == ["allocator", "cli"]
+
+
+@pytest.mark.dask
+def test_local_workers_start_with_the_settings(monkeypatch):
+    """A local cluster's worker processes (several reports) start with glibc's threshold
+    in their environment before they start, and jemalloc's before Polars loads."""
+    from nsysmap.many.cluster import GLIBC_ENV, ClusterPlan, connect
+
+    for name in (allocator.JEMALLOC_ENV, GLIBC_ENV):  # unset, and as before once done
+        monkeypatch.setenv(name, "")  # (the cluster sets glibc's in this process too)
+        monkeypatch.delenv(name)
+    plan = ClusterPlan(1, 1, 2 << 30, 1, "test")
+
+    def seen() -> dict:
+        return {
+            name: os.environ.get(name)
+            for name in (allocator.JEMALLOC_ENV, GLIBC_ENV, "POLARS_MAX_THREADS")
+        }
+
+    with connect(None, plan) as client:
+        found = list(client.run(seen).values())
+    assert found == [
+        {
+            allocator.JEMALLOC_ENV: allocator.JEMALLOC_CONF,
+            GLIBC_ENV: str(allocator.GLIBC_MMAP_THRESHOLD),
+            "POLARS_MAX_THREADS": "1",
+        }
+    ]

@@ -18,7 +18,9 @@ the console script (nsysmap.console) first:
   carved from the heap and stay there once freed. This was most of the growth.
 
 Both only shape when memory goes back to the system; no result depends on
-them.
+them. The worker processes of a local Dask cluster (several reports at once,
+nsysmap.many.cluster) start with the same two settings, as environment
+variables.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from nsysmap.core import allocator
 from nsysmap.core.errors import ClusterFailed
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 MEMORY_PER_INPUT_BYTE = 3
 BASE_TASK_BYTES = 512 << 20
 USABLE_MEMORY = 0.8  # of the memory available now; the rest stays for the machine
+GLIBC_ENV = "MALLOC_MMAP_THRESHOLD_"  # read by glibc as a process starts
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,7 @@ def connect(scheduler: str | None, plan: ClusterPlan | None) -> Iterator[Client]
 
 @contextmanager
 def _open(scheduler: str | None, plan: ClusterPlan | None) -> Iterator[Client]:
+    import dask
     from distributed import Client, LocalCluster
 
     if scheduler is not None:
@@ -108,17 +111,36 @@ def _open(scheduler: str | None, plan: ClusterPlan | None) -> Iterator[Client]:
         return
     if plan is None:
         raise ValueError("a local cluster needs a plan (plan_local)")
-    cluster = LocalCluster(
-        n_workers=plan.workers,
-        threads_per_worker=plan.threads_per_worker,
-        memory_limit=plan.memory_limit_bytes,
-        processes=True,
-        dashboard_address=None,
-        silence_logs=logging.CRITICAL,
-        env={"POLARS_MAX_THREADS": str(plan.polars_threads)},
-    )
+    # Each worker starts with the console script's allocator settings
+    # (nsysmap.core.allocator): glibc's before the process starts, jemalloc's before
+    # Polars loads; a worker restarted after a memory limit starts with them too.
+    spawned = {f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in worker_glibc_env().items()}
+    with dask.config.set(spawned):
+        cluster = LocalCluster(
+            n_workers=plan.workers,
+            threads_per_worker=plan.threads_per_worker,
+            memory_limit=plan.memory_limit_bytes,
+            processes=True,
+            dashboard_address=None,
+            silence_logs=logging.CRITICAL,
+            env={"POLARS_MAX_THREADS": str(plan.polars_threads), **worker_jemalloc_env()},
+        )
     with cluster, Client(cluster) as client:
         yield client
+
+
+def worker_jemalloc_env() -> dict[str, str]:
+    """A local worker's jemalloc setting (nsysmap.core.allocator), unless the user's own."""
+    if allocator.JEMALLOC_ENV in os.environ:
+        return {}
+    return {allocator.JEMALLOC_ENV: allocator.JEMALLOC_CONF}
+
+
+def worker_glibc_env() -> dict[str, str]:
+    """A local worker's glibc mmap threshold (nsysmap.core.allocator), unless the user's own."""
+    if GLIBC_ENV in os.environ:
+        return {}
+    return {GLIBC_ENV: str(allocator.GLIBC_MMAP_THRESHOLD)}
 
 
 def describe(client: Client, scheduler: str | None, plan: ClusterPlan | None) -> dict[str, Any]:
