@@ -5,6 +5,7 @@ time, saying why."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import polars as pl
@@ -15,6 +16,7 @@ from devtools.synth.tile import gpt_tables, with_ranges
 from nsysmap.core import memory
 from nsysmap.core.timings import Stages
 from nsysmap.flow.verbs import analyse_file
+from nsysmap.read.nsys import nsys_sqlite
 from nsysmap.read.nsys.nsys_sqlite import open_export
 from nsysmap.sources import choose
 from nsysmap.sources.by_window import Plan, ProcessChecks, WindowCheck, window_plan
@@ -40,6 +42,28 @@ def _with_runs(tables: dict) -> dict:
         run = pl.DataFrame({"start": [first - 10], "end": [last + 10], "text": ["run"]})
         tables = with_ranges(tables, run, tid)
     return tables
+
+
+def _with_small_process(path: Path, kept: float = 0.05) -> Path:
+    """The export `path` with the second process's rows after the first `kept` of its
+    time left out: a process with little GPU work beside a large one."""
+    pid = sorted(nsys_sqlite.gpu_processes(path) or [])[1]
+    with sqlite3.connect(path) as db:
+        tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        columns = {t: {r[1] for r in db.execute(f'PRAGMA table_info("{t}")')} for t in tables}
+        owner = {
+            t: next((c for c in ("globalPid", "globalTid") if c in columns[t]), None)
+            for t in tables
+        }
+        mine = {t: f'(("{c}" >> 24) & 16777215) = {pid}' for t, c in owner.items() if c}
+        timed = [t for t in mine if "start" in columns[t]]
+        first, last = db.execute(
+            f'SELECT min(start), max(start) FROM "{timed[0]}" WHERE {mine[timed[0]]}'
+        ).fetchone()
+        cut = first + int(kept * (last - first))
+        for table in timed:
+            db.execute(f'DELETE FROM "{table}" WHERE {mine[table]} AND start > {cut}')
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -134,22 +158,57 @@ def test_a_refusal_midway_lets_go_of_the_windows_before_reading_again(
 
 
 @pytest.mark.slow
-def test_a_process_that_cannot_be_cut_has_every_process_read_whole(
+def test_a_process_that_cannot_be_cut_is_read_whole_and_the_others_in_windows(
     two_processes, tmp_path, monkeypatch
 ):
     planned = choose.window_plan
+    first, second = choice(two_processes, TINY).processes
 
     def plan(export, pid, count):  # the second process cannot be cut exactly
-        first = pid == min(choice(two_processes, TINY).processes)
-        return planned(export, pid, count) if first else Plan(pid, [], 0, refused="no cut")
+        return planned(export, pid, count) if pid == first else Plan(pid, [], 0, refused="no cut")
 
     whole = _whole(two_processes, tmp_path / "whole", monkeypatch)
     monkeypatch.setattr(choose, "window_plan", plan)
     monkeypatch.setenv(WINDOWS_ENV, "3")
     split = analyse_file(two_processes, tmp_path / "split", stages=QUIET, memory_gb=TINY)
     meta = split.profile.meta_value
-    assert (meta("windows_refused"), meta("processes_read_apart")) == ("no cut", "2")
-    assert meta("windows_read_apart") is None
+    assert meta("windows_refused") == f"process {second}: no cut"
+    # The first process in 3 windows, the second whole: 4 parts.
+    assert (meta("processes_read_apart"), meta("windows_read_apart")) == ("2", "4")
+    assert differences(whole, tmp_path / "split") == []
+
+
+@pytest.mark.slow
+def test_no_process_that_can_be_cut_reads_every_process_whole(two_processes, tmp_path, monkeypatch):
+    whole = _whole(two_processes, tmp_path / "whole", monkeypatch)
+    monkeypatch.setattr(choose, "window_plan", lambda e, pid, n: Plan(pid, [], 0, refused="no"))
+    monkeypatch.setenv(WINDOWS_ENV, "3")
+    split = analyse_file(two_processes, tmp_path / "split", stages=QUIET, memory_gb=TINY)
+    meta = split.profile.meta_value
+    pids = choice(two_processes, TINY).processes
+    assert meta("windows_refused") == "; ".join(f"process {pid}: no" for pid in pids)
+    assert (meta("processes_read_apart"), meta("windows_read_apart")) == ("2", None)
+    assert differences(whole, tmp_path / "split") == []
+
+
+@pytest.mark.slow
+def test_a_process_with_little_work_is_read_whole_beside_the_others_windows(tmp_path, monkeypatch):
+    """Each process's windows follow its share of the GPU work: a process with a
+    twentieth of it, under the budget alone, is read whole."""
+    path = _with_small_process(write_export(tmp_path / "uneven.sqlite", gpt_tables(2400, seed=5)))
+    rows = nsys_sqlite.gpu_process_rows(path)
+    assert rows is not None and len(rows) == 2
+    need = nsys_sqlite.expected_bytes(path)
+    budget = 0.5 * need / 1e9  # the large process over it, the small one under
+    found = choice(path, budget)
+    small = min(rows, key=lambda pid: rows[pid])
+    assert found.how == BY_PROCESS and found.each[found.processes.index(small)] == 0
+    assert max(found.each) >= 2
+    whole = _whole(path, tmp_path / "whole", monkeypatch)
+    split = analyse_file(path, tmp_path / "split", stages=QUIET, memory_gb=budget)
+    meta = split.profile.meta_value
+    assert meta("windows_refused") is None and meta("processes_read_apart") == "2"
+    assert int(meta("windows_read_apart") or 0) == max(found.each) + 1
     assert differences(whole, tmp_path / "split") == []
 
 
@@ -183,9 +242,10 @@ def test_the_default_budget_is_a_laptops(monkeypatch):
 
 
 def test_a_process_over_the_budget_alone_is_read_in_windows():
-    """Processes are expected to share the need evenly: windows where each one's
-    share is over the budget, twice that share over it, as for one process."""
+    """Without the rows of each process, the processes share the need evenly: windows
+    where each one's share is over the budget, twice that share over it, as for one
+    process."""
     facts = choose.Facts(True, int(16e9), 6e9, lambda: [1, 2], None)
-    assert choose.decide(facts) == Choice(BY_PROCESS, (1, 2), 4)
+    assert choose.decide(facts) == Choice(BY_PROCESS, (1, 2), 4, (4, 4))
     facts = choose.Facts(True, int(10e9), 6e9, lambda: [1, 2], None)
     assert choose.decide(facts) == Choice(BY_PROCESS, (1, 2), 0)

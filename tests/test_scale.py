@@ -160,7 +160,7 @@ def test_small_exports_are_read_whole_and_large_ones_apart(gpt_export, tmp_path)
     assert choice(gpt_export, memory_gb=0.6 * need / 1e9) == Choice(BY_PROCESS, (4100, 4101))
     # ... else each in time windows too.
     apart = choice(gpt_export, memory_gb=0.3 * need / 1e9)
-    assert apart == Choice(BY_PROCESS, (4100, 4101), 4)
+    assert apart == Choice(BY_PROCESS, (4100, 4101), 4, (4, 4))
     assert choice(single, memory_gb=1e-6).how == BY_WINDOW  # one process: in time windows
 
 

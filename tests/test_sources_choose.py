@@ -75,7 +75,31 @@ def test_the_decision_table(parts, processes, need, budget, forced, ranks, how, 
     found = decide(facts)
     assert (found.how, found.windows) == (how, windows)
     expected = () if how == WHOLE else tuple(processes)
-    assert found == Choice(how, expected, windows)
+    each = (windows,) * len(processes) if how == BY_PROCESS and windows and not ranks else ()
+    assert found == Choice(how, expected, windows, each)
+
+
+# Each process's windows from its share of the rows of GPU work, where they are known.
+SHARES = [
+    # even rows: as even shares
+    ({1: 50, 2: 50}, 8 * GB, 2 * GB, None, (4, 4)),
+    # most of the work on one process: it alone over the budget, in windows
+    ({1: 90, 2: 10}, 4 * GB, 2 * GB, None, (4, 0)),
+    ({1: 10, 2: 30, 3: 60}, 6 * GB, 1 * GB, None, (0, 4, 8)),
+    # NSYSMAP_WINDOWS: every process in those windows, whatever its share
+    ({1: 90, 2: 10}, 4 * GB, 2 * GB, 3, (3, 3)),
+    # no rows known: even shares
+    ({}, 8 * GB, 2 * GB, None, (4, 4)),
+]
+
+
+@pytest.mark.parametrize(("rows", "need", "budget", "forced", "each"), SHARES)
+def test_each_process_has_the_windows_of_its_share(rows, need, budget, forced, each):
+    facts = Facts(
+        True, int(need), budget, lambda: sorted(rows) or [1, 2], forced, rows=lambda: rows
+    )
+    found = decide(facts)
+    assert (found.how, found.each, found.windows) == (BY_PROCESS, each, max(each))
 
 
 def test_the_processes_are_counted_only_when_the_decision_needs_them():
@@ -92,12 +116,14 @@ CHOOSER = "nsysmap.sources.choose"
 DECIDING_NAMES = {
     "decide",
     "gpu_processes",
+    "gpu_process_rows",
     "expected_bytes",
     "available_bytes",
     "split_budget_bytes",
     "forced_windows",
     "WINDOWS_ENV",
     "process_profiles",
+    "process_part",
     "window_plan",
     "window_profiles",
     "window_parts",
@@ -105,9 +131,9 @@ DECIDING_NAMES = {
 }
 # Where each is defined, or used by the readers below the choice.
 DEFINED_IN = {
-    "nsysmap.read.nsys.nsys_sqlite": {"gpu_processes", "expected_bytes"},
+    "nsysmap.read.nsys.nsys_sqlite": {"gpu_processes", "gpu_process_rows", "expected_bytes"},
     "nsysmap.read.nsys.window_plan": {"plan_windows"},
-    "nsysmap.sources.by_process": {"process_profiles"},
+    "nsysmap.sources.by_process": {"process_profiles", "process_part"},
     "nsysmap.sources.by_window": {"window_plan", "window_profiles", "window_parts", "plan_windows"},
     "nsysmap.core.memory": {"available_bytes", "split_budget_bytes"},
 }

@@ -41,13 +41,15 @@ def process_profiles(
     before asking for the next.
     """
 
-    def part(pid: int) -> Part:
-        return Part(
-            f"reading process {pid}",
-            lambda first_ids: read_sqlite(export, first_ids=first_ids, process=pid),
-        )
+    return normalised_parts((process_part(export, pid) for pid in processes), stages)
 
-    return normalised_parts((part(pid) for pid in processes), stages)
+
+def process_part(export: Export, pid: int) -> Part:
+    """Process `pid` of `export` as a part of it, read whole (see `process_profiles`)."""
+    return Part(
+        f"reading process {pid}",
+        lambda first_ids: read_sqlite(export, first_ids=first_ids, process=pid),
+    )
 
 
 PROCESSES_KEY = "processes_read_apart"

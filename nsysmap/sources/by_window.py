@@ -272,30 +272,37 @@ class ProcessChecks:
     step and carried ranges never cross processes); the first refusal of any
     refuses them all."""
 
-    checks: list[WindowCheck]
+    checks: list[WindowCheck | None]  # None: a process read whole, one part, unchecked
     windows: list[int]  # per process, in reading order: how many parts it is read in
     part: int = -1
 
     @property
     def refused(self) -> str | None:
-        return next((c.refused for c in self.checks if c.refused is not None), None)
+        return next((c.refused for c in self._checks() if c.refused is not None), None)
 
     def next_part(self) -> None:
         self.part += 1
-        self._current().next_part()
+        current = self._current()
+        if current is not None:
+            current.next_part()
 
     def chunk(self, chunk: pl.DataFrame) -> None:
-        self._current().chunk(chunk)
+        current = self._current()
+        if current is not None:
+            current.chunk(chunk)
 
     def refusal(self) -> str | None:
-        return next((r for r in (c.refusal() for c in self.checks) if r is not None), None)
+        return next((r for r in (c.refusal() for c in self._checks()) if r is not None), None)
 
     def carried_instances(self) -> pl.DataFrame | None:
         """Every process's (range ids count on from one process to the next)."""
-        found = [f for f in (c.carried_instances() for c in self.checks) if f is not None]
+        found = [f for f in (c.carried_instances() for c in self._checks()) if f is not None]
         return pl.concat(found) if found else None
 
-    def _current(self) -> WindowCheck:
+    def _checks(self) -> list[WindowCheck]:
+        return [c for c in self.checks if c is not None]
+
+    def _current(self) -> WindowCheck | None:
         """The check of the process whose windows the current part is one of."""
         left = self.part
         for check, count in zip(self.checks, self.windows, strict=True):

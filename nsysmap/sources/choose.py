@@ -15,9 +15,12 @@ where that is less), and NSYSMAP_WINDOWS::
     windows: NSYSMAP_WINDOWS, else (over the budget) twice the peak over the budget
     two windows or more, and work on one process? ──yes──> by window, else whole
 
-The processes are taken to share the peak evenly (data-parallel ranks do).
-Where one process cannot be cut exactly, or the windows' rows would differ
-from a whole read, every process is read whole, one at a time.
+A process's share of the peak is its share of the rows of GPU work (counted
+in the scan that finds the processes), so that a process with most of the
+work is read in windows and one with little of it whole (`Choice.each`).
+A process that cannot be cut exactly is read whole beside the others'
+windows; where the windows' rows would differ from a whole read, every
+process is read whole, one at a time.
 
 Several reports at once (`ranks`: nsysmap.many) read every process of a
 report on its own, whatever its size: one flow per rank.
@@ -44,12 +47,13 @@ import polars as pl
 from nsysmap.core.memory import split_budget_bytes
 from nsysmap.core.profile import NestedProfile
 from nsysmap.core.timings import Stages
-from nsysmap.read.nsys.nsys_sqlite import Export, expected_bytes, gpu_processes
-from nsysmap.sources.by_process import merged_profile, process_profiles
+from nsysmap.read.nsys.nsys_sqlite import Export, expected_bytes, gpu_process_rows
+from nsysmap.sources.by_process import merged_profile, process_part, process_profiles
 from nsysmap.sources.by_window import (
     META_KEY,
     REFUSED_KEY,
     PartsCheck,
+    Plan,
     ProcessChecks,
     WindowCheck,
     window_parts,
@@ -75,6 +79,8 @@ class Facts:
     processes: Callable[[], list[int] | None]  # with GPU work (None: not every row says)
     forced: int | None = None  # NSYSMAP_WINDOWS
     ranks: bool = False  # one report of several: each process its own flow
+    # Each process's rows of GPU work, its share of the need (None: not known, even shares).
+    rows: Callable[[], dict[int, int] | None] = lambda: None
 
 
 @dataclass(frozen=True)
@@ -83,7 +89,8 @@ class Choice:
 
     how: str
     processes: tuple[int, ...] = ()
-    windows: int = 0
+    windows: int = 0  # by window: how many; by process: the most of any process
+    each: tuple[int, ...] = ()  # by process: each one's windows (0: whole), where any has some
 
 
 def decide(facts: Facts) -> Choice:
@@ -98,7 +105,8 @@ def decide(facts: Facts) -> Choice:
     if over:
         found = facts.processes()
         if found is not None and len(found) > 1:
-            return Choice(BY_PROCESS, tuple(found), _windows(facts, facts.need / len(found)))
+            each = tuple(_windows(facts, facts.need * share) for share in _shares(facts, found))
+            return Choice(BY_PROCESS, tuple(found), max(each), each if any(each) else ())
     count = _windows(facts, facts.need) if facts.forced is not None or over else 0
     if count < 2:
         return Choice(WHOLE)
@@ -106,6 +114,16 @@ def decide(facts: Facts) -> Choice:
     if found is None or len(found) != 1:
         return Choice(WHOLE)
     return Choice(BY_WINDOW, tuple(found), count)
+
+
+def _shares(facts: Facts, processes: list[int]) -> list[float]:
+    """Each process's share of the need: of the rows of GPU work, where known; else even."""
+    rows = facts.rows()
+    counts = [rows.get(pid, 0) for pid in processes] if rows else []
+    total = sum(counts)
+    if not total:
+        return [1 / len(processes)] * len(processes)
+    return [n / total for n in counts]
 
 
 def _windows(facts: Facts, need: float) -> int:
@@ -173,8 +191,9 @@ def _facts(kind: InputKind, opened: Any, memory_gb: float | None, ranks: bool = 
         return Facts(False, 0, None, lambda: None)
     budget = split_budget_bytes(memory_gb)
     need = expected_bytes(opened, budget)
-    processes = cache(lambda: gpu_processes(opened))
-    return Facts(True, need, budget, processes, forced_windows(), ranks)
+    rows = cache(lambda: gpu_process_rows(opened))
+    processes = lambda: None if rows() is None else sorted(rows() or {})  # noqa: E731
+    return Facts(True, need, budget, processes, forced_windows(), ranks, rows)
 
 
 def _source(
@@ -215,24 +234,32 @@ def _by_process(
 
 
 def _processes_in_windows(opened: Export, found: Choice, stages: Stages) -> Source:
-    """Each process in `found.windows` time windows, read one window at a time, the
-    processes one after the other; every process read whole, one at a time, where
-    one cannot be cut exactly or the windows' rows are refused (saying why)."""
-    plans = []
+    """The processes one after the other, each in its windows of `found.each`, read one
+    window at a time, or whole where it has none or cannot be cut exactly (saying
+    why); every process read whole, one at a time, where the windows' rows are
+    refused (saying why)."""
+    each = found.each or (found.windows,) * len(found.processes)
+    plans: list[Plan | None] = []
     with stages.stage("read", "finding where to cut the timeline"):
-        for pid in found.processes:  # the first process that cannot be cut ends the planning
-            plans.append(window_plan(opened, pid, found.windows))
-            if plans[-1].refused is not None:
-                return _by_process(opened, found.processes, stages, plans[-1].refused)
-    checks = [WindowCheck(plan.ops, plan.autograd, plan.nodes) for plan in plans]
-    pairs = zip(plans, checks, strict=True)
-    parts = chain.from_iterable(window_parts(opened, p, c, named=True) for p, c in pairs)
+        for pid, count in zip(found.processes, each, strict=True):
+            plans.append(window_plan(opened, pid, count) if count >= 2 else None)
+    cut = [p if p is not None and p.refused is None else None for p in plans]
+    uncut = [f"process {p.pid}: {p.refused}" for p in plans if p is not None and p.refused]
+    refused = "; ".join(uncut) or None
+    if not any(cut):
+        return _by_process(opened, found.processes, stages, refused)
+    checks = [None if p is None else WindowCheck(p.ops, p.autograd, p.nodes) for p in cut]
+    parts = chain.from_iterable(
+        [process_part(opened, pid)] if p is None else window_parts(opened, p, c, named=True)
+        for pid, p, c in zip(found.processes, cut, checks, strict=True)
+    )
+    profiles = normalised_parts(parts, stages)
     processes = len(plans)
     return Source(
-        normalised_parts(parts, stages),
+        profiles if refused is None else _noted(profiles, refused),
         apart=True,
-        merged=lambda profiles: merged_profile(profiles, META_KEY, processes=processes),
-        check=ProcessChecks(checks, [len(plan.windows) for plan in plans]),
+        merged=lambda parts: merged_profile(parts, META_KEY, processes=processes),
+        check=ProcessChecks(checks, [1 if p is None else len(p.windows) for p in cut]),
         fallback=lambda reason: _by_process(opened, found.processes, stages, reason),
     )
 

@@ -122,20 +122,24 @@ def read_table(
         raise unreadable(export.file, exc) from None
 
 
-def distinct_processes(export: Export, spec: TableSpec) -> set[int | None]:
-    """The processes whose rows the table holds (None for rows without one);
-    empty when the export lacks the table."""
+def process_rows(export: Export, spec: TableSpec) -> dict[int | None, int]:
+    """How many rows the table holds of each process (None: rows without one); empty
+    when the export lacks the table."""
     present = export.columns(spec.table)
     if present is None or not has_process_column(spec, present):
-        return set()
+        return {}
     column = f'"{spec.process}"'
-    query = f"SELECT DISTINCT (({column} >> 24) & {ID_MASK}) AS pid FROM {_quoted(spec.table)}"
+    query = (
+        f"SELECT (({column} >> 24) & {ID_MASK}) AS pid, count(*) AS n "
+        f"FROM {_quoted(spec.table)} GROUP BY pid"
+    )
     try:
         with export.connect() as conn:
-            values = arrow(conn, query)["pid"].to_pylist()
+            found = arrow(conn, query)
     except BACKEND_ERRORS as exc:
         raise unreadable(export.file, exc) from None
-    return {opt_int(v) for v in values}
+    pids, counts = found["pid"].to_pylist(), found["n"].to_pylist()
+    return {opt_int(p): int(n) for p, n in zip(pids, counts, strict=True)}
 
 
 def last_rowid(export: Export, table: str) -> int | None:

@@ -35,7 +35,14 @@ from nsysmap.read.nsys.nsys_probe import Export, open_export, opened
 
 # What the sources of the flow use (nsysmap.sources): an export opened and probed
 # once, then read whole or in parts, and how large a whole read would be.
-__all__ = ["Export", "expected_bytes", "gpu_processes", "open_export", "read_sqlite"]
+__all__ = [
+    "Export",
+    "expected_bytes",
+    "gpu_process_rows",
+    "gpu_processes",
+    "open_export",
+    "read_sqlite",
+]
 
 GPU_SPECS = (specs.KERNEL, specs.MEMCPY, specs.MEMSET)
 # Tables of GPU work: the core ones and CUDA graph replays traced as a whole.
@@ -118,19 +125,27 @@ def gpu_processes(source: Export | str | os.PathLike[str]) -> list[int] | None:
     can be read one process at a time; None when some cannot (a table that
     does not say whose its rows are, or a row of GPU work without a process).
 
-    One scan of each GPU activity table.
+    One scan of each GPU activity table (`gpu_process_rows`).
     """
+    rows = gpu_process_rows(source)
+    return None if rows is None else sorted(rows)
+
+
+def gpu_process_rows(source: Export | str | os.PathLike[str]) -> dict[int, int] | None:
+    """The rows of GPU work of each process that ran some, when every row of the
+    export can be read one process at a time (else None, as `gpu_processes`)."""
     export = opened(source)
     for spec in TABLES:
         present = export.columns(spec.table)
         if spec.process and present is not None and not sql.has_process_column(spec, present):
             return None
-    found: set[int | None] = set()
+    found: dict[int | None, int] = {}
     for spec in GPU_WORK_SPECS:
-        found |= sql.distinct_processes(export, spec)
+        for pid, n in sql.process_rows(export, spec).items():
+            found[pid] = found.get(pid, 0) + n
     if None in found:
         return None
-    return sorted(p for p in found if p is not None)
+    return {pid: n for pid, n in found.items() if pid is not None}
 
 
 def expected_bytes(source: Export | str | os.PathLike[str], budget: float | None = None) -> int:
