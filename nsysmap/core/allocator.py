@@ -35,7 +35,16 @@ JEMALLOC_ENV = "_RJEM_MALLOC_CONF"
 JEMALLOC_CONF = "dirty_decay_ms:1000,muzzy_decay_ms:0"
 # 4 MiB: the 128 KiB of glibc's start cost 8 % more time at 10^6 kernels read whole.
 GLIBC_MMAP_THRESHOLD = 4 * 1024 * 1024
+GLIBC_ENV = "MALLOC_MMAP_THRESHOLD_"  # the same, as glibc reads it when a process starts
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+
+
+def worker_env() -> dict[str, str]:
+    """Both settings as the environment of a process nsysmap starts for its own work (a
+    local Dask worker), but those the user has set: glibc reads GLIBC_ENV as the
+    process starts, jemalloc JEMALLOC_ENV as Polars loads."""
+    wanted = {JEMALLOC_ENV: JEMALLOC_CONF, GLIBC_ENV: str(GLIBC_MMAP_THRESHOLD)}
+    return {name: value for name, value in wanted.items() if name not in os.environ}
 
 
 def hand_back() -> dict[str, bool]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nsysmap.core import allocator
+from nsysmap.core.allocator import GLIBC_ENV
 from nsysmap.core.errors import ClusterFailed
 
 if TYPE_CHECKING:
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 MEMORY_PER_INPUT_BYTE = 3
 BASE_TASK_BYTES = 512 << 20
 USABLE_MEMORY = 0.8  # of the memory available now; the rest stays for the machine
-GLIBC_ENV = "MALLOC_MMAP_THRESHOLD_"  # read by glibc as a process starts
 
 
 @dataclass(frozen=True)
@@ -114,8 +114,9 @@ def _open(scheduler: str | None, plan: ClusterPlan | None) -> Iterator[Client]:
     # Each worker starts with the console script's allocator settings
     # (nsysmap.core.allocator): glibc's before the process starts, jemalloc's before
     # Polars loads; a worker restarted after a memory limit starts with them too.
-    spawned = {f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in worker_glibc_env().items()}
-    with dask.config.set(spawned):
+    settings = allocator.worker_env()
+    glibc = {k: v for k, v in settings.items() if k == GLIBC_ENV}  # set before the process starts
+    with dask.config.set({f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in glibc.items()}):
         cluster = LocalCluster(
             n_workers=plan.workers,
             threads_per_worker=plan.threads_per_worker,
@@ -123,24 +124,10 @@ def _open(scheduler: str | None, plan: ClusterPlan | None) -> Iterator[Client]:
             processes=True,
             dashboard_address=None,
             silence_logs=logging.CRITICAL,
-            env={"POLARS_MAX_THREADS": str(plan.polars_threads), **worker_jemalloc_env()},
+            env={"POLARS_MAX_THREADS": str(plan.polars_threads), **settings},
         )
     with cluster, Client(cluster) as client:
         yield client
-
-
-def worker_jemalloc_env() -> dict[str, str]:
-    """A local worker's jemalloc setting (nsysmap.core.allocator), unless the user's own."""
-    if allocator.JEMALLOC_ENV in os.environ:
-        return {}
-    return {allocator.JEMALLOC_ENV: allocator.JEMALLOC_CONF}
-
-
-def worker_glibc_env() -> dict[str, str]:
-    """A local worker's glibc mmap threshold (nsysmap.core.allocator), unless the user's own."""
-    if GLIBC_ENV in os.environ:
-        return {}
-    return {GLIBC_ENV: str(allocator.GLIBC_MMAP_THRESHOLD)}
 
 
 def describe(client: Client, scheduler: str | None, plan: ClusterPlan | None) -> dict[str, Any]:
