@@ -344,11 +344,23 @@ def fetch(
 
 
 def _frame(spec: TableSpec, batch: pa.RecordBatch) -> pl.DataFrame:
+    """One batch as a frame. The driver gives each column of a batch room for
+    BATCH_ROWS rows (8 MiB an integer column) however few it holds, and Polars
+    takes its integers, and the bytes of its longer texts, without a copy: the
+    columns of a batch that is not full are first copied into buffers of their
+    own size (`_owned`), so that a small frame kept (each window's devices, say)
+    does not keep megabytes a column alive."""
+    partial = batch.num_rows < BATCH_ROWS
     columns = {}
     for alias, is_text, _ in spec.columns():
-        column = pa.chunked_array([batch.column(alias)])
+        column = pa.chunked_array([_owned(batch.column(alias)) if partial else batch.column(alias)])
         if is_text:
             columns[alias] = pl.from_arrow(decode(column))
         else:
             columns[alias] = pl.from_arrow(column).cast(pl.Int64)
     return pl.DataFrame(columns)
+
+
+def _owned(column: pa.Array) -> pa.Array:
+    """`column` in buffers of its own size: a copy, never a view of the driver's."""
+    return pa.concat_arrays([column])
