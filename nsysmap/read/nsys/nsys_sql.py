@@ -63,6 +63,9 @@ READ_THREADS = min(3, os.cpu_count() or 1)
 # Tables with more rows than this are read in READ_THREADS parts, by rowid.
 SPLIT_ROWS = 1 << 20
 SPLIT_SPECS = (NVTX, KERNEL, RUNTIME)
+# A batch of at most this many rows is copied out of the driver's buffers (`_frame`):
+# they hold at least 16 times what it needs.
+SMALL_BATCH = BATCH_ROWS // 16
 
 
 def read_tables(
@@ -347,13 +350,14 @@ def _frame(spec: TableSpec, batch: pa.RecordBatch) -> pl.DataFrame:
     """One batch as a frame. The driver gives each column of a batch room for
     BATCH_ROWS rows (8 MiB an integer column) however few it holds, and Polars
     takes its integers, and the bytes of its longer texts, without a copy: the
-    columns of a batch that is not full are first copied into buffers of their
-    own size (`_owned`), so that a small frame kept (each window's devices, say)
-    does not keep megabytes a column alive."""
-    partial = batch.num_rows < BATCH_ROWS
+    columns of a batch of at most SMALL_BATCH rows are first copied into buffers
+    of their own size (`_owned`), so that a small frame kept to the end (each
+    window's devices, say) does not keep megabytes a column alive. Larger batches
+    are taken as they are (copying them raised the peak at 10^6 kernels)."""
+    small = batch.num_rows <= SMALL_BATCH
     columns = {}
     for alias, is_text, _ in spec.columns():
-        column = pa.chunked_array([_owned(batch.column(alias)) if partial else batch.column(alias)])
+        column = pa.chunked_array([_owned(batch.column(alias)) if small else batch.column(alias)])
         if is_text:
             columns[alias] = pl.from_arrow(decode(column))
         else:
