@@ -59,6 +59,7 @@ class Plan:
     between: float = 0.5  # idle between two steps
     gpu: tuple[str, tuple[int, int]] | None = A100
     ranged: bool = True  # step and phase ranges around each step (False: none)
+    step_ranges: bool = True  # with `ranged`, the step ranges too (False: phase ranges alone)
 
 
 def export(plan: Plan, path: Path, before: Plan | None = None) -> Path:
@@ -106,7 +107,8 @@ def _step(b: SynthExport, plan: Plan, step: int, t: float, corr: int) -> tuple[f
         for phase, times in phases.items():
             b.range(PID, MAIN, min(times), max(times), f"nsysmap:phase:{phase}")
         last = max(max(times) for times in phases.values())
-        b.range(PID, MAIN, first_launch - 0.001, last + 0.001, f"nsysmap:step:{step}")
+        if plan.step_ranges:
+            b.range(PID, MAIN, first_launch - 0.001, last + 0.001, f"nsysmap:step:{step}")
     return max(ends.values()), corr
 
 

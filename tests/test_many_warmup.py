@@ -28,6 +28,7 @@ import polars as pl
 import pytest
 
 from devtools.synth import SynthExport
+from nsysmap.core.schemas import OUTPUT_SCHEMA_VERSION
 from nsysmap.many.collect import output_tables
 from nsysmap.many.rank_collectives import rank_collectives
 from nsysmap.many.rank_findings import job_findings
@@ -178,11 +179,11 @@ def test_an_earlier_outputs_collectives_keep_the_warm_up(job: dict[str, Any], tm
 
     from nsysmap.many.rank_collectives import collectives_section
 
-    now = collectives_section(job["out"], [0, 1], "1.12")
+    now = collectives_section(job["out"], [0, 1], OUTPUT_SCHEMA_VERSION)
     earlier = tmp_path / "earlier"
     shutil.copytree(job["out"], earlier)
     manifest = json.loads((earlier / "manifest.json").read_text())
-    assert manifest["output_schema_version"] == "1.12"
+    assert manifest["output_schema_version"] == OUTPUT_SCHEMA_VERSION
     manifest["output_schema_version"] = "1.11"
     (earlier / "manifest.json").write_text(json.dumps(manifest))
     then = collectives_section(earlier, [0, 1], manifest["output_schema_version"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import polars as pl
 
 from nsysmap.core.schemas import declare
@@ -23,6 +25,9 @@ FINDINGS = declare(
         "evidence_rows": pl.String,  # the tables and rows that hold them
         "steps": pl.Int64,  # steps the per-step figures average over (1: whole capture)
         "step_ns": pl.Int64,  # the device's mean step wall time
+        # The figures are per measured step; false: no step is measured, and the measured
+        # work counts as one (figures are totals over it, shares are of its wall time).
+        "per_step": pl.Boolean,
         "basis_ns_per_step": pl.Int64,  # the time the saving is taken from, per step
         "saving_ns_per_step": pl.Int64,  # estimated saving per step; null: cannot tell
         "saving_share": pl.Float64,  # saving_ns_per_step / step_ns
@@ -35,3 +40,24 @@ FINDINGS = declare(
         "overlaps": pl.String,  # findings ranked above that took part of the same time
     }
 )
+
+
+def per_words(per_step: bool | None) -> str:
+    """What follows a finding's time or count: " per step", or nothing where no step is
+    measured (the figure is a total over the measured work). None (an output written
+    before the column): per step, as it said then."""
+    return "" if per_step is False else " per step"
+
+
+def share_words(per_step: bool | None) -> str:
+    """What a finding's share is of: "the step", or "the measured time" where no step is
+    measured (the measured work's wall time on the device)."""
+    return "the measured time" if per_step is False else "the step"
+
+
+def saving_words(per_steps: Iterable[bool | None]) -> str:
+    """How a list of findings ranks: by "estimated saving per step", or, where none of
+    them has measured steps, by "estimated saving over the measured time"."""
+    if any(p is not False for p in per_steps):
+        return "estimated saving per step"
+    return "estimated saving over the measured time"

@@ -26,7 +26,7 @@ def declare(columns: Mapping[str, ColumnType]) -> pl.Schema:
     return pl.Schema(columns)
 
 
-OUTPUT_SCHEMA_VERSION = "1.12"
+OUTPUT_SCHEMA_VERSION = "1.13"
 
 # `graph`: one replay of a CUDA graph, traced as a whole (--cuda-graph-trace=graph).
 OP_KINDS = ("kernel", "memcpy", "memset", "cpu_op", "graph")

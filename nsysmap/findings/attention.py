@@ -98,9 +98,9 @@ def _finding(x: Inputs, rule: Rule, device: int, place: str, rows: pl.DataFrame)
     what = f"{markdown_code(place)} ({named})" if by_module else f"the range {markdown_code(place)}"
     evidence = (
         f"{what} runs attention unfused: softmax kernels {ms(softmax / steps)}, other "
-        f"non-matmul work {ms((saving - softmax) / steps)} and matmuls {ms(matmul / steps)} "
-        "per step, no fused attention kernel; the non-matmul part is "
-        f"{pct(share(saving / steps, step_ns))} of the step"
+        f"non-matmul work {ms((saving - softmax) / steps)} and matmuls {ms(matmul / steps)}"
+        f"{x.per}, no fused attention kernel; the non-matmul part is "
+        f"{pct(share(saving / steps, step_ns))} of {x.the_step}"
     )
     wanted = x.with_busy(rest.group_by(BUSY_KEYS).agg(want=pl.col("dur_ns").sum()))
     return Finding(

@@ -105,10 +105,11 @@ def _finding(
     name = markdown_code(layer)
     evidence = (
         f"in {phase_text(phase)}, {name} runs {plural(rows.height / steps, 'chain')} of "
-        f"elementwise {unit} per step ({count(kernels / rows.height)} {unit} each on average, "
-        f"{ms(busy / steps)} per step"
+        f"elementwise {unit}{x.per} ({count(kernels / rows.height)} {unit} each on average, "
+        f"{ms(busy / steps)}{x.per}"
         + ("" if x.cpu else f", with {ms(total_ns(rows, 'gaps_ns') / steps)} of gaps between them")
-        + f"); fusing each into one would save {pct(share(saving / steps, step_ns))} of the step"
+        + f"); fusing each into one would save {pct(share(saving / steps, step_ns))} of "
+        + x.the_step
     )
     return Finding(
         rule=rule,

@@ -79,10 +79,10 @@ def _finding(x: Inputs, rule: Rule, row: dict) -> Finding | None:
     if rule.below_min_share(x, device, time):
         return None
     evidence = (
-        f"{plural(row['kernels'] / steps, f'{what} kernel')} per step in {phase_text(phase)} "
-        f"take {ms(row['comm_ns'] / steps)} per step, of which {pct(hidden_share)} hidden "
+        f"{plural(row['kernels'] / steps, f'{what} kernel')}{x.per} in {phase_text(phase)} "
+        f"take {ms(row['comm_ns'] / steps)}{x.per}, of which {pct(hidden_share)} hidden "
         f"behind compute and {ms(time / steps)} exposed "
-        f"({pct(share(time / steps, step_ns))} of the step)"
+        f"({pct(share(time / steps, step_ns))} of {x.the_step})"
     )
     claim = pl.DataFrame([row]).with_columns(module=pl.col("collective"))
     return Finding(

@@ -43,7 +43,8 @@ def findings(inputs: Sequence[Inputs]) -> list[Finding]:
         for rule in RULES:
             for f in rule.detect(x, rule):
                 if not f.steps:
-                    f = replace(f, steps=x.step_count(f.device_id), step_ns=x.step_ns(f.device_id))
+                    count, ns = x.step_count(f.device_id), x.step_ns(f.device_id)
+                    f = replace(f, steps=count, step_ns=ns, stepped=x.per_step)
                 if x.basis == CAPTURE and x.across is None:
                     lacks = NO_STEPS if x.region is None else NO_STEPS_REGION
                     needs = lacks if f.needs is None else f"{f.needs}; {lacks}"
@@ -87,6 +88,7 @@ def _row(r: Ranked, priority: int, renumber: dict[int, int]) -> tuple:
         f.evidence_rows,
         max(f.steps, 1),
         f.step_ns,
+        f.stepped,
         f.per_step(f.basis_ns),
         saving,
         saving / f.step_ns if saving is not None and f.step_ns else None,

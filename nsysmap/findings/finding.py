@@ -91,6 +91,7 @@ class Finding:
     known: bool = field(default=True)  # False: no saving can be estimated
     steps: int = 0  # the measured steps the totals are over (0: the device's, filled in)
     step_ns: int = 0  # the mean step time (with steps: the detector's own)
+    stepped: bool = True  # per measured step; False: none measured, the work counts as one
 
     def per_step(self, ns: float) -> int:
         """A total over the steps, per step."""

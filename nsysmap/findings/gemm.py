@@ -123,10 +123,10 @@ def _evidence(x: Inputs, device: int, rows: pl.DataFrame) -> str:
     gemms = x.busy.filter((pl.col("device_id") == device) & (pl.col("category") == "gemm"))
     kernels = sorted({k for names in rows["kernels"] for k in names})
     text = (
-        f"{plural(total_ns(rows, 'simt_ops') / steps, 'fp32 GEMM kernel')} per step on the SIMT "
-        f"cores ({listed(kernels)}): {ms(simt / steps)} per step, "
+        f"{plural(total_ns(rows, 'simt_ops') / steps, 'fp32 GEMM kernel')}{x.per} on the SIMT "
+        f"cores ({listed(kernels)}): {ms(simt / steps)}{x.per}, "
         f"{pct(share(simt, total_ns(gemms, 'busy_ns')))} of the GEMM time and "
-        f"{pct(share(simt / steps, step_ns))} of the step, on "
+        f"{pct(share(simt / steps, step_ns))} of {x.the_step}, on "
         f"{markdown_code(x.device_name(device))}"
     )
     capability = x.compute_capability(device)

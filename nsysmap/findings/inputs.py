@@ -32,6 +32,7 @@ from typing import Any
 
 import polars as pl
 
+from nsysmap.core.findings_schema import per_words, share_words
 from nsysmap.core.scalars import to_int
 from nsysmap.core.schemas import OPS, empty
 from nsysmap.core.wait_schemas import IDLE, LAUNCH_COST
@@ -103,6 +104,22 @@ class Inputs:
         if found["steps"][0]:
             return STEPS
         return PHASES if found["phases"][0] else CAPTURE
+
+    @property
+    def per_step(self) -> bool:
+        """Are the figures per measured step? Without steps the measured work counts as
+        one: its figures are totals over it, its shares of its wall time."""
+        return self.basis == STEPS
+
+    @property
+    def per(self) -> str:
+        """What follows a time or count in a finding's words: " per step" or nothing."""
+        return per_words(self.per_step)
+
+    @property
+    def the_step(self) -> str:
+        """What a share in a finding's words is of: "the step" or "the measured time"."""
+        return share_words(self.per_step)
 
     @cached_property
     def region(self) -> pl.DataFrame | None:

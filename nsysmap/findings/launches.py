@@ -64,9 +64,9 @@ def _launch_finding(
     longer = total_ns(rows, "idle_long_launch_ns")
     layers = rows.with_columns(layer=layer_path("module"))
     evidence = (
-        f"in {phase_text(phase)} the GPU waited {ms(idle / steps)} per step for the host to "
+        f"in {phase_text(phase)} the GPU waited {ms(idle / steps)}{x.per} for the host to "
         f"launch the next kernel, in gaps of up to {ms(LAUNCH_GAP.value)}: {pct(bound)} of that "
-        f"work's wall time on its busiest stream; {count(launches / steps)} launches per step"
+        f"work's wall time on its busiest stream; {count(launches / steps)} launches{x.per}"
     )
     if short is not None:
         shorter = "of kernels that ran for less time than their launch call took"
@@ -74,7 +74,7 @@ def _launch_finding(
     named = top_names(layers, "layer", "idle_launch_ns")
     evidence += f"; most of the wait before the work of {named}" if named else ""
     if longer:
-        evidence += f"; longer gaps, other host work, {ms(longer / steps)} per step more"
+        evidence += f"; longer gaps, other host work, {ms(longer / steps)}{x.per} more"
     return Finding(
         rule=rule,
         device_id=device,

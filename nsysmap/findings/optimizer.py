@@ -83,9 +83,9 @@ def _finding(x: Inputs, rule: Rule, device: int) -> Finding | None:
     unit = "operator calls" if x.cpu else "kernels"
     where = "the phase takes" if x.cpu else "the GPU waits"
     evidence = (
-        f"the optimizer phase runs {count(cost.calls / steps)} small {unit} per step, of only "
+        f"the optimizer phase runs {count(cost.calls / steps)} small {unit}{x.per}, of only "
         f"{count(cost.kinds)} distinct {'operators' if x.cpu else 'kernels'}, and no "
-        f"multi-tensor or fused optimizer kernel; {where} {ms(cost.basis_ns / steps)} per step"
+        f"multi-tensor or fused optimizer kernel; {where} {ms(cost.basis_ns / steps)}{x.per}"
         + ("" if x.cpu else " in launch and latency gaps before them")
     )
     return Finding(

@@ -69,10 +69,10 @@ def _sync_evidence(x: Inputs, device: int, idle: int) -> str:
     to_host = pl.col("name").str.contains(DTOH)
     copies = _copies(x).filter((pl.col("device_id") == device) & to_host).height
     text = (
-        f"the GPU sat idle {ms(idle / steps)} per step ({pct(share(idle / steps, step_ns))} of "
-        f"the step) in {plural(gaps.height / steps, 'gap')} while the host was blocked in a "
+        f"the GPU sat idle {ms(idle / steps)}{x.per} ({pct(share(idle / steps, step_ns))} of "
+        f"{x.the_step}) in {plural(gaps.height / steps, 'gap')} while the host was blocked in a "
         "synchronisation; "
-        f"{plural(copies / steps, 'device-to-host copy', 'device-to-host copies')} per step"
+        f"{plural(copies / steps, 'device-to-host copy', 'device-to-host copies')}{x.per}"
     )
     return text + (f"; the gaps follow {listed(before)}" if before else "")
 
@@ -137,9 +137,9 @@ def _copy_finding(x: Inputs, rule: Rule, device: int, rows: pl.DataFrame) -> Fin
     if rule.below_min_share(x, device, time):
         return None
     evidence = (
-        f"{plural(total_ns(rows, 'copies') / steps, COPY, COPIES)} per step take "
-        f"{ms(time / steps)} of the GPU's time ({pct(share(time / steps, step_ns))} of the "
-        f"step): {count(total_ns(rows, 'synchronous') / steps)} synchronous (cudaMemcpy), "
+        f"{plural(total_ns(rows, 'copies') / steps, COPY, COPIES)}{x.per} take "
+        f"{ms(time / steps)} of the GPU's time ({pct(share(time / steps, step_ns))} of "
+        f"{x.the_step}): {count(total_ns(rows, 'synchronous') / steps)} synchronous (cudaMemcpy), "
         f"{count(total_ns(rows, 'pageable') / steps)} from pageable memory"
     )
     return Finding(

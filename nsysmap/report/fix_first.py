@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap.core.findings_schema import FINDINGS
+from nsysmap.core.findings_schema import FINDINGS, saving_words
 from nsysmap.core.inert import markdown_cell, markdown_code, markdown_text
 from nsysmap.report.format import ms, pct, table
 
@@ -31,7 +31,10 @@ def read_findings(run_dir: str | Path, manifest: Mapping[str, Any]) -> pl.DataFr
     listed = (manifest.get("tables") or {}).get(ID)
     if not listed:
         return None
-    return pl.read_parquet(Path(run_dir) / listed["file"]).cast(FINDINGS)
+    table = pl.read_parquet(Path(run_dir) / listed["file"])
+    if "per_step" not in table.columns:  # written before output schema 1.13: per step
+        table = table.with_columns(per_step=pl.lit(None, pl.Boolean))
+    return table.select(FINDINGS.names()).cast(FINDINGS)
 
 
 def fix_first_answer(findings: pl.DataFrame | None) -> dict[str, Any]:
@@ -59,6 +62,14 @@ def saving_text(row: Mapping[str, Any]) -> str:
     return ("up to " if row["upper_bound"] else "about ") + ms(row["saving_ns_per_step"])
 
 
+def saving_columns(per_steps: list[bool | None]) -> list[str]:
+    """The headings of the saving and its share: per step, or, where no finding has
+    measured steps, over the measured time."""
+    if any(p is not False for p in per_steps):
+        return ["saving per step", "of the step"]
+    return ["saving", "of the measured time"]
+
+
 def fix_first_section(answer: Mapping[str, Any]) -> list[str]:
     """The Markdown section: a ranked table, then each finding's evidence, estimate and fix."""
     lines = [f"## {TITLE}", ""]
@@ -67,8 +78,9 @@ def fix_first_section(answer: Mapping[str, Any]) -> list[str]:
     rows = answer["findings"]
     if not rows:
         return [*lines, f"No rule found anything worth fixing (rules: `{answer['rules']}`).", ""]
+    per_steps = [r.get("per_step") for r in rows]
     lines += [
-        "Ranked by estimated saving per step; where two findings draw on the same time, the "
+        f"Ranked by {saving_words(per_steps)}; where two findings draw on the same time, the "
         f"one below counts only what is left. Each rule: `{answer['rules']}`.",
         "",
     ]
@@ -83,7 +95,7 @@ def fix_first_section(answer: Mapping[str, Any]) -> list[str]:
         ]
         for r in rows
     ]
-    lines += table(["#", "finding", "where", "saving per step", "of the step", "confidence"], cells)
+    lines += table(["#", "finding", "where", *saving_columns(per_steps), "confidence"], cells)
     for r in rows:
         lines += [*_details(r), ""]
     return lines

@@ -7,6 +7,7 @@ from typing import Any
 
 import polars as pl
 
+from nsysmap.core.findings_schema import saving_words, share_words
 from nsysmap.core.inert import terminal_text
 
 TOP = 3  # findings shown
@@ -16,8 +17,10 @@ def findings_lines(table: pl.DataFrame | None, top: int = TOP) -> str:
     """ "What to fix first" and the `top` findings of findings.parquet, or "" without any."""
     if table is None or table.is_empty():
         return ""
-    lines = ["What to fix first (estimated saving per step; findings.parquet, docs/findings.md)"]
-    for row in table.sort("priority").head(top).iter_rows(named=True):
+    ranked = table.sort("priority")
+    words = saving_words(_per_steps(ranked))
+    lines = [f"What to fix first ({words}; findings.parquet, docs/findings.md)"]
+    for row in ranked.head(top).iter_rows(named=True):
         where = terminal_text(row["place"])
         lines.append(f"  {row['priority']}. {row['title']} ({where}): {_saving(row)}")
         lines.append(f"     fix: {row['fix']}")
@@ -31,8 +34,13 @@ def _saving(row: dict[str, Any]) -> str:
     if saving is None:
         return f"saving unknown ({terminal_text(row['needs'])})"
     bound = "up to " if row["upper_bound"] else "about "
-    share = pct(row["saving_share"])
-    return f"{bound}{ms(saving)} ({share} of the step), confidence {row['confidence']}"
+    share = f"{pct(row['saving_share'])} of {share_words(row.get('per_step'))}"
+    return f"{bound}{ms(saving)} ({share}), confidence {row['confidence']}"
+
+
+def _per_steps(table: pl.DataFrame) -> list[bool | None]:
+    """Each finding's `per_step` (None for a table written before the column)."""
+    return table["per_step"].to_list() if "per_step" in table.columns else [None] * table.height
 
 
 def ms(ns: float) -> str:

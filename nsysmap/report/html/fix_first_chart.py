@@ -14,8 +14,9 @@ import html
 from collections.abc import Mapping
 from typing import Any
 
+from nsysmap.core.findings_schema import per_words, saving_words, share_words
 from nsysmap.core.inert import plotly_text, visible
-from nsysmap.report.fix_first import TITLE, saving_text
+from nsysmap.report.fix_first import TITLE, saving_columns, saving_text
 from nsysmap.report.html.chart import (
     MAX_BARS,
     Chart,
@@ -38,7 +39,8 @@ def anchor(row: Mapping[str, Any]) -> str:
 
 
 def fix_first_chart(answer: Mapping[str, Any]) -> Chart | None:
-    """Bars of estimated saving per step, ranked (None without a finding of known saving)."""
+    """Bars of estimated saving per step (over the measured time where no finding has
+    measured steps), ranked (None without a finding of known saving)."""
     rows = [r for r in answer.get("findings") or [] if r["saving_ns_per_step"] is not None]
     if answer.get("unknown") or not rows:
         return None
@@ -47,15 +49,21 @@ def fix_first_chart(answer: Mapping[str, Any]) -> Chart | None:
     trace = bar("estimated saving", [ms(r["saving_ns_per_step"]) for r in shown], labels, BAR)
     trace.update(
         orientation="h",
-        text=[f"{100 * (r['saving_share'] or 0):.1f} % of the step" for r in shown],
+        text=[
+            f"{100 * (r['saving_share'] or 0):.1f} % of {share_words(r.get('per_step'))}"
+            for r in shown
+        ],
         hovertext=[plotly_text(code_plain(r["evidence"])) for r in shown],
         hoverinfo="x+text",
         customdata=[f"#{anchor(r)}" for r in shown],  # a click shows the evidence
     )
+    per_steps = [r.get("per_step") for r in rows]
+    words = saving_words(per_steps)
     caption = (
-        "Estimated saving per step of each finding, largest first (an upper bound where the "
-        "rule says so); click a finding for its evidence and fix. Rules: docs/findings.md."
+        f"{words[0].upper()}{words[1:]} of each finding, largest first (an upper bound where "
+        "the rule says so); click a finding for its evidence and fix. Rules: docs/findings.md."
     )
+    unit = "ms per step" if words.endswith("per step") else "ms"
     return Chart(
         "fix_first",
         TITLE,
@@ -63,21 +71,20 @@ def fix_first_chart(answer: Mapping[str, Any]) -> Chart | None:
         {
             "data": [trace],
             "layout": layout(
-                "Estimated saving per step",
-                xaxis={"title": "saving (ms per step)"},
+                f"{words[0].upper()}{words[1:]}",
+                xaxis={"title": f"saving ({unit})"},
                 yaxis={"title": {"text": "finding", "standoff": 12}},
                 height=max(260, 34 * len(shown) + 120),
             ),
         },
-        _table(rows),
+        _table(rows, per_steps),
     )
 
 
-COLUMNS = ["#", "finding", "where", "saving per step", "of the step", "confidence", "fix"]
 KINDS = ["number", "text", "text", "ms", "share", "text", "text"]
 
 
-def _table(rows: list[Mapping[str, Any]]) -> Table:
+def _table(rows: list[Mapping[str, Any]], per_steps: list[bool | None]) -> Table:
     """The findings behind the chart, every one."""
     cells: list[list[Any]] = [
         [
@@ -91,7 +98,8 @@ def _table(rows: list[Mapping[str, Any]]) -> Table:
         ]
         for r in rows
     ]
-    return Table(COLUMNS, cells, KINDS)
+    columns = ["#", "finding", "where", *saving_columns(per_steps), "confidence", "fix"]
+    return Table(columns, cells, KINDS)
 
 
 def _label(row: Mapping[str, Any]) -> str:
@@ -123,7 +131,8 @@ def _escaped(text: object) -> str:
 def _item(r: Mapping[str, Any]) -> str:
     e = _escaped
     parts = [
-        f"<b>{e(r['title'])}</b> ({code_spans(e(r['place']))}): {e(saving_text(r))} per step",
+        f"<b>{e(r['title'])}</b> ({code_spans(e(r['place']))}): {e(saving_text(r))}"
+        + per_words(r.get("per_step")),
         f"Evidence: {code_spans(e(r['evidence']))}.",
         f"Estimate: {e(r['estimate'])}."
         + (f" Overlaps {e(r['overlaps'])}." if r["overlaps"] else ""),
