@@ -45,8 +45,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.corpus]
 # naming the measured steps the header counts; then output schema 1.12 in every
 # manifest; then the read apart of a multi-process export that was to be read in
 # time windows too, saying why it was not, process by process: windows_refused in
-# its manifest).
-BASELINE = "213f3356c849e821fcec4f07da795315a9d9f2d1"
+# its manifest; then the findings of a profile without steps said over the measured
+# time, not per step: findings.parquet's per_step, output schema 1.13).
+BASELINE = "f2cf354379b8e2a78786dbe0fd1616ab3aebe752"
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = (ROOT / ".." / "shared" / "corpus").resolve()
 FOLDERS = ("nsys", "real", "real2", "real3")
