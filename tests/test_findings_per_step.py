@@ -14,7 +14,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from nsysmap.core.findings_schema import saving_words
+from nsysmap.diff.fix_check import check, check_lines
 from nsysmap.report.build import build_report
+from nsysmap.report.fix_first import saving_columns
 from nsysmap.report.html.fix_first_chart import evidence_html, fix_first_chart
 from nsysmap.report.report_files import read_run
 from nsysmap.summaries.fix_first_text import findings_lines
@@ -23,7 +26,7 @@ from tests.test_findings_report import A100_RUN, attributed
 
 pytestmark = pytest.mark.slow  # whole flows on synthetic exports
 
-STEP_WORDS = ("per step", "of the step")
+STEP_WORDS = ("per step", "of the step", "the whole step", "one step")
 PLANS = {
     "steps": Plan(A100_RUN),
     "phases": Plan(A100_RUN, step_ranges=False),
@@ -48,8 +51,9 @@ def test_without_steps_no_finding_says_per_step(outputs, basis):
     table = _findings(outputs[basis])
     assert table["per_step"].to_list() == [False] * table.height
     assert table["steps"].to_list() == [1] * table.height
-    for evidence in table["evidence"]:
-        assert not any(words in evidence for words in STEP_WORDS), evidence
+    for row in table.iter_rows(named=True):
+        said = " ".join(row[c] or "" for c in ("evidence", "place", "evidence_rows", "needs"))
+        assert not any(words in said for words in STEP_WORDS), said
     gemm = table.filter(pl.col("rule") == "fp32_gemm")["evidence"][0]
     assert "of the measured time" in gemm
 
@@ -91,7 +95,10 @@ def test_with_steps_the_renderers_say_per_step(outputs):
     result = build_report(read_run(out))
     assert "| saving per step | of the step |" in result.markdown
     chart = fix_first_chart(result.answers["answers"]["findings"])
-    assert chart is not None and chart.figure["layout"]["xaxis"]["title"]["text"] == "saving (ms per step)"
+    assert (
+        chart is not None
+        and chart.figure["layout"]["xaxis"]["title"]["text"] == "saving (ms per step)"
+    )
 
 
 def test_an_output_before_the_column_reads_as_per_step(outputs, tmp_path):
@@ -108,3 +115,24 @@ def test_an_output_before_the_column_reads_as_per_step(outputs, tmp_path):
     assert rows and all(r["per_step"] is None for r in rows)
     assert "Ranked by estimated saving per step" in result.markdown
     assert "| saving per step | of the step |" in result.markdown
+    lines = findings_lines(table)
+    assert "estimated saving per step" in lines and "of the step)" in lines
+
+
+def test_a_job_with_ranks_with_and_without_steps_says_both():
+    """The ranks of a job, some with steps and some without: the headings say which."""
+    both = saving_words([True, False])
+    assert both.startswith("estimated saving per step") and "measured time" in both
+    assert saving_columns([True, False])[1] == "of the step or measured time"
+    assert saving_columns([True, None]) == ["saving per step", "of the step"]
+    assert saving_columns([False, False]) == ["saving", "of the measured time"]
+
+
+def test_diff_says_the_saving_of_a_run_without_steps_over_the_measured_time(outputs):
+    """`nsysmap diff` of a run without steps against itself: its findings' savings are
+    not per step, nor is the time they are measured against."""
+    run = read_run(outputs["phases"])
+    lines = "\n".join(check_lines(check(run, run)))
+    assert "still: #1" in lines and "per step" not in lines
+    stepped = read_run(outputs["steps"])
+    assert "ms per step" in "\n".join(check_lines(check(stepped, stepped)))

@@ -57,7 +57,11 @@ def share_words(per_step: bool | None) -> str:
 
 def saving_words(per_steps: Iterable[bool | None]) -> str:
     """How a list of findings ranks: by "estimated saving per step", or, where none of
-    them has measured steps, by "estimated saving over the measured time"."""
-    if any(p is not False for p in per_steps):
-        return "estimated saving per step"
-    return "estimated saving over the measured time"
+    them has measured steps, by "estimated saving over the measured time" (both, for
+    findings of both: the ranks of a job, some with steps and some without)."""
+    stepped = {p is not False for p in per_steps}
+    if stepped == {False}:
+        return "estimated saving over the measured time"
+    if stepped == {True, False}:
+        return "estimated saving per step, or over the measured time where no step is measured"
+    return "estimated saving per step"

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from nsysmap.core.findings_schema import FINDINGS
+from nsysmap.core.findings_schema import FINDINGS, per_words
 from nsysmap.core.inert import terminal_text
 from nsysmap.core.scalars import to_float
 from nsysmap.core.wait_schemas import IDLE, LAUNCH_COST
@@ -49,6 +49,9 @@ class FixCheck:
     step: tuple[float | None, float | None]  # A's and B's median step time (those devices)
     phase: str | None = None  # the one phase every gone finding is about, else None
     in_phase: tuple[float | None, float | None] = (None, None)  # its time per step, A and B
+    # The gone findings' figures are per step (False: A measured no step, and its
+    # measured work counts as one: totals over it).
+    per_step: bool = True
 
     @property
     def measured_ns(self) -> float | None:
@@ -111,7 +114,9 @@ def check(a: RunData, b: RunData) -> FixCheck | None:
     phases = known["phase"].unique().to_list()
     phase = phases[0] if len(phases) == 1 else None
     in_phase = (_summed(a, known, phase), _summed(b, known, phase)) if phase else (None, None)
-    return FixCheck(gone, still, new.sort("priority"), estimated, bound, step, phase, in_phase)
+    per_step = "per_step" not in known.columns or any(p is not False for p in known["per_step"])
+    new = new.sort("priority")
+    return FixCheck(gone, still, new, estimated, bound, step, phase, in_phase, per_step)
 
 
 def _summed(run: RunData, findings: pl.DataFrame, phase: str | None) -> float | None:
@@ -162,14 +167,18 @@ def check_lines(fixed: FixCheck | None) -> list[str]:
     if fixed.estimated_ns is None or fixed.measured_ns is None:
         return lines
     bound = "up to " if fixed.upper_bound else "about "
+    per = per_words(fixed.per_step)
+    whole = "step" if fixed.per_step else "measured time"  # what the phase is part of
     where = (
-        f"in phase {fixed.phase} ({_ms(fixed.in_phase[0])} per step in A, "
-        f"{_ms(fixed.in_phase[1])} in B; the step {_ms(fixed.step[0])} and {_ms(fixed.step[1])})"
+        f"in phase {fixed.phase} ({_ms(fixed.in_phase[0])}{per} in A, "
+        f"{_ms(fixed.in_phase[1])} in B; the {whole} {_ms(fixed.step[0])} and "
+        f"{_ms(fixed.step[1])})"
         if fixed.phase is not None
-        else f"(step time {_ms(fixed.step[0])} in A, {_ms(fixed.step[1])} in B)"
+        else f"({'step' if fixed.per_step else 'measured'} time {_ms(fixed.step[0])} in A, "
+        f"{_ms(fixed.step[1])} in B)"
     )
     lines.append(
-        f"Saving of the findings gone: estimated {bound}{_ms(fixed.estimated_ns)} per step; "
+        f"Saving of the findings gone: estimated {bound}{_ms(fixed.estimated_ns)}{per}; "
         f"measured {_ms(fixed.measured_ns)} {where}: {_SAID[fixed.verdict or 'no saving']} "
         f"(±{100 * TOLERANCE:.0f} %)."
     )
@@ -180,7 +189,7 @@ def _saving(row: dict) -> str:
     if row["saving_ns_per_step"] is None:
         return "saving unknown"
     bound = "up to " if row["upper_bound"] else "about "
-    return f"{bound}{_ms(row['saving_ns_per_step'])} per step"
+    return f"{bound}{_ms(row['saving_ns_per_step'])}{per_words(row.get('per_step'))}"
 
 
 def _ms(ns: float | None) -> str:

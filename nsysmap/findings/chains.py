@@ -96,6 +96,7 @@ def _finding(
     x: Inputs, rule: Rule, device: int, phase: str | None, layer: str, rows: pl.DataFrame
 ) -> Finding | None:
     steps, step_ns = x.step_count(device), x.step_ns(device)
+    within = phase_text(phase, x.per_step)  # "phase forward", "the whole step", ...
     claims = _claims(x, rows)
     saving = sum(c.ns for c in claims)
     if rule.below_min_share(x, device, saving):
@@ -104,7 +105,7 @@ def _finding(
     unit = "CPU operators" if x.cpu else "kernels"
     name = markdown_code(layer)
     evidence = (
-        f"in {phase_text(phase)}, {name} runs {plural(rows.height / steps, 'chain')} of "
+        f"in {within}, {name} runs {plural(rows.height / steps, 'chain')} of "
         f"elementwise {unit}{x.per} ({count(kernels / rows.height)} {unit} each on average, "
         f"{ms(busy / steps)}{x.per}"
         + ("" if x.cpu else f", with {ms(total_ns(rows, 'gaps_ns') / steps)} of gaps between them")
@@ -116,9 +117,9 @@ def _finding(
         device_id=device,
         phase=phase,
         module=layer,
-        place=f"{x.where(device)}, {phase_text(phase)}, module {name}",
+        place=f"{x.where(device)}, {within}, module {name}",
         evidence=evidence,
-        evidence_rows=f"ops.parquet: device_id {device}, {phase_text(phase)}, layer {name}, "
+        evidence_rows=f"ops.parquet: device_id {device}, {within}, layer {name}, "
         "category elementwise, in stream order",
         basis_ns=busy + total_ns(rows, "gaps_ns"),
         claims=claims,

@@ -75,11 +75,12 @@ COMM_KEYS = ["device_id", "phase", "module", "collective"]  # comm_exposed's key
 def _finding(x: Inputs, rule: Rule, row: dict) -> Finding | None:
     device, phase, what = row["device_id"], row["phase"], row["collective"]
     steps, step_ns = x.step_count(device), x.step_ns(device)
+    within = phase_text(phase, x.per_step)  # "phase forward", "the whole step", ...
     time, hidden_share = row["exposed_ns"], 1 - (share(row["exposed_ns"], row["comm_ns"]) or 0)
     if rule.below_min_share(x, device, time):
         return None
     evidence = (
-        f"{plural(row['kernels'] / steps, f'{what} kernel')}{x.per} in {phase_text(phase)} "
+        f"{plural(row['kernels'] / steps, f'{what} kernel')}{x.per} in {within} "
         f"take {ms(row['comm_ns'] / steps)}{x.per}, of which {pct(hidden_share)} hidden "
         f"behind compute and {ms(time / steps)} exposed "
         f"({pct(share(time / steps, step_ns))} of {x.the_step})"
@@ -89,10 +90,10 @@ def _finding(x: Inputs, rule: Rule, row: dict) -> Finding | None:
         rule=rule,
         device_id=device,
         phase=phase,
-        place=f"{x.where(device)}, {phase_text(phase)}, {what}",
+        place=f"{x.where(device)}, {within}, {what}",
         evidence=evidence,
         evidence_rows=f"ops.parquet: category communication, device_id {device}, "
-        f"{phase_text(phase)}; overlap.parquet (exposed_ns)",
+        f"{within}; overlap.parquet (exposed_ns)",
         basis_ns=time,
         claims=claims_of(claim, "comm_exposed", COMM_KEYS, "exposed_ns", "exposed_ns", x.rank),
         estimate="the exposed communication time: overlapped perfectly it would be hidden; "

@@ -24,14 +24,15 @@ from nsysmap.findings.rule_table import MIN_SHARE, RULES
 # What a profile without steps or phases lacks for more than a low confidence.
 NO_STEPS = (
     "step ranges (NVTX `step N`, ProfilerStep, or `nsysmap run`): without them the whole "
-    "capture, set-up included, counts as one step"
+    "capture, set-up included, counts as one, its figures totals over it"
 )
 
 
 # ... and one narrowed to the measured region its structure found (nsysmap.structure).
 NO_STEPS_REGION = (
     "step ranges (NVTX `step N`, ProfilerStep, or `nsysmap run`): without them the measured "
-    "region of structure.parquet (set-up and warm-up left out) counts as one step"
+    "region of structure.parquet (set-up and warm-up left out) counts as one, its figures "
+    "totals over it"
 )
 
 

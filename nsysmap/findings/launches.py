@@ -48,6 +48,7 @@ def _launch_finding(
     x: Inputs, rule: Rule, device: int, phase: str | None, rows: pl.DataFrame
 ) -> Finding | None:
     steps = x.step_count(device)
+    within = phase_text(phase, x.per_step)  # "phase forward", "the whole step", ...
     idle = total_ns(rows, "idle_launch_ns")
     bound = share(idle, total_ns(rows, "busy_ns") + total_ns(rows, "idle_ns")) or 0.0
     if bound < rule.value("min_launch_bound_share") or rule.below_min_share(x, device, idle):
@@ -64,7 +65,7 @@ def _launch_finding(
     longer = total_ns(rows, "idle_long_launch_ns")
     layers = rows.with_columns(layer=layer_path("module"))
     evidence = (
-        f"in {phase_text(phase)} the GPU waited {ms(idle / steps)}{x.per} for the host to "
+        f"in {within} the GPU waited {ms(idle / steps)}{x.per} for the host to "
         f"launch the next kernel, in gaps of up to {ms(LAUNCH_GAP.value)}: {pct(bound)} of that "
         f"work's wall time on its busiest stream; {count(launches / steps)} launches{x.per}"
     )
@@ -79,7 +80,7 @@ def _launch_finding(
         rule=rule,
         device_id=device,
         phase=phase,
-        place=f"{x.where(device)}, {phase_text(phase)}",
+        place=f"{x.where(device)}, {within}",
         evidence=evidence,
         evidence_rows=f"idle.parquet: kind launch, device_id {device}, phase {phase or 'null'}, "
         "busiest stream; launch_cost.parquet (launches, shorter_than_launch)",

@@ -64,9 +64,12 @@ def top_names(frame: pl.DataFrame, name: str, by: str, limit: int = 3) -> str:
     return listed(names, limit)
 
 
-def phase_text(phase: str | None) -> str:
-    """ "phase optimizer", or "the whole step" for no phase."""
-    return "the whole step" if phase is None else f"phase {phase}"
+def phase_text(phase: str | None, per_step: bool = True) -> str:
+    """ "phase optimizer", or for no phase "the whole step" (`per_step`: steps are
+    measured) or "all the measured work" (none is: the measured work counts as one)."""
+    if phase is not None:
+        return f"phase {phase}"
+    return "the whole step" if per_step else "all the measured work"
 
 
 def path_text(path: str | None, last: int | None = None) -> str | None:

@@ -64,10 +64,13 @@ def saving_text(row: Mapping[str, Any]) -> str:
 
 def saving_columns(per_steps: list[bool | None]) -> list[str]:
     """The headings of the saving and its share: per step, or, where no finding has
-    measured steps, over the measured time."""
-    if any(p is not False for p in per_steps):
-        return ["saving per step", "of the step"]
-    return ["saving", "of the measured time"]
+    measured steps, over the measured time (both, where some have and some have not)."""
+    stepped = {p is not False for p in per_steps}
+    if stepped == {False}:
+        return ["saving", "of the measured time"]
+    if stepped == {True, False}:
+        return ["saving (per step where steps are measured)", "of the step or measured time"]
+    return ["saving per step", "of the step"]
 
 
 def fix_first_section(answer: Mapping[str, Any]) -> list[str]:
