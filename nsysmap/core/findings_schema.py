@@ -55,13 +55,25 @@ def share_words(per_step: bool | None) -> str:
     return "the measured time" if per_step is False else "the step"
 
 
-def saving_words(per_steps: Iterable[bool | None]) -> str:
-    """How a list of findings ranks: by "estimated saving per step", or, where none of
-    them has measured steps, by "estimated saving over the measured time" (both, for
-    findings of both: the ranks of a job, some with steps and some without)."""
+STEPS, MEASURED, BOTH = "steps", "measured", "both"
+
+
+def basis_of(per_steps: Iterable[bool | None]) -> str:
+    """What a list of findings' figures are over: STEPS (every one per step, or written
+    before the column), MEASURED (none: the measured time) or BOTH (the ranks of a job,
+    some with steps and some without)."""
     stepped = {p is not False for p in per_steps}
-    if stepped == {False}:
-        return "estimated saving over the measured time"
-    if stepped == {True, False}:
-        return "estimated saving per step, or over the measured time where no step is measured"
-    return "estimated saving per step"
+    return MEASURED if stepped == {False} else BOTH if stepped == {True, False} else STEPS
+
+
+# How a list of findings ranks, by `basis_of`.
+SAVING_WORDS = {
+    STEPS: "estimated saving per step",
+    MEASURED: "estimated saving over the measured time",
+    BOTH: "estimated saving per step, or over the measured time where no step is measured",
+}
+
+
+def saving_words(per_steps: Iterable[bool | None]) -> str:
+    """How a list of findings ranks (SAVING_WORDS of their `basis_of`)."""
+    return SAVING_WORDS[basis_of(per_steps)]

@@ -114,7 +114,7 @@ def check(a: RunData, b: RunData) -> FixCheck | None:
     phases = known["phase"].unique().to_list()
     phase = phases[0] if len(phases) == 1 else None
     in_phase = (_summed(a, known, phase), _summed(b, known, phase)) if phase else (None, None)
-    per_step = "per_step" not in known.columns or any(p is not False for p in known["per_step"])
+    per_step = any(p is not False for p in known["per_step"])
     new = new.sort("priority")
     return FixCheck(gone, still, new, estimated, bound, step, phase, in_phase, per_step)
 
@@ -168,14 +168,13 @@ def check_lines(fixed: FixCheck | None) -> list[str]:
         return lines
     bound = "up to " if fixed.upper_bound else "about "
     per = per_words(fixed.per_step)
-    whole = "step" if fixed.per_step else "measured time"  # what the phase is part of
+    a, b = _ms(fixed.step[0]), _ms(fixed.step[1])
     where = (
         f"in phase {fixed.phase} ({_ms(fixed.in_phase[0])}{per} in A, "
-        f"{_ms(fixed.in_phase[1])} in B; the {whole} {_ms(fixed.step[0])} and "
-        f"{_ms(fixed.step[1])})"
+        f"{_ms(fixed.in_phase[1])} in B; the {'step' if fixed.per_step else 'measured time'} "
+        f"{a} and {b})"
         if fixed.phase is not None
-        else f"({'step' if fixed.per_step else 'measured'} time {_ms(fixed.step[0])} in A, "
-        f"{_ms(fixed.step[1])} in B)"
+        else f"({'step' if fixed.per_step else 'measured'} time {a} in A, {b} in B)"
     )
     lines.append(
         f"Saving of the findings gone: estimated {bound}{_ms(fixed.estimated_ns)}{per}; "

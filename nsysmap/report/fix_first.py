@@ -16,7 +16,14 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap.core.findings_schema import FINDINGS, saving_words
+from nsysmap.core.findings_schema import (
+    BOTH,
+    FINDINGS,
+    MEASURED,
+    STEPS,
+    basis_of,
+    saving_words,
+)
 from nsysmap.core.inert import markdown_cell, markdown_code, markdown_text
 from nsysmap.report.format import ms, pct, table
 
@@ -62,15 +69,17 @@ def saving_text(row: Mapping[str, Any]) -> str:
     return ("up to " if row["upper_bound"] else "about ") + ms(row["saving_ns_per_step"])
 
 
+# The headings of the saving and its share, by what the findings' figures are over.
+SAVING_COLUMNS = {
+    STEPS: ["saving per step", "of the step"],
+    MEASURED: ["saving", "of the measured time"],
+    BOTH: ["saving (per step where steps are measured)", "of the step or measured time"],
+}
+
+
 def saving_columns(per_steps: list[bool | None]) -> list[str]:
-    """The headings of the saving and its share: per step, or, where no finding has
-    measured steps, over the measured time (both, where some have and some have not)."""
-    stepped = {p is not False for p in per_steps}
-    if stepped == {False}:
-        return ["saving", "of the measured time"]
-    if stepped == {True, False}:
-        return ["saving (per step where steps are measured)", "of the step or measured time"]
-    return ["saving per step", "of the step"]
+    """The headings of the saving and its share (SAVING_COLUMNS of their `basis_of`)."""
+    return SAVING_COLUMNS[basis_of(per_steps)]
 
 
 def fix_first_section(answer: Mapping[str, Any]) -> list[str]:

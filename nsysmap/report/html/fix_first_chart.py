@@ -14,7 +14,7 @@ import html
 from collections.abc import Mapping
 from typing import Any
 
-from nsysmap.core.findings_schema import per_words, saving_words, share_words
+from nsysmap.core.findings_schema import STEPS, basis_of, per_words, saving_words, share_words
 from nsysmap.core.inert import plotly_text, visible
 from nsysmap.report.fix_first import TITLE, saving_columns, saving_text
 from nsysmap.report.html.chart import (
@@ -59,11 +59,12 @@ def fix_first_chart(answer: Mapping[str, Any]) -> Chart | None:
     )
     per_steps = [r.get("per_step") for r in rows]
     words = saving_words(per_steps)
+    title = words[0].upper() + words[1:]
     caption = (
-        f"{words[0].upper()}{words[1:]} of each finding, largest first (an upper bound where "
-        "the rule says so); click a finding for its evidence and fix. Rules: docs/findings.md."
+        f"{title} of each finding, largest first (an upper bound where the rule says so); "
+        "click a finding for its evidence and fix. Rules: docs/findings.md."
     )
-    unit = "ms per step" if words.endswith("per step") else "ms"
+    unit = "ms per step" if basis_of(per_steps) == STEPS else "ms"
     return Chart(
         "fix_first",
         TITLE,
@@ -71,7 +72,7 @@ def fix_first_chart(answer: Mapping[str, Any]) -> Chart | None:
         {
             "data": [trace],
             "layout": layout(
-                f"{words[0].upper()}{words[1:]}",
+                title,
                 xaxis={"title": f"saving ({unit})"},
                 yaxis={"title": {"text": "finding", "standoff": 12}},
                 height=max(260, 34 * len(shown) + 120),
