@@ -22,7 +22,7 @@ sink's store, the same way whichever it is.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import chain
 from typing import Any
@@ -43,8 +43,7 @@ from nsysmap.output.ops_sinks import HeldOps, OpsSink, OpsStore
 from nsysmap.output.writer import build_manifest
 from nsysmap.sources.by_window import PartsCheck
 from nsysmap.sources.choose import Source
-from nsysmap.structure.model import OPS_COLUMNS as STRUCTURE_COLUMNS
-from nsysmap.structure.model import build_structure
+from nsysmap.structure.model import Parts, structure_in_parts
 from nsysmap.summaries.by_range import by_range, combine_leaves, merge_by_range
 from nsysmap.summaries.conservation import check_conservation
 from nsysmap.summaries.summarise import (
@@ -134,7 +133,7 @@ def _per_device(
     those of all the rows at once). The waits read phase and module as codes (four
     bytes an op, not a text each; their tables hold texts)."""
     tables: dict[str, list[pl.DataFrame]] = {}
-    for ops in _devices(store):
+    for ops in _apart(store, "device_id"):
         part = with_overlap(summaries, ops)
         coded = ops.with_columns(pl.col("phase", "module").cast(pl.Categorical))
         part = with_waits(part, coded, *context)
@@ -147,20 +146,29 @@ def _per_device(
     return replace(summaries.replaced(overlap=overlap), waits=whole)
 
 
-def _devices(store: OpsStore) -> list[pl.LazyFrame]:
-    """The OPS rows, held all at once; streamed, one device at a time (ascending, the
-    rows without a device last)."""
+def _apart(store: OpsStore, column: str) -> list[pl.LazyFrame]:
+    """The OPS rows, held all at once; streamed, one value of `column` at a time
+    (ascending, the rows without one last)."""
     scan = store.scan()
     if isinstance(store, HeldOps):
         return [scan]
-    devices = scan.select(pl.col("device_id").unique().sort(nulls_last=True)).collect()
-    if devices.height < 2:
+    values = scan.select(pl.col(column).unique().sort(nulls_last=True)).collect()
+    if values.height < 2:
         return [scan]
-    on = [
-        pl.col("device_id").is_null() if d is None else pl.col("device_id") == d
-        for d in devices["device_id"]
-    ]
+    on = [pl.col(column).is_null() if v is None else pl.col(column) == v for v in values[column]]
     return [scan.filter(mine) for mine in on]
+
+
+def _processes(store: OpsStore) -> Parts:
+    """The OPS rows a process at a time (nsysmap.structure.model.Parts): held, all at
+    once; streamed, each process read from ops.parquet when asked for."""
+    scans = _apart(store, "pid")
+
+    def parts(columns: tuple[str, ...]) -> Iterable[pl.DataFrame]:
+        for scan in scans:
+            yield scan.select(columns).collect()
+
+    return parts
 
 
 def _chunks(
@@ -272,8 +280,8 @@ def _completed(
     if settings.structure:
         with settings.stages.stage("structure", "finding the structure"):
             labels = inferred.labels if inferred is not None else None
-            ops = store.read(STRUCTURE_COLUMNS)
-            structure = build_structure(ops, ranges, labels, settings.rules, settings.measure)
+            parts = _processes(store)
+            structure = structure_in_parts(parts, ranges, labels, settings.rules, settings.measure)
     source_path = profile.meta_value("source_path")
     check_conservation(totals, summaries, store.scan(), store.rows, source_path)
     made = flow_tables(summaries, inferred, structure)
@@ -289,7 +297,7 @@ def _inferred(store: OpsStore) -> Inferred:
     the few columns of its kernel sequence, then those its summaries compare with."""
     if isinstance(store, HeldOps):
         return infer_ops(store.read(INFER_COLUMNS))
-    return combined([infer_scan(ops) for ops in _devices(store)])
+    return combined([infer_scan(ops) for ops in _apart(store, "device_id")])
 
 
 def _recorded_options(settings: Settings) -> dict[str, Any]:

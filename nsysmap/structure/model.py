@@ -7,9 +7,22 @@ holding one forward and one backward pass, an inferred training step), then
 the regions of each process from where its passes lie
 (nsysmap.structure.regions); every row's operations, time and GPU span last,
 counted as nsysmap.structure.table.assign puts operations in rows.
+
+`build_structure` reads one frame of operations; `structure_in_parts` the same
+operations a process (or a few whole processes) at a time, for rows streamed
+to ops.parquet. Only pass rows, steps and per-process spans cross from one part
+to the next, and every part is read twice (its evidence, then its counts), so
+that only one part's operations are in memory at a time; the table is the same
+either way::
+
+    part 1 ─> base ─> passes, steps, lanes ─┐                ┌─> counts 1 ─┐
+    part 2 ─> base ─> passes, steps, lanes ─┴─> regions, ... ┼─> counts 2 ─┴─> STRUCTURE
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, fields
 
 import polars as pl
 
@@ -38,6 +51,22 @@ OPS_COLUMNS = (
 INFERRED_COLUMNS = ("op_id", "inferred_step", "inferred_phase", "inferred_confidence")
 
 
+# The OPS columns the structure counts each row's operations from (a second read).
+COUNTED_COLUMNS = (
+    "device_id",
+    "pid",
+    "launch_start_ns",
+    "start_ns",
+    "end_ns",
+    "dur_ns",
+    "step",
+    "phase",
+)
+# The operations of one or more whole processes at a time, of the columns asked for;
+# called once per read, giving the same parts each time.
+Parts = Callable[[tuple[str, ...]], Iterable[pl.DataFrame]]
+
+
 def build_structure(
     ops: pl.DataFrame,
     ranges: pl.DataFrame | None = None,
@@ -46,15 +75,33 @@ def build_structure(
     measure: tuple[str, ...] = (),
 ) -> pl.DataFrame:
     """STRUCTURE of `ops` (OPS_COLUMNS), their profile's SLIM `ranges` and INFERRED labels."""
-    base = _base(ops, inferred)
+    return structure_in_parts(
+        lambda columns: [ops.select(columns)], ranges, inferred, rules, measure
+    )
+
+
+def structure_in_parts(
+    parts: Parts,
+    ranges: pl.DataFrame | None = None,
+    inferred: pl.DataFrame | None = None,
+    rules: NameRules = BUILTIN,
+    measure: tuple[str, ...] = (),
+) -> pl.DataFrame:
+    """STRUCTURE of the operations `parts` gives (whole processes each), their profile's
+    SLIM `ranges` and INFERRED labels: that of all the operations at once."""
     named = labelled(ranges if ranges is not None else pl.DataFrame(schema=SLIM), rules)
-    passes, steps = _passes_and_steps(base, named)
+    found = []
+    for ops in parts(OPS_COLUMNS):
+        found.append(_evidence(_base(ops, inferred), named))
+        del ops  # one part's operations in memory at a time
+    evidence = _Evidence.joined(found)
+    passes, steps = _passes_and_steps(evidence, named)
     if passes.is_empty():
-        return _finished(base, _whole(base), passes, steps)
+        return _finished(parts, _whole(evidence.lanes), passes, steps)
     placed = grouped(passes, named)
     bounds = regions(placed, measure)
-    rows = _region_rows(base, bounds, named)
-    return _finished(base, rows, placed.drop("span"), steps)
+    rows = _region_rows(evidence.lanes, bounds, named)
+    return _finished(parts, rows, placed.drop("span"), steps)
 
 
 def _base(ops: pl.DataFrame, inferred: pl.DataFrame | None) -> pl.DataFrame:
@@ -72,19 +119,49 @@ def _base(ops: pl.DataFrame, inferred: pl.DataFrame | None) -> pl.DataFrame:
     return base
 
 
-def _passes_and_steps(base: pl.DataFrame, named: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Every pass, from each kind of evidence in turn, and the steps that hold them: the
-    step labels' first; the operations outside every labelled step then read by their
-    phase ranges, records and the kernel sequence."""
+@dataclass(frozen=True)
+class _Evidence:
+    """What the structure keeps of a part's operations: the passes and steps their labels,
+    phase ranges and records give, their inferred passes, and each device and process's
+    first and last launch (`lanes`)."""
+
+    kept: pl.DataFrame
+    label_steps: pl.DataFrame
+    inferred: pl.DataFrame
+    lanes: pl.DataFrame
+
+    @staticmethod
+    def joined(parts: list[_Evidence]) -> _Evidence:
+        if len(parts) == 1:
+            return parts[0]
+        return _Evidence(
+            *(pl.concat([getattr(p, f.name) for p in parts]) for f in fields(_Evidence))
+        )
+
+
+def _evidence(base: pl.DataFrame, named: pl.DataFrame) -> _Evidence:
+    """The step labels' passes and steps first; the operations outside every labelled
+    step then read by their phase ranges and records; the inferred passes."""
     label_passes, label_steps = found.labelled_steps(base)
     labelled = base["step"].is_not_null()
     rest = base.filter(~labelled) if labelled.any() else base  # no copy of unlabelled ops
     inferred = found.inferred_passes(base)
     kept = _added(label_passes, found.phase_ranges(rest, named, inferred), "direction")
     kept = _added(kept, found.records(rest, kept), "direction")
-    passes = pl.concat([kept, found.fill(inferred, kept, named)])
+    lanes = base.group_by("dev", "pid").agg(first=pl.col("at").min(), last=pl.col("at").max())
+    return _Evidence(kept, label_steps, inferred, lanes)
+
+
+def _passes_and_steps(
+    evidence: _Evidence, named: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Every pass, from each kind of evidence in turn (the kernel sequence's last, with
+    the ranges that repeat in every forward pass of every process), and the steps that
+    hold them: the step labels', a range's, the kernel sequence's."""
+    kept = evidence.kept
+    passes = pl.concat([kept, found.fill(evidence.inferred, kept, named)])
     loose = passes.filter(~pl.col("origin").str.starts_with("step:"))
-    steps = _added(label_steps, found.range_steps(loose, named))
+    steps = _added(evidence.label_steps, found.range_steps(loose, named))
     return passes, _added(steps, found.inferred_steps(loose))
 
 
@@ -110,17 +187,16 @@ def _rows(frame: pl.DataFrame, kind: str) -> pl.DataFrame:
     )
 
 
-def _whole(base: pl.DataFrame) -> pl.DataFrame:
+def _whole(lanes: pl.DataFrame) -> pl.DataFrame:
     """No pass anywhere: each process is one measured region, the whole capture."""
-    lanes = base.group_by("dev", "pid").agg(start_ns=pl.col("at").min(), end_ns=pl.col("at").max())
-    return lanes.with_columns(
+    return lanes.rename({"first": "start_ns", "last": "end_ns"}).with_columns(
         region=pl.lit("measured"), evidence=pl.lit("position"), confidence=pl.lit(1.0)
     )
 
 
-def _region_rows(base: pl.DataFrame, bounds: list[Regions], named: pl.DataFrame) -> pl.DataFrame:
-    """Set-up, warm-up, measured and tail of each device of each process."""
-    lanes = base.group_by("dev", "pid").agg(first=pl.col("at").min(), last=pl.col("at").max())
+def _region_rows(lanes: pl.DataFrame, bounds: list[Regions], named: pl.DataFrame) -> pl.DataFrame:
+    """Set-up, warm-up, measured and tail of each device of each process (`lanes`: its
+    first and last launch)."""
     rows = []
     for b in bounds:
         for lane in lanes.filter(pl.col("pid") == b.pid).iter_rows(named=True):
@@ -183,7 +259,7 @@ def _last_started(rows: pl.DataFrame, spans: pl.DataFrame, start: str) -> pl.Dat
 
 
 def _finished(
-    base: pl.DataFrame, region_rows: pl.DataFrame, passes: pl.DataFrame, steps: pl.DataFrame
+    parts: Parts, region_rows: pl.DataFrame, passes: pl.DataFrame, steps: pl.DataFrame
 ) -> pl.DataFrame:
     """The STRUCTURE table: rows numbered in time order, steps given to passes, and each
     row's operations, time and GPU span."""
@@ -200,7 +276,7 @@ def _finished(
     table = table.with_columns(
         index=pl.int_range(pl.len(), dtype=pl.Int64).over("device_id", "pid", "kind")
     )
-    return _counted(base, table)
+    return _counted(parts, table)
 
 
 def _ordered(frame: pl.DataFrame) -> pl.DataFrame:
@@ -226,27 +302,45 @@ def _in_steps(passes: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     return joined.drop("s_start", "s_end")
 
 
-def _counted(base: pl.DataFrame, table: pl.DataFrame) -> pl.DataFrame:
+def _counted(parts: Parts, table: pl.DataFrame) -> pl.DataFrame:
     """`table` with each row's ops, time_ns, gpu_start_ns and gpu_end_ns; regions without
     operations left out; device ids null where the operations have none.
 
     Each operation is counted in the rows that hold it (nsysmap.structure.table), found
-    as row positions and summed by position."""
-    lanes = base.select("pid", "launch_start_ns", "start_ns", "step", "phase", device_id="dev")
-    held = held_rows(lanes, table)
-    values = base.select("dur_ns", "start_ns", "end_ns")
-    sums = (
-        pl.len().cast(pl.Int64).alias("ops"),
-        pl.col("dur_ns").sum().alias("time_ns"),
-        pl.col("start_ns").min().alias("gpu_start_ns"),
-        pl.col("end_ns").max().alias("gpu_end_ns"),
-    )
-    counted = pl.concat(
-        [values.with_columns(_pos=held[kind]).group_by("_pos").agg(*sums) for kind in held.columns]
-    ).drop_nulls("_pos")
+    as row positions and summed by position, a part at a time (a row's operations are
+    of one process: in one part)."""
+    sums = []
+    for ops in parts(COUNTED_COLUMNS):
+        sums.append(_sums(ops, table))
+        del ops
+    counted = sums[0] if len(sums) == 1 else pl.concat(sums)
     rows = table.drop("ops", "time_ns", "gpu_start_ns", "gpu_end_ns").with_row_index("_pos")
     joined = rows.join(counted, on="_pos", how="left", maintain_order="left")
     joined = joined.with_columns(pl.col("ops", "time_ns").fill_null(0))
     done = joined.filter((pl.col("kind") != "region") | (pl.col("ops") > 0))
     done = done.select(STRUCTURE.names()).cast(STRUCTURE)
     return done.with_columns(device_id=pl.when(pl.col("device_id") != _NO_DEVICE).then("device_id"))
+
+
+def _sums(ops: pl.DataFrame, table: pl.DataFrame) -> pl.DataFrame:
+    """Per row of `table` (`_pos`: its position) holding some of `ops` (COUNTED_COLUMNS),
+    their count, summed duration, first start and last end."""
+    lanes = ops.select(
+        "pid",
+        "launch_start_ns",
+        "start_ns",
+        "step",
+        "phase",
+        device_id=pl.col("device_id").fill_null(_NO_DEVICE),
+    )
+    held = held_rows(lanes, table)
+    values = ops.select("dur_ns", "start_ns", "end_ns")
+    sums = (
+        pl.len().cast(pl.Int64).alias("ops"),
+        pl.col("dur_ns").sum().alias("time_ns"),
+        pl.col("start_ns").min().alias("gpu_start_ns"),
+        pl.col("end_ns").max().alias("gpu_end_ns"),
+    )
+    return pl.concat(
+        [values.with_columns(_pos=held[kind]).group_by("_pos").agg(*sums) for kind in held.columns]
+    ).drop_nulls("_pos")
