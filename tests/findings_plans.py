@@ -60,6 +60,9 @@ class Plan:
     gpu: tuple[str, tuple[int, int]] | None = A100
     ranged: bool = True  # step and phase ranges around each step (False: none)
     step_ranges: bool = True  # with `ranged`, the step ranges too (False: phase ranges alone)
+    # With `ranged` and no step ranges: a range of this name around each step, which no
+    # step rule reads (the structure finds the step: it holds a forward and a backward pass).
+    around: str | None = None
 
 
 def export(plan: Plan, path: Path, before: Plan | None = None) -> Path:
@@ -109,6 +112,8 @@ def _step(b: SynthExport, plan: Plan, step: int, t: float, corr: int) -> tuple[f
         last = max(max(times) for times in phases.values())
         if plan.step_ranges:
             b.range(PID, MAIN, first_launch - 0.001, last + 0.001, f"nsysmap:step:{step}")
+        elif plan.around is not None:
+            b.range(PID, MAIN, first_launch - 0.001, last + 0.001, plan.around)
     return max(ends.values()), corr
 
 

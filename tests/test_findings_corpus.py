@@ -189,6 +189,40 @@ def test_unfused_attention_of_the_course_model_has_softmax_and_no_fused_kernel()
     ]
 
 
+FWD_BWD = "cs336a2_small_fwdbwd_emitnvtx_shapes_a100.sqlite"
+
+
+def test_the_step_a_range_around_a_forward_and_backward_pass_makes_is_the_findings_step():
+    """No step range, but `profile` holds one forward and one backward pass: the structure's
+    one step is the findings' step (per step, as the report's step scope), its time the
+    GPU span of the work launched inside `profile`, the fp32 GEMMs' time that of the
+    sgemm kernels launched there."""
+    ((start, end),) = _sql(
+        FWD_BWD,
+        'SELECT n.start, n."end" FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId '
+        "WHERE COALESCE(n.text, s.value) = 'profile'",
+    )
+    launched = (
+        "FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
+        f"ON r.correlationId = k.correlationId WHERE r.start BETWEEN {start} AND {end}"
+    )
+    ((sgemm,),) = _sql(
+        FWD_BWD,
+        f'SELECT SUM(k."end" - k.start) {launched} '
+        "AND k.demangledName IN (SELECT id FROM StringIds WHERE value LIKE '%sgemm%')",
+    )
+    table = findings(FWD_BWD)
+    assert set(table["rule"]) == EXPECTED[FWD_BWD]
+    assert table["per_step"].all() and (table["steps"] == 1).all()
+    analysis = analysed(FWD_BWD)
+    assert analysis is not None and analysis.structure is not None
+    step = analysis.structure.filter(kind="step", region="measured")
+    assert step.height == 1 and step["name"][0] == "profile"
+    assert (table["step_ns"] == step["gpu_end_ns"][0] - step["gpu_start_ns"][0]).all()
+    assert of(FWD_BWD, "fp32_gemm")["basis_ns_per_step"][0] == sgemm
+    assert "of the step" in of(FWD_BWD, "fp32_gemm")["evidence"][0]
+
+
 NO_NVTX = "cs336a2_fwd_no_nvtx_a100.sqlite"
 SYNC_CALLS = "s.value LIKE '%Synchronize%'"
 

@@ -16,21 +16,26 @@ import pytest
 
 from nsysmap.core.findings_schema import saving_words
 from nsysmap.diff.fix_check import check, check_lines
+from nsysmap.findings.inputs import PHASES, STEPS, Inputs
 from nsysmap.report.build import build_report
 from nsysmap.report.fix_first import saving_columns
 from nsysmap.report.html.fix_first_chart import evidence_html, fix_first_chart
 from nsysmap.report.report_files import read_run
 from nsysmap.summaries.fix_first_text import findings_lines
-from tests.findings_plans import Plan
-from tests.test_findings_report import A100_RUN, attributed
+from tests.findings_plans import K, Plan
+from tests.test_findings_report import A100_RUN, EW, GEMM, attributed
 
 pytestmark = pytest.mark.slow  # whole flows on synthetic exports
 
 STEP_WORDS = ("per step", "of the step", "the whole step", "one step")
+# A step with a backward pass: a range around it holds a forward and a backward pass.
+TRAIN_RUN = [*A100_RUN, K(GEMM, 2.0, phase="backward"), *[K(EW, 0.01, phase="backward")] * 10]
 PLANS = {
     "steps": Plan(A100_RUN),
     "phases": Plan(A100_RUN, step_ranges=False),
     "capture": Plan(A100_RUN, ranged=False),
+    "structure": Plan(TRAIN_RUN, steps=4, step_ranges=False, around="train_batch"),
+    "train_steps": Plan(TRAIN_RUN, steps=4),
 }
 
 
@@ -64,6 +69,62 @@ def test_with_steps_every_finding_is_per_step(outputs):
     assert (table["steps"] == 3).all()
     gemm = table.filter(pl.col("rule") == "fp32_gemm")["evidence"][0]
     assert "fp32 GEMM kernels per step" in gemm and "of the step" in gemm
+
+
+def test_steps_the_structure_finds_without_step_ranges_are_the_findings_steps(outputs):
+    """No step range, but a range around each step holding a forward and a backward pass:
+    the structure's measured steps are the steps the findings divide by, as the report's
+    step scope has them; each step's time its wall time and the gap before the next."""
+    out = outputs["structure"]
+    ops = pl.read_parquet(out / "ops.parquet")
+    assert ops["step"].is_null().all() and ops["phase"].is_not_null().all()
+    structure = pl.read_parquet(out / "structure.parquet")
+    steps = structure.filter(kind="step", region="measured").sort("index")
+    assert steps.height == 4 and (steps["name"] == "train_batch").all()
+    walls = (steps["gpu_end_ns"] - steps["gpu_start_ns"]).to_list()
+    gaps = [b - a for a, b in zip(steps["gpu_end_ns"], steps["gpu_start_ns"][1:], strict=False)]
+    table = _findings(out)
+    assert table["per_step"].to_list() == [True] * table.height
+    assert (table["steps"] == 4).all()
+    assert (table["step_ns"] == round((sum(walls) + sum(gaps)) / 4)).all()
+    gemm = table.filter(pl.col("rule") == "fp32_gemm")
+    assert "fp32 GEMM kernels per step" in gemm["evidence"][0]
+    per_step_gemm = ops.filter(pl.col("name") == GEMM)["dur_ns"].sum() / 4
+    assert f"{per_step_gemm / 1e6:,.3f} ms per step" in gemm["evidence"][0]
+    lines = findings_lines(table)
+    assert "estimated saving per step" in lines and "of the step)" in lines
+    # The same run with step ranges: the same findings, figures and words, but for the
+    # range the gaps follow and where the steps' spans are.
+    labelled = _findings(outputs["train_steps"])
+    words = ["evidence", "evidence_rows"]
+    assert table.height >= 5 and table.drop(words).equals(labelled.drop(words))
+
+    def unquoted(frame: pl.DataFrame) -> pl.Series:  # the names in backquotes left out
+        return frame["evidence"].str.replace_all(r"`[^`]*`", "`...`")
+
+    assert unquoted(table).equals(unquoted(labelled))
+    assert "`train_batch > " in table.filter(rule="host_sync")["evidence"][0]
+    data = table.filter(pl.col("rule") == "data_wait")["evidence_rows"][0]
+    assert data.startswith("structure.parquet (kind step: gpu_start_ns, gpu_end_ns)")
+
+
+def test_the_waits_rows_count_only_where_the_structures_steps_hold_the_labels_work(outputs):
+    """The waits tables keep their rows by the labels: with the structure's steps they
+    count where those steps hold every operation in a phase; where a step is left out,
+    the launches are counted again from the measured operations, their durations unknown."""
+    out = outputs["structure"]
+    ops = pl.scan_parquet(out / "ops.parquet")
+    waits = {n: pl.read_parquet(out / f"{n}.parquet") for n in ("launch_cost", "idle")}
+    structure = pl.read_parquet(out / "structure.parquet")
+    whole = Inputs(ops, waits["launch_cost"], waits["idle"], structure=structure)
+    assert whole.labels == PHASES and whole.basis == STEPS and whole.labels_agree
+    assert whole.launch_costs["shorter_than_launch"].is_not_null().all()
+    first = (pl.col("kind") == "step") & (pl.col("index") == 0)
+    fewer = Inputs(ops, waits["launch_cost"], waits["idle"], structure=structure.filter(~first))
+    assert fewer.basis == STEPS and not fewer.labels_agree
+    assert fewer.launch_costs["shorter_than_launch"].is_null().all()
+    assert fewer.step_count(0) == 3 and whole.step_count(0) == 4
+    assert fewer.launch_costs["launches"].sum() * 4 == whole.launch_costs["launches"].sum() * 3
 
 
 @pytest.mark.parametrize("basis", ["phases", "capture"])

@@ -68,7 +68,7 @@ def _finding(x: Inputs, rule: Rule, device: int) -> Finding | None:
         phase=DATA,
         place=f"{x.where(device)}, start of each step",
         evidence=evidence,
-        evidence_rows=f"by_step.parquet (first_start_ns, last_end_ns) of device_id {device}; "
+        evidence_rows=f"{x.step_rows} of device_id {device}; "
         "idle.parquet: gaps of kind launch and sync before phase data's work",
         basis_ns=between + inside,
         claims=claims,

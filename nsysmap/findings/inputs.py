@@ -12,6 +12,16 @@ the steps, the time from the first step's start to the last one's end, per
 step. Without steps the whole measured work is one step. Every figure of a
 finding is a total over the measured steps, divided by their number.
 
+Where no operation has a step label but the structure (structure.parquet,
+nsysmap.structure) found steps in its measured region (a range holding one
+forward and one backward pass, or the kernel sequence), those are the steps,
+as the report's step scope has them: each operation in one of them takes its
+index as its step, and the others are not measured. The waits tables know no
+such step: their gaps take the step of the operation that ends them, and the
+launches are counted again from the operations, unless the steps hold the
+very operations the labels alone would measure (then the tables' rows are
+theirs).
+
 A profile with neither steps nor phases is narrowed by its structure
 (structure.parquet, nsysmap.structure) where that leaves work out: only the
 operations of the measured region count, not the set-up, warm-up or tail
@@ -96,8 +106,8 @@ class Inputs:
     structure: pl.DataFrame | None = None  # structure.parquet; None: not written
 
     @cached_property
-    def basis(self) -> str:
-        """What the measured work is made of: steps, phases, or the whole capture."""
+    def labels(self) -> str:
+        """What the operations' labels give: steps, phases, or neither (the capture)."""
         found = self.ops.select(
             steps=pl.col("step").is_not_null().any(), phases=pl.col("phase").is_not_null().any()
         ).collect()
@@ -105,11 +115,38 @@ class Inputs:
             return STEPS
         return PHASES if found["phases"][0] else CAPTURE
 
+    @cached_property
+    def basis(self) -> str:
+        """What the measured work is made of: steps (labelled, or the structure's),
+        phases, or the whole capture."""
+        return STEPS if self.structure_steps is not None else self.labels
+
+    @cached_property
+    def structure_steps(self) -> pl.DataFrame | None:
+        """Without step labels: the `op_id` and `step` (its index) of each operation in
+        one of the structure's steps of its measured region; None where the labels give
+        steps, or the structure found none there."""
+        if self.structure is None or self.labels == STEPS:
+            return None
+        measured = (pl.col("kind") == "step") & (pl.col("region") == "measured")
+        if not self.structure.select(measured.any()).item():
+            return None
+        placed = assign(self.ops.select(REGION_COLUMNS).collect(), self.structure)
+        inside = placed.filter(pl.col("s_step_region") == "measured")
+        return inside.select("op_id", step="s_step")
+
     @property
     def per_step(self) -> bool:
         """Are the figures per measured step? Without steps the measured work counts as
         one: its figures are totals over it, its shares of its wall time."""
         return self.basis == STEPS
+
+    @property
+    def step_rows(self) -> str:
+        """The table and columns that hold each measured step's span, in words."""
+        if self.structure_steps is not None:
+            return "structure.parquet (kind step: gpu_start_ns, gpu_end_ns)"
+        return "by_step.parquet (first_start_ns, last_end_ns)"
 
     @property
     def per(self) -> str:
@@ -146,19 +183,40 @@ class Inputs:
         """The measured operations (see the module's docstring)."""
         warm = pl.col("warmup").fill_null(False)
         inside = {STEPS: pl.col("step").is_not_null(), PHASES: pl.col("phase").is_not_null()}
-        ops = self.ops.select(COLUMNS).filter(inside.get(self.basis, pl.lit(True)) & ~warm)
+        ops = self.ops.select(COLUMNS)
+        if self.structure_steps is not None:
+            stepped = ops.drop("step").join(self.structure_steps.lazy(), on="op_id", how="left")
+            ops = stepped.select(COLUMNS)
+        ops = ops.filter(inside.get(self.basis, pl.lit(True)) & ~warm)
         if self.region is not None:
             ops = ops.join(self.region.lazy(), on="op_id", how="semi")
         return ops
 
     def measured_waits(self, table: pl.DataFrame) -> pl.DataFrame | None:
         """Rows of a waits table in the measured steps (the waits have no warm-up mark);
-        None where the measured region cuts through them (its rows know no region)."""
-        if self.basis == STEPS:
+        None where the measured region or the structure's steps cut through them (its
+        rows know neither)."""
+        basis = self.basis
+        if self.structure_steps is not None:
+            if not self.labels_agree:
+                return None
+            basis = self.labels
+        if basis == STEPS:
             return table.filter(pl.col("step").is_not_null())
-        if self.basis == PHASES:
+        if basis == PHASES:
             return table.filter(pl.col("phase").is_not_null())
         return None if self.region is not None else table
+
+    @cached_property
+    def labels_agree(self) -> bool:
+        """With the structure's steps: do they hold the very operations the labels alone
+        would measure (those in a phase, else every one; warm-up work never)? Then the
+        waits tables' rows, kept by the labels, are those of the measured work."""
+        warm = pl.col("warmup").fill_null(False)
+        inside = pl.col("phase").is_not_null() if self.labels == PHASES else pl.lit(True)
+        by_labels = self.ops.filter(inside & ~warm).select(pl.col("op_id").sort()).collect()
+        by_steps = self.measured().select(pl.col("op_id").sort()).collect()
+        return by_labels["op_id"].equals(by_steps["op_id"])
 
     @cached_property
     def windows(self) -> pl.DataFrame:
@@ -258,9 +316,12 @@ class Inputs:
         ends = self.measured().select(next_op_id="op_id")
         key = ["device_id", "step"] if self.basis == STEPS else ["device_id"]
         starts = self.windows.select(*key, window_ns="start_ns").lazy()
+        idle = self.idle.lazy()
+        if self.structure_steps is not None:  # the step of the operation that ends the gap
+            steps = self.structure_steps.lazy().select(next_op_id="op_id", step="step")
+            idle = idle.drop("step").join(steps, on="next_op_id", how="left")
         found = (
-            self.idle.lazy()
-            .join(self.busiest.lazy(), on=["device_id", "stream_id"], how="semi")
+            idle.join(self.busiest.lazy(), on=["device_id", "stream_id"], how="semi")
             .join(ends, on="next_op_id", how="semi")
             .join(starts, on=key, how="inner")
             .filter(pl.col("start_ns") >= pl.col("window_ns"))
