@@ -46,8 +46,8 @@ from nsysmap.core.findings_schema import per_words, share_words
 from nsysmap.core.scalars import to_int
 from nsysmap.core.schemas import OPS, empty
 from nsysmap.core.wait_schemas import IDLE, LAUNCH_COST
+from nsysmap.findings.structure_scope import measured_region, measured_steps
 from nsysmap.findings.threshold import LAUNCH_GAP
-from nsysmap.structure.table import assign
 
 # The OPS columns the rules read.
 COLUMNS = (
@@ -73,8 +73,6 @@ COLUMNS = (
     "compiled_graph",
     "graph_id",
 )
-# ... and those the structure's regions are assigned by (nsysmap.structure.table.assign).
-REGION_COLUMNS = ("op_id", "device_id", "pid", "launch_start_ns", "start_ns", "step", "phase")
 OWNER = ["device_id", "phase", "module"]  # the keys of the idle pools
 OWNER_TYPES = {"device_id": pl.Int64, "phase": pl.String, "module": pl.String}
 BUSY_KEYS = [*OWNER, "category"]  # ... and of the busy pool
@@ -128,12 +126,7 @@ class Inputs:
         steps, or the structure found none there."""
         if self.structure is None or self.labels == STEPS:
             return None
-        measured = (pl.col("kind") == "step") & (pl.col("region") == "measured")
-        if not self.structure.select(measured.any()).item():
-            return None
-        placed = assign(self.ops.select(REGION_COLUMNS).collect(), self.structure)
-        inside = placed.filter(pl.col("s_step_region") == "measured")
-        return inside.select("op_id", step="s_step")
+        return measured_steps(self.ops, self.structure)
 
     @property
     def per_step(self) -> bool:
@@ -166,18 +159,7 @@ class Inputs:
         measured. A device of a process the structure has no region for is kept whole."""
         if self.structure is None or self.basis != CAPTURE:
             return None
-        regions = self.structure.filter(pl.col("kind") == "region")
-        if not (regions["region"] == "measured").any():
-            return None
-        placed = assign(self.ops.select(REGION_COLUMNS).collect(), regions)
-        lanes = regions.select("device_id", "pid").unique()
-        unplaced = placed.join(lanes, on=["device_id", "pid"], how="anti", nulls_equal=True)
-        kept = (pl.col("s_region") == "measured").fill_null(False) | pl.col("op_id").is_in(
-            unplaced["op_id"].implode()
-        )
-        if placed.select(kept.all()).item():
-            return None
-        return placed.filter(kept).select("op_id")
+        return measured_region(self.ops, self.structure)
 
     def measured(self) -> pl.LazyFrame:
         """The measured operations (see the module's docstring)."""
