@@ -47,8 +47,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.corpus]
 # time windows too, saying why it was not, process by process: windows_refused in
 # its manifest; then the findings of a profile without steps said over the measured
 # time, not per step: findings.parquet's per_step, output schema 1.13; then those
-# about no one phase about all the measured work, not the whole step).
-BASELINE = "4333a412fa822670cb69edf1b88c1531d3495170"
+# about no one phase about all the measured work, not the whole step; then the
+# findings of a profile without step ranges whose structure finds steps, per step).
+BASELINE = "4784425897afa19e1a144f2f84d4686702a4d31b"
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = (ROOT / ".." / "shared" / "corpus").resolve()
 FOLDERS = ("nsys", "real", "real2", "real3")
