@@ -5,6 +5,7 @@ operations in memory at a time, each part read twice (its evidence, then its cou
 from __future__ import annotations
 
 import gc
+import inspect
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from nsysmap.structure.model import (
     build_structure,
     structure_in_parts,
 )
-from nsysmap.structure.ranges import slim_ranges
+from nsysmap.structure.ranges import SLIM, slim_ranges
 
 Inputs = tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]
 
@@ -95,3 +96,89 @@ def test_one_part_is_held_at_a_time(two_processes: Inputs):
 
     structure_in_parts(parts, ranges, inferred)
     assert held == [False, False]  # one check per read (evidence, counts)
+
+
+def _unranged(pid: int, n: int = 10) -> pl.DataFrame:
+    """`n` operations of 100 ns of process `pid` on device 0, launched 1 µs apart, no
+    label."""
+    launches = [i * 1000 for i in range(n)]
+    return pl.DataFrame(
+        {
+            "op_id": [pid * 100 + i for i in range(n)],
+            "device_id": [0] * n,
+            "pid": [pid] * n,
+            "start_ns": [t + 10 for t in launches],
+            "end_ns": [t + 110 for t in launches],
+            "dur_ns": [100] * n,
+            "launch_start_ns": launches,
+            "step": pl.Series([None] * n, dtype=pl.Int64),
+            "step_source": pl.Series([None] * n, dtype=pl.String),
+            "phase": pl.Series([None] * n, dtype=pl.String),
+            "phase_source": pl.Series([None] * n, dtype=pl.String),
+            "warmup": [False] * n,
+        }
+    )
+
+
+def _model_calls(ends: dict[int, int]) -> pl.DataFrame:
+    """One outermost module call per process, from 0 to its end."""
+    return pl.DataFrame(
+        {
+            "range_id": list(ends),
+            "pid": list(ends),
+            "tid": list(ends),
+            "name": ["nn.Module: GPT_0 (GPT)"] * len(ends),
+            "start_ns": [0] * len(ends),
+            "end_ns": list(ends.values()),
+            "depth": [1] * len(ends),
+        },
+        schema=SLIM,
+    )
+
+
+def _apart(ops: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
+    parts, _ = _by_process(ops, sorted(ops["pid"].unique().to_list()))
+    return structure_in_parts(parts, ranges)
+
+
+def test_each_process_has_passes_from_its_own_module_calls_however_the_other_is_covered():
+    """Process 1's model call holds 9 of its 10 operations, process 2's 1 of 10: process 1
+    has a forward pass of the call and process 2 none, read together or apart."""
+    ops = pl.concat([_unranged(1), _unranged(2)])
+    ranges = _model_calls({1: 8500, 2: 500})
+    whole = build_structure(ops, ranges)
+    passes = whole.filter(kind="pass")
+    assert passes["pid"].to_list() == [1] and passes["evidence"][0] == "module_calls"
+    assert _apart(ops, ranges).equals(whole)
+
+
+def test_a_process_without_phases_has_module_call_passes_beside_one_with_phases():
+    """Process 1's operations have phases (PyTorch's records), process 2's none and a model
+    call around them: process 2's passes come from its call, read together or apart."""
+    phased = _unranged(1).with_columns(
+        phase=pl.Series(["forward"] * 5 + ["backward"] * 5), phase_source=pl.lit("records")
+    )
+    ops = pl.concat([phased, _unranged(2)])
+    ranges = _model_calls({2: 9500})
+    whole = build_structure(ops, ranges)
+    mine = whole.filter(kind="pass", pid=2)
+    assert mine["evidence"].to_list() == ["module_calls"] and mine["ops"].to_list() == [10]
+    assert whole.filter(kind="pass", pid=1)["direction"].to_list() == ["forward", "backward"]
+    assert _apart(ops, ranges).equals(whole)
+
+
+def test_streamed_operations_are_read_a_process_at_a_time_when_asked(tmp_path: Path):
+    """The flow's parts of rows streamed to ops.parquet: a generator, each process read from
+    the file when the next is asked for, only the columns asked; held rows: one part."""
+    from nsysmap.flow.run_stages import _processes
+    from nsysmap.output.ops_sinks import HeldOps, OpsFile
+
+    ops = pl.concat([_unranged(1), _unranged(2), _unranged(3)])
+    ops.write_parquet(tmp_path / "ops.parquet")
+    parts = _processes(OpsFile(tmp_path / "ops.parquet", ops.height))(COUNTED_COLUMNS)
+    assert inspect.isgenerator(parts)
+    read = list(parts)
+    assert [p["pid"].unique().to_list() for p in read] == [[1], [2], [3]]
+    assert all(p.columns == list(COUNTED_COLUMNS) for p in read)
+    (held,) = _processes(HeldOps(ops))(COUNTED_COLUMNS)
+    assert held.equals(ops.select(COUNTED_COLUMNS))

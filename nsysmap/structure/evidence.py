@@ -100,11 +100,27 @@ def labelled_steps(base: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 def phase_ranges(base: pl.DataFrame, ranges: pl.DataFrame, inferred: pl.DataFrame) -> pl.DataFrame:
     """Passes of the outermost ranges that give a direction, in processes without steps;
-    one holding several `inferred` passes of its direction is split into them. Where no
-    operation has a phase, the outermost module calls (`nn.Module: ...`, FSDP's) instead."""
-    outer = ranges.filter(pl.col("outermost") & pl.col("phase").is_in(DIRECTIONS))
+    one holding several `inferred` passes of its direction is split into them. In a
+    process where no operation has a phase, the outermost module calls (`nn.Module: ...`,
+    FSDP's) instead. Each process is judged on its own operations (a process read
+    alone gives the same passes)."""
+    bare = pl.col("phase").is_null().all().over("pid")
     if base["phase"].is_null().all():
         return _module_calls(base, ranges, inferred)
+    if base["phase"].is_null().any() and base.select(bare.any()).item():
+        mine = base.select(bare).to_series()
+        return pl.concat(
+            [
+                _phase_passes(base.filter(~mine), ranges, inferred),
+                _module_calls(base.filter(mine), ranges, inferred),
+            ]
+        )
+    return _phase_passes(base, ranges, inferred)
+
+
+def _phase_passes(base: pl.DataFrame, ranges: pl.DataFrame, inferred: pl.DataFrame) -> pl.DataFrame:
+    """Passes of the outermost ranges that give a direction (see `phase_ranges`)."""
+    outer = ranges.filter(pl.col("outermost") & pl.col("phase").is_in(DIRECTIONS))
     if outer.is_empty():
         return _conform(pl.DataFrame())
     ops = base.filter(pl.col("phase").is_in(DIRECTIONS)).sort("at")
@@ -129,7 +145,8 @@ def phase_ranges(base: pl.DataFrame, ranges: pl.DataFrame, inferred: pl.DataFram
 
 
 def _module_calls(base: pl.DataFrame, ranges: pl.DataFrame, inferred: pl.DataFrame) -> pl.DataFrame:
-    """Passes of the outermost module calls of each direction (no phase anywhere)."""
+    """Passes of the outermost module calls of each direction (processes without phases),
+    in each process whose calls hold at least MODULES_COVER of its operations' time."""
     calls = ranges.filter(pl.col("outer_call") & pl.col("call").is_in(DIRECTIONS))
     if calls.is_empty():
         return _conform(pl.DataFrame())
@@ -141,8 +158,16 @@ def _module_calls(base: pl.DataFrame, ranges: pl.DataFrame, inferred: pl.DataFra
         .join_asof(spans, left_on="at", right_on="r_start", by="pid", check_sortedness=False)
         .filter(pl.col("at") <= pl.col("r_end"))
     )
-    if int(held["dur_ns"].sum()) < MODULES_COVER * int(base["dur_ns"].sum()):
-        return _conform(pl.DataFrame())  # a few modules recorded: no passes of the model
+    # A process where a few modules are recorded has no passes of the model from them.
+    covered = held.group_by("pid").agg(pl.col("dur_ns").sum().alias("held"))
+    total = base.group_by("pid").agg(pl.col("dur_ns").sum().alias("all"))
+    enough = covered.join(total, on="pid", nulls_equal=True).filter(
+        pl.col("held") >= MODULES_COVER * pl.col("all")
+    )
+    if enough.is_empty():
+        return _conform(pl.DataFrame())
+    if enough.height < total.height:
+        held = held.join(enough.select("pid"), on="pid", how="semi", nulls_equal=True)
     passes = held.group_by("dev", "pid", "range_id", "name", "direction").agg(*_SPAN)
     passes = passes.with_columns(
         evidence=pl.lit("module_calls"),
