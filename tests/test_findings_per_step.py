@@ -15,6 +15,8 @@ import polars as pl
 import pytest
 
 from nsysmap.core.findings_schema import saving_words
+from nsysmap.core.schemas import empty
+from nsysmap.core.wait_schemas import IDLE, LAUNCH_COST
 from nsysmap.diff.fix_check import check, check_lines
 from nsysmap.findings.inputs import PHASES, STEPS, Inputs
 from nsysmap.report.build import build_report
@@ -125,6 +127,31 @@ def test_the_waits_rows_count_only_where_the_structures_steps_hold_the_labels_wo
     assert fewer.launch_costs["shorter_than_launch"].is_null().all()
     assert fewer.step_count(0) == 3 and whole.step_count(0) == 4
     assert fewer.launch_costs["launches"].sum() * 4 == whole.launch_costs["launches"].sum() * 3
+
+
+def test_the_structures_steps_stand_only_where_ranges_mark_them_on_every_device(outputs):
+    """A second GPU doing the same work, whose regions the structure found but no step: no
+    work is left out for want of a step, the phases are measured on both. Steps found in
+    the kernel sequence alone are no steps to divide by either."""
+    out = outputs["structure"]
+    ops = pl.read_parquet(out / "ops.parquet")
+    structure = pl.read_parquet(out / "structure.parquet")
+    second = ops.with_columns(device_id=pl.lit(1, pl.Int64), op_id=pl.col("op_id") + 10**6)
+    both = pl.concat([ops, second])
+    regions = structure.filter(kind="region").with_columns(device_id=pl.lit(1, pl.Int64))
+
+    def inputs(ops: pl.DataFrame, structure: pl.DataFrame) -> Inputs:
+        return Inputs(ops.lazy(), empty(LAUNCH_COST), empty(IDLE), structure=structure)
+
+    assert inputs(both, structure).basis == PHASES  # device 1 has no structure row at all
+    x = inputs(both, pl.concat([structure, regions]))
+    assert x.structure_steps is None and x.basis == PHASES
+    assert x.measured().collect()["device_id"].value_counts()["count"].to_list() == [ops.height] * 2
+    sequence = structure.with_columns(
+        evidence=pl.when(kind="step").then(pl.lit("kernel_sequence")).otherwise("evidence")
+    )
+    assert inputs(ops, sequence).basis == PHASES
+    assert inputs(ops, structure).basis == STEPS
 
 
 @pytest.mark.parametrize("basis", ["phases", "capture"])

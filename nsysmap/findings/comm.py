@@ -5,10 +5,10 @@ Hidden and exposed time are nsysmap's one definition
 of the device hides a communication kernel); the collective is read from the
 kernel's name or its annotation (nsysmap.report.collectives). Only the
 measured steps count, so a one-off broadcast at initialisation, outside every
-step, is no per-step cost; without step ranges broadcasts are taken as that
-and left out. The saving is at most the exposed time: overlap hides
-communication behind compute, it cannot hide the time a rank waits for a
-slower one (rule straggler).
+step, is no per-step cost; without steps (neither step ranges nor steps of the
+structure) broadcasts are taken as that and left out. The saving is at most
+the exposed time: overlap hides communication behind compute, it cannot hide
+the time a rank waits for a slower one (rule straggler).
 """
 
 from __future__ import annotations

@@ -4,9 +4,10 @@ Between two consecutive steps the GPU is idle from the last operation of one
 to the first of the next. Where that next operation is data work (phase
 `data`: the batch copied to the GPU), the host was getting the batch ready
 meanwhile; the data phase's own launch and synchronisation gaps (the batch's
-copies waiting to be issued) add to it. A profile without step ranges, or
-without a data phase, cannot tell loading from other host work between
-steps: no finding.
+copies waiting to be issued) add to it. A profile without steps (neither
+step ranges nor steps of the structure, nsysmap.findings.inputs), or without
+a data phase, cannot tell loading from other host work between steps: no
+finding.
 """
 
 from __future__ import annotations

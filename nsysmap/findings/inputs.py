@@ -2,9 +2,9 @@
 
 `Inputs` holds the OPS rows (a LazyFrame: held in memory or scanned from
 ops.parquet), the waits tables (idle, launch_cost), the devices and the
-backend. The *measured* work is what the report's step scope holds (and
-`nsysmap diff` compares): with step ranges, the operations in a step; else
-those in a phase; else every operation; warm-up work never. Per device, a
+backend. The *measured* work is what the report's step scope holds: with
+step ranges, the operations in a step; else (below) those in a step of the
+structure; else those in a phase; else every operation; warm-up work never. Per device, a
 step's wall time runs from its first operation's start to its last one's
 end; the *step time* adds the gap before the next step (where its number
 follows), so that what a step waits for between steps counts in it: over
@@ -13,14 +13,14 @@ step. Without steps the whole measured work is one step. Every figure of a
 finding is a total over the measured steps, divided by their number.
 
 Where no operation has a step label but the structure (structure.parquet,
-nsysmap.structure) found steps in its measured region (a range holding one
-forward and one backward pass, or the kernel sequence), those are the steps,
-as the report's step scope has them: each operation in one of them takes its
-index as its step, and the others are not measured. The waits tables know no
-such step: their gaps take the step of the operation that ends them, and the
-launches are counted again from the operations, unless the steps hold the
-very operations the labels alone would measure (then the tables' rows are
-theirs).
+nsysmap.structure) found steps in its measured region that ranges mark (a
+range holding one forward and one backward pass), in every device and process,
+those are the steps, as the report's step scope has them: each operation in
+one of them takes its index as its step, and the others are not measured. The
+waits tables know no such step: their gaps take the step of the operation that
+ends them, and the launches are counted again from the operations, unless the
+steps hold the very operations the labels alone would measure (then the
+tables' rows are theirs).
 
 A profile with neither steps nor phases is narrowed by its structure
 (structure.parquet, nsysmap.structure) where that leaves work out: only the
@@ -121,9 +121,9 @@ class Inputs:
 
     @cached_property
     def structure_steps(self) -> pl.DataFrame | None:
-        """Without step labels: the `op_id` and `step` (its index) of each operation in
-        one of the structure's steps of its measured region; None where the labels give
-        steps, or the structure found none there."""
+        """Without step labels: per operation, in their order, `op_id` and `step` (the
+        index of the structure's measured step that holds it, null: none); None where
+        the labels give steps, or the structure has none to give (structure_scope)."""
         if self.structure is None or self.labels == STEPS:
             return None
         return measured_steps(self.ops, self.structure)
@@ -165,14 +165,19 @@ class Inputs:
         """The measured operations (see the module's docstring)."""
         warm = pl.col("warmup").fill_null(False)
         inside = {STEPS: pl.col("step").is_not_null(), PHASES: pl.col("phase").is_not_null()}
-        ops = self.ops.select(COLUMNS)
-        if self.structure_steps is not None:
-            stepped = ops.drop("step").join(self.structure_steps.lazy(), on="op_id", how="left")
-            ops = stepped.select(COLUMNS)
-        ops = ops.filter(inside.get(self.basis, pl.lit(True)) & ~warm)
+        ops = self._stepped().filter(inside.get(self.basis, pl.lit(True)) & ~warm)
         if self.region is not None:
             ops = ops.join(self.region.lazy(), on="op_id", how="semi")
         return ops
+
+    def _stepped(self) -> pl.LazyFrame:
+        """The OPS rows (COLUMNS), each with the structure's step where it gives them
+        (set beside the rows, which are in the same order: no join)."""
+        ops = self.ops.select(COLUMNS)
+        if self.structure_steps is None:
+            return ops
+        steps = self.structure_steps.lazy().select("step")
+        return pl.concat([ops.drop("step"), steps], how="horizontal").select(COLUMNS)
 
     def measured_waits(self, table: pl.DataFrame) -> pl.DataFrame | None:
         """Rows of a waits table in the measured steps (the waits have no warm-up mark);
@@ -194,11 +199,9 @@ class Inputs:
         """With the structure's steps: do they hold the very operations the labels alone
         would measure (those in a phase, else every one; warm-up work never)? Then the
         waits tables' rows, kept by the labels, are those of the measured work."""
-        warm = pl.col("warmup").fill_null(False)
-        inside = pl.col("phase").is_not_null() if self.labels == PHASES else pl.lit(True)
-        by_labels = self.ops.filter(inside & ~warm).select(pl.col("op_id").sort()).collect()
-        by_steps = self.measured().select(pl.col("op_id").sort()).collect()
-        return by_labels["op_id"].equals(by_steps["op_id"])
+        labelled = pl.col("phase").is_not_null() if self.labels == PHASES else pl.lit(True)
+        same = (labelled == pl.col("step").is_not_null()) | pl.col("warmup").fill_null(False)
+        return bool(self._stepped().select(same.all()).collect().item())
 
     @cached_property
     def windows(self) -> pl.DataFrame:
@@ -300,8 +303,8 @@ class Inputs:
         starts = self.windows.select(*key, window_ns="start_ns").lazy()
         idle = self.idle.lazy()
         if self.structure_steps is not None:  # the step of the operation that ends the gap
-            steps = self.structure_steps.lazy().select(next_op_id="op_id", step="step")
-            idle = idle.drop("step").join(steps, on="next_op_id", how="left")
+            steps = self.structure_steps.drop_nulls("step").rename({"op_id": "next_op_id"})
+            idle = idle.drop("step").join(steps.lazy(), on="next_op_id", how="left")
         found = (
             idle.join(self.busiest.lazy(), on=["device_id", "stream_id"], how="semi")
             .join(ends, on="next_op_id", how="semi")

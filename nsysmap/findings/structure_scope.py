@@ -1,5 +1,6 @@
-"""Where the structure narrows what findings measure (pure): its measured steps, where no
-operation has a step label, and else its measured region (nsysmap.findings.inputs)::
+"""Where the structure narrows what findings measure (pure): its measured steps that
+ranges mark, where no operation has a step label, and else its measured region
+(nsysmap.findings.inputs)::
 
     structure   |-- setup --|-- warmup --|------------ measured ------------|
     steps                                  [ step 0 ]  [ step 1 ]  [ step 2 ]
@@ -22,14 +23,25 @@ REGION_COLUMNS = ("op_id", "device_id", "pid", "launch_start_ns", "start_ns", "s
 
 
 def measured_steps(ops: pl.LazyFrame, structure: pl.DataFrame) -> pl.DataFrame | None:
-    """The `op_id` and `step` (the step row's index) of each of `ops` in one of the
-    structure's steps of its measured region; None where it found none there."""
-    measured = (pl.col("kind") == "step") & (pl.col("region") == "measured")
-    if not structure.select(measured.any()).item():
+    """Per operation of `ops`, in their order: `op_id` and `step`, the index of the step
+    row of the structure's measured region that holds it (null: none). Only steps a range
+    marks (a range holding one forward and one backward pass), and only where every
+    device and process with operations has some: else None (no work is left out for
+    want of a step the structure could not find, nor measured by a guessed one)."""
+    measured = (
+        (pl.col("kind") == "step")
+        & (pl.col("region") == "measured")
+        & pl.col("evidence").str.split(", ").list.contains("range")
+    )
+    steps = structure.filter(measured)
+    if steps.is_empty():
         return None
-    placed = assign(ops.select(REGION_COLUMNS).collect(), structure)
-    inside = placed.filter(pl.col("s_step_region") == "measured")
-    return inside.select("op_id", step="s_step")
+    lanes = ops.select("device_id", "pid").unique().collect()
+    held = steps.select("device_id", "pid").unique()
+    if lanes.join(held, on=["device_id", "pid"], how="anti", nulls_equal=True).height:
+        return None
+    placed = assign(ops.select(REGION_COLUMNS).collect(), steps)
+    return placed.select("op_id", step="s_step")
 
 
 def measured_region(ops: pl.LazyFrame, structure: pl.DataFrame) -> pl.DataFrame | None:

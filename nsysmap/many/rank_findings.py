@@ -1,7 +1,9 @@
 """What to fix first in a job of several ranks: each rank's findings and the job's.
 
 Each rank's findings come from its own operations (the part its worker
-wrote) and waits, as one report's would; the job's from the cross-rank
+wrote) and waits, as one report's would, but without its structure (a rank
+without step ranges is measured by its labels, not by the structure's steps
+or measured region); the job's from the cross-rank
 tables (the straggler rule). All of them are ranked together
 (nsysmap.findings), each with its `rank`, and written as findings.parquet.
 """
