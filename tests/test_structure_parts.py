@@ -25,6 +25,7 @@ from nsysmap.structure.model import (
     structure_in_parts,
 )
 from nsysmap.structure.ranges import SLIM, slim_ranges
+from nsysmap.structure.table import STRUCTURE
 
 Inputs = tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]
 
@@ -182,3 +183,8 @@ def test_streamed_operations_are_read_a_process_at_a_time_when_asked(tmp_path: P
     assert all(p.columns == list(COUNTED_COLUMNS) for p in read)
     (held,) = _processes(HeldOps(ops))(COUNTED_COLUMNS)
     assert held.equals(ops.select(COUNTED_COLUMNS))
+
+
+def test_no_part_is_no_structure():
+    none = structure_in_parts(lambda columns: iter(()))
+    assert none.is_empty() and none.schema == STRUCTURE

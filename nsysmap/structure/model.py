@@ -94,6 +94,8 @@ def structure_in_parts(
     for ops in parts(OPS_COLUMNS):
         found.append(_evidence(_base(ops, inferred), named))
         del ops  # one part's operations in memory at a time
+    if not found:  # no operations: no region, step or pass
+        return pl.DataFrame(schema=STRUCTURE)
     evidence = _Evidence.joined(found)
     passes, steps = _passes_and_steps(evidence, named)
     if passes.is_empty():
