@@ -2,14 +2,14 @@
 
 `Inputs` holds the OPS rows (a LazyFrame: held in memory or scanned from
 ops.parquet), the waits tables (idle, launch_cost), the devices and the
-backend. The *measured* work is what the report's step scope holds: with
-step ranges, the operations in a step; else (below) those in a step of the
-structure; else those in a phase; else every operation; warm-up work never. Per device, a
-step's wall time runs from its first operation's start to its last one's
-end; the *step time* adds the gap before the next step (where its number
-follows), so that what a step waits for between steps counts in it: over
-the steps, the time from the first step's start to the last one's end, per
-step. Without steps the whole measured work is one step. Every figure of a
+backend. The *measured* work is what the report's step scope holds: with step
+ranges, the operations in a step; else (below) those in a step of the
+structure; else those in a phase; else every operation; warm-up work never.
+Per device, a step's wall time runs from its first operation's start to its
+last one's end; the *step time* adds the gap before the next step (where its
+number follows), so that what a step waits for between steps counts in it:
+over the steps, the time from the first step's start to the last one's end,
+per step. Without steps the whole measured work is one step. Every figure of a
 finding is a total over the measured steps, divided by their number.
 
 Where no operation has a step label but the structure (structure.parquet,

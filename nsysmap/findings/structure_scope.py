@@ -36,12 +36,12 @@ def measured_steps(ops: pl.LazyFrame, structure: pl.DataFrame) -> pl.DataFrame |
     steps = structure.filter(measured)
     if steps.is_empty():
         return None
-    lanes = ops.select("device_id", "pid").unique().collect()
+    read = ops.select(REGION_COLUMNS).collect()  # once: the lanes, then the steps
+    lanes = read.select("device_id", "pid").unique()
     held = steps.select("device_id", "pid").unique()
     if lanes.join(held, on=["device_id", "pid"], how="anti", nulls_equal=True).height:
         return None
-    placed = assign(ops.select(REGION_COLUMNS).collect(), steps)
-    return placed.select("op_id", step="s_step")
+    return assign(read, steps).select("op_id", step="s_step")
 
 
 def measured_region(ops: pl.LazyFrame, structure: pl.DataFrame) -> pl.DataFrame | None:

@@ -104,18 +104,19 @@ def phase_ranges(base: pl.DataFrame, ranges: pl.DataFrame, inferred: pl.DataFram
     process where no operation has a phase, the outermost module calls (`nn.Module: ...`,
     FSDP's) instead. Each process is judged on its own operations (a process read
     alone gives the same passes)."""
-    bare = pl.col("phase").is_null().all().over("pid")
-    if base["phase"].is_null().all():
+    unphased = base["phase"].is_null()
+    if unphased.all():
         return _module_calls(base, ranges, inferred)
-    if base["phase"].is_null().any() and base.select(bare.any()).item():
-        mine = base.select(bare).to_series()
-        return pl.concat(
-            [
-                _phase_passes(base.filter(~mine), ranges, inferred),
-                _module_calls(base.filter(mine), ranges, inferred),
-            ]
-        )
-    return _phase_passes(base, ranges, inferred)
+    every = pl.col("phase").is_null().all().over("pid")  # a process without phases
+    bare = base.select(every).to_series() if unphased.any() else None
+    if bare is None or not bare.any():
+        return _phase_passes(base, ranges, inferred)
+    return pl.concat(
+        [
+            _phase_passes(base.filter(~bare), ranges, inferred),
+            _module_calls(base.filter(bare), ranges, inferred),
+        ]
+    )
 
 
 def _phase_passes(base: pl.DataFrame, ranges: pl.DataFrame, inferred: pl.DataFrame) -> pl.DataFrame:
