@@ -13,7 +13,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from click.testing import CliRunner
 
+from nsysmap.cli import cli
 from nsysmap.core.findings_schema import saving_words
 from nsysmap.core.schemas import empty
 from nsysmap.core.wait_schemas import IDLE, LAUNCH_COST
@@ -224,3 +226,21 @@ def test_diff_says_the_saving_of_a_run_without_steps_over_the_measured_time(outp
     assert "still: #1" in lines and "per step" not in lines
     stepped = read_run(outputs["steps"])
     assert "ms per step" in "\n".join(check_lines(check(stepped, stepped)))
+
+
+def test_diff_divides_by_the_steps_the_report_and_findings_count(outputs):
+    """`nsysmap diff` of a run whose steps only the structure finds (a range around each)
+    against the same run with step ranges: both are per step of 4 steps, so nothing
+    changed, and the header says where each run's steps are; its fix-check divides the
+    same way. Counted by labels alone, the first would be one step of 4 steps' time."""
+    result = CliRunner().invoke(
+        cli, ["diff", str(outputs["structure"]), str(outputs["train_steps"])]
+    )
+    assert result.exit_code == 0, result.output
+    head = result.output.splitlines()
+    assert "(4 steps inside `train_batch`)" in head[0] and "(4 steps)" in head[1], head[:2]
+    a_ms, b_ms = (float(line.rsplit(": ", 1)[1].split()[0]) for line in head[:2])
+    assert a_ms == b_ms > 0, head[:2]
+    assert "B takes the same time per step as A" in result.output
+    ops = pl.read_parquet(outputs["structure"] / "ops.parquet")
+    assert a_ms == pytest.approx(ops["dur_ns"].sum() / 4 / 1e6, abs=1e-3)

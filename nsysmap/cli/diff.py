@@ -15,6 +15,7 @@ from nsysmap.diff.gate import GATED, grown, grown_lines
 from nsysmap.output.guard import check_not_over
 from nsysmap.output.placement import check_output_dir, check_output_file, write_failed
 from nsysmap.output.whole_file import written_whole
+from nsysmap.report.answers import placed_run
 from nsysmap.report.html.page import plotly_js, write_page
 from nsysmap.report.report_files import read_run
 
@@ -70,7 +71,9 @@ def diff_command(
     if html_file is not None:
         check_not_over(check_output_file(html_file), reads)
         plotly_js()  # a missing plotly (exit 6) before diff.parquet is written, too
-    diff = compare(str(run_a), a.ops, str(run_b), b.ops)
+    # per step of each run's structure, as its report and findings count them
+    pa, pb = placed_run(a), placed_run(b)
+    diff = compare(str(run_a), pa.ops, str(run_b), pb.ops, (pa.structure, pb.structure))
     if not quiet:
         click.echo(render(diff), nl=False)
         click.echo("\n" + "\n".join(check_lines(check(a, b))))

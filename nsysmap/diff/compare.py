@@ -2,7 +2,11 @@
 
 Each run's time is normalised per step: the operations inside steps, divided
 by the run's number of steps (one step on one device, as in `nsysmap
-report`); a run without step ranges counts its whole capture as one step.
+report`). Operations placed in their run's structure (`nsysmap diff` places
+them: nsysmap.report.answers.placed_run) take the steps of its measured
+region, as the report and the findings count them; a run without steps
+counts that region as one step. Operations not placed take the steps their
+labels name, and a run without step labels counts its whole capture.
 Rows are matched by name (phase, module path, category, full kernel name);
 a row found in one run only is kept with `match` `only_a` / `only_b` and 0
 for the other run, so every level adds up to each run's time per step:
@@ -19,6 +23,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from nsysmap.report import scope_tables as rt
+from nsysmap.report.scopes import describe
 
 LEVELS = {  # level -> (key column of ops.parquet, label column)
     "phase": ("phase", "phase"),
@@ -53,7 +58,8 @@ class Side:
 
     label: str
     ops: pl.DataFrame  # operations inside steps (all of them without steps)
-    steps: int | None  # (device, step) pairs; None without step ranges
+    steps: int | None  # (device, step) pairs; None without steps
+    scope: str = ""  # what one step of the run is, in words
 
     @property
     def divisor(self) -> int:
@@ -64,9 +70,18 @@ class Side:
         return float(self.ops["dur_ns"].sum()) / self.divisor
 
 
-def side(label: str, ops: pl.DataFrame) -> Side:
-    """The operations and step count of one run."""
-    return Side(label, rt.scope_filter(ops, "step"), rt.passes(ops))
+def side(label: str, ops: pl.DataFrame, structure: pl.DataFrame | None = None) -> Side:
+    """The operations and step count of one run; `structure`: the run's, where `ops`
+    are placed in it."""
+    steps = rt.passes(ops)
+    if structure is not None and "s_region" in ops.columns:
+        scope = describe(ops, structure, "step")["label"]
+    else:
+        scope = f"{steps:,} step{'' if steps == 1 else 's'}" if steps else NO_STEPS
+    return Side(label, rt.scope_filter(ops, "step"), steps, scope)
+
+
+NO_STEPS = "no step ranges (whole capture)"
 
 
 def level_rows(level: str, a: Side, b: Side) -> pl.DataFrame:
@@ -128,9 +143,16 @@ class Diff:
         return self.b.per_step_ns - self.a.per_step_ns
 
 
-def compare(label_a: str, ops_a: pl.DataFrame, label_b: str, ops_b: pl.DataFrame) -> Diff:
-    """Compare two runs' ops tables at every level."""
-    a, b = side(label_a, ops_a), side(label_b, ops_b)
+def compare(
+    label_a: str,
+    ops_a: pl.DataFrame,
+    label_b: str,
+    ops_b: pl.DataFrame,
+    structures: tuple[pl.DataFrame | None, pl.DataFrame | None] = (None, None),
+) -> Diff:
+    """Compare two runs' ops tables at every level; `structures`: each run's, where its
+    ops are placed in it (see the module docstring)."""
+    a, b = side(label_a, ops_a, structures[0]), side(label_b, ops_b, structures[1])
     return Diff(a, b, {level: level_rows(level, a, b) for level in LEVELS})
 
 

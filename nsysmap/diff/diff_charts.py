@@ -154,7 +154,7 @@ def diff_charts(diff: Diff) -> list[Chart]:
 def diff_page(diff: Diff) -> str:
     """The HTML of `nsysmap diff --html`."""
     facts = [
-        f"{x}: {s.label} ({s.steps or 'no'} steps, {s.per_step_ns / 1e6:,.3f} ms per step)"
+        f"{x}: {s.label} ({s.scope}, {s.per_step_ns / 1e6:,.3f} ms per step)"
         for x, s in (("A", diff.a), ("B", diff.b))
     ]
     facts.append(summary(diff))
@@ -167,5 +167,8 @@ def diff_page(diff: Diff) -> str:
                 )
                 notes.append(f"{level} only in {run}: {shown}")
     if diff.a.steps is None or diff.b.steps is None:
-        notes.append("A run without step ranges is compared as one step: its whole capture.")
+        notes.append(
+            "A run without steps is compared as one step: its measured region (its whole "
+            "capture where no structure says otherwise)."
+        )
     return page("nsysmap diff", facts, notes, diff_charts(diff), "Found in one run only")

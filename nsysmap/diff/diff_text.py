@@ -25,10 +25,6 @@ def _pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:+.1f} %"
 
 
-def _steps(s: Side) -> str:
-    return f"{s.steps} steps" if s.steps else "no step ranges (whole capture)"
-
-
 def name(row: dict, level: str) -> str:
     """How a row is named: module path (class), phase, category; kernels by `kernel_labels`."""
     if row["key"] is None:
@@ -103,7 +99,8 @@ def render(diff: Diff) -> str:
 
 
 def _side(which: str, s: Side) -> str:
-    return f"{which}: {terminal_text(s.label)} ({_steps(s)}): {_ms(s.per_step_ns)} ms per step"
+    scope = terminal_text(s.scope)
+    return f"{which}: {terminal_text(s.label)} ({scope}): {_ms(s.per_step_ns)} ms per step"
 
 
 def _level(level: str, rows: pl.DataFrame, named: list[str], total: int) -> list[str]:
