@@ -48,8 +48,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.corpus]
 # its manifest; then the findings of a profile without steps said over the measured
 # time, not per step: findings.parquet's per_step, output schema 1.13; then those
 # about no one phase about all the measured work, not the whole step; then the
-# findings of a profile without step ranges whose structure finds steps, per step).
-BASELINE = "4784425897afa19e1a144f2f84d4686702a4d31b"
+# findings of a profile without step ranges whose structure finds steps, per step;
+# then `nsysmap diff` per step of each run's structure, its page saying what a step is).
+BASELINE = "385e4d540df6081dae9f29d92f14f2a934d77973"
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = (ROOT / ".." / "shared" / "corpus").resolve()
 FOLDERS = ("nsys", "real", "real2", "real3")
