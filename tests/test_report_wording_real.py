@@ -208,6 +208,19 @@ def test_a_category_without_counted_flops_has_no_flop_share(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_steps_top_kernel_says_its_calls_per_step_then_per_forward_pass():
+    """The step scope's top kernel runs 3 times in each of the 2 steps, all in the forward
+    pass: its calls per step first (not only per forward pass, which a step-scoped line
+    read alone would take for the step's), then per forward pass."""
+    result = _report(_two_steps(3))
+    step = result.answers["answers"]["top_kernel"]["scopes"]["step"]
+    assert (step["calls"], step["passes"], step["calls_per_pass"]) == (6, 2, 3)
+    brief = _section(result.markdown, "Answers in brief")
+    line = next(x for x in brief.splitlines() if x.startswith("- Top kernel of the 2 steps"))
+    assert line.endswith("(75.0 % of its time), 3 calls per step, 3 per forward pass."), line
+
+
+@pytest.mark.slow
 def test_one_call_per_forward_pass_is_singular():
     """DLRM: "1 calls per forward pass"."""
     brief = _section(_report(_two_steps(1)).markdown, "Answers in brief")

@@ -66,13 +66,7 @@ def _top(doc: dict[str, Any], answer: dict[str, Any], name: Callable[[str], str]
             f"Top kernel of the {_label(doc, scope)}: {name(entry['label'])} "
             f"({pct(entry['share'])} of its time{copy})"
         )
-        calls = entry.get("calls_per_forward_pass")
-        if calls is not None:
-            text += (
-                f", {per(calls)} call{'' if calls == 1 else 's'} per forward pass"
-                if entry["forward_calls"]
-                else ", not launched in the forward pass"
-            )
+        text += _calls(entry, scope)
         if entry.get("unknown"):
             text += f"; unknown: {entry['unknown']}"
         lines.append(text + ".")
@@ -89,6 +83,27 @@ def _top(doc: dict[str, Any], answer: dict[str, Any], name: Callable[[str], str]
             + ("the same." if same else f"another: {name(other)}.")
         )
     return lines
+
+
+def _calls(entry: dict[str, Any], scope: str) -> str:
+    """How often the top kernel runs: per step first in the step scope (where steps are
+    counted), then per forward pass (the question's own count)."""
+    parts = []
+    per_step = entry.get("calls_per_pass") if scope == "step" and entry.get("passes") else None
+    if per_step is not None:
+        parts.append(f"{_calls_of(per_step)} per step")
+    calls = entry.get("calls_per_forward_pass")
+    if calls is not None and not entry["forward_calls"]:
+        parts.append("not launched in the forward pass")
+    elif calls is not None:
+        parts.append(
+            f"{per(calls)} per forward pass" if parts else f"{_calls_of(calls)} per forward pass"
+        )
+    return "".join(f", {part}" for part in parts)
+
+
+def _calls_of(n: float) -> str:
+    return f"{per(n)} call{'' if n == 1 else 's'}"
 
 
 def same_as_forward(scopes: dict[str, Any], scope: str, key: str = "time_ns") -> bool:
