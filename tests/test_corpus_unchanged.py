@@ -49,8 +49,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.corpus]
 # time, not per step: findings.parquet's per_step, output schema 1.13; then those
 # about no one phase about all the measured work, not the whole step; then the
 # findings of a profile without step ranges whose structure finds steps, per step;
-# then `nsysmap diff` per step of each run's structure, its page saying what a step is).
-BASELINE = "385e4d540df6081dae9f29d92f14f2a934d77973"
+# then `nsysmap diff` per step of each run's structure, its page saying what a step is;
+# then the step's top kernel in the brief saying its calls per step).
+BASELINE = "00a3e42c78feb1edef34a6fbad1383bbc68e6f05"
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = (ROOT / ".." / "shared" / "corpus").resolve()
 FOLDERS = ("nsys", "real", "real2", "real3")
