@@ -61,15 +61,25 @@ def test_without_steps_no_finding_says_per_step(outputs, basis):
     assert table["per_step"].to_list() == [False] * table.height
     assert table["steps"].to_list() == [1] * table.height
     for row in table.iter_rows(named=True):
-        said = " ".join(row[c] or "" for c in ("evidence", "place", "evidence_rows", "needs"))
-        assert not any(words in said for words in STEP_WORDS), said
+        said = " ".join(
+            row[c] or "" for c in ("title", "evidence", "place", "evidence_rows", "needs")
+        )
+        assert not any(words in said for words in (*STEP_WORDS, "the step")), said
     gemm = table.filter(pl.col("rule") == "fp32_gemm")["evidence"][0]
     assert "of the measured time" in gemm
+    titles = dict(table.select("rule", "title").iter_rows())
+    assert titles["host_sync"] == "The host synchronises with the GPU inside the measured work"
+    assert (
+        titles["sync_copy"] == "Synchronous or pageable host-to-device copies in the measured work"
+    )
 
 
 def test_with_steps_every_finding_is_per_step(outputs):
     table = _findings(outputs["steps"])
     assert table["per_step"].to_list() == [True] * table.height
+    titles = dict(table.select("rule", "title").iter_rows())
+    assert titles["host_sync"] == "The host synchronises with the GPU inside the step"
+    assert titles["sync_copy"] == "Synchronous or pageable host-to-device copies in the step"
     assert (table["steps"] == 3).all()
     gemm = table.filter(pl.col("rule") == "fp32_gemm")["evidence"][0]
     assert "fp32 GEMM kernels per step" in gemm and "of the step" in gemm

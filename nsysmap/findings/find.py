@@ -78,7 +78,7 @@ def _row(r: Ranked, priority: int, renumber: dict[int, int]) -> tuple:
         priority,
         f.key,
         f.rule.id,
-        f.rule.title,
+        f.rule.title_for(f.stepped),
         f.rank,
         f.device_id,
         f.phase,

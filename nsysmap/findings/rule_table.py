@@ -100,6 +100,7 @@ RULES: tuple[Rule, ...] = (
         "host_sync",
         (_least(0.01),),
         syncs.host_sync,
+        unstepped_title="The host synchronises with the GPU inside the measured work",
     ),
     Rule(
         "sync_copy",
@@ -110,6 +111,7 @@ RULES: tuple[Rule, ...] = (
         "sync_copy",
         (_least(0.01),),
         syncs.sync_copy,
+        unstepped_title="Synchronous or pageable host-to-device copies in the measured work",
     ),
     Rule(
         "exposed_communication",
