@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from nsysmap.cli import cli
-from nsysmap.diff.compare import DIFF, compare
+from nsysmap.diff.compare import DIFF, compare, compare_runs
 from nsysmap.diff.diff_charts import diff_charts
 from nsysmap.diff.diff_text import render, summary, unmatched
 from nsysmap.flow.verbs import analyse_file
@@ -40,7 +40,18 @@ def runs(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def slower(runs):
-    return compare("A", read_run(runs["train"]).ops, "B", read_run(runs["slow"]).ops)
+    return compare_runs("A", read_run(runs["train"]), "B", read_run(runs["slow"]))
+
+
+@pytest.mark.slow
+def test_the_labels_alone_give_the_same_where_every_step_is_measured(runs, slower):
+    """`compare` of operations not placed in a structure reads the steps their labels name:
+    on runs whose steps are all measured, the same rows as per the structure's steps."""
+    by_labels = compare("A", read_run(runs["train"]).ops, "B", read_run(runs["slow"]).ops)
+    assert by_labels.a.steps == slower.a.steps == 2
+    assert (by_labels.a.scope, slower.a.scope) == ("2 steps", "2 measured steps")
+    for level, rows in slower.levels.items():
+        assert rows.equals(by_labels.levels[level]), level
 
 
 def row(diff, level, key):
@@ -81,7 +92,7 @@ def test_summary_names_what_changed_most(slower):
 
 
 def test_unmatched_rows_are_listed(runs):
-    diff = compare("train", read_run(runs["train"]).ops, "infer", read_run(runs["infer"]).ops)
+    diff = compare_runs("train", read_run(runs["train"]), "infer", read_run(runs["infer"]))
     assert unmatched(diff, "phase") == (["backward", "optimizer", "loss"], [])
     only = diff.levels["kernel"].filter(pl.col("match") == "only_a")
     assert sorted(only["label"]) == [
@@ -96,7 +107,7 @@ def test_unmatched_rows_are_listed(runs):
 
 
 def test_kernels_sharing_a_short_name_get_distinct_names(runs):
-    diff = compare("train", read_run(runs["train"]).ops, "infer", read_run(runs["infer"]).ops)
+    diff = compare_runs("train", read_run(runs["train"]), "infer", read_run(runs["infer"]))
     kernels = next(c for c in diff_charts(diff) if c.id == "diff_kernel_change")
     labels = kernels.figure["data"][0]["y"]
     assert len(labels) == len(set(labels))

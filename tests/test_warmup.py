@@ -30,9 +30,10 @@ WARM_STEPS, STEPS = 2, 3
 STEP_MS, PHASE_MS = 20, 10
 
 
-def _benchmark_export(path: Path) -> list[dict]:
-    """Two warm-up steps, then three measured ones; one forward kernel launched from
-    the main thread and one backward kernel from the autograd thread per step.
+def _benchmark_export(path: Path, warm_steps: int = WARM_STEPS) -> list[dict]:
+    """Two warm-up steps (`warm_steps`), then three measured ones; one forward kernel
+    launched from the main thread and one backward kernel from the autograd thread per
+    step, each 2 ms.
 
         main      |-- Warm-up Step 0 --|-- Warm-up Step 1 --|-- Step 0 --| ...
                   |-Forward-|-Backward-|-Forward-|-Backward-|
@@ -43,7 +44,7 @@ def _benchmark_export(path: Path) -> list[dict]:
     b = SynthExport()
     b.thread(PID, MAIN, "python")
     b.thread(PID, AUTOGRAD, "pt_autograd_0")
-    steps = [(f"Warm-up Step {i}", None, True) for i in range(WARM_STEPS)]
+    steps = [(f"Warm-up Step {i}", None, True) for i in range(warm_steps)]
     steps += [(f"Step {i}", i, False) for i in range(STEPS)]
     launched = []
     for n, (name, step, warm) in enumerate(steps):
@@ -171,3 +172,44 @@ def test_an_unlabelled_first_iteration_is_not_called_warm_up():
         "benchmark_iteration": (None, None, None),
         "forward": (None, "forward", None),
     }
+
+
+def _ms_per_step(line: str) -> float:
+    """`A: DIR (scope): 4.000 ms per step` -> 4.0"""
+    return float(line.rsplit(": ", 1)[1].split()[0])
+
+
+@pytest.mark.slow
+def test_diff_divides_by_the_measured_steps_not_the_warm_up(tmp_path: Path):
+    """The same three measured steps after two warm-up steps and after none: `nsysmap diff`
+    divides each run by its 3 measured steps, as its report counts them (4 ms per step:
+    two 2 ms kernels), so a gate sees no change; the same run whose structure is found
+    again (no structure.parquet) divides alike, and says how its structure was had."""
+    outs = {}
+    for warm in (WARM_STEPS, 0):
+        _benchmark_export(tmp_path / f"w{warm}.sqlite", warm)
+        outs[warm] = tmp_path / f"w{warm}"
+        args = ["attribute", str(tmp_path / f"w{warm}.sqlite"), "-o", str(outs[warm]), "--quiet"]
+        assert CliRunner().invoke(cli, args).exit_code == 0
+    gate = ["diff", str(outs[WARM_STEPS]), str(outs[0]), "--fail-above", "5"]
+    result = CliRunner().invoke(cli, gate)
+    assert result.exit_code == 0, result.output
+    head = result.output.splitlines()[:2]
+    assert [_ms_per_step(line) for line in head] == [4.0, 4.0], head
+    assert "(3 measured steps)" in head[0], head
+    report = CliRunner().invoke(cli, ["report", str(outs[WARM_STEPS]), "--quiet"])
+    assert report.exit_code == 0
+    answers = json.loads((outs[WARM_STEPS] / "answers.json").read_text())
+    assert answers["scopes"]["step"]["steps"] == 3
+    # An output without structure.parquet (an older nsysmap's): found again, and said.
+    old = tmp_path / "old"
+    shutil.copytree(outs[WARM_STEPS], old)
+    manifest = json.loads((old / "manifest.json").read_text())
+    del manifest["tables"]["structure"]
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    (old / "structure.parquet").unlink()
+    result = CliRunner().invoke(cli, ["diff", str(old), str(outs[WARM_STEPS])])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert [_ms_per_step(line) for line in lines[:2]] == [4.0, 4.0], lines[:2]
+    assert lines[2].startswith("A: No structure.parquet here"), lines[2]

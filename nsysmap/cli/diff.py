@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from nsysmap.core.errors import Regression
-from nsysmap.diff.compare import Diff, compare
+from nsysmap.diff.compare import Diff, compare_runs
 from nsysmap.diff.diff_charts import diff_page
 from nsysmap.diff.diff_text import render
 from nsysmap.diff.fix_check import check, check_lines
@@ -15,7 +15,6 @@ from nsysmap.diff.gate import GATED, grown, grown_lines
 from nsysmap.output.guard import check_not_over
 from nsysmap.output.placement import check_output_dir, check_output_file, write_failed
 from nsysmap.output.whole_file import written_whole
-from nsysmap.report.answers import placed_run
 from nsysmap.report.html.page import plotly_js, write_page
 from nsysmap.report.report_files import read_run
 
@@ -71,9 +70,7 @@ def diff_command(
     if html_file is not None:
         check_not_over(check_output_file(html_file), reads)
         plotly_js()  # a missing plotly (exit 6) before diff.parquet is written, too
-    # per step of each run's structure, as its report and findings count them
-    pa, pb = placed_run(a), placed_run(b)
-    diff = compare(str(run_a), pa.ops, str(run_b), pb.ops, (pa.structure, pb.structure))
+    diff = compare_runs(str(run_a), a, str(run_b), b)  # per step of each run's structure
     if not quiet:
         click.echo(render(diff), nl=False)
         click.echo("\n" + "\n".join(check_lines(check(a, b))))

@@ -18,11 +18,12 @@ for the other run, so every level adds up to each run's time per step:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import polars as pl
 
 from nsysmap.report import scope_tables as rt
+from nsysmap.report.answers import RunData, placed_run
 from nsysmap.report.scopes import describe
 
 LEVELS = {  # level -> (key column of ops.parquet, label column)
@@ -57,9 +58,10 @@ class Side:
     """One run as the diff sees it."""
 
     label: str
-    ops: pl.DataFrame  # operations inside steps (all of them without steps)
-    steps: int | None  # (device, step) pairs; None without steps
+    ops: pl.DataFrame  # operations of the step scope (the measured region, or by labels)
+    steps: int | None  # the scope's steps (per device, or device and process); None: none
     scope: str = ""  # what one step of the run is, in words
+    note: str | None = None  # how its structure was had, where not from structure.parquet
 
     @property
     def divisor(self) -> int:
@@ -73,12 +75,13 @@ class Side:
 def side(label: str, ops: pl.DataFrame, structure: pl.DataFrame | None = None) -> Side:
     """The operations and step count of one run; `structure`: the run's, where `ops`
     are placed in it."""
-    steps = rt.passes(ops)
+    inside = rt.scope_filter(ops, "step")
+    steps = rt.passes(inside)  # the measured steps, not those of the warm-up
     if structure is not None and "s_region" in ops.columns:
         scope = describe(ops, structure, "step")["label"]
     else:
         scope = f"{steps:,} step{'' if steps == 1 else 's'}" if steps else NO_STEPS
-    return Side(label, rt.scope_filter(ops, "step"), steps, scope)
+    return Side(label, inside, steps, scope)
 
 
 NO_STEPS = "no step ranges (whole capture)"
@@ -154,6 +157,20 @@ def compare(
     ops are placed in it (see the module docstring)."""
     a, b = side(label_a, ops_a, structures[0]), side(label_b, ops_b, structures[1])
     return Diff(a, b, {level: level_rows(level, a, b) for level in LEVELS})
+
+
+def compare_runs(label_a: str, a: RunData, label_b: str, b: RunData) -> Diff:
+    """`compare` of two runs read from their folders, each placed in its structure (found
+    again, and said so, where a folder has no structure.parquet)."""
+    placed = [placed_run(run) for run in (a, b)]
+    diff = compare(
+        label_a, placed[0].ops, label_b, placed[1].ops, (placed[0].structure, placed[1].structure)
+    )
+    return replace(
+        diff,
+        a=replace(diff.a, note=a.structure_note),
+        b=replace(diff.b, note=b.structure_note),
+    )
 
 
 def biggest(diff: Diff, level: str) -> dict | None:

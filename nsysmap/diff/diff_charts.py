@@ -8,7 +8,17 @@ from nsysmap.attribution.module_names import block_index, block_list, with_block
 from nsysmap.core.inert import plotly_texts
 from nsysmap.diff.compare import Diff
 from nsysmap.diff.diff_text import names, summary, unmatched
-from nsysmap.report.html.chart import Chart, Table, bar, chart, horizontal, ms, ratio, table
+from nsysmap.report.html.chart import (
+    Chart,
+    Table,
+    bar,
+    chart,
+    code_plain,
+    horizontal,
+    ms,
+    ratio,
+    table,
+)
 from nsysmap.report.html.names import distinct_labels
 from nsysmap.report.html.page import page
 from nsysmap.report.html.steps import phase_order
@@ -154,11 +164,11 @@ def diff_charts(diff: Diff) -> list[Chart]:
 def diff_page(diff: Diff) -> str:
     """The HTML of `nsysmap diff --html`."""
     facts = [
-        f"{x}: {s.label} ({s.scope}, {s.per_step_ns / 1e6:,.3f} ms per step)"
+        f"{x}: {s.label} ({code_plain(s.scope)}, {s.per_step_ns / 1e6:,.3f} ms per step)"
         for x, s in (("A", diff.a), ("B", diff.b))
     ]
     facts.append(summary(diff))
-    notes = []
+    notes = [f"{x}: {s.note}" for x, s in (("A", diff.a), ("B", diff.b)) if s.note]
     for level in diff.levels:
         for run, found in zip(("A", "B"), unmatched(diff, level), strict=True):
             if found:
