@@ -61,9 +61,8 @@ def test_without_steps_no_finding_says_per_step(outputs, basis):
     assert table["per_step"].to_list() == [False] * table.height
     assert table["steps"].to_list() == [1] * table.height
     for row in table.iter_rows(named=True):
-        said = " ".join(
-            row[c] or "" for c in ("title", "evidence", "place", "evidence_rows", "needs")
-        )
+        prose = ("title", "evidence", "place", "evidence_rows", "needs", "fix")
+        said = " ".join(row[c] or "" for c in prose)
         assert not any(words in said for words in (*STEP_WORDS, "the step")), said
     gemm = table.filter(pl.col("rule") == "fp32_gemm")["evidence"][0]
     assert "of the measured time" in gemm
@@ -72,6 +71,8 @@ def test_without_steps_no_finding_says_per_step(outputs, basis):
     assert (
         titles["sync_copy"] == "Synchronous or pageable host-to-device copies in the measured work"
     )
+    sync_fix = table.filter(rule="host_sync")["fix"][0]
+    assert "cudaMemcpyAsync" in sync_fix and "steps" not in sync_fix
 
 
 def test_with_steps_every_finding_is_per_step(outputs):
@@ -80,6 +81,7 @@ def test_with_steps_every_finding_is_per_step(outputs):
     titles = dict(table.select("rule", "title").iter_rows())
     assert titles["host_sync"] == "The host synchronises with the GPU inside the step"
     assert titles["sync_copy"] == "Synchronous or pageable host-to-device copies in the step"
+    assert "log the loss every N steps" in table.filter(rule="host_sync")["fix"][0]
     assert (table["steps"] == 3).all()
     gemm = table.filter(pl.col("rule") == "fp32_gemm")["evidence"][0]
     assert "fp32 GEMM kernels per step" in gemm and "of the step" in gemm

@@ -96,7 +96,7 @@ def _row(r: Ranked, priority: int, renumber: dict[int, int]) -> tuple:
         f.upper_bound,
         f.estimate,
         f.confidence,
-        f.fix or f.rule.fix,
+        f.fix or f.rule.fix_for(f.stepped),
         f.rule.doc,
         f.needs,
         ", ".join(f"#{p}" for p in above) or None,

@@ -43,12 +43,18 @@ class Rule:
     # When its findings are served (nsysmap.findings.rank): a lower tier first, so a rule that
     # names the cause (a straggler) gets the time before one that names the symptom.
     tier: int = 1
-    # The title where no step is measured and the work counts as one ("": `title`).
+    # The title and the fix where no step is measured and the work counts as one ("": the
+    # same as with steps).
     unstepped_title: str = ""
+    unstepped_fix: str = ""
 
     def title_for(self, stepped: bool) -> str:
         """The title of a finding per measured step (`stepped`), or over the measured work."""
         return self.title if stepped or not self.unstepped_title else self.unstepped_title
+
+    def fix_for(self, stepped: bool) -> str:
+        """The fix of a finding per measured step (`stepped`), or over the measured work."""
+        return self.fix if stepped or not self.unstepped_fix else self.unstepped_fix
 
     def value(self, name: str) -> float:
         """The threshold called `name`."""

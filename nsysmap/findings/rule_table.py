@@ -101,6 +101,11 @@ RULES: tuple[Rule, ...] = (
         (_least(0.01),),
         syncs.host_sync,
         unstepped_title="The host synchronises with the GPU inside the measured work",
+        unstepped_fix="keep values on the GPU while the work runs: no .item(), .cpu(), .tolist(), "
+        "print(tensor) or torch.cuda.synchronize() in the measured loop; in CUDA C++, "
+        "cudaMemcpyAsync and one cudaStreamSynchronize where the result is needed rather than a "
+        "synchronous cudaMemcpy or cudaDeviceSynchronize after each kernel; results copied to "
+        "the host with non_blocking=True into pinned memory",
     ),
     Rule(
         "sync_copy",
