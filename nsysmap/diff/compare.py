@@ -145,32 +145,44 @@ class Diff:
     def change_ns(self) -> float:
         return self.b.per_step_ns - self.a.per_step_ns
 
+    @property
+    def notes(self) -> list[str]:
+        """How each run's structure was had, where not from its structure.parquet."""
+        return [f"{x}: {s.note}" for x, s in (("A", self.a), ("B", self.b)) if s.note]
 
-def compare(
-    label_a: str,
-    ops_a: pl.DataFrame,
-    label_b: str,
-    ops_b: pl.DataFrame,
-    structures: tuple[pl.DataFrame | None, pl.DataFrame | None] = (None, None),
-) -> Diff:
-    """Compare two runs' ops tables at every level; `structures`: each run's, where its
-    ops are placed in it (see the module docstring)."""
-    a, b = side(label_a, ops_a, structures[0]), side(label_b, ops_b, structures[1])
-    return Diff(a, b, {level: level_rows(level, a, b) for level in LEVELS})
+
+def compare(label_a: str, ops_a: pl.DataFrame, label_b: str, ops_b: pl.DataFrame) -> Diff:
+    """Compare two runs' ops tables at every level, their steps those their labels name."""
+    return _diff(side(label_a, ops_a), side(label_b, ops_b))
 
 
 def compare_runs(label_a: str, a: RunData, label_b: str, b: RunData) -> Diff:
-    """`compare` of two runs read from their folders, each placed in its structure (found
+    """Compare two runs read from their folders, each placed in its structure (found
     again, and said so, where a folder has no structure.parquet)."""
-    placed = [placed_run(run) for run in (a, b)]
-    diff = compare(
-        label_a, placed[0].ops, label_b, placed[1].ops, (placed[0].structure, placed[1].structure)
-    )
-    return replace(
-        diff,
-        a=replace(diff.a, note=a.structure_note),
-        b=replace(diff.b, note=b.structure_note),
-    )
+    return _diff(_placed_side(label_a, a), _placed_side(label_b, b))
+
+
+def _placed_side(label: str, run: RunData) -> Side:
+    """The run's side over the steps of its structure. Only the columns the levels and
+    the structure's scope read are placed (a run found again keeps every column, which
+    finding its structure reads)."""
+    if run.structure is not None:
+        run = replace(run, ops=run.ops.select(c for c in run.ops.columns if c in _READ))
+    placed = placed_run(run)
+    return replace(side(label, placed.ops, placed.structure), note=run.structure_note)
+
+
+def _diff(a: Side, b: Side) -> Diff:
+    return Diff(a, b, {level: level_rows(level, a, b) for level in LEVELS})
+
+
+# What a placed side reads: the levels' keys and labels, the times, and what places an
+# operation in its structure (nsysmap.structure.table.assign) and picks its scope.
+_READ = frozenset(
+    [c for pair in LEVELS.values() for c in pair]
+    + ["op_id", "device_id", "pid", "launch_start_ns", "start_ns", "dur_ns"]
+    + ["step", "warmup", "kind", "direction"]
+)
 
 
 def biggest(diff: Diff, level: str) -> dict | None:

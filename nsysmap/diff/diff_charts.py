@@ -168,7 +168,7 @@ def diff_page(diff: Diff) -> str:
         for x, s in (("A", diff.a), ("B", diff.b))
     ]
     facts.append(summary(diff))
-    notes = [f"{x}: {s.note}" for x, s in (("A", diff.a), ("B", diff.b)) if s.note]
+    notes = list(diff.notes)
     for level in diff.levels:
         for run, found in zip(("A", "B"), unmatched(diff, level), strict=True):
             if found:

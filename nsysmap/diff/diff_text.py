@@ -85,7 +85,7 @@ def summary(diff: Diff) -> str:
 def render(diff: Diff) -> str:
     """The whole text."""
     lines = [_side("A", diff.a), _side("B", diff.b)]
-    lines += [f"{x}: {s.note}" for x, s in (("A", diff.a), ("B", diff.b)) if s.note]
+    lines += diff.notes
     lines += ["", summary(diff)]
     for level, rows in diff.levels.items():
         shown = rows.head(ROWS)
