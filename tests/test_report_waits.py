@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from nsysmap.report.html.waits_chart import waits_chart
-from nsysmap.report.waits import NO_TABLES, read_waits, waits_answer, waits_section
+from nsysmap.report.waits import NO_TABLES, read_waits, waits_answer
+from nsysmap.report.waits_text import waits_section
 from tests.test_waits import attributed_planted
 
 MS = 1_000_000

@@ -13,7 +13,7 @@ from nsysmap.report.build import build_report
 from nsysmap.report.format import ratio
 from nsysmap.report.html.page import report_page
 from nsysmap.report.report_files import read_run
-from nsysmap.report.waits import waits_lead
+from nsysmap.report.waits_text import waits_lead
 from tests.corpus import corpus_path
 from tests.frames import MS, Frames
 from tests.runs import run_data

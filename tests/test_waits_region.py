@@ -19,7 +19,8 @@ from nsysmap.core.wait_schemas import STREAM_IDLE
 from nsysmap.flow.verbs import analyse_file
 from nsysmap.report.build import build_report
 from nsysmap.report.report_files import read_run
-from nsysmap.report.waits import waits_answer, waits_lead
+from nsysmap.report.waits import waits_answer
+from nsysmap.report.waits_text import waits_lead
 from nsysmap.waits.tables import window_stream_idle
 from tests.corpus import REAL, REAL2, needs_corpus
 from tests.test_waits import MS, attributed_planted

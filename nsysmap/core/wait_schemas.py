@@ -11,6 +11,9 @@ WAIT_INTERIOR = ("sync", "launch", "other_stream", "latency", "unknown")
 WAIT_EDGES = ("before_first", "after_last")
 WAIT_KINDS = (*WAIT_INTERIOR, *WAIT_EDGES)
 WaitKind = pl.Enum(WAIT_KINDS)
+# A `launch` gap up to this long is launch overhead; a longer one is other host work between
+# launches (the findings' `max_launch_gap_ns`; the report's waits tell the two apart).
+LAUNCH_OVERHEAD_NS = 250_000
 
 
 def idle_by_kind(kinds: tuple[str, ...]) -> dict[str, ColumnType]:

@@ -1,8 +1,10 @@
-"""A named number a rule compares with, and the one every rule shares (a leaf module)."""
+"""A named number a rule compares with, and the one every rule shares (above nsysmap.core only)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from nsysmap.core.wait_schemas import LAUNCH_OVERHEAD_NS
 
 
 @dataclass(frozen=True)
@@ -18,6 +20,6 @@ class Threshold:
 # claim them); longer ones are other host work between kernels. Shared by every rule.
 LAUNCH_GAP = Threshold(
     "max_launch_gap_ns",
-    250_000,
+    LAUNCH_OVERHEAD_NS,
     "a launch gap up to this long is launch overhead; a longer one is other host work",
 )

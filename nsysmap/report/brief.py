@@ -15,7 +15,7 @@ from typing import Any
 
 from nsysmap.report.format import ms, pct, per, plural, ratio
 from nsysmap.report.softmax_answer import attention_coverage
-from nsysmap.report.waits import waits_lead
+from nsysmap.report.waits_text import waits_lead
 
 # Work left out below this share of all time is in the report's table, not in the brief.
 BRIEF_MIN_SHARE = 0.001

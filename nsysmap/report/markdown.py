@@ -31,7 +31,7 @@ from nsysmap.report.doc_sections import (
 from nsysmap.report.fix_first import fix_first_section
 from nsysmap.report.format import cap, devices_text, kernel, ms, pct, per, table
 from nsysmap.report.questions import present_scopes
-from nsysmap.report.waits import waits_section
+from nsysmap.report.waits_text import waits_section
 
 if TYPE_CHECKING:
     from nsysmap.report.answers import Findings

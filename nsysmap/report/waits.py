@@ -2,15 +2,15 @@
 
 `read_waits(run_dir, manifest)` reads the waits tables an output directory
 holds (None before output schema 1.6); `waits_answer(tables)` gives a
-JSON-able answer from them; `waits_section(answer)` renders it as Markdown
-from the answer alone. Definitions: docs/waits.md (nsysmap.waits).
+JSON-able answer from them, which nsysmap.report.waits_text renders as
+Markdown. Definitions: docs/waits.md (nsysmap.waits).
 
 The answer covers the steps (every row with a step) when the run has any,
 else the measured region its structure found, where that leaves out part of
 the capture (set-up, warm-up), else the whole capture as one window. Times
 are summed over the steps; `steps` says how many (device, step) windows that
 is. The measured region's streams are worked out from its operations and the
-capture's gaps (nsysmap.waits.tables.window_stream_idle); its phases, modules
+capture's gaps (nsysmap.waits.tables.window_waits); its phases, modules
 and launch calls stay those of the capture (`cost_scope`): their tables show
 the launch calls' host time beside the idle time, and the outputs keep no
 launch call's duration per operation.
@@ -24,10 +24,8 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap.core.inert import markdown_code
-from nsysmap.core.wait_schemas import WAIT_INTERIOR, WAIT_KINDS
-from nsysmap.report.format import ms, pct, plural, sentence, table
-from nsysmap.waits.tables import SCHEMAS, is_sync_copy, window_stream_idle
+from nsysmap.core.wait_schemas import LAUNCH_OVERHEAD_NS, WAIT_INTERIOR, WAIT_KINDS
+from nsysmap.waits.tables import SCHEMAS, is_sync_copy, long_gaps, window_waits
 
 ID = "waits"
 QUESTION = (
@@ -94,6 +92,7 @@ def waits_answer(
     if tables is None:
         return _answer(NO_TABLES)
     streams = _scoped(tables["stream_idle"], measured)
+    gaps = _scoped(tables["idle"], measured)
     cost = _scoped(tables["launch_cost"], measured)
     if streams.is_empty():
         return _answer(NO_OPS)
@@ -101,22 +100,11 @@ def waits_answer(
     cost_scope = scope = "steps" if in_steps else "whole capture"
     outside: list[int] = []
     if not in_steps and region is not None:
-        found = window_stream_idle(region, tables["idle"])
+        found, found_gaps = window_waits(region, tables["idle"])
         if not found.is_empty():
             outside = _devices_left_out(streams, found)
-            streams, scope = found, "measured region"
-    per_stream = (
-        streams.group_by("device_id", "stream_id")
-        .agg(
-            pl.len().cast(pl.Int64).alias("steps"),
-            *(pl.col(c).sum() for c in ["wall_ns", "busy_ns", "idle_ns", *IDLE]),
-        )
-        .sort(["busy_ns", "device_id", "stream_id"], descending=[True, False, False])
-    )
-    wall = pl.when(pl.col("wall_ns") > 0).then(pl.col("wall_ns"))
-    per_stream = per_stream.with_columns(
-        (pl.col(c) / wall).alias(c.removesuffix("_ns") + "_share") for c in ["busy_ns", *IDLE]
-    )
+            streams, gaps, scope = found, found_gaps, "measured region"
+    per_stream = _per_stream(streams, gaps)
     phases = _cost_rows(cost, ["phase"]).sort("idle_before_ns", "busy_ns", descending=True)
     modules = _cost_rows(cost, ["module", "phase"]).filter(
         pl.col("module").is_not_null(), pl.col("idle_before_ns") > 0
@@ -139,7 +127,33 @@ def waits_answer(
         modules=modules.head(MODULE_ROWS).to_dicts(),
         module_rows=MODULE_ROWS,
         totals=_totals(cost, _sync_copies(ops, in_steps=bool(in_steps))),
+        launch_gap_ns=LAUNCH_OVERHEAD_NS,
     )
+
+
+def _per_stream(streams: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
+    """STREAM_IDLE rows summed per stream, busiest first, with shares of wall time and the
+    launch gaps longer than a launch (`long_launch_ns`: host work between launches)."""
+    per_stream = (
+        streams.group_by("device_id", "stream_id")
+        .agg(
+            pl.len().cast(pl.Int64).alias("steps"),
+            *(pl.col(c).sum() for c in ["wall_ns", "busy_ns", "idle_ns", *IDLE]),
+        )
+        .sort(["busy_ns", "device_id", "stream_id"], descending=[True, False, False])
+    )
+    # launch gaps longer than a launch takes: host work between launches (`long_launch_ns`)
+    long = long_gaps(gaps, "launch", LAUNCH_OVERHEAD_NS).rename({"long_ns": "long_launch_ns"})
+    per_stream = per_stream.join(
+        long, on=["device_id", "stream_id"], how="left", maintain_order="left"
+    )
+    per_stream = per_stream.with_columns(pl.col("long_launch_ns").fill_null(0))
+    wall = pl.when(pl.col("wall_ns") > 0).then(pl.col("wall_ns"))
+    shared = ["busy_ns", *IDLE, "long_launch_ns"]
+    per_stream = per_stream.with_columns(
+        (pl.col(c) / wall).alias(c.removesuffix("_ns") + "_share") for c in shared
+    )
+    return per_stream
 
 
 def _devices_left_out(capture: pl.DataFrame, part: pl.DataFrame) -> list[int]:
@@ -200,177 +214,3 @@ def _answer(unknown: str | None, **found: Any) -> dict[str, Any]:
         "totals": {},
     }
     return {"id": ID, "question": QUESTION, "unknown": unknown, **empty, **found}
-
-
-# ------------------------------------------------------------------ Markdown
-def waits_section(answer: dict[str, Any]) -> list[str]:
-    """Markdown lines for the answer, every number taken from it."""
-    lines = ["## Where the GPU waits", ""]
-    if answer["unknown"] is not None:
-        return [*lines, f"Not known: {answer['unknown']}.", ""]
-    lines += [waits_lead(answer), ""]
-    lines += _stream_table(answer)
-    lines += [f"Per phase{_over_cost(answer)}: the GPU time of its operations and the idle"
-              " time just before them (the gaps they ended), by kind of wait; the rest of"
-              " the idle time before them was GPU latency, of unknown cause, or before"
-              " their stream's first operation. The launch-bound share is of the GPU time"
-              " and idle time together.", ""]  # fmt: skip
-    lines += _cost_table(answer["phases"], ["phase"])
-    if answer["modules"]:
-        top = f"top {answer['module_rows']}{_over_cost(answer, ', ')}"
-        lines += [f"The modules the GPU waited for most ({top}):", ""]
-        lines += _cost_table(answer["modules"], ["module", "phase"])
-    lines.append(
-        "Launch-bound: the host started the next launch call after the previous operation on"
-        " the stream had finished, so the GPU sat idle while Python and the CUDA runtime"
-        " prepared it. Fewer, larger kernels (fusion, torch.compile, CUDA graphs) shrink it."
-        " Kinds of wait: docs/waits.md."
-    )
-    return [*lines, ""]
-
-
-def _over_cost(answer: dict[str, Any], joint: str = " ") -> str:
-    """ "over the whole capture" where the phases, modules and launch calls cover more than
-    the streams (a measured region without steps: the only such case), else nothing."""
-    cost = answer.get("cost_scope")
-    return "" if cost is None or cost == answer["scope"] else f"{joint}over the whole capture"
-
-
-def waits_lead(answer: dict[str, Any]) -> str:
-    """The first sentence: the busiest stream's wall time, busy and launch-bound (of each
-    device, where there are several)."""
-    steps = answer.get("step_count", answer["steps"])
-    where = (
-        "the measured region"
-        if answer["scope"] == "measured region"
-        else "the capture"
-        if answer["scope"] != "steps"
-        else "the step's window"
-        if steps == 1
-        else f"the {steps:,} steps' windows"
-    )
-    busiest = answer.get("busiest") or answer["streams"][:1]
-    devices = answer.get("devices") or 1
-    if devices == 1:
-        top = busiest[0]
-        text = (
-            f"Over {where}, the busiest stream (device {top['device_id']}, stream"
-            f" {top['stream_id']}) was busy {_stream_text(top)}."
-        )
-    else:
-        each = [
-            f"device {r['device_id']}, stream {r['stream_id']}, was busy {_stream_text(r)}."
-            for r in busiest
-        ]
-        more = devices - len(busiest)
-        if more:
-            each.append(f"{plural(more, 'more device')} not named here.")
-        text = f"Over {where} ({devices:,} devices, the busiest stream of each): "
-        text += " ".join([each[0], *(sentence(e) for e in each[1:])])
-    return text + _outside_text(answer) + _launch_text(answer["totals"], _over_cost(answer).strip())
-
-
-def _outside_text(answer: dict[str, Any]) -> str:
-    """ " Device 1 ran no operation in the measured region.": the devices the scope leaves
-    out although the capture has work of theirs (empty when none)."""
-    outside = answer.get("devices_outside") or []
-    if not outside:
-        return ""
-    if len(outside) == 1:
-        return f" Device {outside[0]} ran no operation in the measured region."
-    named = ", ".join(str(d) for d in outside[:-1]) + f" and {outside[-1]}"
-    return f" Devices {named} ran no operation in the measured region."
-
-
-def _launch_text(t: dict[str, Any], over: str = "") -> str:
-    """The launch calls' host time (`over` a wider scope than the streams, when not
-    empty), what it holds besides launching (synchronous copies' waits), and the
-    operations shorter than their call (the others)."""
-    if not t.get("launches"):
-        return ""
-    calls, copies = t["launches"], t.get("sync_copy_calls", 0)
-    lead = f" {over[:1].upper()}{over[1:]}, the host" if over else " The host"
-    text = f"{lead} spent {ms(t['launch_cpu_ns'])} in {plural(calls, 'launch call')}"
-    if copies:
-        which = "all of them" if copies == calls else f"{copies:,} of them"
-        copy = "copy or set" if copies == 1 else "copies or sets"
-        text += (
-            f" ({which} synchronous {copy}, such as cudaMemcpy, whose call lasts until the"
-            " copy is done: that waiting is in this time)"
-        )
-    if copies == calls:
-        return text + "."
-    shorter = t["shorter_than_launch"]
-    return text + (
-        f"; {'of the others, ' if copies else ''}{plural(shorter, 'operation')}"
-        f" ran for less time than {'its' if shorter == 1 else 'their'} launch call took."
-    )
-
-
-def _stream_text(row: dict[str, Any]) -> str:
-    """ "91.3 % of its wall time (299.849 ms); idle ..., of which ...": one stream's waits."""
-    text = (
-        f"{pct(row['busy_share'])} of its wall time ({ms(row['wall_ns'])}); idle"
-        f" {ms(row['idle_ns'])}, of which launch-bound {ms(row['idle_launch_ns'])}"
-        f" ({pct(row['idle_launch_share'])} of wall time) and waiting on synchronisations"
-        f" {ms(row['idle_sync_ns'])}"
-    )
-    said = max(row["idle_launch_ns"], row["idle_sync_ns"])
-    idle = row["idle_ns"]
-    rest = [k for k in LEAD_KINDS if row[f"idle_{k}_ns"] and row[f"idle_{k}_ns"] >= REST * idle]
-    rest.sort(key=lambda k: -row[f"idle_{k}_ns"])
-    if rest and row[f"idle_{rest[0]}_ns"] > said:
-        kind = rest.pop(0)
-        text += (
-            f"; the largest part, {ms(row[f'idle_{kind}_ns'])} ({pct(row[f'idle_{kind}_share'])}"
-            f" of wall time), {LEAD_KINDS[kind]}"
-        )
-    if rest[:REST_KINDS]:
-        parts = [f"{ms(row[f'idle_{k}_ns'])} {LEAD_KINDS[k]}" for k in rest[:REST_KINDS]]
-        text += "; besides, " + " and ".join(parts)
-    return text
-
-
-def _stream_table(answer: dict[str, Any]) -> list[str]:
-    header = ["device", "stream", "wall", "busy", *(KIND_NAMES[k] for k in WAIT_KINDS)]
-    rows = [
-        [
-            str(r["device_id"]),
-            str(r["stream_id"]),
-            ms(r["wall_ns"]),
-            pct(r["busy_share"]),
-            *(pct(r[f"idle_{k}_share"]) for k in WAIT_KINDS),
-        ]
-        for r in answer["streams"]
-    ]
-    lines = table(header, rows)
-    if answer["streams_left_out"]:
-        left = plural(answer["streams_left_out"], "less busy stream")
-        lines.insert(-1, f"({left} not shown.)")
-    return lines
-
-
-def _cost_table(rows: list[dict[str, Any]], keys: list[str]) -> list[str]:
-    header = [*keys, "GPU time", "idle before", "launch-bound", "sync", "other stream"]
-    header += ["launches", "launch CPU time", "shorter than launch"]
-    cells = [
-        [
-            *(_key(r[k], k) for k in keys),
-            ms(r["busy_ns"]),
-            ms(r["idle_before_ns"]),
-            f"{ms(r['idle_launch_ns'])} ({pct(r['launch_bound_share'])})",
-            ms(r["idle_sync_ns"]),
-            ms(r["idle_other_stream_ns"]),
-            f"{r['launches']:,}",
-            ms(r["launch_cpu_ns"]),
-            f"{r['shorter_than_launch']:,}",
-        ]
-        for r in rows
-    ]
-    return table(header, cells)
-
-
-def _key(value: str | None, key: str) -> str:
-    if value is None:
-        return f"(outside every {key})"
-    return markdown_code(value or "(root)") if key == "module" else value

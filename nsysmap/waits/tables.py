@@ -79,9 +79,15 @@ def window_stream_idle(ops: pl.DataFrame, idle: pl.DataFrame) -> pl.DataFrame:
         capture  |--a--|  sync  |--b--|  launch  |--c--|
         ops           b and c:   window [b.start, c.end], one gap before c: launch
     """
+    return window_waits(ops, idle)[0]
+
+
+def window_waits(ops: pl.DataFrame, idle: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(`window_stream_idle`'s rows, the gaps they sum: device_id, stream_id, step (null),
+    kind, start_ns, end_ns, dur_ns)."""
     gpu = g.gpu_ops(ops.lazy().with_columns(step=pl.lit(None, pl.Int64)))
     if gpu.is_empty():
-        return pl.DataFrame(schema=STREAM_IDLE)
+        return pl.DataFrame(schema=STREAM_IDLE), pl.DataFrame(schema=IDLE)
     reached = g.with_reach(gpu)
     window = g.windows(gpu)
     same = ["next_op_id", "start_ns"]  # the same gap: ended by the same operation, as long
@@ -91,9 +97,20 @@ def window_stream_idle(ops: pl.DataFrame, idle: pl.DataFrame) -> pl.DataFrame:
     rows = pl.concat(
         [inner.drop(*g.THREAD, "launch_start_ns"), g.edge_gaps(reached, window)], how="diagonal"
     )
-    return stream_idle(
-        reached, window, rows.with_columns(dur_ns=pl.col("end_ns") - pl.col("start_ns"))
-    )
+    rows = rows.with_columns(dur_ns=pl.col("end_ns") - pl.col("start_ns"))
+    return stream_idle(reached, window, rows), rows
+
+
+def long_gaps(gaps: pl.DataFrame, kind: str, longer_than_ns: int) -> pl.DataFrame:
+    """(device_id, stream_id, long_ns): per stream of `gaps` (IDLE rows), the summed
+    duration of its gaps of `kind` longer than `longer_than_ns` (0 where none)::
+
+        stream 7   launch 0.1 ms, launch 3 ms, sync 5 ms   (longer than 0.25 ms)
+        ->         device 0, stream 7, long_ns 3 ms
+    """
+    long = (pl.col("kind") == kind) & (pl.col("dur_ns") > longer_than_ns)
+    summed = pl.col("dur_ns").filter(long).sum().cast(pl.Int64)
+    return gaps.group_by("device_id", "stream_id").agg(long_ns=summed)
 
 
 def rejoined_launches(gpu: pl.DataFrame, api_calls: pl.DataFrame) -> pl.DataFrame:
