@@ -112,3 +112,10 @@ def test_a_measured_region_counts_its_own_gaps(tmp_path):
     middle = region("K1", "K2")  # window [2.1, 9): the long gap [3, 8)
     assert (middle["idle_launch_ns"], middle["long_launch_ns"]) == (5 * MS, 5 * MS)
     assert answer["busiest"][0]["long_launch_ns"] == 5 * MS
+
+
+def test_the_note_comes_only_with_the_sentence_that_needs_it(answer):
+    quiet = {**answer["busiest"][0], "long_launch_ns": 0}
+    other = {**quiet, "stream_id": 8, "long_launch_ns": 5 * MS}  # listed, not in the lead
+    text = "\n".join(waits_section({**answer, "busiest": [quiet], "streams": [quiet, other]}))
+    assert "in gaps over" not in text and "A launch gap over" not in text

@@ -85,8 +85,8 @@ def waits_lead(answer: dict[str, Any]) -> str:
 
 
 def _long_note(answer: dict[str, Any]) -> str:
-    """What a launch gap longer than a launch means, where a listed stream has one."""
-    if not any(r.get("long_launch_ns") for r in answer["streams"]):
+    """What a launch gap longer than a launch means, where the first sentence names one."""
+    if not any(r.get("long_launch_ns") for r in answer.get("busiest") or answer["streams"][:1]):
         return ""
     gap = ms(answer.get("launch_gap_ns", LAUNCH_OVERHEAD_NS))
     return (
