@@ -25,6 +25,7 @@ from nsysmap.core.wait_schemas import LAUNCH_OVERHEAD_NS
 from nsysmap.report.waits import read_waits, waits_answer
 from nsysmap.report.waits_text import waits_lead, waits_section
 from nsysmap.waits.tables import long_gaps
+from nsysmap.waits.text import waits_line
 from tests.cli_runner import nsysmap_cli
 
 MS = 1_000_000
@@ -119,3 +120,15 @@ def test_the_note_comes_only_with_the_sentence_that_needs_it(answer):
     other = {**quiet, "stream_id": 8, "long_launch_ns": 5 * MS}  # listed, not in the lead
     text = "\n".join(waits_section({**answer, "busiest": [quiet], "streams": [quiet, other]}))
     assert "in gaps over" not in text and "A launch gap over" not in text
+
+
+def test_the_terminal_line_tells_the_long_gaps_apart(tmp_path):
+    _attributed(tmp_path, KERNELS)
+    stream_idle = pl.read_parquet(tmp_path / "out" / "stream_idle.parquet")
+    idle = pl.read_parquet(tmp_path / "out" / "idle.parquet")
+    line = waits_line(stream_idle, idle)
+    share = 100 * 5.2 / 9
+    assert f"launch-bound {share:.1f}% (5.000 ms of it in gaps over 0.25 ms: host work)," in line
+    assert f"launch-bound {share:.1f}%, synchronisations" in waits_line(stream_idle)
+    short = idle.filter(pl.col("dur_ns") <= LAUNCH_OVERHEAD_NS)
+    assert "host work" not in waits_line(stream_idle, short)

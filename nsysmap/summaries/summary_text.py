@@ -77,7 +77,7 @@ def render_summary(summaries: Summaries, meta: dict[str, str], *, top: int = TOP
         _section("Categories", summaries.by_category, ["category"], top),
         graph_line(meta, int(summaries.coverage["time_ns"].sum())),
         overlap_line(summaries.overlap),
-        waits_line(summaries.waits["stream_idle"]),
+        waits_line(summaries.waits["stream_idle"], summaries.waits["idle"]),
     ]
     return "\n\n".join(p for p in parts if p) + "\n"
 
