@@ -12,6 +12,8 @@ from nsysmap.report.format import cap, flop, kernel, ms, pct, ratio, table
 from nsysmap.report.softmax_answer import attention_coverage
 
 REGION_WORDS = {"setup": "set-up", "warmup": "warm-up", "measured": "measured", "tail": "tail"}
+# ... and the copies table's words for operations in none ("before the capture 0.187 ms").
+_COPY_WORDS = {**REGION_WORDS, "before_capture": "before the capture", "outside": "outside"}
 
 
 def structure_section(doc: dict[str, Any]) -> list[str]:
@@ -44,7 +46,7 @@ def copies_section(doc: dict[str, Any]) -> list[str]:
             f"{r['calls']:,}",
             ms(r["time_ns"]),
             pct(r["share"]),
-            ", ".join(f"{REGION_WORDS.get(k, k)} {ms(v)}" for k, v in r["regions_ns"].items()),
+            ", ".join(f"{_COPY_WORDS.get(k, k)} {ms(v)}" for k, v in r["regions_ns"].items()),
         ]
         for r in answer["rows"]
     ]

@@ -131,7 +131,15 @@ def _non_matmul(doc: dict[str, Any], answer: dict[str, Any], name: Callable[[str
     return f"Largest non-matmul work in the {_label(doc, scope)}: {listed}."
 
 
-_REGIONS = {"setup": "set-up", "warmup": "warm-up", "measured": "measured region", "tail": "tail"}
+# Where a copy ran, as the sentence says it ("5.479 ms in the measured region").
+_WHERE = {
+    "setup": "in the set-up",
+    "warmup": "in the warm-up",
+    "measured": "in the measured region",
+    "tail": "in the tail",
+    "before_capture": "launched before the capture",
+    "outside": "outside the structure's regions",
+}
 
 
 def brief_copies(answer: dict[str, Any], name: Callable[[str], str] = str) -> str:
@@ -140,10 +148,9 @@ def brief_copies(answer: dict[str, Any], name: Callable[[str], str] = str) -> st
     top = answer["rows"][0]
     where = top["regions_ns"]
     if len(where) == 1:
-        place = next(iter(where))
-        at = f"all in the {_REGIONS.get(place, 'capture')}"
+        at = f"all {_WHERE.get(next(iter(where)), 'in the capture')}"
     else:
-        at = ", ".join(f"{ms(v)} in the {_REGIONS.get(k, k)}" for k, v in where.items())
+        at = ", ".join(f"{ms(v)} {_WHERE.get(k, k)}" for k, v in where.items())
     left = answer.get("left_out_ns") or 0
     leaves = f"; {ms(left)} of them is left out of the answers" if left else ""
     return (

@@ -46,7 +46,9 @@ def left_out_of(ops: pl.DataFrame, structure: pl.DataFrame) -> list[dict[str, An
     total = int(ops["dur_ns"].sum())
     marked = ops.with_row_index("_r")
     kept = rs.rows(marked, "step")["_r"]
-    out = marked.filter(~pl.col("_r").is_in(kept.implode())).with_columns(_why=_kinds(ops))
+    # Why, over every operation: "launched before the capture" asks the operation's whole
+    # process (its other operations had a launch call), not only what is left out.
+    out = marked.with_columns(_why=_kinds(ops)).filter(~pl.col("_r").is_in(kept.implode()))
     rows = []
     for kind in ("setup", "warmup", "tail", "warm", "between", "before"):
         part = out.filter(pl.col("_why") == kind)

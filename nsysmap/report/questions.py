@@ -22,6 +22,7 @@ import polars as pl
 
 from nsysmap.report import scope_tables as rt
 from nsysmap.report.kernel_labels import kernel_labels
+from nsysmap.structure.table import before_capture
 
 GRAPH_UNKNOWN = (
     "{share} of this scope's time is CUDA graph replays whose kernels were not traced "
@@ -206,6 +207,18 @@ def _operators(rows: pl.DataFrame, total: int, min_share: float) -> list[dict[st
 
 
 _REGION_ORDER = ("setup", "warmup", "measured", "tail")
+# Operations in no region: launched before the capture (the GPU ran them as it began), or
+# outside every region the structure found.
+_UNPLACED = ("before_capture", "outside")
+
+
+def _copy_region(ops: pl.DataFrame) -> pl.Expr:
+    """Each operation's region (`ops` placed in the structure), or why it has none
+    (_UNPLACED); over every operation, since "before the capture" asks whether others
+    of its process had a launch call."""
+    early = before_capture().fill_null(False)
+    unplaced = pl.when(early).then(pl.lit("before_capture")).otherwise(pl.lit("outside"))
+    return pl.col("s_region").fill_null(unplaced)
 
 
 def _copy_or_set() -> pl.Expr:
@@ -215,12 +228,10 @@ def _copy_or_set() -> pl.Expr:
 def copies(ops: pl.DataFrame) -> dict[str, Any]:
     """Copies and memsets, which are no kernels: per name, their calls and time, and the
     regions of the structure they ran in (where the operations carry it)."""
-    moved = ops.filter(_copy_or_set())
     total = int(ops["dur_ns"].sum())
-    if moved.is_empty():
+    if ops.filter(_copy_or_set()).is_empty():
         return {"rows": [], "time_ns": 0, "share": 0.0, "unknown": "no copies or memsets"}
-    region = pl.col("s_region") if "s_region" in moved.columns else pl.lit(None, pl.String)
-    moved = moved.with_columns(_region=region.fill_null("(none)"))
+    moved = ops.with_columns(_region=_copy_region(ops)).filter(_copy_or_set())
     rows = []
     for (kind, name), part in moved.group_by("kind", "name", maintain_order=True):
         by_region = part.group_by("_region").agg(pl.col("dur_ns").sum())
@@ -233,7 +244,7 @@ def copies(ops: pl.DataFrame) -> dict[str, Any]:
                 "time_ns": int(part["dur_ns"].sum()),
                 "share": rt.share(int(part["dur_ns"].sum()), total),
                 "regions_ns": {
-                    r: int(regions[r]) for r in (*_REGION_ORDER, "(none)") if r in regions
+                    r: int(regions[r]) for r in (*_REGION_ORDER, *_UNPLACED) if r in regions
                 },
             }
         )
