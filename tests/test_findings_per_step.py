@@ -81,7 +81,7 @@ def test_with_steps_every_finding_is_per_step(outputs):
     titles = dict(table.select("rule", "title").iter_rows())
     assert titles["host_sync"] == "The host synchronises with the GPU inside the step"
     assert titles["sync_copy"] == "Synchronous or pageable host-to-device copies in the step"
-    assert "log the loss every N steps" in table.filter(rule="host_sync")["fix"][0]
+    assert "when training, log the loss every N steps" in table.filter(rule="host_sync")["fix"][0]
     assert (table["steps"] == 3).all()
     gemm = table.filter(pl.col("rule") == "fp32_gemm")["evidence"][0]
     assert "fp32 GEMM kernels per step" in gemm and "of the step" in gemm

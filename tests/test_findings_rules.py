@@ -150,6 +150,11 @@ def test_attention_with_a_softmax_kernel_of_its_own_is_unfused(tmp_path):
     # the softmax named is the softmax kernels' time, and says so (not a softmax range's)
     evidence = of(table, "unfused_attention")["evidence"][0]
     assert "softmax kernels 1.000 ms, other non-matmul work 0.500 ms" in evidence
+    # the fix keeps the model's own mask: causal only where the model masks so (an
+    # encoder's attention masks nothing; is_causal=True would change its results)
+    fix = of(table, "unfused_attention")["fix"][0]
+    assert "scaled_dot_product_attention(q, k, v) in place of" in fix
+    assert "is_causal=True for a causal (decoder) mask" in fix and "neither where" in fix
 
 
 def test_fused_attention_makes_no_finding(tmp_path):

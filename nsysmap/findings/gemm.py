@@ -29,11 +29,11 @@ SIMT_FP32 = r"(?i)sgemm"
 NOT_SIMT = r"(?i)tensorop|tf32|s1688|s16816|s161616|xmma|hgemm|bf16|f16|cudnn|conv|gcgemm|cgemm"
 TF32_FIX = (
     'torch.backends.cuda.matmul.allow_tf32 = True (or torch.set_float32_matmul_precision("high")) '
-    "before training; or bf16 autocast: with torch.autocast('cuda', dtype=torch.bfloat16)"
+    "before the model runs; or bf16 autocast: with torch.autocast('cuda', dtype=torch.bfloat16)"
 )
 BF16_FIX = (
-    "bf16 autocast around forward and loss: with torch.autocast('cuda', dtype=torch.bfloat16) "
-    "(TF32 runs no faster than fp32 on this GPU)"
+    "bf16 autocast around the forward pass (and the loss, when training): "
+    "with torch.autocast('cuda', dtype=torch.bfloat16) (TF32 runs no faster than fp32 on this GPU)"
 )
 
 

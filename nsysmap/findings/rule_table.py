@@ -84,9 +84,10 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "unfused_attention",
         "Attention as separate score, softmax and matmul kernels",
-        "torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) in place of "
-        "the scores, mask, softmax and weighted sum; Hugging Face models: "
-        'attn_implementation="sdpa"',
+        "torch.nn.functional.scaled_dot_product_attention(q, k, v) in place of the scores, "
+        "mask, softmax and weighted sum, with the model's own mask: is_causal=True for a causal "
+        "(decoder) mask, attn_mask= for another, neither where nothing is masked (an encoder); "
+        'Hugging Face models: attn_implementation="sdpa"',
         "unfused_attention",
         (_least(0.01),),
         attention.unfused_attention,
@@ -95,8 +96,9 @@ RULES: tuple[Rule, ...] = (
         "host_sync",
         "The host synchronises with the GPU inside the step",
         "keep values on the GPU inside the step: no .item(), .cpu(), .tolist(), print(tensor) or "
-        "torch.cuda.synchronize() there; log the loss every N steps (accumulate loss.detach() on "
-        "the GPU); copy results to the host with non_blocking=True into pinned memory",
+        "torch.cuda.synchronize() there; when training, log the loss every N steps (accumulate "
+        "loss.detach() on the GPU); copy results to the host with non_blocking=True into "
+        "pinned memory",
         "host_sync",
         (_least(0.01),),
         syncs.host_sync,

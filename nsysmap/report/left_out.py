@@ -87,7 +87,7 @@ def _said(kind: str, part: pl.DataFrame, structure: pl.DataFrame) -> tuple[str, 
         )
         return (
             f"set-up: {ops} before the first pass{where}",
-            f"before the first pass: {held}, the model's weights and data copied in and "
+            f"before the first pass: {held}, inputs copied in (a model's weights, data) and "
             "initialisation, not the measured work",
         )
     if kind == "warmup":
