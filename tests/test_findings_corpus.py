@@ -335,11 +335,18 @@ def test_the_dlrm_optimizer_runs_one_kernel_per_operation_and_parameter():
 
 
 def test_exposed_communication_agrees_with_a_sum_over_the_trace():
+    """The exposed time the rule counts is the trace's; the findings' savings take it once:
+    what the host_sync and launch_bound findings ranked above took of it (their gaps on
+    the compute stream lie under it) is not the communication's saving too."""
     kernels = _kernels(_trace(DLRM))
     comm = [k for k in kernels if "nccl" in k["name"].lower()]
     exposed = sum(k["dur"] - _hidden(k, kernels) for k in comm) * 1000
+    analysis = analysed(DLRM)
+    assert analysis is not None
+    counted = analysis.summaries.overlap.filter(pl.col("step").is_not_null())
+    assert counted["exposed_ns"].sum() == pytest.approx(exposed, abs=1000)
     found = of(DLRM, "exposed_communication")["saving_ns_per_step"].sum()
-    assert found == pytest.approx(exposed, abs=1000)
+    assert 0 < found < exposed
 
 
 def _hidden(k: dict[str, Any], kernels: list[dict[str, Any]]) -> float:

@@ -16,6 +16,7 @@ import polars as pl
 
 from nsysmap.attribution.module_names import layer_path
 from nsysmap.core.inert import markdown_code
+from nsysmap.findings.comm_gaps import idle_claims
 from nsysmap.findings.finding import LOW, Claim, Finding, Rule, claims_of
 from nsysmap.findings.inputs import BUSY_KEYS, OWNER, Inputs, total_ns
 from nsysmap.findings.phrases import count, ms, pct, phase_text, plural, share
@@ -144,5 +145,5 @@ def _claims(x: Inputs, rows: pl.DataFrame) -> tuple[Claim, ...]:
     idle = idle.with_columns(
         _latency=pl.min_horizontal(pl.col("gaps_ns") - pl.col("_launch"), "idle_latency_ns")
     )
-    claims += claims_of(idle, "idle_launch", OWNER, "_launch", "idle_launch_ns", x.rank)
-    return claims + claims_of(idle, "idle_latency", OWNER, "_latency", "idle_latency_ns", x.rank)
+    claims += idle_claims(x, idle, "idle_launch", "_launch", "idle_launch_ns")
+    return claims + idle_claims(x, idle, "idle_latency", "_latency", "idle_latency_ns")

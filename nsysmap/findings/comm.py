@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import polars as pl
 
+from nsysmap.findings.comm_gaps import exposed_kernels
 from nsysmap.findings.finding import MEDIUM, Finding, Rule, claims_of
-from nsysmap.findings.inputs import STEPS, Inputs
+from nsysmap.findings.inputs import Inputs
 from nsysmap.findings.phrases import ms, pct, phase_text, plural, share
-from nsysmap.report.collectives import collective
-from nsysmap.summaries.comm_overlap import hidden_communication
 
 # What overlaps each collective with compute, by collective.
 FIXES = {
@@ -39,19 +38,13 @@ OTHER_FIX = (
     "launch the collective asynchronously (async_op=True, or on a side stream) and wait for it "
     "only where its result is used, so that compute runs meanwhile"
 )
-ONE_OFF = "broadcast"  # without steps: taken as initialisation, left out
 
 
 def exposed(x: Inputs) -> pl.DataFrame:
     """Per device, phase and collective: kernels, their time and the exposed part."""
-    if not x.has("communication"):
-        return pl.DataFrame()
-    comm = hidden_communication(x.measured(), keep=("phase", "name", "range_path"))
-    if comm.is_empty():
-        return pl.DataFrame()
-    named = comm.with_columns(collective=collective(pl.col("name"), pl.col("range_path")))
-    if x.basis != STEPS:
-        named = named.filter(pl.col("collective") != ONE_OFF)
+    named = exposed_kernels(x)
+    if named.is_empty():
+        return named
     return named.group_by("device_id", "phase", "collective").agg(
         kernels=pl.len(),
         comm_ns=pl.col("dur_ns").sum(),

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from nsysmap.findings.finding import MEDIUM, Claim, Finding, Rule, claims_of
-from nsysmap.findings.inputs import OWNER, STEPS, Inputs, total_ns
+from nsysmap.findings.comm_gaps import idle_claims
+from nsysmap.findings.finding import MEDIUM, Claim, Finding, Rule
+from nsysmap.findings.inputs import STEPS, Inputs, total_ns
 from nsysmap.findings.phrases import count, ms, pct, share
 
 DATA = "data"
@@ -55,7 +56,7 @@ def _finding(x: Inputs, rule: Rule, device: int) -> Finding | None:
     )
     for kind in DATA_GAPS:
         column = f"idle_{kind}_ns"
-        claims += claims_of(pools, f"idle_{kind}", OWNER, column, column, x.rank)
+        claims += idle_claims(x, pools, f"idle_{kind}", column, column)
     evidence = (
         f"before {count(windows.height)} of the {count(steps)} steps the GPU sat idle "
         f"{ms(between / steps)} per step between the last kernel of one step and the data work "

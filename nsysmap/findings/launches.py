@@ -15,8 +15,9 @@ from __future__ import annotations
 import polars as pl
 
 from nsysmap.attribution.module_names import layer_path
-from nsysmap.findings.finding import MEDIUM, Finding, Rule, claims_of
-from nsysmap.findings.inputs import OWNER, Inputs, total_ns
+from nsysmap.findings.comm_gaps import idle_claims
+from nsysmap.findings.finding import MEDIUM, Finding, Rule
+from nsysmap.findings.inputs import Inputs, total_ns
 from nsysmap.findings.phrases import count, ms, pct, phase_text, share, top_names
 from nsysmap.findings.threshold import LAUNCH_GAP
 
@@ -85,7 +86,7 @@ def _launch_finding(
         evidence_rows=f"idle.parquet: kind launch, device_id {device}, phase {phase or 'null'}, "
         "busiest stream; launch_cost.parquet (launches, shorter_than_launch)",
         basis_ns=idle,
-        claims=claims_of(rows, "idle_launch", OWNER, "idle_launch_ns", "idle_launch_ns", x.rank),
+        claims=idle_claims(x, rows, "idle_launch", "idle_launch_ns", "idle_launch_ns"),
         estimate="the launch gaps: a CUDA graph replays the phase's kernels without host "
         "launches, removing those gaps at most",
         confidence=MEDIUM,

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from nsysmap.core.scalars import to_int
+from nsysmap.findings.comm_gaps import idle_claims
 from nsysmap.findings.finding import LOW, MEDIUM, Claim, Finding, Rule, claims_of
 from nsysmap.findings.inputs import OWNER, Inputs, total_ns
 from nsysmap.findings.phrases import count, ms
@@ -109,8 +110,8 @@ def _finding(x: Inputs, rule: Rule, device: int) -> Finding | None:
 def gpu_cost(x: Inputs, device: int) -> Cost:
     """GPU: the launch and latency gaps before the optimizer phase's kernels."""
     rows = x.idle_pools.filter((pl.col("device_id") == device) & (pl.col("phase") == OPTIMIZER))
-    claims = claims_of(rows, "idle_launch", OWNER, "idle_launch_ns", "idle_launch_ns", x.rank)
-    claims += claims_of(rows, "idle_latency", OWNER, "idle_latency_ns", "idle_latency_ns", x.rank)
+    claims = idle_claims(x, rows, "idle_launch", "idle_launch_ns", "idle_launch_ns")
+    claims += idle_claims(x, rows, "idle_latency", "idle_latency_ns", "idle_latency_ns")
     kernels = (
         x.measured()
         .filter((pl.col("device_id") == device) & (pl.col("phase") == OPTIMIZER))

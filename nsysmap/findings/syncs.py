@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from nsysmap.findings.comm_gaps import idle_claims
 from nsysmap.findings.finding import MEDIUM, Finding, Rule, claims_of
-from nsysmap.findings.inputs import BUSY_KEYS, OWNER, Inputs, total_ns
+from nsysmap.findings.inputs import BUSY_KEYS, Inputs, total_ns
 from nsysmap.findings.phrases import count, cut, listed, ms, path_text, pct, plural, share
 from nsysmap.waits.tables import is_sync_copy
 
@@ -50,7 +51,7 @@ def host_sync(x: Inputs, rule: Rule) -> list[Finding]:
                 evidence_rows=f"idle.parquet: kind sync, device_id {device}, its busiest stream; "
                 "ops.parquet: the operation before each gap",
                 basis_ns=idle,
-                claims=claims_of(rows, "idle_sync", OWNER, "idle_sync_ns", "idle_sync_ns", x.rank),
+                claims=idle_claims(x, rows, "idle_sync", "idle_sync_ns", "idle_sync_ns"),
                 estimate="the GPU's idle time after the synchronisations: without them the host "
                 "launches ahead and the GPU need not wait",
                 confidence=MEDIUM,

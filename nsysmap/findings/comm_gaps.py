@@ -1,0 +1,183 @@
+"""Idle time of the busiest stream under exposed communication: one nanosecond, one claim.
+
+While a communication kernel runs exposed (no compute of its process beside it:
+nsysmap.summaries.comm_overlap), the busiest stream sits idle in one of its gaps,
+and the gap's kind (sync, launch, latency, ...) puts it in an idle pool
+(nsysmap.findings.inputs). host_sync, launch_bound and the other rules of idle
+time claim the gap; exposed_communication claims the communication: the same
+wall time, twice::
+
+    busiest stream  |== k1 ==|        sync gap        |== k2 ==|
+    NCCL stream           |===== all_to_all, exposed =====|
+    under both               ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+
+`idle_claims` claims the part of an idle pool that lies under each exposed
+communication row (device, phase, collective) at that row's own key
+(`comm_exposed`, as exposed_communication and straggler claim it) and only the
+rest at the idle pool's key, each in proportion to what the finding wants of the
+pool; the ranking (nsysmap.findings.rank) then gives that time once, to the
+finding served first, and the other names it in `overlaps`.
+
+`exposed_kernels` is the communication kernels the findings count (shared with
+nsysmap.findings.comm).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+
+import polars as pl
+
+from nsysmap.findings.finding import Claim
+from nsysmap.findings.inputs import OWNER, STEPS, Inputs
+from nsysmap.findings.threshold import LAUNCH_GAP
+from nsysmap.intervals.hiding import hidden_ns
+from nsysmap.report.collectives import collective
+from nsysmap.summaries.comm_overlap import COMPUTE, hidden_communication, same_keys
+
+ONE_OFF = "broadcast"  # without steps: taken as initialisation, left out
+COMM = ["device_id", "phase", "collective"]  # an exposed communication row
+PART = ["comm_phase", "collective"]  # ... as the parts of an idle pool name it
+INTERVAL = ["stream_id", "start_ns", "end_ns"]
+_SHARED: dict[int, pl.DataFrame] = {}  # per Inputs (by id, dropped with it): `shared`
+
+
+def exposed_kernels(x: Inputs) -> pl.DataFrame:
+    """The measured communication kernels with their hidden and exposed time and their
+    collective (empty when there are none); without steps, broadcasts are left out."""
+    if not x.has("communication"):
+        return pl.DataFrame()
+    comm = hidden_communication(x.measured(), keep=("phase", "name", "range_path"))
+    if comm.is_empty():
+        return pl.DataFrame()
+    named = comm.with_columns(collective=collective(pl.col("name"), pl.col("range_path")))
+    return named if x.basis == STEPS else named.filter(pl.col("collective") != ONE_OFF)
+
+
+def idle_claims(
+    x: Inputs, frame: pl.DataFrame, pool: str, wanted: str, capacity: str
+) -> tuple[Claim, ...]:
+    """One row of `frame` (OWNER keys, `wanted` and `capacity` ns of the idle pool `pool`)
+    claimed as `claims_of` would, less the pool's time under exposed communication,
+    which is claimed at the communication's keys (see the module)."""
+    parts = shared(x).filter(pl.col("pool") == pool)
+    comm = _comm_capacity(x)
+    claims: list[Claim] = []
+    for row in frame.iter_rows(named=True):
+        have = max(int(row[capacity] or 0), 0)
+        want = min(max(int(row[wanted] or 0), 0), have)
+        mine = _parts_of(parts, row, have)
+        given = 0
+        for part in mine.iter_rows(named=True):
+            where = (row["device_id"], part["comm_phase"], part["collective"])
+            share = want * part["ns"] // have if have else 0
+            if share:  # keyed as exposed_communication keys it (module: the collective)
+                key = ("comm_exposed", x.rank, *where[:2], where[2], where[2])
+                claims.append(Claim(key, share, comm.get(where, part["ns"])))
+                given += share
+        rest_have = have - int(mine["ns"].sum())
+        rest_want = min(want - given, rest_have)
+        if rest_want > 0:
+            claims.append(Claim((pool, x.rank, *(row[k] for k in OWNER)), rest_want, rest_have))
+    return tuple(claims)
+
+
+def _parts_of(parts: pl.DataFrame, row: dict, have: int) -> pl.DataFrame:
+    """The parts of one pool row (its OWNER) under exposed communication, at most `have`."""
+    mine = parts.filter(*(pl.col(k).eq_missing(row[k]) for k in OWNER))
+    total = int(mine["ns"].sum())
+    if total <= have:
+        return mine
+    return mine.with_columns(ns=pl.col("ns") * have // total)  # never more than the pool
+
+
+def _comm_capacity(x: Inputs) -> dict[tuple, int]:
+    """(device, phase, collective) -> the exposed time there: comm_exposed's capacity."""
+    kernels = exposed_kernels(x)
+    if kernels.is_empty():
+        return {}
+    rows = kernels.group_by(COMM).agg(pl.col("exposed_ns").sum())
+    return {(r[0], r[1], r[2]): int(r[3]) for r in rows.iter_rows()}
+
+
+def shared(x: Inputs) -> pl.DataFrame:
+    """Per OWNER, idle pool and exposed communication row (`comm_phase`, `collective`):
+    `ns` of the busiest stream's gaps there under that communication, exposed."""
+    found = _SHARED.get(id(x))
+    if found is None:
+        found = _SHARED[id(x)] = _shared(x)
+        weakref.finalize(x, _SHARED.pop, id(x), None)
+    return found
+
+
+def _shared(x: Inputs) -> pl.DataFrame:
+    owner = {k: x.gaps.schema.get(k, pl.Int64) for k in OWNER}
+    schema = pl.Schema(
+        {**owner, "pool": pl.String, "comm_phase": pl.String, "collective": pl.String}
+        | {"ns": pl.Int64}
+    )
+    kernels = exposed_kernels(x)
+    if x.gaps.is_empty() or kernels.is_empty():
+        return pl.DataFrame(schema=schema)
+    kernels = kernels.filter(pl.col("exposed_ns") > 0)
+    gaps = x.gaps.with_row_index("gap").with_columns(pool=_pool())
+    pieces = _pieces(gaps, kernels, same_keys(kernels))
+    if pieces.is_empty():
+        return pl.DataFrame(schema=schema)
+    compute = x.measured().filter(COMPUTE).select(*same_keys(kernels), *INTERVAL).collect()
+    keys = same_keys(kernels)
+    hidden = hidden_ns(pieces.select(*keys, *INTERVAL), compute, by=keys)
+    pieces = pieces.with_columns(ns=pl.col("end_ns") - pl.col("start_ns") - hidden)
+    # two exposed kernels over one gap (on two streams): the gap's own length at most
+    over = pl.col("ns").sum().over("gap")
+    cut = pl.when(over > pl.col("dur_ns")).then(pl.col("ns") * pl.col("dur_ns") // over)
+    pieces = pieces.with_columns(ns=cut.otherwise(pl.col("ns")))
+    summed = pieces.group_by(*OWNER, "pool", *PART).agg(pl.col("ns").sum())
+    return summed.filter(pl.col("ns") > 0).cast(schema)
+
+
+def _pool(launch_gap: float = LAUNCH_GAP.value) -> pl.Expr:
+    """A gap's idle pool: idle_<kind>, launch gaps longer than `launch_gap` apart."""
+    kind = pl.col("kind").cast(pl.String)
+    long = (kind == "launch") & (pl.col("dur_ns") > launch_gap)
+    return pl.when(long).then(pl.lit("idle_long_launch")).otherwise("idle_" + kind)
+
+
+def _pieces(gaps: pl.DataFrame, kernels: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
+    """Each (gap, exposed kernel) pair that overlaps, on one device: the overlap's interval
+    on the kernel's stream, with the gap's OWNER, pool and length and the kernel's `keys`,
+    phase (`comm_phase`) and collective. An inequality join per device."""
+    wanted = kernels.select(
+        *keys,
+        k_stream="stream_id",
+        k_start="start_ns",
+        k_end="end_ns",
+        comm_phase="phase",
+        collective="collective",
+    )
+    gap_columns = ["gap", *OWNER, "pool", "dur_ns", "start_ns", "end_ns"]
+    out = []
+    for device in wanted["device_id"].unique().drop_nulls():
+        here = gaps.filter(pl.col("device_id") == device).select(gap_columns)
+        theirs = wanted.filter(pl.col("device_id") == device).drop("device_id")
+        if here.is_empty() or theirs.is_empty():
+            continue
+        joined = here.join_where(
+            theirs, pl.col("start_ns") < pl.col("k_end"), pl.col("k_start") < pl.col("end_ns")
+        )
+        out.append(
+            joined.select(
+                "gap",
+                *OWNER,
+                "pool",
+                "dur_ns",
+                *(k for k in keys if k != "device_id"),
+                "comm_phase",
+                "collective",
+                stream_id="k_stream",
+                start_ns=pl.max_horizontal("start_ns", "k_start"),
+                end_ns=pl.min_horizontal("end_ns", "k_end"),
+            )
+        )
+    return pl.concat(out) if out else pl.DataFrame()

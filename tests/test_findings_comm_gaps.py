@@ -1,0 +1,84 @@
+"""One nanosecond, one claim: the compute stream's idle time under exposed communication.
+
+Each step below (times in ms from the step's start) runs a GEMM on the compute
+stream, then an all-reduce on stream 20 while the compute stream waits in a gap
+the host spends in a synchronisation:
+
+    compute  |== gemm 4 ==|      sync gap       |= gemm =|
+    stream 20        |===== all-reduce, exposed =====|
+
+host_sync claims the gap, exposed_communication the all-reduce; the part of the gap
+under the exposed all-reduce is one time, and only one of them saves it.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from nsysmap.findings.comm_gaps import _pool
+from tests.findings_plans import V100, K, Plan, findings_of
+
+MS = 1_000_000
+SGEMM = "volta_sgemm_128x64_nn"
+ALL_REDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+
+
+def _savings(table: pl.DataFrame) -> dict[str, float]:
+    rows = table.filter(pl.col("saving_ns_per_step").is_not_null())
+    return {r["rule"]: r["saving_ns_per_step"] / MS for r in rows.iter_rows(named=True)}
+
+
+@pytest.mark.slow
+def test_a_sync_gap_over_the_whole_exposed_all_reduce_takes_it_once(tmp_path):
+    """Gap [4, 8), all-reduce [4.5, 7.5) exposed: host_sync saves the 4 ms gap, and the
+    3 ms of the all-reduce inside it are not saved a second time (before: 4 + 3)."""
+    step = [
+        K(SGEMM, 4.0, phase="backward"),
+        K(ALL_REDUCE, 3.0, phase="backward", stream=20, at=4.5),
+        K(SGEMM, 1.0, phase="backward", gap=4.0, sync=True),
+    ]
+    saved = _savings(findings_of(Plan(step, gpu=V100), tmp_path))
+    assert saved["host_sync"] == pytest.approx(4.0)
+    assert "exposed_communication" not in saved  # its 3 ms are inside host_sync's 4
+
+
+@pytest.mark.slow
+def test_the_larger_takes_the_shared_time_and_the_other_names_it(tmp_path):
+    """Gap [4, 6), all-reduce [4.5, 9.5), the next GEMM [6, 7) hiding 1 ms of it: 4 ms
+    exposed, 1.5 of them inside the gap. exposed_communication (4 ms) is served first;
+    host_sync keeps the 0.5 ms of its gap before the all-reduce began, and names it."""
+    step = [
+        K(SGEMM, 4.0, phase="backward"),
+        K(ALL_REDUCE, 5.0, phase="backward", stream=20, at=4.5),
+        K(SGEMM, 1.0, phase="backward", gap=2.0, sync=True),
+    ]
+    table = findings_of(Plan(step, gpu=V100), tmp_path)
+    saved = _savings(table)
+    assert saved["exposed_communication"] == pytest.approx(4.0)
+    assert saved["host_sync"] == pytest.approx(0.5)
+    rows = {r["rule"]: r for r in table.iter_rows(named=True)}
+    assert str(rows["exposed_communication"]["priority"]) in rows["host_sync"]["overlaps"]
+
+
+@pytest.mark.slow
+def test_an_all_reduce_beside_no_gap_keeps_its_whole_saving(tmp_path):
+    """The all-reduce runs while the compute stream is idle after its last kernel: no
+    gap of the step holds it, so nothing of it is shared."""
+    step = [
+        K(SGEMM, 4.0, phase="backward"),
+        K(ALL_REDUCE, 3.0, phase="backward", stream=20, at=4.5),
+    ]
+    saved = _savings(findings_of(Plan(step, gpu=V100), tmp_path))
+    assert saved["exposed_communication"] == pytest.approx(3.0)
+
+
+def test_each_gap_falls_in_its_idle_pool():
+    gaps = pl.DataFrame(
+        {
+            "kind": ["launch", "launch", "sync", "latency"],
+            "dur_ns": [250_000, 250_001, 5, 7],
+        }
+    )
+    got = gaps.select(pool=_pool(250_000))["pool"].to_list()
+    assert got == ["idle_launch", "idle_long_launch", "idle_sync", "idle_latency"]
