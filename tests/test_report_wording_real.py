@@ -288,6 +288,17 @@ def test_saxpy_launch_calls_are_mostly_synchronous_copies(tmp_path):
     assert "in 20 launch calls (15 of them synchronous copies or sets" in brief
 
 
+def test_no_pass_beside_repeating_blocks_does_not_say_nothing_repeats(tmp_path):
+    """saxpy: the kernel sequence repeats in blocks (100 % of GPU time in inferred blocks)
+    but holds no forward or backward pass; the note on the missing pass says that, not
+    "no repeating kernel sequence" beside the table of repeats."""
+    analyse_file(corpus_path("pipit_saxpy_mpi_cuda_rank0_perlmutter.sqlite"), tmp_path)
+    markdown = build_report(read_run(tmp_path)).markdown
+    assert "## Per block, inferred from the repeating kernel sequence" in markdown
+    assert "no forward or backward pass in the kernel sequence, whatever blocks" in markdown
+    assert "no repeating kernel sequence" not in markdown
+
+
 def test_the_terminal_names_generic_kernels_by_what_tells_them_apart():
     """mmagic: CUTLASS's `Kernel<...>` kernels of a convolution and of an SGEMM shared the
     terminal row 'Kernel (gemm)'; each is named by its template argument."""

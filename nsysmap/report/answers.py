@@ -285,8 +285,9 @@ def _structure_limits(f: Findings) -> list[str]:
     passes = structure is not None and bool((structure["kind"] == "pass").any())
     if not passes:
         notes.append(
-            "No pass found (no step, phase or forward range, no record, and no repeating "
-            "kernel sequence): the answers cover the whole capture."
+            "No pass found (no step, phase or forward range, no record, and no forward or "
+            "backward pass in the kernel sequence, whatever blocks repeat in it): the answers "
+            "cover the whole capture."
         )
         copies = _host_copies_share(ops)
         if copies >= HOST_COPIES_NOTE:
