@@ -92,8 +92,10 @@ def fix_first_section(answer: Mapping[str, Any]) -> list[str]:
         return [*lines, f"No rule found anything worth fixing (rules: `{answer['rules']}`).", ""]
     per_steps = [r.get("per_step") for r in rows]
     lines += [
-        f"Ranked by {saving_words(per_steps)}; where two findings draw on the same time, the "
-        f"one below counts only what is left. Each rule: `{answer['rules']}`.",
+        f"Ranked by {saving_words(per_steps)}; where two findings draw on the same time (on"
+        " one stream, or a stream idle while communication runs on another), it counts once:"
+        " for the more specific finding, else the larger, and the other says it overlaps."
+        f" Each rule: `{answer['rules']}`.",
         "",
     ]
     cells = [
