@@ -55,7 +55,8 @@ def region_counts(table: pl.DataFrame, region: str) -> dict[str, Any]:
     """The region's operations, time, passes per direction and steps, devices pooled."""
     rows = table.filter(pl.col("region") == region)
     whole = rows.filter(pl.col("kind") == "region")
-    passes = rows.filter(pl.col("kind") == "pass")
+    # a pass of no operation (a phase range the capture cut, with nothing left in it) is none
+    passes = rows.filter((pl.col("kind") == "pass") & (pl.col("ops") > 0))
     steps = rows.filter(pl.col("kind") == "step")
     names = whole["name"].drop_nulls().unique(maintain_order=True).to_list()
     evidence = sorted({e for text in whole["evidence"].drop_nulls() for e in text.split(", ")})
