@@ -200,12 +200,15 @@ def inferred_section(answer: dict[str, Any]) -> list[str]:
         "",
         "No ranges name the blocks; these are repeats of one kernel motif found in the "
         "kernel sequence (docs/inference.md), not measured modules. Inferred block –: "
-        "work of that inferred phase outside every repeat. Shares are of the device's GPU time.",
+        "work of that inferred phase outside every repeat. Shares are of the device's time.",
         "",
     ]
     for device in answer["devices"]:
+        # the CPU backend's operators run on no device (-1): their time is CPU time
+        cpu = device["device_id"] is None or device["device_id"] < 0
+        who = "CPU operators" if cpu else f"Device {device['device_id']}"
         lines += [
-            f"Device {device['device_id']}: {pct(device['placed_share'])} of GPU time in "
+            f"{who}: {pct(device['placed_share'])} of {'CPU' if cpu else 'GPU'} time in "
             "inferred blocks.",
             "",
         ]
