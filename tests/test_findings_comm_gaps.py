@@ -13,10 +13,14 @@ under the exposed all-reduce is one time, and only one of them saves it.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import polars as pl
 import pytest
 
+from nsysmap.findings import comm_gaps
 from nsysmap.findings.comm_gaps import _pool
+from nsysmap.findings.finding import Claim
 from tests.findings_plans import V100, K, Plan, findings_of
 
 MS = 1_000_000
@@ -82,3 +86,41 @@ def test_each_gap_falls_in_its_idle_pool():
     )
     got = gaps.select(pool=_pool(250_000))["pool"].to_list()
     assert got == ["idle_launch", "idle_long_launch", "idle_sync", "idle_latency"]
+
+
+def test_a_partial_want_is_split_in_proportion(monkeypatch):
+    """A chain wants 6 of a launch pool of 10 ms (phase null, module `m`), 4 ms of which lie
+    under an exposed all-reduce: it claims 6 x 4/10 = 2.4 ms at the all-reduce's key
+    (as exposed_communication keys it, capacity its exposed time) and the other 3.6 ms
+    of the pool's 6 ms left."""
+    parts = pl.DataFrame(
+        {
+            "device_id": [0],
+            "phase": [None],
+            "module": ["m"],
+            "pool": ["idle_launch"],
+            "comm_phase": ["backward"],
+            "collective": ["all_reduce"],
+            "ns": [4 * MS],
+        },
+        schema_overrides={"phase": pl.String},
+    )
+    monkeypatch.setattr(comm_gaps, "shared", lambda x: parts)
+    capacity = {(0, "backward", "all_reduce"): 7 * MS}
+    monkeypatch.setattr(comm_gaps, "_comm_capacity", lambda x: capacity)
+    rows = pl.DataFrame(
+        {"device_id": [0], "phase": [None], "module": ["m"], "want": [6 * MS], "have": [10 * MS]},
+        schema_overrides={"phase": pl.String},
+    )
+    x = SimpleNamespace(rank=None)
+    got = comm_gaps.idle_claims(x, rows, "idle_launch", "want", "have")  # type: ignore[arg-type]
+    assert got == (
+        Claim(("comm_exposed", None, 0, "backward", "all_reduce", "all_reduce"), 2_400_000, 7 * MS),
+        Claim(("idle_launch", None, 0, None, "m"), 3_600_000, 6 * MS),
+    )
+    other = pl.DataFrame(  # another pool row (a phase of its own): none of those parts
+        {"device_id": [0], "phase": ["forward"], "module": ["m"], "want": [MS], "have": [MS]}
+    )
+    assert comm_gaps.idle_claims(x, other, "idle_launch", "want", "have") == (  # type: ignore[arg-type]
+        Claim(("idle_launch", None, 0, "forward", "m"), MS, MS),
+    )

@@ -21,7 +21,7 @@ import polars as pl
 import pytest
 
 from devtools.synth import SynthExport
-from nsysmap.core.wait_schemas import LAUNCH_OVERHEAD_NS
+from nsysmap.core.wait_schemas import IDLE, LAUNCH_COST, LAUNCH_OVERHEAD_NS, STREAM_IDLE
 from nsysmap.report.waits import read_waits, waits_answer
 from nsysmap.report.waits_text import waits_lead, waits_section
 from nsysmap.waits.tables import long_gaps
@@ -132,3 +132,20 @@ def test_the_terminal_line_tells_the_long_gaps_apart(tmp_path):
     assert f"launch-bound {share:.1f}%, synchronisations" in waits_line(stream_idle)
     short = idle.filter(pl.col("dur_ns") <= LAUNCH_OVERHEAD_NS)
     assert "host work" not in waits_line(stream_idle, short)
+
+
+def test_long_gaps_are_those_of_the_streams_steps_only():
+    """A step whose stream ran back to back (no gap in it) beside a long launch gap outside
+    every step: the gaps outside are not the step's, however the tables fall back."""
+    stream = {c: 0 for c in STREAM_IDLE.names()}
+    stream |= {"device_id": 0, "stream_id": 7, "step": 0, "wall_ns": 2 * MS, "busy_ns": 2 * MS}
+    gap = {c: None for c in IDLE.names()}
+    gap |= {"device_id": 0, "stream_id": 7, "step": None, "kind": "launch"}
+    gap |= {"start_ns": 0, "end_ns": 5 * MS, "dur_ns": 5 * MS, "next_op_id": 1}
+    tables = {
+        "stream_idle": pl.DataFrame([stream], schema=STREAM_IDLE),
+        "idle": pl.DataFrame([gap], schema=IDLE),
+        "launch_cost": pl.DataFrame(schema=LAUNCH_COST),
+    }
+    top = waits_answer(tables)["busiest"][0]
+    assert (top["idle_launch_ns"], top["long_launch_ns"]) == (0, 0)

@@ -25,7 +25,8 @@ nsysmap.findings.comm).
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import polars as pl
 
@@ -40,12 +41,29 @@ ONE_OFF = "broadcast"  # without steps: taken as initialisation, left out
 COMM = ["device_id", "phase", "collective"]  # an exposed communication row
 PART = ["comm_phase", "collective"]  # ... as the parts of an idle pool name it
 INTERVAL = ["stream_id", "start_ns", "end_ns"]
-_SHARED: dict[int, pl.DataFrame] = {}  # per Inputs (by id, dropped with it): `shared`
+# What is worked out once per Inputs (by id; the entry dropped with the Inputs object):
+# the exposed kernels, the comm_exposed capacities and the shared parts.
+_ONCE: dict[int, dict[str, Any]] = {}
+
+
+def _once(x: Inputs, what: str, make: Callable[[Inputs], Any]) -> Any:
+    """`make(x)`, worked out once per Inputs object (rules ask for it many times)."""
+    held = _ONCE.get(id(x))
+    if held is None:
+        held = _ONCE[id(x)] = {}
+        weakref.finalize(x, _ONCE.pop, id(x), None)
+    if what not in held:
+        held[what] = make(x)
+    return held[what]
 
 
 def exposed_kernels(x: Inputs) -> pl.DataFrame:
     """The measured communication kernels with their hidden and exposed time and their
     collective (empty when there are none); without steps, broadcasts are left out."""
+    return _once(x, "kernels", _exposed_kernels)
+
+
+def _exposed_kernels(x: Inputs) -> pl.DataFrame:
     if not x.has("communication"):
         return pl.DataFrame()
     comm = hidden_communication(x.measured(), keep=("phase", "name", "range_path"))
@@ -94,6 +112,10 @@ def _parts_of(parts: pl.DataFrame, row: dict, have: int) -> pl.DataFrame:
 
 def _comm_capacity(x: Inputs) -> dict[tuple, int]:
     """(device, phase, collective) -> the exposed time there: comm_exposed's capacity."""
+    return _once(x, "capacity", _capacity)
+
+
+def _capacity(x: Inputs) -> dict[tuple, int]:
     kernels = exposed_kernels(x)
     if kernels.is_empty():
         return {}
@@ -104,11 +126,7 @@ def _comm_capacity(x: Inputs) -> dict[tuple, int]:
 def shared(x: Inputs) -> pl.DataFrame:
     """Per OWNER, idle pool and exposed communication row (`comm_phase`, `collective`):
     `ns` of the busiest stream's gaps there under that communication, exposed."""
-    found = _SHARED.get(id(x))
-    if found is None:
-        found = _SHARED[id(x)] = _shared(x)
-        weakref.finalize(x, _SHARED.pop, id(x), None)
-    return found
+    return _once(x, "shared", _shared)
 
 
 def _shared(x: Inputs) -> pl.DataFrame:

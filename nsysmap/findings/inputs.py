@@ -30,7 +30,9 @@ before and after it (nor what the GPU ran from before the capture).
 The pools of time that findings claim (nsysmap.findings.finding) are built
 here once, so that two findings over the same time name the same key with
 the same capacity: busy time per (device, phase, module, category), idle
-time per (device, phase, module) and kind from launch_cost.parquet.
+time per (device, phase, module) and kind from launch_cost.parquet. The part of
+an idle pool under exposed communication is claimed at the communication's key
+instead (nsysmap.findings.comm_gaps).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from nsysmap.report.passes import manifest_rules, measure_rules, rule_notes
 from nsysmap.structure.model import build_structure
 from nsysmap.structure.ranges import ranges_from_ops
 from nsysmap.structure.table import assign
-from nsysmap.structure.words import EVIDENCE_WORDS
+from nsysmap.structure.words import COUNTED_PASS, EVIDENCE_WORDS
 
 FLOP_SOURCES = ("auto", "shapes", "model", "none")
 REPORT_DEVICES = pl.Schema(
@@ -282,7 +282,7 @@ def _structure_limits(f: Findings) -> list[str]:
         notes.append(f.run.structure_note)
     if f.steps is None:
         notes.append("No steps in the measured region: per-step counts are unknown.")
-    passes = structure is not None and bool((structure["kind"] == "pass").any())
+    passes = structure is not None and bool(structure.select(COUNTED_PASS.any()).item())
     if not passes:
         notes.append(
             "No pass found (no step, phase or forward range, no record, and no forward or "

@@ -23,7 +23,7 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap.structure.words import code, passes_phrase, region_counts
+from nsysmap.structure.words import COUNTED_PASS, code, passes_phrase, region_counts
 
 MEASURED = "measured"
 WARMUP = "warmup"
@@ -129,7 +129,7 @@ def _evidence(structure: pl.DataFrame, region: str | None, scope: str) -> list[s
         rows = rows.filter(pl.col("kind") == "region")
     else:
         wanted = ["forward"] if scope == "forward" else ["forward", "backward"]
-        rows = rows.filter((pl.col("kind") == "pass") & pl.col("direction").is_in(wanted))
+        rows = rows.filter(COUNTED_PASS & pl.col("direction").is_in(wanted))
     return sorted({e for text in rows["evidence"].drop_nulls() for e in text.split(", ")})
 
 

@@ -92,11 +92,14 @@ def waits_answer(
     if tables is None:
         return _answer(NO_TABLES)
     streams = _scoped(tables["stream_idle"], measured)
-    gaps = _scoped(tables["idle"], measured)
     cost = _scoped(tables["launch_cost"], measured)
     if streams.is_empty():
         return _answer(NO_OPS)
     in_steps = streams["step"].is_not_null().any()
+    gaps = _scoped(tables["idle"], measured)
+    if in_steps:  # the gaps of the streams' steps, never a fallback of their own
+        held = streams.select("device_id", "stream_id", "step").unique()
+        gaps = gaps.join(held, on=["device_id", "stream_id", "step"], how="semi")
     cost_scope = scope = "steps" if in_steps else "whole capture"
     outside: list[int] = []
     if not in_steps and region is not None:

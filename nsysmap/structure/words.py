@@ -32,6 +32,10 @@ EVIDENCE_WORDS = {
 }
 _REGION_WORDS = {"setup": "set-up", "warmup": "warm-up", "measured": "measured", "tail": "tail"}
 
+# A pass the answers count: one with operations (a phase range the capture cut, with nothing
+# left in it, is no pass).
+COUNTED_PASS = (pl.col("kind") == "pass") & (pl.col("ops") > 0)
+
 
 def code(name: str) -> str:
     """A range name as code: in backticks, its own backticks as quotes, its control and
@@ -55,8 +59,7 @@ def region_counts(table: pl.DataFrame, region: str) -> dict[str, Any]:
     """The region's operations, time, passes per direction and steps, devices pooled."""
     rows = table.filter(pl.col("region") == region)
     whole = rows.filter(pl.col("kind") == "region")
-    # a pass of no operation (a phase range the capture cut, with nothing left in it) is none
-    passes = rows.filter((pl.col("kind") == "pass") & (pl.col("ops") > 0))
+    passes = rows.filter(COUNTED_PASS)
     steps = rows.filter(pl.col("kind") == "step")
     names = whole["name"].drop_nulls().unique(maintain_order=True).to_list()
     evidence = sorted({e for text in whole["evidence"].drop_nulls() for e in text.split(", ")})
@@ -147,9 +150,7 @@ def structure_lines(table: pl.DataFrame, total_ns: int | None = None) -> list[st
 def structure_notes(table: pl.DataFrame) -> list[str]:
     """What a reader should know about how the passes were found."""
     notes = []
-    split = table.filter(
-        (pl.col("kind") == "pass") & (pl.col("evidence") == "range, kernel_sequence")
-    )
+    split = table.filter(COUNTED_PASS & (pl.col("evidence") == "range, kernel_sequence"))
     for (name,), rows in split.group_by("name", maintain_order=True):
         notes.append(
             f"The range {code(str(name))} gives a direction but holds {rows.height} passes of "
