@@ -2,7 +2,7 @@
 
 Without step ranges the measured work (a phase's operations, else the
 structure's measured region, else the whole capture) counts as one: a
-finding's times are totals over it and its shares are of the measured time,
+finding's times are totals over it and its shares are of the measured wall time,
 in findings.parquet (`per_step` false), its evidence, the terminal summary,
 report.md and the HTML page. With steps, every figure stays per step.
 """
@@ -65,7 +65,7 @@ def test_without_steps_no_finding_says_per_step(outputs, basis):
         said = " ".join(row[c] or "" for c in prose)
         assert not any(words in said for words in (*STEP_WORDS, "the step")), said
     gemm = table.filter(pl.col("rule") == "fp32_gemm")["evidence"][0]
-    assert "of the measured time" in gemm
+    assert "of the measured wall time" in gemm
     titles = dict(table.select("rule", "title").iter_rows())
     assert titles["host_sync"] == "The host synchronises with the GPU inside the measured work"
     assert (
@@ -173,19 +173,19 @@ def test_without_steps_the_renderers_say_the_measured_time(outputs, basis):
     out = outputs[basis]
     lines = findings_lines(_findings(out))
     assert "estimated saving over the measured time" in lines
-    assert "of the measured time)" in lines
+    assert "of the measured wall time)" in lines
     assert not any(words in lines for words in STEP_WORDS)
     result = build_report(read_run(out))
     section = result.markdown.split("## What to fix first", 1)[1].split("\n## ", 1)[0]
     assert "Ranked by estimated saving over the measured time" in section
-    assert "| saving | of the measured time |" in section
+    assert "| saving | of the measured wall time |" in section
     assert not any(words in section for words in STEP_WORDS)
     answer = result.answers["answers"]["findings"]
     chart = fix_first_chart(answer)
     assert chart is not None
     assert chart.figure["layout"]["xaxis"]["title"]["text"] == "saving (ms)"
-    assert all(t.endswith("of the measured time") for t in chart.figure["data"][0]["text"])
-    assert chart.table is not None and "of the measured time" in chart.table.columns
+    assert all(t.endswith("of the measured wall time") for t in chart.figure["data"][0]["text"])
+    assert chart.table is not None and "of the measured wall time" in chart.table.columns
     page = evidence_html(answer)
     assert not any(words in page for words in STEP_WORDS)
 
@@ -225,9 +225,9 @@ def test_a_job_with_ranks_with_and_without_steps_says_both():
     """The ranks of a job, some with steps and some without: the headings say which."""
     both = saving_words([True, False])
     assert both.startswith("estimated saving per step") and "measured time" in both
-    assert saving_columns([True, False])[1] == "of the step or measured time"
+    assert saving_columns([True, False])[1] == "of the step or measured wall time"
     assert saving_columns([True, None]) == ["saving per step", "of the step"]
-    assert saving_columns([False, False]) == ["saving", "of the measured time"]
+    assert saving_columns([False, False]) == ["saving", "of the measured wall time"]
 
 
 def test_diff_says_the_saving_of_a_run_without_steps_over_the_measured_time(outputs):

@@ -50,9 +50,10 @@ def per_words(per_step: bool | None) -> str:
 
 
 def share_words(per_step: bool | None) -> str:
-    """What a finding's share is of: "the step", or "the measured time" where no step is
-    measured (the measured work's wall time on the device)."""
-    return "the measured time" if per_step is False else "the step"
+    """What a finding's share is of: "the step", or "the measured wall time" where no step is
+    measured (the measured work's wall time on the device, not its operations' summed
+    time)."""
+    return "the measured wall time" if per_step is False else "the step"
 
 
 STEPS, MEASURED, BOTH = "steps", "measured", "both"

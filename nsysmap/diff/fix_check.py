@@ -171,7 +171,7 @@ def check_lines(fixed: FixCheck | None) -> list[str]:
     a, b = _ms(fixed.step[0]), _ms(fixed.step[1])
     where = (
         f"in phase {fixed.phase} ({_ms(fixed.in_phase[0])}{per} in A, "
-        f"{_ms(fixed.in_phase[1])} in B; the {'step' if fixed.per_step else 'measured time'} "
+        f"{_ms(fixed.in_phase[1])} in B; the {'step' if fixed.per_step else 'measured wall time'} "
         f"{a} and {b})"
         if fixed.phase is not None
         else f"({'step' if fixed.per_step else 'measured'} time {a} in A, {b} in B)"

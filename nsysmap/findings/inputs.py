@@ -150,7 +150,7 @@ class Inputs:
 
     @property
     def the_step(self) -> str:
-        """What a share in a finding's words is of: "the step" or "the measured time"."""
+        """What a share in a finding's words is of: "the step" or "the measured wall time"."""
         return share_words(self.per_step)
 
     @cached_property

@@ -72,8 +72,8 @@ def saving_text(row: Mapping[str, Any]) -> str:
 # The headings of the saving and its share, by what the findings' figures are over.
 SAVING_COLUMNS = {
     STEPS: ["saving per step", "of the step"],
-    MEASURED: ["saving", "of the measured time"],
-    BOTH: ["saving (per step where steps are measured)", "of the step or measured time"],
+    MEASURED: ["saving", "of the measured wall time"],
+    BOTH: ["saving (per step where steps are measured)", "of the step or measured wall time"],
 }
 
 
