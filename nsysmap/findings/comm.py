@@ -30,9 +30,9 @@ FIXES = {
     "reshard_after_forward=...)), so that each layer's all-gather runs under the layer before",
     "reduce_scatter": "FSDP: backward_prefetch=BackwardPrefetch.BACKWARD_PRE and a larger "
     "bucket so that gradient reduce-scatters run under the backward of the next layers",
-    "all_to_all": "pipeline the sparse all-to-all with the dense compute (TorchRec: "
-    "TrainPipelineSparseDist), or split the batch so one part's all-to-all runs under the "
-    "other's compute",
+    "all_to_all": "split the batch (or the sequence) so that one part's all-to-all runs under "
+    "the other part's compute; recommendation models: TorchRec's TrainPipelineSparseDist "
+    "pipelines the sparse all-to-all with the dense compute",
 }
 OTHER_FIX = (
     "launch the collective asynchronously (async_op=True, or on a side stream) and wait for it "
