@@ -1,6 +1,6 @@
 """The waits of a part of a capture (its measured region), from the written tables alone.
 
-`window_stream_idle` takes some of a run's operations and the capture's idle
+`window_waits` takes some of a run's operations and the capture's idle
 gaps: over a whole window it gives the written stream_idle rows exactly; over
 a part, each device's window is that part's, and the report's "Where the GPU
 waits" covers the measured region of a profile without steps (set-up and
@@ -21,7 +21,7 @@ from nsysmap.report.build import build_report
 from nsysmap.report.report_files import read_run
 from nsysmap.report.waits import waits_answer
 from nsysmap.report.waits_text import waits_lead
-from nsysmap.waits.tables import window_stream_idle
+from nsysmap.waits.tables import window_waits
 from tests.corpus import REAL, REAL2, needs_corpus
 from tests.test_waits import MS, attributed_planted
 
@@ -47,7 +47,7 @@ def _ms(row: dict, column: str) -> float:
 def test_each_steps_window_gives_the_written_stream_idle(out):
     ops, idle, written = _written(out)
     for step in (0, 1):
-        got = window_stream_idle(ops.filter(pl.col("step") == step), idle)
+        got = window_waits(ops.filter(pl.col("step") == step), idle)[0]
         want = written.filter(pl.col("step") == step).with_columns(step=pl.lit(None, pl.Int64))
         assert_frame_equal(got.sort(KEYS), want.sort(KEYS))
 
@@ -58,7 +58,7 @@ def test_a_part_is_its_own_window_and_its_gaps_keep_the_captures_kinds(out):
     there for S0 (before its first); stream 7's gaps keep their kinds."""
     ops, idle, _ = _written(out)
     part = ops.filter((pl.col("step") == 0) & (pl.col("name") != "K0"))
-    rows = {r["stream_id"]: r for r in window_stream_idle(part, idle).to_dicts()}
+    rows = {r["stream_id"]: r for r in window_waits(part, idle)[0].to_dicts()}
     main, side = rows[7], rows[8]
     assert (_ms(main, "wall_start_ns"), _ms(main, "wall_end_ns")) == (5.5, 45)
     assert _ms(main, "busy_ns") == 2.5 + 2 + 2 + 2 + 2  # K1 .. K5
@@ -86,7 +86,7 @@ def test_a_gap_the_capture_does_not_have_is_of_unknown_kind(out, left_out, unkno
     ended by the same operation (the left-out work's GPU time is not called a wait)."""
     ops, idle, _ = _written(out)
     part = ops.filter((pl.col("step") == 0) & ~pl.col("name").is_in(["K0", left_out]))
-    main = window_stream_idle(part, idle).filter(pl.col("stream_id") == 7).row(0, named=True)
+    main = window_waits(part, idle)[0].filter(pl.col("stream_id") == 7).row(0, named=True)
     assert _ms(main, "idle_unknown_ns") == unknown[1] - unknown[0]
     assert {k: _ms(main, f"idle_{k}_ns") for k in kinds} == kinds
     assert main["busy_ns"] + main["idle_ns"] == main["wall_ns"]
@@ -115,7 +115,7 @@ def test_the_whole_capture_as_one_window_is_the_written_stream_idle(path, tmp_pa
     ops, idle, written = _written(tmp_path / "run")
     for step in written["step"].unique().to_list():
         mine = pl.col("step").is_null() if step is None else pl.col("step") == step
-        got = window_stream_idle(ops.filter(mine), idle)
+        got = window_waits(ops.filter(mine), idle)[0]
         want = written.filter(mine).with_columns(step=pl.lit(None, pl.Int64))
         assert_frame_equal(got.sort(KEYS), want.sort(KEYS))
 
@@ -145,7 +145,7 @@ def _without_steps(out: Path, devices: tuple[int, ...]) -> dict[str, pl.DataFram
     """The planted run's waits tables as a profile without steps would have them, its
     streams repeated on each of `devices` (the planted run's device first)."""
     ops, idle, _ = _written(out)
-    whole = window_stream_idle(ops, idle)
+    whole = window_waits(ops, idle)[0]
     streams = pl.concat(
         [whole]
         + [whole.with_columns(device_id=pl.lit(d, whole["device_id"].dtype)) for d in devices]

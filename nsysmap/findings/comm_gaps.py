@@ -24,7 +24,6 @@ nsysmap.findings.comm).
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -41,20 +40,13 @@ ONE_OFF = "broadcast"  # without steps: taken as initialisation, left out
 COMM = ["device_id", "phase", "collective"]  # an exposed communication row
 PART = ["comm_phase", "collective"]  # ... as the parts of an idle pool name it
 INTERVAL = ["stream_id", "start_ns", "end_ns"]
-# What is worked out once per Inputs (by id; the entry dropped with the Inputs object):
-# the exposed kernels, the comm_exposed capacities and the shared parts.
-_ONCE: dict[int, dict[str, Any]] = {}
 
 
 def _once(x: Inputs, what: str, make: Callable[[Inputs], Any]) -> Any:
-    """`make(x)`, worked out once per Inputs object (rules ask for it many times)."""
-    held = _ONCE.get(id(x))
-    if held is None:
-        held = _ONCE[id(x)] = {}
-        weakref.finalize(x, _ONCE.pop, id(x), None)
-    if what not in held:
-        held[what] = make(x)
-    return held[what]
+    """`make(x)`, worked out once per input (`Inputs.memo`: rules ask for it many times)."""
+    if what not in x.memo:
+        x.memo[what] = make(x)
+    return x.memo[what]
 
 
 def exposed_kernels(x: Inputs) -> pl.DataFrame:
@@ -88,11 +80,11 @@ def idle_claims(
         mine = _parts_of(parts, row, have)
         given = 0
         for part in mine.iter_rows(named=True):
-            where = (row["device_id"], part["comm_phase"], part["collective"])
+            device, phase, what = row["device_id"], part["comm_phase"], part["collective"]
             share = want * part["ns"] // have if have else 0
             if share:  # keyed as exposed_communication keys it (module: the collective)
-                key = ("comm_exposed", x.rank, *where[:2], where[2], where[2])
-                claims.append(Claim(key, share, comm.get(where, part["ns"])))
+                key = ("comm_exposed", x.rank, device, phase, what, what)
+                claims.append(Claim(key, share, comm.get((device, phase, what), part["ns"])))
                 given += share
         rest_have = have - int(mine["ns"].sum())
         rest_want = min(want - given, rest_have)

@@ -104,6 +104,8 @@ class Inputs:
     across: Mapping[str, pl.DataFrame] | None = None
     ranks: tuple[Inputs, ...] = ()
     structure: pl.DataFrame | None = None  # structure.parquet; None: not written
+    # What other modules work out once per input (nsysmap.findings.comm_gaps).
+    memo: dict[str, Any] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @cached_property
     def labels(self) -> str:

@@ -64,9 +64,11 @@ def waits_tables(
     }
 
 
-def window_stream_idle(ops: pl.DataFrame, idle: pl.DataFrame) -> pl.DataFrame:
-    """STREAM_IDLE rows of the GPU operations of `ops` (a part of a capture, such as its
-    measured region) as one window per device, from the written tables alone.
+def window_waits(ops: pl.DataFrame, idle: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(STREAM_IDLE rows, the gaps they sum) of the GPU operations of `ops` (a part of a
+    capture, such as its measured region) as one window per device, from the written
+    tables alone. The gaps: device_id, stream_id, step (null), kind, start_ns, end_ns,
+    dur_ns.
 
     Each device's window runs from its first operation in `ops` to its last
     end, and each stream's gaps in it are found as `waits_tables` finds them
@@ -79,12 +81,6 @@ def window_stream_idle(ops: pl.DataFrame, idle: pl.DataFrame) -> pl.DataFrame:
         capture  |--a--|  sync  |--b--|  launch  |--c--|
         ops           b and c:   window [b.start, c.end], one gap before c: launch
     """
-    return window_waits(ops, idle)[0]
-
-
-def window_waits(ops: pl.DataFrame, idle: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(`window_stream_idle`'s rows, the gaps they sum: device_id, stream_id, step (null),
-    kind, start_ns, end_ns, dur_ns)."""
     gpu = g.gpu_ops(ops.lazy().with_columns(step=pl.lit(None, pl.Int64)))
     if gpu.is_empty():
         return pl.DataFrame(schema=STREAM_IDLE), pl.DataFrame(schema=IDLE)
