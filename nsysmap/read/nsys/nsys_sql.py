@@ -14,13 +14,14 @@ and the columns the file turned out to have (a missing column reads as NULL),
 so no SQL is ever built from data.
 
 Rows arrive through the ADBC SQLite driver as Arrow, column by column. The
-driver infers each column's type from its first batch, so every integer is
-read as `CAST(col AS INTEGER)` (an all-NULL batch then still reads as int64)
-and every text as `CAST(coalesce(col, x'') AS BLOB)`: always binary, never
-NULL (an empty text means unset). Binary becomes String in Arrow's C++ cast,
-which validates UTF-8; a column that fails takes a slow path that decodes its
-distinct values with U+FFFD replacement (`nsys_probe.decode`). Every failure
-of the storage stack on bad input becomes NotAProfile.
+driver types each column by its first batch (int64 when all NULL) and refuses
+a later value of another type, so integers are read as stored and, where
+that fails, again as `CAST(col AS INTEGER)` (`fetch`); every text is read as
+`CAST(coalesce(col, x'') AS BLOB)`: always binary, never NULL (an empty text
+means unset). Binary becomes String in Arrow's C++ cast, which validates
+UTF-8; a column that fails takes a slow path that decodes its distinct values
+with U+FFFD replacement (`nsys_probe.decode`). Every failure of the storage
+stack on bad input becomes NotAProfile.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from functools import partial
 
+import adbc_driver_manager
 import adbc_driver_sqlite.dbapi as adbc
 import polars as pl
 import pyarrow as pa
@@ -167,8 +170,7 @@ def row_bound(export: Export, table: str) -> int:
 def row_count(export: Export, table: str) -> int:
     """How many rows the table holds, counted (SQLite walks its pages: about 25 ns a
     row from the page cache); 0 when the table is absent or unreadable."""
-    value = _aggregate(export, table, "count(*)")
-    return value or 0
+    return _aggregate(export, table, "count(*)") or 0
 
 
 def _aggregate(export: Export, table: str, what: str) -> int | None:
@@ -254,12 +256,15 @@ def select_sql(
     rows: tuple[int, int] | None = None,
     process: int | None = None,
     window: RowWindow | None = None,
+    plain: bool = False,
 ) -> tuple[str, tuple[int, ...]]:
     """The SELECT for `spec` given the columns the table has, and its parameters.
 
     `rows` = (low, high) adds `low < rowid <= high`; `process` keeps that
     process's rows, when the table has its `spec.process` column. Values
-    are parameters, never SQL text.
+    are parameters, never SQL text. `plain`: integer columns as they are
+    stored, without the casts that make anything else an integer or NULL
+    (`fetch` reads that way first).
     """
     parts = []
     folded = {c.lower() for c in present}  # SQLite column names are case-insensitive
@@ -269,6 +274,8 @@ def select_sql(
             value = "x''" if is_text else "NULL"
         elif is_text:
             value = f"CAST(coalesce(\"{column}\", x'') AS BLOB)"
+        elif plain:
+            value = f'"{column}"'
         else:
             value = _integer(column) if alias in _GUARDED else f'CAST("{column}" AS INTEGER)'
         parts.append(f'{value} AS "{alias}"')
@@ -289,9 +296,8 @@ def select_sql(
     return f"SELECT {', '.join(parts)} FROM {_quoted(spec.table)}{where}", tuple(parameters)
 
 
-# Columns whose values make durations: text there must not read as 0. (Guarding
-# every integer column this way costs about a third more CPU in reading; a
-# stray text elsewhere reads as 0 and cannot break a total.)
+# Columns whose values make durations: text there must not read as 0 (guarding every
+# integer column so costs a third more CPU; stray text elsewhere reads as 0).
 _GUARDED = frozenset(("start", "end"))
 
 
@@ -334,32 +340,55 @@ def fetch(
     large table is never held whole next to the Polars one; `batch`, when
     given, turns each batch into what the caller keeps, so the raw columns
     are never held whole either. The frame keeps one chunk per batch.
+
+    Integers are first read as stored (the casts cost SQLite about a fifth of
+    a large table's read); where a value is not an integer or NULL, the table
+    is read again with the casts. Either way the frame is the same.
     """
+    query = partial(select_sql, spec, present, rows=rows, process=process, window=window)
+    try:
+        return _fetched(conn, spec, batch, *query(plain=True))
+    except (_NotIntegers, *_DRIVER_ERRORS):
+        return _fetched(conn, spec, batch, *query())
+
+
+class _NotIntegers(Exception):
+    """A batch read without casts has an integer column of another type."""
+
+
+_DRIVER_ERRORS = (adbc_driver_manager.Error, OSError)  # a value of another type, say
+
+
+def _fetched(
+    conn: adbc.Connection,
+    spec: TableSpec,
+    batch: Batch | None,
+    query: str,
+    parameters: tuple[int, ...],
+) -> pl.DataFrame:
+    """The rows of `query` as `fetch` gives them."""
     keep = batch or (lambda frame: frame)
     with conn.cursor() as cur:
         cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
-        query, parameters = select_sql(spec, present, rows=rows, process=process, window=window)
         cur.execute(query, parameters=parameters or None)
         frames = [keep(_frame(spec, b)) for b in cur.fetch_record_batch()]
-    if not frames:
-        return keep(spec.empty_if_none(None))
-    return pl.concat(frames, rechunk=False)
+    return pl.concat(frames, rechunk=False) if frames else keep(spec.empty_if_none(None))
 
 
 def _frame(spec: TableSpec, batch: pa.RecordBatch) -> pl.DataFrame:
-    """One batch as a frame. The driver gives each column of a batch room for
-    BATCH_ROWS rows (8 MiB an integer column) however few it holds, and Polars
-    takes its integers, and the bytes of its longer texts, without a copy: the
-    columns of a batch of at most SMALL_BATCH rows are first copied into buffers
-    of their own size (`_owned`), so that a small frame kept to the end (each
-    window's devices, say) does not keep megabytes a column alive. Larger batches
-    are taken as they are (copying them raised the peak at 10^6 kernels)."""
+    """One batch as a frame. The driver gives each column room for BATCH_ROWS rows
+    (8 MiB an integer column) however few it holds, and Polars takes its integers
+    and longer texts without a copy: a batch of at most SMALL_BATCH rows is first
+    copied (`_owned`), so that a small frame kept to the end does not keep megabytes
+    alive. Larger batches are taken as they are (copying raised the peak)."""
     small = batch.num_rows <= SMALL_BATCH
     columns = {}
     for alias, is_text, _ in spec.columns():
         column = pa.chunked_array([_owned(batch.column(alias)) if small else batch.column(alias)])
         if is_text:
             columns[alias] = pl.from_arrow(decode(column))
+        elif not (pa.types.is_int64(column.type) or pa.types.is_null(column.type)):
+            raise _NotIntegers(alias)
         else:
             columns[alias] = pl.from_arrow(column).cast(pl.Int64)
     return pl.DataFrame(columns)
