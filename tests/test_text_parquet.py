@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator
 
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 from polars.testing import assert_frame_equal
 
@@ -37,6 +38,28 @@ def test_blocks_read_back_in_order_as_one_table(tmp_path):
     back = pl.read_parquet(path)
     assert back.schema == SCHEMA  # texts read as strings, not dictionaries
     assert_frame_equal(back, pl.concat(blocks))
+
+
+def test_integers_are_delta_coded_and_texts_dictionary_coded(tmp_path):
+    """Integers in Parquet's delta encoding (rising ids and times cost a few bits a row),
+    the repeated texts as a dictionary, the nearly unique ones plain; nulls kept."""
+    schema = pl.Schema({**SCHEMA, "depth": pl.Int32, "stream_id": pl.Int64})
+    blocks = [
+        b.with_columns(depth=pl.lit(3, pl.Int32), stream_id=pl.lit(None, pl.Int64))
+        for b in _blocks(2, 500)
+    ]
+    path = tmp_path / "ops.parquet"
+    write_coded(blocks, schema, path)
+    group = pq.ParquetFile(path).metadata.row_group(0)
+    encodings = {
+        group.column(i).path_in_schema: set(group.column(i).encodings)
+        for i in range(group.num_columns)
+    }
+    for column in ("op_id", "depth", "stream_id"):
+        assert "DELTA_BINARY_PACKED" in encodings[column], (column, encodings[column])
+    assert "RLE_DICTIONARY" in encodings["name"]
+    assert "RLE_DICTIONARY" not in encodings["range_name"]
+    assert_frame_equal(pl.read_parquet(path), pl.concat(blocks))
 
 
 def test_the_next_block_is_made_while_one_is_written(tmp_path, monkeypatch):

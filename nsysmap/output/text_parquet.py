@@ -8,7 +8,9 @@ codes) and writes those as Parquet's dictionary encoding through PyArrow,
 block by block. The file's columns are the ones Polars writes, read back the
 same: the Arrow schema stored in it (`ARROW:schema`) declares each text a
 string, never a dictionary, so Polars reads String (each row's view into the
-dictionary page, not a copy) and pandas reads `object`, as before.
+dictionary page, not a copy) and pandas reads `object`, as before. Integer
+columns are written in Parquet's delta encoding (DELTA_BINARY_PACKED), which
+every Parquet reader of the last years decodes.
 
 With `beside`, each block is encoded and compressed on a thread of its own while
 the next block is made: a large profile read whole, attributed
@@ -60,7 +62,10 @@ def write_coded(
     stored = empty.to_arrow().schema  # what a reader sees: texts as strings
     written = empty.with_columns(coded(texts)).to_arrow().schema
     rows = 0
-    options = {**_OPTIONS, "use_dictionary": texts}  # the others: plain, as Polars writes them
+    # Integers delta-coded (times and ids mostly rise row to row): a fifth less time
+    # and a third smaller than plain values through zstd (docs/performance.md).
+    deltas = {n: "DELTA_BINARY_PACKED" for n, dtype in schema.items() if dtype.is_integer()}
+    options = {**_OPTIONS, "use_dictionary": texts, "column_encoding": deltas}
     # `beside`, each block is encoded and compressed on a thread of its own (PyArrow lets
     # go of the GIL) while the next one is made: blocks made as they are written (the
     # operations of a large profile, attributed chunk by chunk) are attributed meanwhile.
