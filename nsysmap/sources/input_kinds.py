@@ -96,7 +96,9 @@ def _read_sqlite(source: Path | Export, memory_gb: float | None) -> Profile:
 def _open_sqlite(path: Path) -> Export:
     from nsysmap.read.nsys.nsys_sqlite import open_export
 
-    return open_export(path, checked=True)
+    # Nothing the flow writes holds the kernels' grid and block: not read (a third
+    # of the kernel table's read); `load_profile` reads them.
+    return open_export(path, checked=True, launch_geometry=False)
 
 
 def _read_trace(path: Path, memory_gb: float | None) -> Profile:

@@ -68,8 +68,8 @@ def kernels_batch(kernels: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
         specs.text_or_null(specs.string_value(c, strings))
         for c in ("demangledName", "shortName", "mangledName")
     )
-    grid = {f"grid_{a}": pl.col(f"grid{a.upper()}") for a in "xyz"}
-    block = {f"block_{a}": pl.col(f"block{a.upper()}") for a in "xyz"}
+    grid = {f"grid_{a}": _geometry(kernels, f"grid{a.upper()}") for a in "xyz"}
+    block = {f"block_{a}": _geometry(kernels, f"block{a.upper()}") for a in "xyz"}
     return kernels.select(
         **_op_columns("kernel"),
         name=pl.coalesce(demangled, short, mangled, pl.lit("[unknown kernel]")),
@@ -77,6 +77,11 @@ def kernels_batch(kernels: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
         **grid,
         **block,
     )
+
+
+def _geometry(kernels: pl.DataFrame, column: str) -> pl.Expr:
+    """A launch geometry column of the kernels, null where it was not read."""
+    return pl.col(column) if column in kernels.columns else pl.lit(None, pl.Int64)
 
 
 def _memcpys(copies: pl.DataFrame, enum: pl.DataFrame | None) -> pl.DataFrame:

@@ -58,11 +58,15 @@ class Export:
     """A checked export: where it is, and its tables with their columns.
 
     Every query opens its own read-only connection (`connect`), so queries
-    may run in threads.
+    may run in threads. `launch_geometry`: are the kernels' grid and block read
+    (nsysmap.read.nsys.nsys_sqlite)?
     """
 
-    def __init__(self, file: Path, uri: str, tables: dict[str, set[str]]) -> None:
+    def __init__(
+        self, file: Path, uri: str, tables: dict[str, set[str]], launch_geometry: bool = True
+    ) -> None:
         self.file = file
+        self.launch_geometry = launch_geometry
         # SQLite names are case-insensitive: tables are found whatever their letter case.
         self.tables = {name.lower(): columns for name, columns in tables.items()}
         self.uri = uri
@@ -79,10 +83,13 @@ class Export:
         return adbc.connect(self.uri)
 
 
-def open_export(path: str | os.PathLike[str], *, checked: bool = False) -> Export:
+def open_export(
+    path: str | os.PathLike[str], *, checked: bool = False, launch_geometry: bool = True
+) -> Export:
     """Check the export at `path` and probe its tables (opened read-only).
 
-    `checked`: `path` already passed `regular_file` (it is not checked again)."""
+    `checked`: `path` already passed `regular_file` (it is not checked again).
+    `launch_geometry`: read the kernels' grid and block (else they are null)."""
     file = check_file(path, checked=checked)
     uri = f"file:{quote(str(file.resolve()))}?mode=ro&immutable=1"
     try:
@@ -96,7 +103,7 @@ def open_export(path: str | os.PathLike[str], *, checked: bool = False) -> Expor
             f"{file}: an SQLite database but not an Nsight Systems export "
             "(no StringIds, CUPTI_* or NVTX_* tables)"
         )
-    return Export(file, uri, tables)
+    return Export(file, uri, tables, launch_geometry)
 
 
 def unreadable(file: Path, exc: BaseException) -> NotAProfile:

@@ -13,7 +13,7 @@ stage that builds frames.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import polars as pl
 
@@ -58,6 +58,12 @@ KERNEL = TableSpec(
     "start end deviceId streamId correlationId globalPid demangledName shortName mangledName"
     " gridX gridY gridZ blockX blockY blockZ graphNodeId graphId",
     process="globalPid",
+)
+# The kernels without their launch geometry (grid and block): a third of the
+# kernel table's read, and nothing the flow writes holds it.
+LAUNCH_GEOMETRY = ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")
+KERNEL_NO_GEOMETRY = replace(
+    KERNEL, ints=" ".join(c for c in KERNEL.ints.split() if c not in LAUNCH_GEOMETRY)
 )
 MEMCPY = TableSpec(
     "CUPTI_ACTIVITY_KIND_MEMCPY",

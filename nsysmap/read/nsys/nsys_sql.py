@@ -65,7 +65,7 @@ Raw = dict[str, pl.DataFrame | None]
 READ_THREADS = min(3, os.cpu_count() or 1)
 # Tables with more rows than this are read in READ_THREADS parts, by rowid.
 SPLIT_ROWS = 1 << 20
-SPLIT_SPECS = (NVTX, KERNEL, RUNTIME)
+SPLIT_TABLES = frozenset(spec.table for spec in (NVTX, KERNEL, RUNTIME))
 # A batch of at most this many rows is copied out of the driver's buffers (`_frame`):
 # they hold at least 16 times what it needs.
 SMALL_BATCH = BATCH_ROWS // 16
@@ -202,9 +202,9 @@ def _row_parts(
     export: Export, spec: TableSpec, window: RowWindow | None = None
 ) -> list[tuple[int, int] | None]:
     known = None if window is None else window.rows_of(spec.table)
-    if known is not None and (spec not in SPLIT_SPECS or known[1] - known[0] < SPLIT_ROWS):
+    if known is not None and (spec.table not in SPLIT_TABLES or known[1] - known[0] < SPLIT_ROWS):
         return [known]
-    if spec not in SPLIT_SPECS or READ_THREADS < 2:
+    if spec.table not in SPLIT_TABLES or READ_THREADS < 2:
         return [None]
     if known is not None:
         low, last = known

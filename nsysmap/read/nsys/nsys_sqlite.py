@@ -67,6 +67,9 @@ TABLES = (
     specs.MEMCPY_KINDS,
 )
 
+# TABLES with the kernels read without their grid and block (`Export.launch_geometry`).
+_NO_GEOMETRY = tuple(specs.KERNEL_NO_GEOMETRY if s == specs.KERNEL else s for s in TABLES)
+
 
 def read_sqlite(
     source: Export | str | os.PathLike[str],
@@ -79,6 +82,8 @@ def read_sqlite(
     """The export at `source` (a path, or an export already opened) as a Profile of
     normalised frames.
 
+    The kernels' grid and block are null where the export was opened without
+    them (`open_export`'s `launch_geometry`: the flow's outputs hold none).
     `process`: only that process's rows (see `gpu_processes`), with op_id and
     range_id counting from `first_ids` (operations, ranges). `window`: only
     the rows of one time window of that process (nsysmap.sources.by_window): its
@@ -92,7 +97,8 @@ def read_sqlite(
     strings = specs.strings_table(sql.read_table(export, specs.STRINGS))
     if require_gpu and not any(export.has(s.table) for s in GPU_WORK_SPECS):
         _require_ops(export, {specs.RUNTIME.table: sql.read_table(export, specs.RUNTIME)}, strings)
-    raw = sql.read_tables(export, TABLES, frames.batch_builders(strings), process, window)
+    tables = TABLES if export.launch_geometry else _NO_GEOMETRY
+    raw = sql.read_tables(export, tables, frames.batch_builders(strings), process, window)
     if window is not None:
         _keep_launched(raw)
     if require_gpu:
