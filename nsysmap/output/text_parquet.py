@@ -10,7 +10,7 @@ same: the Arrow schema stored in it (`ARROW:schema`) declares each text a
 string, never a dictionary, so Polars reads String (each row's view into the
 dictionary page, not a copy) and pandas reads `object`, as before. Integer
 columns are written in Parquet's delta encoding (DELTA_BINARY_PACKED), which
-every Parquet reader of the last years decodes.
+PyArrow (and so pandas) and Polars read.
 
 With `beside`, each block is encoded and compressed on a thread of its own while
 the next block is made: a large profile read whole, attributed
