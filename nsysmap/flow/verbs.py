@@ -103,8 +103,9 @@ def analyse_file(
 
     The returned `Analysis.profile` holds the profile's operations, threads,
     devices and meta; its ranges, API calls and graph links are released once
-    the summaries are taken, to lower the peak memory of what follows (read
-    them with `load_profile` when needed).
+    the summaries are taken, to lower the peak memory of what follows, and the
+    kernels' grid and block of a `.sqlite` export are not read (read them
+    with `load_profile` when needed).
 
     An nsys export that would need more than `memory_gb` (None: 6 GB, or 80 %
     of the memory available where less) is attributed one process at a time

@@ -33,8 +33,9 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 
 # Rows per Arrow batch. Larger batches cut per-batch overhead (measured in
 # docs/reading.md) and give fewer chunks (text columns keep one chunk per
-# batch, and gathers across many chunks are slower); type inference no longer
-# depends on it (see nsysmap.read.nsys.nsys_sql).
+# batch, and gathers across many chunks are slower). What is read does not
+# depend on it; how soon a value of another type sends a table to its second
+# read does (nsysmap.read.nsys.nsys_sql.fetch).
 BATCH_ROWS = 1 << 20
 
 # Errors the storage stack raises for bad input; the reader turns them into

@@ -342,21 +342,23 @@ def fetch(
     are never held whole either. The frame keeps one chunk per batch.
 
     Integers are first read as stored (the casts cost SQLite about a fifth of
-    a large table's read); where a value is not an integer or NULL, the table
-    is read again with the casts. Either way the frame is the same.
+    a large table's read); where that read fails (a value not an integer or
+    NULL, or any other failure of the driver), the table is read again with
+    the casts, and a failure then is the caller's. The frame is the same.
     """
     query = partial(select_sql, spec, present, rows=rows, process=process, window=window)
     try:
         return _fetched(conn, spec, batch, *query(plain=True))
     except (_NotIntegers, *_DRIVER_ERRORS):
-        return _fetched(conn, spec, batch, *query())
+        pass  # read again below, once the failed read's batches are let go
+    return _fetched(conn, spec, batch, *query())
 
 
 class _NotIntegers(Exception):
     """A batch read without casts has an integer column of another type."""
 
 
-_DRIVER_ERRORS = (adbc_driver_manager.Error, OSError)  # a value of another type, say
+_DRIVER_ERRORS = (adbc_driver_manager.Error, OSError)  # "Type mismatch", among others
 
 
 def _fetched(
