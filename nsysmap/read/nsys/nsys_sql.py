@@ -381,12 +381,13 @@ def _frame(spec: TableSpec, batch: pa.RecordBatch) -> pl.DataFrame:
     """One batch as a frame. The driver gives each column room for BATCH_ROWS rows
     (8 MiB an integer column) however few it holds, and Polars takes its integers
     and longer texts without a copy: a batch of at most SMALL_BATCH rows is first
-    copied (`_owned`), so that a small frame kept to the end does not keep megabytes
+    copied, so that a small frame kept to the end does not keep megabytes
     alive. Larger batches are taken as they are (copying raised the peak)."""
     small = batch.num_rows <= SMALL_BATCH
     columns = {}
     for alias, is_text, _ in spec.columns():
-        column = pa.chunked_array([_owned(batch.column(alias)) if small else batch.column(alias)])
+        raw = batch.column(alias)  # a small batch's copied into buffers of its own size
+        column = pa.chunked_array([pa.concat_arrays([raw]) if small else raw])
         if is_text:
             columns[alias] = pl.from_arrow(decode(column))
         elif not (pa.types.is_int64(column.type) or pa.types.is_null(column.type)):
@@ -394,8 +395,3 @@ def _frame(spec: TableSpec, batch: pa.RecordBatch) -> pl.DataFrame:
         else:
             columns[alias] = pl.from_arrow(column).cast(pl.Int64)
     return pl.DataFrame(columns)
-
-
-def _owned(column: pa.Array) -> pa.Array:
-    """`column` in buffers of its own size: a copy, never a view of the driver's."""
-    return pa.concat_arrays([column])
