@@ -21,7 +21,9 @@ import pytest
 from nsysmap.findings import comm_gaps
 from nsysmap.findings.comm_gaps import _pool
 from nsysmap.findings.finding import Claim
-from tests.findings_plans import V100, K, Plan, findings_of
+from nsysmap.findings.inputs import Inputs
+from nsysmap.flow.verbs import analyse, load_profile
+from tests.findings_plans import V100, K, Plan, export, findings_of
 
 MS = 1_000_000
 SGEMM = "volta_sgemm_128x64_nn"
@@ -124,3 +126,44 @@ def test_a_partial_want_is_split_in_proportion(monkeypatch):
     assert comm_gaps.idle_claims(x, other, "idle_launch", "want", "have") == (  # type: ignore[arg-type]
         Claim(("idle_launch", None, 0, "forward", "m"), MS, MS),
     )
+
+
+ALL_GATHER = "ncclDevKernel_AllGather_RING_LL"
+
+
+def _sync_pool_under_communication(tmp_path, step: list[K]) -> float:
+    """ms of the sync gaps' pool that lie under exposed communication, per step."""
+    plan = Plan(step, gpu=V100)
+    analysis = analyse(load_profile(export(plan, tmp_path / "run.sqlite")))
+    waits = analysis.summaries.waits
+    x = Inputs(analysis.store.scan(), waits["launch_cost"], waits["idle"], analysis.profile.devices)
+    shared = comm_gaps.shared(x).filter(pl.col("pool") == "idle_sync")
+    return shared["ns"].sum() / MS / plan.steps
+
+
+@pytest.mark.slow
+def test_two_exposed_kernels_over_one_gap_count_its_time_once(tmp_path):
+    """Gap [4, 8); an all-reduce (stream 20) and an all-gather (stream 21) both over
+    [4.5, 7.5); a GEMM on stream 8 over [4.5, 6) hides the first 1.5 ms of both. Each is
+    exposed for 1.5 ms, and so is the gap under them together: 1.5 ms, not their sum
+    (3 ms, which the gap's 4 ms did not cap)."""
+    step = [
+        K(SGEMM, 4.0, phase="backward"),
+        K(ALL_REDUCE, 3.0, phase="backward", stream=20, at=4.5),
+        K(ALL_GATHER, 3.0, phase="backward", stream=21, at=4.5),
+        K(SGEMM, 1.5, phase="backward", stream=8, at=4.5),
+        K(SGEMM, 1.0, phase="backward", gap=4.0, sync=True),
+    ]
+    assert _sync_pool_under_communication(tmp_path, step) == pytest.approx(1.5)
+
+
+@pytest.mark.slow
+def test_one_exposed_kernel_in_a_gap_keeps_its_exposed_time(tmp_path):
+    """The same without the all-gather: the all-reduce's 1.5 exposed ms, as before."""
+    step = [
+        K(SGEMM, 4.0, phase="backward"),
+        K(ALL_REDUCE, 3.0, phase="backward", stream=20, at=4.5),
+        K(SGEMM, 1.5, phase="backward", stream=8, at=4.5),
+        K(SGEMM, 1.0, phase="backward", gap=4.0, sync=True),
+    ]
+    assert _sync_pool_under_communication(tmp_path, step) == pytest.approx(1.5)

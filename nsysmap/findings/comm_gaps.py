@@ -139,12 +139,44 @@ def _shared(x: Inputs) -> pl.DataFrame:
     keys = same_keys(kernels)
     hidden = hidden_ns(pieces.select(*keys, *INTERVAL), compute, by=keys)
     pieces = pieces.with_columns(ns=pl.col("end_ns") - pl.col("start_ns") - hidden)
-    # two exposed kernels over one gap (on two streams): the gap's own length at most
+    # Exposed kernels over one gap on several streams: together, no more than the gap's
+    # time under at least one of them, exposed (`_exposed_under`).
+    pieces = pieces.join(_exposed_under(pieces, compute, keys), on="gap", how="left")
     over = pl.col("ns").sum().over("gap")
-    cut = pl.when(over > pl.col("dur_ns")).then(pl.col("ns") * pl.col("dur_ns") // over)
-    pieces = pieces.with_columns(ns=cut.otherwise(pl.col("ns")))
+    cut = pl.when(over > pl.col("cap_ns")).then(pl.col("ns") * pl.col("cap_ns") // over)
+    pieces = pieces.with_columns(ns=cut.otherwise(pl.col("ns"))).drop("cap_ns")
     summed = pieces.group_by(*OWNER, "pool", *PART).agg(pl.col("ns").sum())
     return summed.filter(pl.col("ns") > 0).cast(schema)
+
+
+def _exposed_under(
+    pieces: pl.DataFrame, compute: pl.DataFrame, keys: Sequence[str]
+) -> pl.DataFrame:
+    """Per gap, `cap_ns`: its time under at least one exposed kernel, less the compute
+    beside it. The pieces of one gap are merged into their union first, so that two
+    kernels on two streams over one stretch of it count that stretch once::
+
+        gap (busiest stream)   |---------------- 4 ms ----------------|
+        stream 20                  |====== all-reduce, 3 ms ======|
+        stream 21                  |====== all-gather, 3 ms ======|
+        compute, other stream      |-- 1.5 ms --|
+        cap_ns                                  ^^^ 1.5 ms ^^^^^^^^^
+
+    (each kernel alone is exposed for 1.5 ms; together, 1.5 ms, not 3 and not the
+    gap's 4). A merged stretch keeps the lowest stream of its pieces, whose own
+    compute is left out of what hides it, as `hidden_ns` does for each piece.
+    """
+    by = ["gap", *keys]
+    ordered = pieces.select(*by, *INTERVAL).sort(*by, "start_ns")
+    reach = pl.col("end_ns").cum_max().shift(1).over(by)  # furthest end before, same gap
+    merged = (
+        ordered.with_columns(stretch=(reach.is_null() | (pl.col("start_ns") > reach)).cum_sum())
+        .group_by(*by, "stretch")
+        .agg(pl.col("stream_id").min(), pl.col("start_ns").min(), pl.col("end_ns").max())
+    )
+    hidden = hidden_ns(merged.select(*keys, *INTERVAL), compute, by=keys)
+    exposed = merged.select("gap", ns=pl.col("end_ns") - pl.col("start_ns") - hidden)
+    return exposed.group_by("gap").agg(cap_ns=pl.col("ns").sum())
 
 
 def _pool(launch_gap: float = LAUNCH_GAP.value) -> pl.Expr:
