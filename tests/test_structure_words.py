@@ -1,13 +1,24 @@
 """The structure's counts and the inferred blocks as the report says them (nsysmap.structure.words,
-nsysmap.report.doc_sections)."""
+nsysmap.report.doc_sections), and the unit of the structure lines' times in every renderer."""
 
 from __future__ import annotations
 
+import html
+from pathlib import Path
+
 import polars as pl
 
+from nsysmap.flow.analysis import Analysis
+from nsysmap.flow.verbs import analyse, load_profile, write
+from nsysmap.report.build import build_report
 from nsysmap.report.doc_sections import inferred_section
+from nsysmap.report.html.chart import code_spans
+from nsysmap.report.html.page import report_page
+from nsysmap.report.report_files import read_run
 from nsysmap.structure.table import STRUCTURE
-from nsysmap.structure.words import region_counts
+from nsysmap.structure.words import region_counts, region_line
+from tests.frames import Frames
+from tests.torch_traces import complete, op, write_trace
 
 
 def _row(kind: str, index: int, direction: str | None, ops: int, step_index: int | None) -> dict:
@@ -66,3 +77,65 @@ def test_inferred_blocks_of_the_cpu_backend_are_cpu_time():
     assert "CPU operators: 90.9 % of CPU time in inferred blocks." in text
     assert "Device 0: 50.0 % of GPU time in inferred blocks." in text
     assert "Device -1" not in text
+
+
+def test_a_region_line_says_what_its_time_is():
+    """A region's time is its operations' summed time, not its wall time: the line says
+    GPU time, or CPU operator self time for a trace without GPU work."""
+    counts = {
+        "region": "measured",
+        "ops": 4,
+        "time_ns": 309_000,
+        "name": "ProfilerStep#6",
+        "evidence": ["range"],
+        "confidence": 0.95,
+        "forward_passes": 1,
+        "backward_passes": 0,
+        "optimizer_passes": 0,
+        "steps": 1,
+    }
+    held = "measured: 1 step (1 forward pass) inside `ProfilerStep#6`, 0.309 ms of "
+    assert region_line(counts, 309_000, cpu=False) == (
+        held + "GPU time (100.0 % of all); from the range; confidence 0.95"
+    )
+    assert region_line(counts, 618_000, cpu=True) == (
+        held + "CPU operator self time (50.0 % of all); from the range; confidence 0.95"
+    )
+
+
+def _said_everywhere(analysis: Analysis, out: Path) -> list[str]:
+    """The structure lines of the terminal summary, after checking that answers.json,
+    report.md and the HTML page say the same."""
+    write(analysis, out)
+    result = build_report(read_run(out))
+    lines = result.answers["structure"]["lines"]
+    said = analysis.summary_text.split("\nStructure: ")[1].split("\n\n")[0].splitlines()
+    assert [line.strip() for line in said] == lines
+    section = result.markdown.split("## Structure of the profile\n\n")[1].split("\n\n")[0]
+    assert section.splitlines() == [f"- {line[:1].upper()}{line[1:]}" for line in lines]
+    page = report_page(result.findings)
+    assert all(code_spans(html.escape(line[:1].upper() + line[1:])) in page for line in lines)
+    return lines
+
+
+def test_the_structure_of_a_gpu_profile_is_in_gpu_time(tmp_path):
+    f = Frames()
+    f.range(1, "forward", 1, 9)
+    f.kernel(1, 2, "ampere_sgemm_128x64_tn", dur=2)
+    assert _said_everywhere(analyse(f.profile()), tmp_path / "out") == [
+        "measured: 1 forward pass, 2.000 ms of GPU time (100.0 % of all); from the range; "
+        "confidence 1.00"
+    ]
+
+
+def test_the_structure_of_a_trace_without_gpu_work_is_in_cpu_operator_self_time(tmp_path):
+    """zoology (torch.profiler, no GPU events): its times are CPU operators' self times, and
+    "9.154 ms (100.0 % of all)" read as GPU time."""
+    events = [complete("user_annotation", "ProfilerStep#1", 0, 100)]
+    events += [complete("user_annotation", "forward", 1, 98)]
+    events += [op("aten::mm", 2 + 10 * i, 8) for i in range(4)]
+    trace = write_trace(tmp_path / "trace.json", events, deviceProperties=[])
+    assert _said_everywhere(analyse(load_profile(trace)), tmp_path / "out") == [
+        "measured: 1 step (1 forward pass) inside `ProfilerStep#1`, 0.032 ms of CPU operator "
+        "self time (100.0 % of all); from the range; confidence 1.00"
+    ]

@@ -47,7 +47,8 @@ class Analysis:
         meta = dict(zip(self.profile.meta["key"], self.profile.meta["value"], strict=True))
         by_module = self.summaries.by_module
         total = int(self.summaries.coverage["time_ns"].sum())
-        text = render_summary(self.summaries, meta) + structure_text(self.structure, total)
+        cpu = meta.get("unit_of_work") == "cpu_op"  # times are CPU operator self time
+        text = render_summary(self.summaries, meta) + structure_text(self.structure, total, cpu)
         text += inferred_text(self.inferred, by_module, passes=self.structure is None)
         found = findings_lines(self.findings)
         return f"{text}\n{found}" if found else text
@@ -73,12 +74,13 @@ def flow_tables(
     return summaries.tables() | summaries.waits | inferred_tables | structure_table
 
 
-def structure_text(structure: pl.DataFrame | None, total_ns: int) -> str:
+def structure_text(structure: pl.DataFrame | None, total_ns: int, cpu: bool) -> str:
     """The terminal summary's structure lines (empty without a structure); shares of
-    `total_ns`, all the operations' time."""
+    `total_ns`, all the operations' time: CPU operator self time where `cpu` (a trace
+    without GPU work), else GPU time."""
     if structure is None or structure.is_empty():
         return ""
-    lines = structure_lines(structure, total_ns)
+    lines = structure_lines(structure, total_ns, cpu=cpu)
     return "\nStructure: " + lines[0] + "".join(f"\n  {line}" for line in lines[1:]) + "\n"
 
 

@@ -179,7 +179,7 @@ def structure_facts(f: Findings) -> dict[str, Any] | None:
     """The structure model's regions, steps and passes in counts and sentences."""
     if f.run.structure is None:
         return None
-    return structure_summary(f.run.structure, int(f.run.ops["dur_ns"].sum()))
+    return structure_summary(f.run.structure, int(f.run.ops["dur_ns"].sum()), cpu=f.cpu_only)
 
 
 def scope_facts(f: Findings) -> dict[str, Any]:

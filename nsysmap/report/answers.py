@@ -108,6 +108,12 @@ class Findings:
     passes_source: str | None = None  # where forward_passes come from: steps or ranges
     answers: dict[str, Any] = field(default_factory=dict)  # answers.json (answer_doc)
 
+    @property
+    def cpu_only(self) -> bool:
+        """Whether the run's times are CPU operator self time, not GPU time: a trace
+        without GPU work, as its reader recorded (the terminal summary's unit)."""
+        return _reader_meta(self.run).get("unit_of_work") == "cpu_op"
+
 
 def choose_source(
     ops_f: pl.DataFrame, model: pl.DataFrame | None, requested: str

@@ -4,10 +4,16 @@
 pooled); `structure_lines` says it in the sentences that the terminal summary,
 report.md and the HTML page print alike::
 
-    measured: 3 forward passes inside `timed_iterations`, 4.763 ms (29.9 % of all);
-      from the range, the kernel sequence; confidence 1.00
-    set-up: 20 operations before the first pass, in `setup_model`, 8.000 ms (50.2 %)
-    warm-up: 2 forward passes inside `warm_up`, 3.185 ms (20.0 %); from the range
+    measured: 3 forward passes inside `timed_iterations`, 4.763 ms of GPU time
+      (29.9 % of all); from the kernel sequence, the range; confidence 1.00
+    set-up: 20 operations before the first pass, in `setup_model`, 8.000 ms of GPU
+      time (50.2 % of all)
+    warm-up: 2 forward passes inside `warm_up`, 3.185 ms of GPU time (20.0 % of all);
+      from the range
+
+A region's time is the summed duration of its operations, not its wall time: GPU
+time, or CPU operator self time for a trace without GPU work, whose operations are
+CPU operators (`cpu=True`); the terminal summary's shares are of the same unit.
 """
 
 from __future__ import annotations
@@ -31,6 +37,9 @@ EVIDENCE_WORDS = {
     "rule": "the --measure rule",
 }
 _REGION_WORDS = {"setup": "set-up", "warmup": "warm-up", "measured": "measured", "tail": "tail"}
+# What a region's time is, by whether the operations are CPU operators (a trace without GPU
+# work): the terminal summary's unit (nsysmap.summaries.summary_text).
+TIME_UNITS = {False: "GPU time", True: "CPU operator self time"}
 
 # A pass the answers count: one with operations (a phase range the capture cut, with nothing
 # left in it, is no pass).
@@ -85,9 +94,9 @@ def region_counts(table: pl.DataFrame, region: str) -> dict[str, Any]:
     }
 
 
-def structure_summary(table: pl.DataFrame, total_ns: int) -> dict[str, Any]:
+def structure_summary(table: pl.DataFrame, total_ns: int, *, cpu: bool) -> dict[str, Any]:
     """answers.json's `structure`: each region's counts, the measured one's apart, and the
-    sentences."""
+    sentences (times in CPU operator self time where `cpu`, else GPU time)."""
     present = [r for r in REGIONS if (table["region"] == r).any()]
     regions = [region_counts(table, r) for r in present]
     for entry in regions:
@@ -96,7 +105,7 @@ def structure_summary(table: pl.DataFrame, total_ns: int) -> dict[str, Any]:
     return {
         "regions": regions,
         "measured": measured,
-        "lines": structure_lines(table, total_ns),
+        "lines": structure_lines(table, total_ns, cpu=cpu),
         "notes": structure_notes(table),
     }
 
@@ -114,8 +123,9 @@ def passes_phrase(counts: dict[str, Any]) -> str:
     return listed
 
 
-def region_line(counts: dict[str, Any], total_ns: int) -> str:
-    """One region in words: what it holds, where, its time, how it was found."""
+def region_line(counts: dict[str, Any], total_ns: int, *, cpu: bool) -> str:
+    """One region in words: what it holds, where, its time (its operations' summed GPU
+    time, or CPU operator self time where `cpu`), how it was found."""
     region = counts["region"]
     held = passes_phrase(counts)
     name = counts["name"]
@@ -128,7 +138,8 @@ def region_line(counts: dict[str, Any], total_ns: int) -> str:
         what = held or plural(counts["ops"], "operation") + " (no pass found)"
         where = f" inside {code(name)}" if name else ""
     share = f" ({100 * counts['time_ns'] / total_ns:.1f} % of all)" if total_ns else ""
-    line = f"{_REGION_WORDS[region]}: {what}{where}, {counts['time_ns'] / 1e6:,.3f} ms{share}"
+    time = f"{counts['time_ns'] / 1e6:,.3f} ms of {TIME_UNITS[cpu]}"
+    line = f"{_REGION_WORDS[region]}: {what}{where}, {time}{share}"
     found = [EVIDENCE_WORDS.get(e, e) for e in counts["evidence"]]
     if region in ("warmup", "measured") and found:
         line += "; from " + ", ".join(found)
@@ -137,13 +148,14 @@ def region_line(counts: dict[str, Any], total_ns: int) -> str:
     return line
 
 
-def structure_lines(table: pl.DataFrame, total_ns: int | None = None) -> list[str]:
-    """The structure in sentences: the measured region first, then the others in order."""
+def structure_lines(table: pl.DataFrame, total_ns: int | None = None, *, cpu: bool) -> list[str]:
+    """The structure in sentences: the measured region first, then the others in order;
+    times in CPU operator self time where `cpu` (a trace without GPU work), else GPU time."""
     if total_ns is None:
         total_ns = int(table.filter(pl.col("kind") == "region")["time_ns"].sum())
     present = [r for r in REGIONS if (table["region"] == r).any()]
     ordered = [r for r in present if r == "measured"] + [r for r in present if r != "measured"]
-    lines = [region_line(region_counts(table, r), total_ns) for r in ordered]
+    lines = [region_line(region_counts(table, r), total_ns, cpu=cpu) for r in ordered]
     return lines + structure_notes(table)
 
 
