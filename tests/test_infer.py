@@ -92,7 +92,7 @@ def test_ops_without_a_device_id_get_the_same_blocks():
         == known.by_inferred_block.filter(pl.col("inferred_block").is_not_null())["time_ns"].sum()
         > 0
     )
-    assert unknown.lines()[0].startswith("device unknown (inferred")
+    assert unknown.lines(cpu=False)[0].startswith("device unknown (inferred")
 
 
 def _planted(rnd: random.Random, steps: int, motif: int, repeats: int, noise: float):
@@ -227,7 +227,7 @@ def test_export_without_ranges_gets_blocks():
     assert inferred.found[0].steps == 4
     assert "backward" not in set(table["inferred_phase"])
     assert table.filter(pl.col("inferred_region").is_not_null())["time_share"].sum() >= 0.8
-    assert "4 passes, forward only; 12 repeating blocks" in inferred.lines()[0]
+    assert "4 passes, forward only; 12 repeating blocks" in inferred.lines(cpu=False)[0]
 
 
 @pytest.mark.slow

@@ -168,7 +168,7 @@ def test_repeats_without_network_kernels_are_not_called_forward():
     (found,) = inferred.found
     assert not found.network
     assert "forward" not in set(inferred.labels["inferred_phase"])
-    line = inferred.lines()[0]
+    line = inferred.lines(cpu=False)[0]
     assert "repeats of 4 kernels" in line and "forward" not in line and "block" not in line
 
 
@@ -177,7 +177,7 @@ def test_the_vecadd_sample_repeats_and_has_no_forward():
     ops = analyse(load_profile(corpus_path("vecadd_streams_t4_gpu4.sqlite"))).ops
     inferred = infer_ops(ops)
     assert "forward" not in set(inferred.labels["inferred_phase"])
-    assert all("forward" not in line and "repeats of" in line for line in inferred.lines())
+    assert all("forward" not in line and "repeats of" in line for line in inferred.lines(cpu=False))
 
 
 LAYER = [("normalization", "layer_norm"), ("gemm", "qkv"), ("softmax", "softmax_fw")]
@@ -385,7 +385,7 @@ def test_the_main_threads_work_after_autograds_is_the_optimizer(before_capture):
     want = ["forward"] * 5 + ["backward"] * 4 + ["optimizer"] * 13
     assert phases == ["optimizer"] * before_capture + want
     assert inferred.labels["inferred_block"].is_null().all()
-    (line,) = inferred.lines()
+    (line,) = inferred.lines(cpu=False)
     assert "weak" in line and line.endswith("backward: what autograd's thread launched")
 
 
@@ -452,7 +452,7 @@ def test_recsys_steps_come_out_as_passes_that_end_with_their_optimizer():
     inferred = infer_ops(_hidden(ops))
     (found,) = inferred.found
     assert found.steps == 5 and found.backward and found.regions == ()
-    (line,) = inferred.lines()
+    (line,) = inferred.lines(cpu=False)
     assert "weak): 5 passes that repeat, with no repeating blocks in them" in line
     joined = ops.join(inferred.labels, on=["op_id", "device_id"])
     true_phase = pl.col("phase").replace_strict(TRUE_PHASE, default=None)

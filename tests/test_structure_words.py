@@ -10,6 +10,9 @@ import polars as pl
 
 from nsysmap.flow.analysis import Analysis
 from nsysmap.flow.verbs import analyse, load_profile, write
+from nsysmap.infer.label import Found
+from nsysmap.infer.motif import Region
+from nsysmap.infer.summary import Inferred
 from nsysmap.report.build import build_report
 from nsysmap.report.doc_sections import inferred_section
 from nsysmap.report.html.chart import code_spans
@@ -139,3 +142,18 @@ def test_the_structure_of_a_trace_without_gpu_work_is_in_cpu_operator_self_time(
         "measured: 1 step (1 forward pass) inside `ProfilerStep#1`, 0.032 ms of CPU operator "
         "self time (100.0 % of all); from the range; confidence 1.00"
     ]
+
+
+def test_inferred_lines_name_operators_and_their_time():
+    """The terminal summary's inferred line of a trace without GPU work counts operators in
+    CPU operator self time (zoology read "147 kernels per pass; 91% of GPU time")."""
+    blocks = pl.DataFrame(
+        {"device_id": [-1, -1], "inferred_block": [0, None], "inferred_region": ["m", "m"]}
+        | {"time_share": [0.91, 0.09]}
+    )
+    agree = pl.DataFrame(schema={"device_id": pl.Int64, "measured_ns": pl.Int64})
+    found = Found(-1, 1, None, (Region(0, 147, 8),), confidence=1.0)
+    inferred = Inferred(pl.DataFrame(), blocks, (found,), agree)
+    cpu, gpu = inferred.lines(cpu=True)[0], inferred.lines(cpu=False)[0]
+    assert "8 repeating blocks of 147 operators per pass; 91% of CPU operator self time" in cpu
+    assert "8 repeating blocks of 147 kernels per pass; 91% of GPU time" in gpu

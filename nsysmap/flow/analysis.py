@@ -49,7 +49,7 @@ class Analysis:
         total = int(self.summaries.coverage["time_ns"].sum())
         cpu = meta.get("unit_of_work") == "cpu_op"  # times are CPU operator self time
         text = render_summary(self.summaries, meta) + structure_text(self.structure, total, cpu)
-        text += inferred_text(self.inferred, by_module, passes=self.structure is None)
+        text += inferred_text(self.inferred, by_module, passes=self.structure is None, cpu=cpu)
         found = findings_lines(self.findings)
         return f"{text}\n{found}" if found else text
 
@@ -100,12 +100,15 @@ def with_tables(
     )
 
 
-def inferred_text(inferred: Inferred | None, by_module: pl.DataFrame, passes: bool = True) -> str:
-    """The terminal summary's inferred-block lines.
+def inferred_text(
+    inferred: Inferred | None, by_module: pl.DataFrame, passes: bool = True, *, cpu: bool
+) -> str:
+    """The terminal summary's inferred-block lines (`cpu`: of CPU operators, see
+    `Inferred.lines`).
 
     Empty without inference, and when the profile's own modules already name
     its blocks (`transformer.h.3`): the inferred tables are still written.
     """
     if inferred is None or by_module["module"].str.contains(LAYER_INDEX).any():
         return ""
-    return "".join(f"\n{line}\n" for line in inferred.lines(passes))
+    return "".join(f"\n{line}\n" for line in inferred.lines(passes, cpu=cpu))

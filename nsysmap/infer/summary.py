@@ -15,6 +15,7 @@ import polars as pl
 from instrument.phase_vocabulary import INFERRED_OF
 from nsysmap.core.coded import coded, decoded, lexical_rank, texts
 from nsysmap.core.inferred_schemas import BY_INFERRED_BLOCK
+from nsysmap.core.units import operation_word, time_unit
 from nsysmap.infer.label import Found, infer, infer_sequences
 from nsysmap.infer.sequence import READ, sequence_query
 
@@ -44,10 +45,13 @@ class Inferred:
     def tables(self) -> dict[str, pl.DataFrame]:
         return {"inferred": self.labels, "by_inferred_block": self.by_inferred_block}
 
-    def lines(self, passes: bool = True) -> list[str]:
+    def lines(self, passes: bool = True, *, cpu: bool) -> list[str]:
         """One line per sequence; `passes` False: without the count of passes where the
-        finding is strong (the structure model, nsysmap.structure, counts them)."""
-        return [_line(f, self.by_inferred_block, self.agreement, passes) for f in self.found]
+        finding is strong (the structure model, nsysmap.structure, counts them). `cpu`:
+        the operations are CPU operators, timed by their self time (a trace without GPU
+        work), not kernels timed on the GPU."""
+        blocks, agree = self.by_inferred_block, self.agreement
+        return [_line(f, blocks, agree, passes, cpu=cpu) for f in self.found]
 
 
 # The OPS columns the summaries of inference read (of each op, besides its labels).
@@ -246,7 +250,9 @@ def _usual(steps: pl.DataFrame, by: str, other: str) -> pl.DataFrame:
     )
 
 
-def _line(found: Found, blocks: pl.DataFrame, agree: pl.DataFrame, count: bool = True) -> str:
+def _line(
+    found: Found, blocks: pl.DataFrame, agree: pl.DataFrame, count: bool = True, *, cpu: bool
+) -> str:
     device = blocks.filter(pl.col("device_id").eq_missing(found.device_id))
     in_blocks = float(device.filter(pl.col("inferred_block").is_not_null())["time_share"].sum())
     placed = float(device.filter(pl.col("inferred_region").is_not_null())["time_share"].sum())
@@ -261,7 +267,7 @@ def _line(found: Found, blocks: pl.DataFrame, agree: pl.DataFrame, count: bool =
     elif weak:
         line = (
             f"{head}, weak): no clear repeating structure ({passes} and"
-            f" {_blocks(found)} at best, confidence {found.confidence:.1f}); treat as a guess"
+            f" {_blocks(found, cpu)} at best, confidence {found.confidence:.1f}); treat as a guess"
         )
         if found.backward and not found.regions:  # no mirrored motif: the threads said it
             line += "; backward: what autograd's thread launched"
@@ -270,8 +276,8 @@ def _line(found: Found, blocks: pl.DataFrame, agree: pl.DataFrame, count: bool =
         kind = f", {kind}" if found.network else ""
         said = f"{passes}{kind}" if count else kind.removeprefix(", ") or "repeats"
         line = (
-            f"{head}): {said}; {_blocks(found)} per pass;"
-            f" {in_blocks:.0%} of GPU time in {'blocks' if found.network else 'repeats'},"
+            f"{head}): {said}; {_blocks(found, cpu)} per pass;"
+            f" {in_blocks:.0%} of {time_unit(cpu)} in {'blocks' if found.network else 'repeats'},"
             f" {placed - in_blocks:.0%} before,"
             f" between or after them; confidence {found.confidence:.2f}"
         )
@@ -282,13 +288,14 @@ def _line(found: Found, blocks: pl.DataFrame, agree: pl.DataFrame, count: bool =
     return line + (f"; agrees with the profile's ranges: {', '.join(shares)}" if shares else "")
 
 
-def _blocks(found: Found) -> str:
+def _blocks(found: Found, cpu: bool) -> str:
     if not found.regions:
         return "no repeating blocks"
+    ops = operation_word(cpu)
     if not found.network:  # no layers: repeats of a motif
-        return " and ".join(f"{r.repeats} repeats of {r.length} kernels" for r in found.regions)
+        return " and ".join(f"{r.repeats} repeats of {r.length} {ops}" for r in found.regions)
     names = ("forward", "mirrored backward") if found.backward else ("repeating",)
     return " and ".join(
-        f"{r.repeats} {name} blocks of {r.length} kernels"
+        f"{r.repeats} {name} blocks of {r.length} {ops}"
         for r, name in zip(found.regions, names, strict=False)
     )

@@ -24,6 +24,7 @@ import polars as pl
 
 from nsysmap.core.inert import visible
 from nsysmap.core.scalars import to_float
+from nsysmap.core.units import time_unit
 from nsysmap.structure.table import DIRECTIONS, REGIONS
 
 EVIDENCE_WORDS = {
@@ -37,9 +38,6 @@ EVIDENCE_WORDS = {
     "rule": "the --measure rule",
 }
 _REGION_WORDS = {"setup": "set-up", "warmup": "warm-up", "measured": "measured", "tail": "tail"}
-# What a region's time is, by whether the operations are CPU operators (a trace without GPU
-# work): the terminal summary's unit (nsysmap.summaries.summary_text).
-TIME_UNITS = {False: "GPU time", True: "CPU operator self time"}
 
 # A pass the answers count: one with operations (a phase range the capture cut, with nothing
 # left in it, is no pass).
@@ -138,7 +136,7 @@ def region_line(counts: dict[str, Any], total_ns: int, *, cpu: bool) -> str:
         what = held or plural(counts["ops"], "operation") + " (no pass found)"
         where = f" inside {code(name)}" if name else ""
     share = f" ({100 * counts['time_ns'] / total_ns:.1f} % of all)" if total_ns else ""
-    time = f"{counts['time_ns'] / 1e6:,.3f} ms of {TIME_UNITS[cpu]}"
+    time = f"{counts['time_ns'] / 1e6:,.3f} ms of {time_unit(cpu)}"
     line = f"{_REGION_WORDS[region]}: {what}{where}, {time}{share}"
     found = [EVIDENCE_WORDS.get(e, e) for e in counts["evidence"]]
     if region in ("warmup", "measured") and found:

@@ -10,6 +10,7 @@ from nsysmap.attribution.labels import OPERATOR_RANGE
 from nsysmap.attribution.paths import PATH_SEPARATOR
 from nsysmap.core.inert import terminal_text
 from nsysmap.core.range_names import PREFIX as NSYSMAP
+from nsysmap.core.units import operation_word, time_unit
 from nsysmap.summaries.by_range import FOLDED
 from nsysmap.summaries.comm_overlap import overlap_line
 from nsysmap.summaries.graph_note import graph_line
@@ -56,8 +57,8 @@ _HOW = {
 def render_summary(summaries: Summaries, meta: dict[str, str], *, top: int = TOP) -> str:
     """A readable breakdown: coverage, phases, modules, kernels, categories."""
     cpu = meta.get("unit_of_work") == "cpu_op"
-    unit = "CPU operator self time" if cpu else "GPU time"
-    op_word = "operators" if cpu else "kernels"
+    unit = time_unit(cpu)
+    op_word = operation_word(cpu)
     parts = [
         _header(summaries, meta, unit) + _notes(meta),
         _coverage(summaries.coverage, unit)
