@@ -15,6 +15,9 @@ from __future__ import annotations
 import polars as pl
 
 _PID_BITS, _ID_BITS = 24, 39
+# Calls that launch GPU work, by name: cudaLaunchKernel_v7000, cuLaunchKernelEx,
+# cudaGraphLaunch, hipLaunchKernel, ... (both readers count them: `cuda_launch_calls`).
+LAUNCH_API = r"^(cu(da)?|hip)(Graph)?Launch"
 
 
 def call_key(*frames: pl.DataFrame, corr: str = "correlation_id") -> pl.Expr | None:

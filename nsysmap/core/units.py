@@ -8,6 +8,9 @@ lines and the inferred-block lines name the unit alike.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 TIME_UNITS = {False: "GPU time", True: "CPU operator self time"}
 OPERATION_WORDS = {False: "kernels", True: "operators"}
 
@@ -20,3 +23,22 @@ def time_unit(cpu: bool) -> str:
 def operation_word(cpu: bool) -> str:
     """ "kernels", or "operators" where `cpu` (a trace without GPU work)."""
     return OPERATION_WORDS[cpu]
+
+
+def unrecorded_gpu_work(meta: Mapping[str, Any]) -> str | None:
+    """Why a trace without GPU work timed only its CPU operators, where it launched GPU
+    work that it does not hold (`cuda_launch_calls` with `unit_of_work` "cpu_op"):
+    one sentence, without its full stop; None otherwise."""
+    if meta.get("unit_of_work") != "cpu_op":
+        return None
+    try:
+        launches = int(meta.get("cuda_launch_calls") or 0)
+    except (TypeError, ValueError):
+        return None
+    if launches <= 0:
+        return None
+    return (
+        f"the run launched GPU work ({launches:,} launch calls) that the trace does not hold "
+        "(its GPU activity was not recorded: profile with ProfilerActivity.CUDA to see it), "
+        "so the times here are the CPU operators' self times, not the GPU's"
+    )

@@ -14,6 +14,7 @@ from typing import Any
 
 import polars as pl
 
+from nsysmap.core.units import unrecorded_gpu_work
 from nsysmap.flops.aten_flops import with_shape_flops
 from nsysmap.flops.peaks import normalise_dtype, peak_tflops
 from nsysmap.report import flops_time as rf
@@ -326,6 +327,9 @@ def limitations(f: Findings) -> list[str]:
         notes.append(
             f"No FLOPs, so no TFLOP/s or MFU ({f.source_note.removeprefix('no FLOPs: ')})."
         )
+    unrecorded = unrecorded_gpu_work(_reader_meta(f.run))
+    if unrecorded:
+        notes.append(f"{unrecorded[:1].upper()}{unrecorded[1:]}: TFLOP/s are of CPU time.")
     if f.backend == "torch.profiler" and (f.devices["device_id"] < 0).all():
         notes.append("CPU backend: times are CPU operators' self times; there is no MFU.")
     elif f.source is not None and f.devices["peak_tflops"].is_null().all():

@@ -10,7 +10,7 @@ from nsysmap.attribution.labels import OPERATOR_RANGE
 from nsysmap.attribution.paths import PATH_SEPARATOR
 from nsysmap.core.inert import terminal_text
 from nsysmap.core.range_names import PREFIX as NSYSMAP
-from nsysmap.core.units import operation_word, time_unit
+from nsysmap.core.units import operation_word, time_unit, unrecorded_gpu_work
 from nsysmap.summaries.by_range import FOLDED
 from nsysmap.summaries.comm_overlap import overlap_line
 from nsysmap.summaries.graph_note import graph_line
@@ -101,7 +101,10 @@ NOTE_KEYS = ("events_skipped_detail",)
 
 
 def _notes(meta: dict[str, str]) -> str:
-    return "".join(f"\nNote: {terminal_text(meta[key])}." for key in NOTE_KEYS if meta.get(key))
+    notes = [terminal_text(meta[key]) for key in NOTE_KEYS if meta.get(key)]
+    unrecorded = unrecorded_gpu_work(meta)
+    notes += [unrecorded] if unrecorded else []
+    return "".join(f"\nNote: {note}." for note in notes)
 
 
 def _coverage(cov: pl.DataFrame, unit: str) -> str:

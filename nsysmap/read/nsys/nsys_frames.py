@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from nsysmap.core import schemas
-from nsysmap.core.launch_keys import distinct_keys, first_calls, rising_ids
+from nsysmap.core.launch_keys import LAUNCH_API, distinct_keys, first_calls, rising_ids
 from nsysmap.read.nsys import nsys_specs as specs
 from nsysmap.read.nsys.nsys_env import rank_facts
 from nsysmap.read.nsys.nsys_gpu_ops import gpu_ops_frame, kernels_batch
@@ -30,7 +30,6 @@ PUSH_POP, START_END = 59, 60  # the NVTX event types of ranges
 RANGE_KINDS = (PUSH_POP, START_END)
 MAX_RANGE_RUNS = 64  # range rows in more runs than this are filtered (copied)
 TWIN_EVENT_CLASS = 67  # the backtrace twin nsys writes next to a CUDA API row
-LAUNCH_API = r"^cu(da)?(Graph)?Launch"  # cudaLaunchKernel_v7000, cuLaunchKernelEx, ...
 
 
 @dataclass(frozen=True)

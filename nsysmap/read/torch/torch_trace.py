@@ -29,6 +29,7 @@ from typing import Any
 import polars as pl
 
 from nsysmap.core.errors import NoGpuData
+from nsysmap.core.launch_keys import LAUNCH_API
 from nsysmap.core.profile import Profile
 from nsysmap.core.range_names import PREFIX as NSYSMAP
 from nsysmap.intervals.nesting import nest_intervals
@@ -98,6 +99,7 @@ def _profile_of(path: Path, header: dict[str, Any], fam: Families) -> Profile:
         raise NoGpuData(_nothing_message(path, fam.skipped))
     facts = {
         "unit_of_work": unit,
+        "cuda_launch_calls": _launch_calls(fam.api),
         **module_facts,
         **links,
         "gpu_user_annotations": fam.gpu_annotations,
@@ -224,6 +226,14 @@ def short_kernel_name(name: pl.Expr) -> pl.Expr:
         .str.strip_chars()
     )
     return pl.when(stem.str.len_chars() > 0).then(stem).otherwise(name)
+
+
+def _launch_calls(api: pl.DataFrame) -> int:
+    """How many of the runtime and driver calls launch GPU work (LAUNCH_API): a trace
+    without GPU events that has them is of a GPU run whose GPU activity was not recorded."""
+    if api.is_empty() or "name" not in api.columns:
+        return 0
+    return int(api["name"].str.contains(LAUNCH_API).sum())
 
 
 def _cpu_units(cpu: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
