@@ -167,3 +167,33 @@ def test_one_exposed_kernel_in_a_gap_keeps_its_exposed_time(tmp_path):
         K(SGEMM, 1.0, phase="backward", gap=4.0, sync=True),
     ]
     assert _sync_pool_under_communication(tmp_path, step) == pytest.approx(1.5)
+
+
+def _pieces(rows: list[tuple[int, int, int, int]], pid: list[int] | None = None) -> pl.DataFrame:
+    """Pieces of gap 0 (device 0): (stream, start, end, exposed ns) each."""
+    frame = pl.DataFrame(rows, schema=["stream_id", "start_ns", "end_ns", "ns"], orient="row")
+    return frame.with_columns(gap=pl.lit(0, pl.UInt32), device_id=pl.lit(0, pl.Int64)).with_columns(
+        pid=pl.Series(pid or [1] * len(rows), dtype=pl.Int64)
+    )
+
+
+def _compute(rows: list[tuple[int, int, int]]) -> pl.DataFrame:
+    frame = pl.DataFrame(rows, schema=["stream_id", "start_ns", "end_ns"], orient="row")
+    return frame.with_columns(device_id=pl.lit(0, pl.Int64), pid=pl.lit(1, pl.Int64))
+
+
+def test_compute_on_a_communication_stream_hides_another_streams_kernel():
+    """All-reduce on stream 20 over [0, 30), all-gather on 21 over [20, 50), compute on
+    stream 20 over [30, 50) (after its all-reduce): exposed under them together, 30."""
+    pieces = _pieces([(20, 0, 30, 30), (21, 20, 50, 10)])
+    compute = _compute([(20, 30, 50)])
+    got = comm_gaps._exposed_under(pieces, compute, ["device_id", "pid"])
+    assert got.to_dicts() == [{"gap": 0, "cap_ns": 30}]
+
+
+def test_long_gaps_are_scaled_without_overflow():
+    """Two 4 s kernels over one 4 s gap: 8 s of pieces scaled to the gap's 4 s, not wrapped
+    negative (4e9 x 4e9 is above 2^63)."""
+    four = 4_000_000_000
+    got = pl.select(comm_gaps.scaled(pl.lit(four), pl.lit(four), pl.lit(2 * four))).item()
+    assert got == four // 2

@@ -157,3 +157,20 @@ def test_inferred_lines_name_operators_and_their_time():
     cpu, gpu = inferred.lines(cpu=True)[0], inferred.lines(cpu=False)[0]
     assert "8 repeating blocks of 147 operators per pass; 91% of CPU operator self time" in cpu
     assert "8 repeating blocks of 147 kernels per pass; 91% of GPU time" in gpu
+
+
+def test_a_trace_without_gpu_work_is_found_from_its_operator_sequence():
+    counts = {
+        "region": "measured",
+        "name": None,
+        "ops": 3,
+        "time_ns": 1_000_000,
+        "evidence": ["kernel_sequence", "range"],
+        "confidence": 1.0,
+        "forward_passes": 1,
+        "backward_passes": 0,
+        "optimizer_passes": 0,
+        "steps": 0,
+    }
+    assert "; from the operator sequence, the range;" in region_line(counts, 0, cpu=True)
+    assert "; from the kernel sequence, the range;" in region_line(counts, 0, cpu=False)

@@ -20,16 +20,17 @@ from tests.torch_traces import complete, launch, op, write_trace
 SAID = "the run launched GPU work (3 launch calls) that the trace does not hold"
 
 
-def _trace(path: Path, launches: bool) -> Path:
+def _trace(path: Path, launches: bool, shapes: bool = False) -> Path:
+    dims = {"Input Dims": [[64, 64], [64, 64]], "Input type": ["float", "float"]}
     events = [complete("user_annotation", "forward", 0, 100)]
-    events += [op("aten::mm", 2 + 10 * i, 8) for i in range(3)]
+    events += [op("aten::mm", 2 + 10 * i, 8, **(dims if shapes else {})) for i in range(3)]
     if launches:  # two runtime launches and a driver one (a Triton kernel's)
         events += [launch(3, 1), launch(13, 2), launch(23, 3, api="cuLaunchKernel")]
     return write_trace(path, events, deviceProperties=[])
 
 
-def _said(tmp_path: Path, launches: bool) -> tuple[dict, str, str]:
-    analysis = analyse(load_profile(_trace(tmp_path / "trace.json", launches)))
+def _said(tmp_path: Path, launches: bool, shapes: bool = False) -> tuple[dict, str, str]:
+    analysis = analyse(load_profile(_trace(tmp_path / "trace.json", launches, shapes)))
     meta = dict(zip(analysis.profile.meta["key"], analysis.profile.meta["value"], strict=True))
     write(analysis, tmp_path / "out")
     report = build_report(read_run(tmp_path / "out")).markdown
@@ -43,7 +44,13 @@ def test_launches_without_kernels_are_said_in_the_summary_and_the_report(tmp_pat
     assert f"\nNote: {SAID}" in summary
     assert "ProfilerActivity.CUDA" in summary
     assert f"- The{SAID.removeprefix('the')}" in report
+    assert "TFLOP/s are of CPU time" not in report  # no FLOPs: no rate to qualify
+
+
+def test_with_flops_the_report_says_their_rate_is_of_cpu_time(tmp_path):
+    _, _, report = _said(tmp_path, launches=True, shapes=True)
     assert "TFLOP/s are of CPU time." in report
+    assert "No FLOPs" not in report
 
 
 def test_a_run_on_the_cpu_says_nothing_of_gpu_work(tmp_path):

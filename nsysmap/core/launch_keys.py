@@ -16,8 +16,9 @@ import polars as pl
 
 _PID_BITS, _ID_BITS = 24, 39
 # Calls that launch GPU work, by name: cudaLaunchKernel_v7000, cuLaunchKernelEx,
-# cudaGraphLaunch, hipLaunchKernel, ... (both readers count them: `cuda_launch_calls`).
-LAUNCH_API = r"^(cu(da)?|hip)(Graph)?Launch"
+# cudaGraphLaunch, hipLaunchKernel, hipExtModuleLaunchKernel, ...; not cudaLaunchHostFunc,
+# which runs a host function (both readers count them: `cuda_launch_calls`).
+LAUNCH_API = r"^(cu(da)?|hip)(Ext)?(Hcc)?(Module)?(Graph)?Launch([^H]|$)"
 
 
 def call_key(*frames: pl.DataFrame, corr: str = "correlation_id") -> pl.Expr | None:

@@ -40,6 +40,8 @@ ONE_OFF = "broadcast"  # without steps: taken as initialisation, left out
 COMM = ["device_id", "phase", "collective"]  # an exposed communication row
 PART = ["comm_phase", "collective"]  # ... as the parts of an idle pool name it
 INTERVAL = ["stream_id", "start_ns", "end_ns"]
+# The stream of a gap's exposed stretches once merged (`_exposed_under`): none that runs work.
+MERGED_STREAM = -1
 
 
 def _once(x: Inputs, what: str, make: Callable[[Inputs], Any]) -> Any:
@@ -99,7 +101,7 @@ def _parts_of(parts: pl.DataFrame, row: dict, have: int) -> pl.DataFrame:
     total = int(mine["ns"].sum())
     if total <= have:
         return mine
-    return mine.with_columns(ns=pl.col("ns") * have // total)  # never more than the pool
+    return mine.with_columns(ns=scaled(pl.col("ns"), have, total))  # never more than the pool
 
 
 def _comm_capacity(x: Inputs) -> dict[tuple, int]:
@@ -142,8 +144,9 @@ def _shared(x: Inputs) -> pl.DataFrame:
     # Exposed kernels over one gap on several streams: together, no more than the gap's
     # time under at least one of them, exposed (`_exposed_under`).
     pieces = pieces.join(_exposed_under(pieces, compute, keys), on="gap", how="left")
+    cap = pl.min_horizontal("cap_ns", "dur_ns")  # the gap's own length at most
     over = pl.col("ns").sum().over("gap")
-    cut = pl.when(over > pl.col("cap_ns")).then(pl.col("ns") * pl.col("cap_ns") // over)
+    cut = pl.when(over > cap).then(scaled(pl.col("ns"), cap, over))
     pieces = pieces.with_columns(ns=cut.otherwise(pl.col("ns"))).drop("cap_ns")
     summed = pieces.group_by(*OWNER, "pool", *PART).agg(pl.col("ns").sum())
     return summed.filter(pl.col("ns") > 0).cast(schema)
@@ -163,8 +166,9 @@ def _exposed_under(
         cap_ns                                  ^^^ 1.5 ms ^^^^^^^^^
 
     (each kernel alone is exposed for 1.5 ms; together, 1.5 ms, not 3 and not the
-    gap's 4). A merged stretch keeps the lowest stream of its pieces, whose own
-    compute is left out of what hides it, as `hidden_ns` does for each piece.
+    gap's 4). A merged stretch is hidden by compute on any stream
+    (MERGED_STREAM): a stream runs no compute during its own communication
+    kernel, so its compute beside the stretch runs beside another stream's.
     """
     by = ["gap", *keys]
     ordered = pieces.select(*by, *INTERVAL).sort(*by, "start_ns")
@@ -172,11 +176,18 @@ def _exposed_under(
     merged = (
         ordered.with_columns(stretch=(reach.is_null() | (pl.col("start_ns") > reach)).cum_sum())
         .group_by(*by, "stretch")
-        .agg(pl.col("stream_id").min(), pl.col("start_ns").min(), pl.col("end_ns").max())
+        .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
+        .with_columns(stream_id=pl.lit(MERGED_STREAM, pl.Int64))
     )
     hidden = hidden_ns(merged.select(*keys, *INTERVAL), compute, by=keys)
     exposed = merged.select("gap", ns=pl.col("end_ns") - pl.col("start_ns") - hidden)
     return exposed.group_by("gap").agg(cap_ns=pl.col("ns").sum())
+
+
+def scaled(ns: pl.Expr, part: pl.Expr | int, whole: pl.Expr | int) -> pl.Expr:
+    """`ns` * `part` // `whole` (Int64), through Float64: the product of two long
+    stretches overflows Int64 (a 4 s gap times 4 s is above 2^63 ns^2)."""
+    return (ns.cast(pl.Float64) * part / whole).floor().cast(pl.Int64)
 
 
 def _pool(launch_gap: float = LAUNCH_GAP.value) -> pl.Expr:

@@ -101,7 +101,7 @@ def with_tables(
 
 
 def inferred_text(
-    inferred: Inferred | None, by_module: pl.DataFrame, passes: bool = True, *, cpu: bool
+    inferred: Inferred | None, by_module: pl.DataFrame, passes: bool = True, *, cpu: bool = False
 ) -> str:
     """The terminal summary's inferred-block lines (`cpu`: of CPU operators, see
     `Inferred.lines`).

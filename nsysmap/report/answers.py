@@ -329,7 +329,8 @@ def limitations(f: Findings) -> list[str]:
         )
     unrecorded = unrecorded_gpu_work(_reader_meta(f.run))
     if unrecorded:
-        notes.append(f"{unrecorded[:1].upper()}{unrecorded[1:]}: TFLOP/s are of CPU time.")
+        rates = "; TFLOP/s are of CPU time" if f.source is not None else ""
+        notes.append(f"{unrecorded[:1].upper()}{unrecorded[1:]}{rates}.")
     if f.backend == "torch.profiler" and (f.devices["device_id"] < 0).all():
         notes.append("CPU backend: times are CPU operators' self times; there is no MFU.")
     elif f.source is not None and f.devices["peak_tflops"].is_null().all():

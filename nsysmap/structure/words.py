@@ -138,7 +138,8 @@ def region_line(counts: dict[str, Any], total_ns: int, *, cpu: bool) -> str:
     share = f" ({100 * counts['time_ns'] / total_ns:.1f} % of all)" if total_ns else ""
     time = f"{counts['time_ns'] / 1e6:,.3f} ms of {time_unit(cpu)}"
     line = f"{_REGION_WORDS[region]}: {what}{where}, {time}{share}"
-    found = [EVIDENCE_WORDS.get(e, e) for e in counts["evidence"]]
+    words = EVIDENCE_WORDS | ({"kernel_sequence": "the operator sequence"} if cpu else {})
+    found = [words.get(e, e) for e in counts["evidence"]]
     if region in ("warmup", "measured") and found:
         line += "; from " + ", ".join(found)
     if region == "measured" and counts["confidence"] is not None:
