@@ -17,6 +17,7 @@ import polars as pl
 
 from nsysmap.core.inert import markdown_cell, markdown_code, markdown_text, terminal_text
 from nsysmap.core.scalars import to_float
+from nsysmap.core.units import unrecorded_gpu_work
 from nsysmap.many.measured import left_out
 
 MS = 1e6
@@ -208,6 +209,8 @@ def terminal_summary(f: Findings) -> str:
     lines += [f"  failed: {terminal_text(text)}" for text in _failed(f.manifest)]
     doubt = not_one_job(f.manifest)
     lines += [f"  warning: {terminal_text(doubt)}"] if doubt else []
+    unrecorded = unrecorded_note(f.manifest)
+    lines += [f"  note: {unrecorded}."] if unrecorded else []
     lines += ["", _rank_table_text(f)]
     said = (warmup_line(f), slowest_line(f), layer_line(f), straggler_line(f))
     lines += [line for line in said if line]
@@ -225,6 +228,37 @@ _RANK_COLUMNS = ("ops", "time_ns", "compute_ns", "comm_ns", "exposed_ns", "colle
 _RANK_HEADERS = ("ops", "GPU ms", "compute ms", "comm ms", "exposed ms", "wait ms")
 
 
+def _headers(manifest: dict[str, Any]) -> tuple[str, ...]:
+    """The rank table's headers: its time is CPU operator self time where every report is
+    a trace without GPU work (`cpu_only`)."""
+    return ("ops", "CPU ms", *_RANK_HEADERS[2:]) if cpu_only(manifest) else _RANK_HEADERS
+
+
+def _metas(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The reader's facts of each report attributed (manifest `inputs`: `report_meta`)."""
+    inputs = manifest.get("inputs") or []
+    metas = [
+        i.get("report_meta") for i in inputs if isinstance(i, dict) and i.get("status") == "ok"
+    ]
+    return [m for m in metas if isinstance(m, dict)]
+
+
+def cpu_only(manifest: dict[str, Any]) -> bool:
+    """Whether every report attributed is a trace without GPU work (CPU operators)."""
+    metas = _metas(manifest)
+    return bool(metas) and all(m.get("unit_of_work") == "cpu_op" for m in metas)
+
+
+def unrecorded_note(manifest: dict[str, Any]) -> str | None:
+    """`unrecorded_gpu_work` of the reports together, where every one is a trace without
+    GPU work that launched some (their launch calls summed); else None."""
+    metas = _metas(manifest)
+    if not metas or not all(unrecorded_gpu_work(m) for m in metas):
+        return None
+    launches = sum(int(m["cuda_launch_calls"]) for m in metas)
+    return unrecorded_gpu_work({"unit_of_work": "cpu_op", "cuda_launch_calls": launches})
+
+
 def _shown(f: Findings) -> tuple[pl.DataFrame, int]:
     comm = f.rank_comm
     if comm.height <= SHOWN_RANKS:
@@ -239,7 +273,7 @@ def _cells(row: dict[str, Any]) -> list[str]:
 
 def _rank_table_text(f: Findings) -> str:
     shown, hidden = _shown(f)
-    rows = [["rank", *_RANK_HEADERS]] + [
+    rows = [["rank", *_headers(f.manifest)]] + [
         [str(row["rank"]), *_cells(row)] for row in shown.iter_rows(named=True)
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -260,9 +294,11 @@ def markdown_section(f: Findings) -> str:
     if doubts:
         out += [f"**Warning: {NOT_ONE_JOB}**, so comparing them may mean nothing:", ""]
         out += [*(f"- {markdown_text(d)}" for d in doubts), ""]
+    unrecorded = unrecorded_note(f.manifest)
+    out += [f"Note: {markdown_text(unrecorded)}.", ""] if unrecorded else []
     shown, hidden = _shown(f)
     out += [
-        "| rank | " + " | ".join(_RANK_HEADERS) + " |",
+        "| rank | " + " | ".join(_headers(f.manifest)) + " |",
         "|---:" * (len(_RANK_HEADERS) + 1) + "|",
     ]
     out += [
