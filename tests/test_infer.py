@@ -22,7 +22,8 @@ from devtools.synth.tile import gpt_tables
 from nsysmap.cli import cli
 from nsysmap.flow.verbs import analyse, load_profile, write
 from nsysmap.infer import label as label_module
-from nsysmap.infer.motif import motif_regions, narrowed, step_period
+from nsysmap.infer.motif import motif_regions, narrowed
+from nsysmap.infer.period import step_period
 from nsysmap.infer.repeats import passes
 from nsysmap.infer.summary import LAYER_INDEX, agreement, infer_ops
 from nsysmap.report.answers import ReportOptions

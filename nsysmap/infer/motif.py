@@ -3,9 +3,10 @@
 Two questions about a sequence `codes` (normalised kernel keys hashed to
 integers, in execution order):
 
-* `step_period`: the lag P at which the whole sequence repeats (a training
-  step or an inference batch) with a long launch gap before each repeat, and
-  the code that starts each period.
+* `step_period` (nsysmap.infer.period, built on the lag scores here): the lag
+  P at which the whole sequence repeats (a training step or an inference
+  batch) with a long launch gap before each repeat, and the code that starts
+  each period.
 * `stacks` / `motif_regions`: the stretches where a motif of B kernels
   repeats back to back (the blocks of a transformer's forward, and the
   mirrored blocks of its backward), allowing a few inserted or dropped
@@ -28,10 +29,6 @@ MAX_CANDIDATES = 48
 NEXT_REPEATS = 3
 # A lag is a step period when this share of kernels equals the kernel one lag later.
 MIN_PERIOD_SCORE = 0.5
-# Lags whose score is this close to the best count as equally good (the smallest wins).
-SCORE_TIE = 0.005
-# A step boundary must be an idle gap this many times the typical gap between kernels.
-MIN_BOUNDARY_GAP_RATIO = 20.0
 MIN_REPEATS = 2
 # A block motif has at least this many kernels (one kernel repeated is no block).
 MIN_MOTIF = 2
@@ -44,8 +41,6 @@ BRIDGE = 3
 # and a run of matches needs this share of them exactly in line.
 ALIGNED_RUN = 4
 IN_LINE = 0.3
-# How many of the longest launch gaps propose step periods.
-GAP_CANDIDATES = 64
 # The block motif is the shortest lag covering this share of what the best lag covers
 # (a whole pass repeated covers a little more than its blocks do).
 COVER_SHARE = 0.8
@@ -142,71 +137,6 @@ def narrowed(codes: np.ndarray) -> np.ndarray:
         if bounds.min <= low and high <= bounds.max:
             return codes.astype(dtype)
     return codes
-
-
-def step_period(codes: np.ndarray, gaps_ns: np.ndarray) -> tuple[int, int, float, float] | None:
-    """(period, anchor code, score, least boundary gap), or None when not periodic.
-
-    `gaps_ns[i]` is the time between the launches of kernel i-1 and i. A lag
-    is a period when the sequence recurs at it (within PERIOD_WINDOW kernels)
-    for at least MIN_PERIOD_SCORE of its kernels beyond chance; the smallest
-    of the best lags wins. A lag counts when the longest launch gaps, one
-    per period, are clearly longer than the typical gap (steps are separated
-    by host work; blocks inside a step are not), and the kernel after them,
-    the anchor, starts each period.
-    """
-    codes = narrowed(codes)  # every lag's score reads every code again
-    by_gap = np.argsort(-gaps_ns, kind="stable")  # the longest gaps first, once
-    lags = np.union1d(candidate_lags(codes, codes.size // 2), _gap_lags(gaps_ns, by_gap))
-    lags = lags[lags > PERIOD_WINDOW]
-    # Two passes of unequal length: the first may be a little over half of them.
-    found = _period(codes, gaps_ns, lags[lags <= codes.size // 2], by_gap)
-    return found or _period(codes, gaps_ns, lags[lags <= 2 * codes.size // 3], by_gap)
-
-
-def _period(
-    codes: np.ndarray, gaps_ns: np.ndarray, lags: np.ndarray, by_gap: np.ndarray
-) -> tuple[int, int, float, float] | None:
-    if lags.size == 0:
-        return None
-    chance = chance_matches(codes, PERIOD_WINDOW)
-    scores = np.array([lag_score(codes, int(k), PERIOD_WINDOW, chance) for k in lags])
-    typical = max(float(np.median(gaps_ns[1:])), 1.0)
-    by_gap = by_gap[by_gap > 0]  # the gaps after the first kernel, longest first
-    passing = {}
-    for lag, score in zip(lags, scores, strict=True):
-        if score >= MIN_PERIOD_SCORE:
-            anchor, least, spaced = _anchor(codes, gaps_ns, by_gap, int(lag))
-            if spaced and least / typical >= MIN_BOUNDARY_GAP_RATIO:
-                passing[int(lag)] = (anchor, float(score), least)
-    if not passing:
-        return None
-    best = max(score for _, score, _ in passing.values())
-    period = min(lag for lag, (_, score, _) in passing.items() if score >= best - SCORE_TIE)
-    return (period, *passing[period])
-
-
-def _gap_lags(gaps_ns: np.ndarray, by_gap: np.ndarray) -> np.ndarray:
-    """Distances between the longest launch gaps (where steps tend to start); `by_gap`:
-    the positions, longest gap first (a stable sort)."""
-    longest = np.sort(by_gap[:GAP_CANDIDATES])
-    typical = max(float(np.median(gaps_ns)), 1.0)
-    longest = longest[gaps_ns[longest] >= MIN_BOUNDARY_GAP_RATIO * typical]
-    # From the start too: two passes have one gap between them.
-    return np.unique(np.diff(np.concatenate(([0], longest)))).astype(np.int64)
-
-
-def _anchor(
-    codes: np.ndarray, gaps_ns: np.ndarray, by_gap: np.ndarray, period: int
-) -> tuple[int, float, bool]:
-    """The code after the longest gaps (one per period), the least of those gaps,
-    and whether most of them lie one period (within a tenth) apart."""
-    count = max(codes.size // period - 1, 1)
-    longest = np.sort(by_gap[:count])
-    apart = np.abs(np.diff(longest) - period) <= max(PERIOD_WINDOW, period // 10)
-    spaced = bool(apart.mean() >= 0.5) if apart.size else True
-    anchor = int(np.bincount(codes[longest] - codes.min()).argmax() + codes.min())
-    return anchor, float(np.min(gaps_ns[longest])), spaced
 
 
 def recurs(codes: np.ndarray, lag: int, window: int = MATCH_WINDOW) -> np.ndarray:

@@ -3,7 +3,7 @@
 Two ways, the first that finds something wins:
 
 1. Host gaps: the sequence repeats at a step period with a long launch gap
-   before each repeat (`motif.step_period`); a pass starts at every launch
+   before each repeat (`period.step_period`); a pass starts at every launch
    of the kernel after those gaps. A boundary that no gap marks (a slowly
    launched warm-up pass followed at once by a timed loop) is found from
    its neighbour: one period before a start (or after the last), where the
@@ -38,8 +38,8 @@ from nsysmap.infer.motif import (
     Region,
     best_stacks,
     lag_score,
-    step_period,
 )
+from nsysmap.infer.period import step_period
 
 # A stack marks a pass when it has at least this share of the most repeats.
 PASS_STACK_SHARE = 0.5
