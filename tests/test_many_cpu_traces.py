@@ -13,14 +13,8 @@ from typing import Any
 
 import pytest
 
-from nsysmap.many.collect import output_tables
-from nsysmap.many.rank_findings import job_findings
-from nsysmap.many.rank_ids import assign_ranks
-from nsysmap.many.ranks_section import rank_report
-from nsysmap.many.ranks_text import cpu_only, findings, terminal_summary, unrecorded_note
-from nsysmap.many.task import OK, attribute_one
-from nsysmap.many.write import RankParts, ranks_manifest
-from nsysmap.output.writer import write_outputs
+from nsysmap.many.ranks_text import cpu_only, unrecorded_note
+from tests.many_jobs import ranked_job
 from tests.torch_traces import complete, launch, op, write_trace
 
 
@@ -32,16 +26,7 @@ def _trace(path: Path, launches: bool) -> Path:
 
 
 def _job(root: Path, launches: bool) -> dict[str, Any]:
-    paths = [_trace(root / f"r{r}.json", launches) for r in range(2)]
-    outcomes = [attribute_one(i, str(p), str(root / "work"), {}) for i, p in enumerate(paths)]
-    assert [o.status for o in outcomes] == [OK, OK], [o.error for o in outcomes]
-    ranks, rule = assign_ranks(outcomes)
-    tables = output_tables(outcomes, ranks)
-    tables["findings"] = job_findings(outcomes, ranks, tables)
-    manifest = ranks_manifest(outcomes, ranks, tables, rank_rule=rule, options={}, cluster={})
-    write_outputs(tables, manifest, root / "out", ops=RankParts(ranks), ranked=True)
-    terminal = terminal_summary(findings(manifest, tables))
-    return {"manifest": manifest, "terminal": terminal, "markdown": rank_report(root / "out")}
+    return ranked_job([_trace(root / f"r{r}.json", launches) for r in range(2)], root)
 
 
 SAID = "the run launched GPU work (6 launch calls) that the trace does not hold"

@@ -29,15 +29,8 @@ import pytest
 
 from devtools.synth import SynthExport
 from nsysmap.core.schemas import OUTPUT_SCHEMA_VERSION
-from nsysmap.many.collect import output_tables
 from nsysmap.many.rank_collectives import rank_collectives
-from nsysmap.many.rank_findings import job_findings
-from nsysmap.many.rank_ids import assign_ranks
-from nsysmap.many.ranks_section import rank_report
-from nsysmap.many.ranks_text import findings, terminal_summary
-from nsysmap.many.task import OK, attribute_one
-from nsysmap.many.write import RankParts, ranks_manifest
-from nsysmap.output.writer import write_outputs
+from tests.many_jobs import ranked_job
 
 MS = 1_000_000
 PID, TID, DEVICE, COMPUTE, NCCL = 100, 100, 0, 7, 20
@@ -76,20 +69,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     `nsysmap attribute` writes them, and `nsysmap report` of that output."""
     root = tmp_path_factory.mktemp("warm_ranks")
     paths = [_rank_export(root / f"rank{r}.sqlite", PLAN[r]) for r in sorted(PLAN)]
-    outcomes = [attribute_one(i, str(p), str(root / "work"), {}) for i, p in enumerate(paths)]
-    assert [o.status for o in outcomes] == [OK, OK], [o.error for o in outcomes]
-    ranks, rule = assign_ranks(outcomes)
-    tables = output_tables(outcomes, ranks)
-    tables["findings"] = job_findings(outcomes, ranks, tables)
-    manifest = ranks_manifest(outcomes, ranks, tables, rank_rule=rule, options={}, cluster={})
-    out = root / "out"
-    write_outputs(tables, manifest, out, ops=RankParts(ranks), ranked=True)
-    return {
-        "out": out,
-        "tables": tables,
-        "terminal": terminal_summary(findings(manifest, tables)),
-        "markdown": rank_report(out),
-    }
+    return ranked_job(paths, root)
 
 
 def _ops(out: Path) -> pl.LazyFrame:
