@@ -76,10 +76,11 @@ EXPECTED: dict[str, set[str]] = {
         "exposed_communication",
         "per_parameter_optimizer",
     },
+    # No elementwise_chain: of its chains' 18.2 ms of gaps, 18.1 are host work in the first
+    # (cold) call of MultiQueryAttention (gaps of 2.6, 0.2 and 15.4 ms), which fusion keeps.
     "switchtransformer_moe_fwd_with_modules_a100.json": {
         "fp32_gemm",
         "unfused_attention",
-        "elementwise_chain",
         "host_sync",
     },
     "tracelens_moe_topk_expert_ffn_nvjet_sm103_b300.json.gz": {"launch_bound", "host_sync"},

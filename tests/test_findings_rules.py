@@ -233,6 +233,18 @@ def test_a_chain_of_short_elementwise_kernels_in_one_module(tmp_path):
 
 
 @pytest.mark.slow
+def test_host_work_inside_a_chain_is_no_saving_of_fusion(tmp_path):
+    """The same chain with a 2 ms gap (host work, above LAUNCH_GAP) before its fifth
+    kernel: one fused kernel does not shorten it, so it is no part of the saving."""
+    chain = [K(EW, 0.01, module=ACT, gap=0.01)] * 8
+    chain[4] = K(EW, 0.01, module=ACT, gap=2.0)
+    table = found(Plan([K(SGEMM, 1.0), *chain], gpu=V100), tmp_path)
+    assert saving_ms(table, "elementwise_chain") == pytest.approx(6 * 0.01 + 0.08 * 7 / 8)
+    evidence = of(table, "elementwise_chain")["evidence"][0]
+    assert "with 0.060 ms of launch gaps between them" in evidence
+
+
+@pytest.mark.slow
 def test_a_fused_kernel_or_a_short_run_is_no_chain(tmp_path):
     compiled = [K(SGEMM, 1.0), K("triton_poi_fused_gelu_0", 0.02, module=ACT)]
     assert of(found(Plan(compiled, gpu=V100), tmp_path), "elementwise_chain").is_empty()

@@ -6,8 +6,11 @@ elementwise kernels of one module and phase, each shorter than
 (no compiled graph, no `triton_` name). A chain of N such kernels reads and
 writes its tensors N times where one fused kernel would do it once, and
 waits for N launches: fusing it saves at most the gaps between its kernels
-and (N − 1)/N of their time (the memory traffic estimate). Chains are summed
-per layer (the module path with its numbers as `*`) and phase.
+and (N − 1)/N of their time (the memory traffic estimate). Only gaps of up
+to LAUNCH_GAP count: a longer one is host work between the kernels (a first
+call's set-up), which fusing them does not shorten (the launch_bound rule
+leaves such gaps out alike). Chains are summed per layer (the module path
+with its numbers as `*`) and phase.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from nsysmap.findings.comm_gaps import idle_claims
 from nsysmap.findings.finding import LOW, Claim, Finding, Rule, claims_of
 from nsysmap.findings.inputs import BUSY_KEYS, OWNER, Inputs, total_ns
 from nsysmap.findings.phrases import count, ms, pct, phase_text, plural, share
+from nsysmap.findings.threshold import LAUNCH_GAP
 
 ELEMENTWISE = "elementwise"
 COMPILED = r"^triton_"
@@ -54,7 +58,7 @@ def chains(x: Inputs, short_ns: float, min_chain: int) -> pl.DataFrame:
             | ~prev[2].fill_null(False)
             | (pl.col("module") != prev[0]).fill_null(True)
             | pl.col("phase").ne_missing(prev[1]),
-            _gap=(pl.col("start_ns") - prev[3]).clip(0),
+            _gap=_launch_gap(pl.col("start_ns") - prev[3]),
         )
         .with_columns(_chain=pl.col("_new").cum_sum().over(lane))
         .filter("_member")
@@ -70,6 +74,14 @@ def chains(x: Inputs, short_ns: float, min_chain: int) -> pl.DataFrame:
     kept = found.filter(pl.col("kernels") >= min_chain).drop("_chain").collect()
     kept = kept.with_columns(pl.col("phase", "module").cast(pl.String))
     return kept.with_columns(gaps_ns=pl.lit(0, pl.Int64)) if x.cpu else kept
+
+
+def _launch_gap(gap: pl.Expr) -> pl.Expr:
+    """The idle time between two chained kernels that fusing them saves: the gap, up to
+    LAUNCH_GAP; a longer one is host work between them (a first call's set-up, say),
+    which one fused kernel does not shorten, and counts 0."""
+    gap = gap.clip(0)
+    return pl.when(gap <= LAUNCH_GAP.value).then(gap).otherwise(0)
 
 
 def elementwise_chain(x: Inputs, rule: Rule) -> list[Finding]:
@@ -109,7 +121,11 @@ def _finding(
         f"in {within}, {name} runs {plural(rows.height / steps, 'chain')} of "
         f"elementwise {unit}{x.per} ({count(kernels / rows.height)} {unit} each on average, "
         f"{ms(busy / steps)}{x.per}"
-        + ("" if x.cpu else f", with {ms(total_ns(rows, 'gaps_ns') / steps)} of gaps between them")
+        + (
+            ""
+            if x.cpu
+            else f", with {ms(total_ns(rows, 'gaps_ns') / steps)} of launch gaps between them"
+        )
         + f"); fusing each into one would save {pct(share(saving / steps, step_ns))} of "
         + x.the_step
     )
