@@ -54,6 +54,18 @@ def test_fp32_gemms_on_an_a100_save_the_tf32_share_of_their_time(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_fp32_gemm_kernels_are_named_most_time_first(tmp_path):
+    """The kernels that take the time lead the list, not the first by name: a 0.1 ms
+    `Kernel2` GEMM is named after the 9 ms sgemm (in another module, too)."""
+    small = K("cutlass::Kernel2<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>", 0.1)
+    big = K("ampere_sgemm_64x32_sliced1x4_nt", 9.0, module=ACT)
+    mid = K(SGEMM, 1.0)
+    evidence = of(found(Plan([small, big, mid]), tmp_path), "fp32_gemm")["evidence"][0]
+    first = evidence.index("ampere_sgemm_64x32_sliced1x4_nt")
+    assert first < evidence.index(SGEMM) < evidence.index("Kernel2")
+
+
+@pytest.mark.slow
 def test_fp16_gemms_or_an_older_gpu_make_no_fp32_finding(tmp_path):
     tensor_cores = Plan([BIG, BIG, K(EW, 1.0)])
     assert of(found(tensor_cores, tmp_path), "fp32_gemm").is_empty()

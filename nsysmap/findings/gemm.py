@@ -38,21 +38,26 @@ BF16_FIX = (
 
 
 def simt_gemms(x: Inputs) -> pl.DataFrame:
-    """The measured fp32 SIMT GEMM kernels, per BUSY_KEYS: ops, time and kernel names."""
+    """The measured fp32 SIMT GEMM kernels, per BUSY_KEYS: ops, time, and the kernel names
+    with the time of each (`kernels`, `kernel_ns`: most time first)."""
     if not x.has("gemm"):
         return pl.DataFrame(schema={**OWNER_TYPES, "category": pl.String, "simt_ns": pl.Int64})
     gemms = x.measured().filter((pl.col("kind") == "kernel") & (pl.col("category") == "gemm"))
     name = pl.col("name").fill_null(pl.col("short_name"))
     names = gemms.select(name.unique()).collect().to_series()  # each distinct name once
     simt = names.filter(names.str.contains(SIMT_FP32) & ~names.str.contains(NOT_SIMT))
-    picked = (
+    kernel = pl.col("short_name").fill_null(pl.col("name")).alias("kernel")
+    per_kernel = (
         gemms.filter(name.is_in(simt.implode()))
-        .group_by(BUSY_KEYS)
-        .agg(
-            simt_ops=pl.len(),
-            simt_ns=pl.col("dur_ns").sum(),
-            kernels=pl.col("short_name").fill_null(pl.col("name")).unique().sort(),
-        )
+        .group_by(*BUSY_KEYS, kernel)
+        .agg(ops=pl.len(), ns=pl.col("dur_ns").sum())
+    )
+    first = pl.struct(-pl.col("ns"), "kernel")  # most time first; equal times by name
+    picked = per_kernel.group_by(BUSY_KEYS).agg(
+        simt_ops=pl.col("ops").sum(),
+        simt_ns=pl.col("ns").sum(),
+        kernels=pl.col("kernel").sort_by(first),
+        kernel_ns=pl.col("ns").sort_by(first),
     )
     return picked.collect()
 
@@ -121,7 +126,10 @@ def _evidence(x: Inputs, device: int, rows: pl.DataFrame) -> str:
     steps, step_ns = x.step_count(device), x.step_ns(device)
     simt = total_ns(rows, "simt_ns")
     gemms = x.busy.filter((pl.col("device_id") == device) & (pl.col("category") == "gemm"))
-    kernels = sorted({k for names in rows["kernels"] for k in names})
+    per_kernel = rows.select("kernels", "kernel_ns").explode("kernels", "kernel_ns")
+    per_kernel = per_kernel.group_by("kernels").agg(pl.col("kernel_ns").sum())
+    ordered = per_kernel.sort(["kernel_ns", "kernels"], descending=[True, False])
+    kernels: list[str] = ordered["kernels"].to_list()  # most time first
     text = (
         f"{plural(total_ns(rows, 'simt_ops') / steps, 'fp32 GEMM kernel')}{x.per} on the SIMT "
         f"cores ({listed(kernels)}): {ms(simt / steps)}{x.per}, "
