@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from nsysmap.infer.summary import CONFIDENCE_WEAK, PLACED_WEAK
 from nsysmap.report import questions as q
 from nsysmap.report import scope_tables as rt
 from nsysmap.report import scopes as structured
@@ -336,8 +337,30 @@ def inferred_blocks(f: Findings) -> dict[str, Any]:
     devices = []
     for (device,), rows in table.group_by("device_id", maintain_order=True):
         placed = rows.filter(pl.col("inferred_block").is_not_null())["time_share"].sum()
-        devices.append({"device_id": device, "placed_share": placed, "rows": rows.to_dicts()})
+        sure = _confidence(rows)
+        weak = sure is not None and (sure < CONFIDENCE_WEAK or placed < PLACED_WEAK)
+        devices.append(
+            {
+                "device_id": device,
+                "placed_share": placed,
+                "confidence": sure,
+                "weak": weak,
+                "rows": rows.to_dicts(),
+            }
+        )
     return {"shown": True, "devices": devices}
+
+
+def _confidence(rows: pl.DataFrame) -> float | None:
+    """A device's inference confidence: its rows' confidences weighted by their time (None
+    where by_inferred_block.parquet has none: written before it did)."""
+    if "confidence" not in rows.columns or rows["confidence"].is_null().all():
+        return None
+    known = rows.filter(pl.col("confidence").is_not_null())
+    total = int(known["time_ns"].sum())
+    if total <= 0:
+        return float(known["confidence"].mean())  # type: ignore[arg-type]
+    return float((known["confidence"] * known["time_ns"]).sum() / total)
 
 
 def categories(f: Findings) -> dict[str, Any]:

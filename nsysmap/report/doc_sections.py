@@ -207,11 +207,14 @@ def inferred_section(answer: dict[str, Any]) -> list[str]:
         # the CPU backend's operators run on no device (-1): their time is CPU time
         cpu = device["device_id"] is None or device["device_id"] < 0
         who = "CPU operators" if cpu else f"Device {device['device_id']}"
-        lines += [
-            f"{who}: {pct(device['placed_share'])} of {'CPU' if cpu else 'GPU'} time in "
-            "inferred blocks.",
-            "",
-        ]
+        said = f"{who}: {pct(device['placed_share'])} of {'CPU' if cpu else 'GPU'} time in "
+        said += "inferred blocks."
+        if device.get("weak"):
+            said += (
+                f" **Weak** (confidence {device['confidence']:.1f}): no clear repeating "
+                "structure; treat the rows below as a guess, not as the profile's phases."
+            )
+        lines += [said, ""]
         cells = [
             [
                 r["inferred_phase"] or "–",
