@@ -13,7 +13,6 @@ from nsysmap.flow.verbs import analyse, load_profile, write
 from nsysmap.infer.label import Found
 from nsysmap.infer.motif import Region
 from nsysmap.infer.summary import Inferred
-from nsysmap.report.answer_doc import _confidence
 from nsysmap.report.build import build_report
 from nsysmap.report.doc_sections import inferred_section
 from nsysmap.report.html.chart import code_spans
@@ -175,29 +174,3 @@ def test_a_trace_without_gpu_work_is_found_from_its_operator_sequence():
     }
     assert "; from the operator sequence, the range;" in region_line(counts, 0, cpu=True)
     assert "; from the kernel sequence, the range;" in region_line(counts, 0, cpu=False)
-
-
-def test_a_weak_inference_is_said_beside_its_table():
-    """dlrm: the terminal said "(inferred, weak) ... treat as a guess" while report.md
-    printed the inferred table plainly."""
-    row = {
-        "inferred_phase": "forward",
-        "inferred_region": None,
-        "inferred_block": None,
-        "ops": 77,
-        "time_ns": 3_807_000,
-        "time_share": 0.56,
-        "top_kernel": "gemm",
-    }
-    weak = {"device_id": 0, "placed_share": 0.0, "confidence": 0.0, "weak": True, "rows": [row]}
-    sure = {"device_id": 1, "placed_share": 0.9, "confidence": 1.0, "weak": False, "rows": [row]}
-    text = "\n".join(inferred_section({"shown": True, "devices": [weak, sure]}))
-    assert "Device 0: 0.0 % of GPU time in inferred blocks. **Weak** (confidence 0.0)" in text
-    assert "Device 1: 90.0 % of GPU time in inferred blocks.\n" in text
-
-
-def test_a_devices_inference_confidence_is_weighted_by_time():
-    rows = pl.DataFrame({"time_ns": [3, 1], "confidence": [1.0, 0.0]})
-    assert _confidence(rows) == 0.75
-    assert _confidence(rows.with_columns(confidence=None)) is None
-    assert _confidence(rows.drop("confidence")) is None

@@ -11,7 +11,17 @@ from typing import Any
 
 from nsysmap.core.inert import markdown_code, markdown_text
 from nsysmap.report.blocks import part_label
-from nsysmap.report.format import OUTSIDE_PHASES, flop, kernel, ms, num, pct, sentence, table
+from nsysmap.report.format import (
+    OUTSIDE_PHASES,
+    clipped,
+    flop,
+    kernel,
+    ms,
+    num,
+    pct,
+    sentence,
+    table,
+)
 from nsysmap.report.operator_shapes import families_text
 
 
@@ -293,7 +303,7 @@ def shapes_section(answer: dict[str, Any], full: bool) -> list[str]:
             markdown_code(r["input_shapes"]),
             f"{r['calls']:,}",
             _per_call(r),
-            markdown_text(r["layers"][:80]),
+            markdown_text(clipped(r["layers"] or "", 80)),
         ]
         for r in answer["asked"]
     ]

@@ -65,8 +65,12 @@ def ratio(x: float | None) -> str:
 
 def kernel(text: Any, width: int = 70) -> str:
     """A kernel name as code, cut to `width` characters (nsysmap.core.inert.markdown_code)."""
-    text = str(text or "?")
-    return markdown_code(f"{text[: width - 1]}…" if len(text) > width else text)
+    return markdown_code(clipped(str(text or "?"), width))
+
+
+def clipped(text: str, width: int) -> str:
+    """`text` cut to `width` characters, its last an ellipsis where it was cut."""
+    return f"{text[: width - 1]}…" if len(text) > width else text
 
 
 def kernel_names(frame: pl.DataFrame) -> list[str]:
