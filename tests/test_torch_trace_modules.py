@@ -338,3 +338,17 @@ def test_recorded_cpu_trace_modules_match_a_stack_walk(recorded):
     assert backward.height > 0 and set(backward["phase"]) == {"backward"}
     assert set(with_module.filter(pl.col("direction") == "forward")["phase"]) == {"forward"}
     assert set(ops["step"].drop_nulls()) == {0, 1}
+
+
+@pytest.mark.slow
+def test_a_sequence_number_links_to_the_op_that_made_the_node(tmp_path):
+    """A dropout that makes no autograd node (p = 0) records the number the next node will
+    take, 8, as the addmm that makes node 8 does after it: backward node 8 belongs to the
+    addmm's module, not the dropout's (the latest forward op with the number)."""
+    dropout = [
+        module("Dropout_0", 36, 4, 0),
+        op("aten::dropout", 37, 2, **{"Sequence number": 8, "Fwd thread id": 0}),
+    ]
+    path = write_trace(tmp_path / "t.json", _forward() + dropout + _backward(8, False))
+    k5 = _ops(path).filter(pl.col("name") == "gemm_k5").row(0, named=True)
+    assert (k5["module"], k5["direction"]) == (L1, "backward")

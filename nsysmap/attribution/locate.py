@@ -178,7 +178,15 @@ def _module_via_seq(scope: Scope, q: Queries, inner: pl.Series, module: pl.Serie
     The innermost range carrying a sequence number on the launching thread is
     the op's autograd node; for a backward node with no module range around
     it, the module is the one around the forward op with the same number in
-    the same process (the earliest such forward op that has one).
+    the same process: the latest such op that has one. Several forward ops
+    carry one number: each records the number the next autograd node will
+    take, so ops that make no node (a dropout that does nothing, a view) and
+    a composite op around the one that makes it carry it too; the op that
+    makes the node starts last::
+
+        Dropout_0      aten::dropout, seq = 125            (no node: p = 0)
+        LayerNorm_0    aten::native_layer_norm, seq = 125  (makes node 125)
+        backward       NativeLayerNormBackward0, stashed seq = 125  -> LayerNorm_0
     """
     out = pl.repeat(None, q.t.len(), dtype=pl.UInt32, eager=True)
     need = (module.is_null() & inner.is_not_null()).arg_true()
@@ -203,7 +211,7 @@ def _module_via_seq(scope: Scope, q: Queries, inner: pl.Series, module: pl.Serie
     seq_map = (
         forward.with_columns(module=around)
         .filter(pl.col("module").is_not_null())
-        .unique(subset=["pid", "lbl_seq"], keep="first", maintain_order=True)
+        .unique(subset=["pid", "lbl_seq"], keep="last", maintain_order=True)
     )
     linked = nodes.join(seq_map.select("pid", "lbl_seq", "module"), on=["pid", "lbl_seq"])
     return out.scatter(linked["i"], linked["module"])
