@@ -152,11 +152,12 @@ def _seq_node(name: str | None) -> tuple[int, bool] | None:
 
 
 def _forward_modules(rows: list[dict], labels: dict, modules: Innermost) -> dict[tuple, str]:
-    """(pid, seq) -> the module around the earliest forward op with that number."""
+    """(pid, seq) -> the module around the latest forward op with that number (and a
+    module): the one that made the autograd node."""
     found: dict[tuple, str] = {}
     for r in sorted(rows, key=lambda r: (r["start_ns"], r["range_id"])):
         node = _seq_node(r["name"])
-        if node is None or node[1] or (r["pid"], node[0]) in found:
+        if node is None or node[1]:
             continue
         module = modules.at((r["pid"], r["tid"]), r["start_ns"])
         if module is not None:
