@@ -30,7 +30,7 @@ import pytest
 from devtools.synth import SynthExport
 from nsysmap.flow.verbs import analyse, load_profile
 from nsysmap.waits.tables import waits_tables
-from nsysmap.waits.text import waits_line
+from nsysmap.waits.text import communication_streams, waits_line
 from tests.cli_runner import nsysmap_cli
 from tests.corpus import REAL, REAL2, corpus_path, needs_corpus
 
@@ -281,3 +281,26 @@ def test_the_terminal_line_leaves_out_a_sliver_of_a_rarer_kind(out):
     assert "unknown" not in waits_line(sliver)
     some = table.with_columns(idle_unknown_ns=pl.when(seven).then(MS).otherwise(0))
     assert f"unknown {100 * 2 / (43 + 8.5):.1f}%" in waits_line(some)  # 1 ms in each step
+
+
+def test_a_stream_of_communication_alone_is_not_the_busiest(out):
+    """dlrm: the NCCL stream was busier than the compute stream, and the line named it
+    while the findings' busiest stream (nsysmap.findings.inputs) was the compute one.
+    Stream 7 is the busiest here; with it marked as communication alone, stream 8."""
+    table = pl.read_parquet(out / "stream_idle.parquet")
+    comm = pl.DataFrame({"device_id": [0], "stream_id": [7]})
+    assert "device 0 stream 8 busy" in waits_line(table, comm=comm)
+    assert "device 0 stream 7 busy" in waits_line(table)
+    every = pl.DataFrame({"device_id": [0, 0], "stream_id": [7, 8]})  # nothing but NCCL
+    assert "device 0 stream 7 busy" in waits_line(table, comm=every)
+
+
+def test_the_streams_of_communication_alone():
+    ops = pl.LazyFrame(
+        {
+            "device_id": [0, 0, 0, 1],
+            "stream_id": [7, 20, 20, 20],
+            "category": ["gemm", "communication", "communication", "gemm"],
+        }
+    )
+    assert communication_streams(ops).rows() == [(0, 20)]

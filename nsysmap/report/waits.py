@@ -26,6 +26,7 @@ import polars as pl
 
 from nsysmap.core.wait_schemas import LAUNCH_OVERHEAD_NS, WAIT_INTERIOR, WAIT_KINDS
 from nsysmap.waits.tables import SCHEMAS, is_sync_copy, long_gaps, window_waits
+from nsysmap.waits.text import busiest, communication_streams
 
 ID = "waits"
 QUESTION = (
@@ -114,7 +115,7 @@ def waits_answer(
     )
     modules = modules.sort(["idle_before_ns", "module"], descending=[True, False])
     windows = streams.select("device_id", "step").unique().height
-    busiest = per_stream.group_by("device_id", maintain_order=True).first().sort("device_id")
+    busiest = _busiest(per_stream, ops)
     return _answer(
         None,
         scope=scope,
@@ -132,6 +133,14 @@ def waits_answer(
         totals=_totals(cost, _sync_copies(ops, in_steps=bool(in_steps))),
         launch_gap_ns=LAUNCH_OVERHEAD_NS,
     )
+
+
+def _busiest(per_stream: pl.DataFrame, ops: pl.DataFrame | None) -> pl.DataFrame:
+    """Per device, its busiest stream as the findings name it (nsysmap.waits.text.busiest)."""
+    comm = None
+    if ops is not None and "category" in ops.columns:
+        comm = communication_streams(ops.lazy())
+    return busiest(per_stream, comm)
 
 
 def _per_stream(streams: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:

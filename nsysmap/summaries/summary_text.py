@@ -54,8 +54,15 @@ _HOW = {
 }
 
 
-def render_summary(summaries: Summaries, meta: dict[str, str], *, top: int = TOP) -> str:
-    """A readable breakdown: coverage, phases, modules, kernels, categories."""
+def render_summary(
+    summaries: Summaries,
+    meta: dict[str, str],
+    *,
+    top: int = TOP,
+    comm: pl.DataFrame | None = None,
+) -> str:
+    """A readable breakdown: coverage, phases, modules, kernels, categories. `comm`: the
+    streams of communication alone, which the waits' line does not call busiest."""
     cpu = meta.get("unit_of_work") == "cpu_op"
     unit = time_unit(cpu)
     op_word = operation_word(cpu)
@@ -78,7 +85,7 @@ def render_summary(summaries: Summaries, meta: dict[str, str], *, top: int = TOP
         _section("Categories", summaries.by_category, ["category"], top),
         graph_line(meta, int(summaries.coverage["time_ns"].sum())),
         overlap_line(summaries.overlap),
-        waits_line(summaries.waits["stream_idle"], summaries.waits["idle"]),
+        waits_line(summaries.waits["stream_idle"], summaries.waits["idle"], comm),
     ]
     return "\n\n".join(p for p in parts if p) + "\n"
 

@@ -29,13 +29,40 @@ WALL = {
 }
 
 
-def waits_line(stream_idle: pl.DataFrame, idle: pl.DataFrame | None = None) -> str:
+def communication_streams(ops: pl.LazyFrame) -> pl.DataFrame:
+    """(device_id, stream_id) of the streams that run communication alone (NCCL's)."""
+    comm = pl.col("category").cast(pl.String) == "communication"
+    per = ops.group_by("device_id", "stream_id").agg(only=comm.all())
+    return per.filter("only").select("device_id", "stream_id").collect()
+
+
+def busiest(streams: pl.DataFrame, comm: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Per device, the first of `streams` (busiest first) that runs work other than
+    communication (`comm`: `communication_streams`), where one does: the stream the
+    findings call its busiest (nsysmap.findings.inputs), not the collectives' own."""
+    if comm is not None and not comm.is_empty() and not streams.is_empty():
+        alone = comm.with_columns(_comm=pl.lit(True)).cast(
+            {"device_id": streams["device_id"].dtype, "stream_id": streams["stream_id"].dtype}
+        )
+        marked = streams.join(
+            alone, on=["device_id", "stream_id"], how="left", maintain_order="left"
+        )
+        marked = marked.with_columns(pl.col("_comm").fill_null(False))
+        streams = marked.sort("_comm", maintain_order=True).drop("_comm")
+    return streams.unique("device_id", keep="first", maintain_order=True).sort("device_id")
+
+
+def waits_line(
+    stream_idle: pl.DataFrame, idle: pl.DataFrame | None = None, comm: pl.DataFrame | None = None
+) -> str:
     """One line: each device's busiest stream over the steps (the whole capture without
-    steps), its busy share of the wall time and its idle time by kind, every kind with
-    time: the shares add up to 100 %. Empty when there are no GPU operations.
+    steps; not a stream of communication alone, `busiest`), its busy share of the wall
+    time and its idle time by kind, every kind with time: the shares add up to 100 %.
+    Empty when there are no GPU operations.
 
     `idle` (the gaps): the launch-bound time in gaps longer than a launch is told
-    apart, "launch-bound 90.7% (5,907.269 ms of it in gaps over 0.25 ms: host work)"."""
+    apart, "launch-bound 90.7% (5,907.269 ms of it in gaps over 0.25 ms: host work)".
+    `comm`: the streams of communication alone (`communication_streams`)."""
     if stream_idle.is_empty():
         return ""
     stepped = stream_idle.filter(pl.col("step").is_not_null())
@@ -46,11 +73,9 @@ def waits_line(stream_idle: pl.DataFrame, idle: pl.DataFrame | None = None) -> s
     streams = rows.group_by("device_id", "stream_id").agg(
         pl.col("wall_ns", "busy_ns", *kinds).sum()
     )
-    busiest = streams.sort(["busy_ns", "stream_id"], descending=[True, False]).unique(
-        "device_id", keep="first", maintain_order=True
-    )
+    ordered = streams.sort(["busy_ns", "stream_id"], descending=[True, False])
     parts = []
-    for r in busiest.sort("device_id").iter_rows(named=True):
+    for r in busiest(ordered, comm).iter_rows(named=True):
         wall = r["wall_ns"] or 1
         shown = {k: v for k, v in SHOWN_IF_ANY.items() if r[f"idle_{k}_ns"] >= SLIVER * wall}
         named = {**SHOWN, **shown}
