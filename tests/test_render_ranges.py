@@ -134,6 +134,17 @@ def test_long_paths_are_cut_at_a_separator_from_the_left(monkeypatch):
     assert render._path_label("a single name far too long") == "a single name far t…"
 
 
+def test_long_module_paths_keep_their_innermost_names(monkeypatch):
+    """switchtransformer: two Linear modules of one FeedForward read the same once their
+    path was cut at its end ("...FeedForward_9.… (Linear)")."""
+    monkeypatch.setattr(render, "MAX_LABEL", 20)
+    assert render._label("model.block_2.ff_9") == "model.block_2.ff_9"
+    assert render._label("model.block_2.ff_9.linear_27") == "…ff_9.linear_27"
+    assert render._label("model.block_2.ff_9.linear_28") == "…ff_9.linear_28"
+    assert render._label("a_name_far_too_long_for_it") == "a_name_far_too_long…"
+    assert render._label("model.a_leaf_far_too_long_for_it") == "model.a_leaf_far_to…"
+
+
 def test_time_outside_the_shown_ranges_is_named_with_its_likely_cause():
     """A kernel launched after every range, from a thread with none, is inside none."""
     f = _user_profile()  # 10 ms of kernels on thread 1, all in "forward pass"

@@ -333,10 +333,18 @@ def _row_label(values: list[object], missing: str = _NONE) -> str:
 
 
 def _label(value: object) -> str:
+    """A row's name within MAX_LABEL characters: a dotted module path cut from the left at
+    a dot, so that its innermost names stay (`…FeedForward_9.Linear_27`: two rows of one
+    parent would otherwise read the same), anything else cut at its end."""
     if value is None:
         return _NONE
     text = "(root)" if value == "" else str(value)
-    return terminal_text(text if len(text) <= MAX_LABEL else text[: MAX_LABEL - 1] + "…")
+    if len(text) <= MAX_LABEL:
+        return terminal_text(text)
+    cuts = [i + 1 for i, c in enumerate(text) if c == "." and len(text) - i <= MAX_LABEL]
+    if cuts:
+        return terminal_text("…" + text[cuts[0] :])
+    return terminal_text(text[: MAX_LABEL - 1] + "…")
 
 
 def _ms(ns: int) -> str:
