@@ -174,3 +174,24 @@ def test_a_trace_without_gpu_work_is_found_from_its_operator_sequence():
     }
     assert "; from the operator sequence, the range;" in region_line(counts, 0, cpu=True)
     assert "; from the kernel sequence, the range;" in region_line(counts, 0, cpu=False)
+
+
+def test_passes_of_several_devices_say_so():
+    """fastvideo: "Measured: 2 forward passes" were one pass on each of its 2 GPUs."""
+    counts = {
+        "region": "measured",
+        "name": None,
+        "ops": 10,
+        "time_ns": 2_000_000,
+        "evidence": ["kernel_sequence"],
+        "confidence": 1.0,
+        "forward_passes": 2,
+        "backward_passes": 0,
+        "optimizer_passes": 0,
+        "steps": 0,
+        "devices": 2,
+    }
+    line = region_line(counts, 2_000_000, cpu=False)
+    assert line.startswith("measured: 2 forward passes on 2 devices, 2.000 ms of GPU time")
+    one = region_line({**counts, "devices": 1}, 2_000_000, cpu=False)
+    assert one.startswith("measured: 2 forward passes, 2.000 ms")

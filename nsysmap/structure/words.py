@@ -135,6 +135,9 @@ def region_line(counts: dict[str, Any], total_ns: int, *, cpu: bool) -> str:
     else:
         what = held or plural(counts["ops"], "operation") + " (no pass found)"
         where = f" inside {code(name)}" if name else ""
+    devices = counts.get("devices") or 1
+    if held and devices > 1:  # passes and steps are counted over the devices together
+        what += f" on {devices} devices"
     share = f" ({100 * counts['time_ns'] / total_ns:.1f} % of all)" if total_ns else ""
     time = f"{counts['time_ns'] / 1e6:,.3f} ms of {time_unit(cpu)}"
     line = f"{_REGION_WORDS[region]}: {what}{where}, {time}{share}"
