@@ -151,18 +151,26 @@ def _seq_node(name: str | None) -> tuple[int, bool] | None:
     return (int(match.group(1)), "stashed seq = " in name) if match else None
 
 
-def _forward_modules(rows: list[dict], labels: dict, modules: Innermost) -> dict[tuple, str]:
-    """(pid, seq) -> the module around the latest forward op with that number (and a
-    module): the one that made the autograd node."""
-    found: dict[tuple, str] = {}
+def _forward_modules(
+    rows: list[dict], labels: dict, modules: Innermost
+) -> dict[tuple, list[tuple[int, str | None]]]:
+    """(pid, seq) -> (start, module or None) of each forward op with that number, in
+    start order: a node's module is that of the latest one that started before it."""
+    found: dict[tuple, list[tuple[int, str | None]]] = {}
     for r in sorted(rows, key=lambda r: (r["start_ns"], r["range_id"])):
         node = _seq_node(r["name"])
         if node is None or node[1]:
             continue
         module = modules.at((r["pid"], r["tid"]), r["start_ns"])
-        if module is not None:
-            found[(r["pid"], node[0])] = labels[module]["module"]
+        named = labels[module]["module"] if module is not None else None
+        found.setdefault((r["pid"], node[0]), []).append((r["start_ns"], named))
     return found
+
+
+def _made_by(ops: list[tuple[int, str | None]], start: int) -> str | None:
+    """The module of the latest of `ops` (start, module) at or before `start`."""
+    before = [module for at, module in ops if at <= start]
+    return before[-1] if before else None
 
 
 def reference_attribution(
@@ -183,6 +191,7 @@ def reference_attribution(
     rows = list(ranges.iter_rows(named=True))
     names = {r["range_id"]: r["name"] for r in rows}
     depths = {r["range_id"]: r["depth"] for r in rows}
+    starts = {r["range_id"]: r["start_ns"] for r in rows}
     labels = {rid: _own_labels(n) for rid, n in names.items()}
 
     def finder(keep: callable, by_thread: bool) -> Innermost:
@@ -248,7 +257,8 @@ def reference_attribution(
             node_id = nodes.at(thread, t) if res["module"] is None else None
             node = _seq_node(names[node_id]) if node_id is not None else None
             if node is not None and node[1]:
-                res["module"] = forward_modules.get((launch["pid"], node[0]))
+                made = forward_modules.get((launch["pid"], node[0]), [])
+                res["module"] = _made_by(made, starts[node_id])
             res["attribution"] = (
                 "range" if own_range else "other_thread" if projected else "no_range"
             )

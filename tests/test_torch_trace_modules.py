@@ -218,9 +218,11 @@ def _record(path: Path) -> None:
         def __init__(self) -> None:
             super().__init__()
             self.fc, self.act = torch.nn.Linear(16, 16), torch.nn.ReLU()
+            # p = 0: makes no autograd node, yet records the number the Linear's node takes
+            self.drop = torch.nn.Dropout(0.0)
 
         def forward(self, x):
-            return self.act(self.fc(x))
+            return self.act(self.fc(self.drop(x)))
 
     class Net(torch.nn.Module):
         def __init__(self) -> None:
@@ -293,8 +295,9 @@ def _expected_modules(path: Path) -> dict[tuple[int, int, str], str | None]:
     Inside module frames: their path. Else, under a backward node (the
     innermost operator with a sequence number, itself or around it, recorded
     with "Fwd thread id" > 0 or ending a fwdbwd flow): the module of its
-    forward operator (the flow's start, else the earliest forward operator
-    with that sequence number inside module frames).
+    forward operator (the flow's start, else the latest forward operator
+    with that sequence number that started before the node: the one that
+    made it; no module where that one is outside every module frame).
     """
     events = json.loads(path.read_text())["traceEvents"]
     ops = _walk(events)
@@ -305,11 +308,16 @@ def _expected_modules(path: Path) -> dict[tuple[int, int, str], str | None]:
     for (ph, flow_id), where in flows.items():
         if ph == "f" and ("s", flow_id) in flows:
             at[where]["source"] = at[flows[("s", flow_id)]]
-    first_forward = {}
+    forward: dict[int, list[tuple[float, str | None]]] = {}
     for o in sorted(ops, key=lambda o: o["start"]):
         seq = o["args"].get("Sequence number")
-        if seq is not None and not o["args"].get("Fwd thread id") and o["module"]:
-            first_forward.setdefault(seq, o["module"])
+        if seq is not None and not o["args"].get("Fwd thread id"):
+            forward.setdefault(seq, []).append((o["start"], o["module"]))
+
+    def made(seq: int, start: float) -> str | None:
+        before = [module for at, module in forward.get(seq, []) if at <= start]
+        return before[-1] if before else None
+
     out = {}
     for o in ops:
         module = o["module"]
@@ -318,7 +326,7 @@ def _expected_modules(path: Path) -> dict[tuple[int, int, str], str | None]:
         if node is not None and "source" in node:
             module = node["source"]["module"]
         elif node is not None and node["args"].get("Fwd thread id"):
-            module = first_forward.get(node["args"]["Sequence number"])
+            module = made(node["args"]["Sequence number"], node["start"])
         out[(o["start"], o["end"], o["name"])] = module
     return out
 
@@ -332,7 +340,8 @@ def test_recorded_cpu_trace_modules_match_a_stack_walk(recorded):
     assert got.keys() == expected.keys()
     assert got == expected
     with_module = ops.filter(pl.col("module").is_not_null())
-    assert set(with_module["module_class"]) == {"Linear", "ReLU"}  # Net, Block: no own ops
+    # Net, Block: no own ops
+    assert set(with_module["module_class"]) == {"Dropout", "Linear", "ReLU"}
     assert {"Net_0.Block_1.Linear_1", "Net_0.Linear_2"} <= set(with_module["module"])
     backward = with_module.filter(pl.col("direction") == "backward")
     assert backward.height > 0 and set(backward["phase"]) == {"backward"}
@@ -352,3 +361,25 @@ def test_a_sequence_number_links_to_the_op_that_made_the_node(tmp_path):
     path = write_trace(tmp_path / "t.json", _forward() + dropout + _backward(8, False))
     k5 = _ops(path).filter(pl.col("name") == "gemm_k5").row(0, named=True)
     assert (k5["module"], k5["direction"]) == (L1, "backward")
+
+
+@pytest.mark.slow
+def test_a_node_made_outside_every_module_has_none(tmp_path):
+    """Node 8 is made by an op outside every module (a loss after the model): an earlier
+    op with its number in a module (a dropout making no node) lends it no module."""
+    events = [op("aten::mse_loss", 101, 3, **{"Sequence number": 8, "Fwd thread id": 0})]
+    path = write_trace(tmp_path / "t.json", _forward() + events + _backward(8, False))
+    k5 = _ops(path).filter(pl.col("name") == "gemm_k5").row(0, named=True)
+    assert k5["module"] is None
+
+
+@pytest.mark.slow
+def test_a_forward_op_after_the_node_is_not_its_maker(tmp_path):
+    """An op numbered 8 that starts after backward node 8 (at 130) cannot have made it."""
+    later = [
+        module("Late_0", 170, 20, 0),
+        op("aten::mul", 172, 2, **{"Sequence number": 8, "Fwd thread id": 0}),
+    ]
+    path = write_trace(tmp_path / "t.json", _forward() + _backward(8, False) + later)
+    k5 = _ops(path).filter(pl.col("name") == "gemm_k5").row(0, named=True)
+    assert k5["module"] == L1

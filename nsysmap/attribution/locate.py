@@ -178,11 +178,12 @@ def _module_via_seq(scope: Scope, q: Queries, inner: pl.Series, module: pl.Serie
     The innermost range carrying a sequence number on the launching thread is
     the op's autograd node; for a backward node with no module range around
     it, the module is the one around the forward op with the same number in
-    the same process: the latest such op that has one. Several forward ops
-    carry one number: each records the number the next autograd node will
-    take, so ops that make no node (a dropout that does nothing, a view) and
-    a composite op around the one that makes it carry it too; the op that
-    makes the node starts last::
+    the same process that made the node: the latest such op that started
+    before the node (none where that op is outside every module). Several
+    forward ops carry one number: each records the number the next autograd
+    node will take, so ops that make no node (a dropout that does nothing, a
+    view) and a composite op around the one that makes it carry it too; the
+    op that makes the node starts last::
 
         Dropout_0      aten::dropout, seq = 125            (no node: p = 0)
         LayerNorm_0    aten::native_layer_norm, seq = 125  (makes node 125)
@@ -194,7 +195,9 @@ def _module_via_seq(scope: Scope, q: Queries, inner: pl.Series, module: pl.Serie
         return out
     node = _climb(scope, inner.gather(need), q.t.gather(need), SEQ)
     nodes = name_labels(scope.ranges["name"].gather(node), ["lbl_seq", "lbl_stashed"])
-    nodes = nodes.with_columns(i=need, pid=q.pid.gather(need)).filter(pl.col("lbl_stashed"))
+    nodes = nodes.with_columns(
+        i=need, pid=q.pid.gather(need), start=scope.ranges["start_ns"].gather(node)
+    ).filter(pl.col("lbl_stashed"))
     if nodes.is_empty():
         return out
     names = scope.ranges["name"]
@@ -208,12 +211,11 @@ def _module_via_seq(scope: Scope, q: Queries, inner: pl.Series, module: pl.Serie
     )
     forward = forward.sort("start", "pos")
     around = _module_at(scope, scope.thread.gather(forward["pos"]), forward["start"])
-    seq_map = (
-        forward.with_columns(module=around)
-        .filter(pl.col("module").is_not_null())
-        .unique(subset=["pid", "lbl_seq"], keep="last", maintain_order=True)
+    made = forward.select("pid", "lbl_seq", "start", module=around)
+    linked = nodes.sort("start").join_asof(  # the latest forward op at or before the node
+        made, on="start", by=["pid", "lbl_seq"], strategy="backward", check_sortedness=False
     )
-    linked = nodes.join(seq_map.select("pid", "lbl_seq", "module"), on=["pid", "lbl_seq"])
+    linked = linked.filter(pl.col("module").is_not_null())
     return out.scatter(linked["i"], linked["module"])
 
 
