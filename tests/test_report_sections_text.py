@@ -6,7 +6,7 @@ from __future__ import annotations
 import polars as pl
 
 from nsysmap.core.inert import markdown_text
-from nsysmap.report.answer_doc import _confidence
+from nsysmap.report.answer_doc import _confidence, _weak
 from nsysmap.report.doc_sections import inferred_section, shapes_section
 
 
@@ -55,3 +55,38 @@ def test_a_long_list_of_layers_is_cut_with_an_ellipsis():
     assert markdown_text(layers[:79]) + "…" in text
     short = "\n".join(shapes_section({"unknown": None, "asked": [{**row, "layers": "a"}]}, False))
     assert "| a |" in short
+
+
+def test_weak_as_the_terminal_says_it():
+    """hta_ddp: 18 % of the time in blocks, all of it in a pass's regions, confidence 1.0:
+    sound on the terminal, so not weak here (the blocks' share is no test of it)."""
+    rows = pl.DataFrame(
+        {
+            "inferred_block": [0, None, None],
+            "inferred_region": ["block", "prefix", None],
+            "time_share": [0.18, 0.80, 0.02],
+            "time_ns": [18, 80, 2],
+            "confidence": [1.0, 1.0, 1.0],
+        }
+    )
+    assert _weak(rows) == {"confidence": 1.0, "weak": False, "blocks_found": True}
+    unplaced = rows.with_columns(inferred_region=pl.lit(None, pl.String))
+    assert _weak(unplaced)["weak"]
+    no_blocks = rows.with_columns(inferred_block=pl.lit(None, pl.Int64))
+    assert _weak(no_blocks) == {"confidence": 1.0, "weak": True, "blocks_found": False}
+
+
+def test_passes_that_repeat_without_blocks_are_said_as_such():
+    row = {
+        "inferred_phase": "forward",
+        "inferred_region": None,
+        "inferred_block": None,
+        "ops": 7,
+        "time_ns": 7,
+        "time_share": 1.0,
+        "top_kernel": "gemm",
+    }
+    device = {"device_id": 0, "placed_share": 0.0, "rows": [row]}
+    device |= {"confidence": 0.9, "weak": True, "blocks_found": False}
+    text = "\n".join(inferred_section({"shown": True, "devices": [device]}))
+    assert "**Weak** (confidence 0.9): the passes repeat, with no repeating blocks" in text

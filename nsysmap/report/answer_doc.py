@@ -337,18 +337,21 @@ def inferred_blocks(f: Findings) -> dict[str, Any]:
     devices = []
     for (device,), rows in table.group_by("device_id", maintain_order=True):
         placed = rows.filter(pl.col("inferred_block").is_not_null())["time_share"].sum()
-        sure = _confidence(rows)
-        weak = sure is not None and (sure < CONFIDENCE_WEAK or placed < PLACED_WEAK)
         devices.append(
-            {
-                "device_id": device,
-                "placed_share": placed,
-                "confidence": sure,
-                "weak": weak,
-                "rows": rows.to_dicts(),
-            }
+            {"device_id": device, "placed_share": placed, **_weak(rows), "rows": rows.to_dicts()}
         )
     return {"shown": True, "devices": devices}
+
+
+def _weak(rows: pl.DataFrame) -> dict[str, Any]:
+    """`confidence`, `weak` and `blocks_found` of a device's by_inferred_block rows, weak as
+    the terminal's line is (nsysmap.infer.summary): no repeating blocks, a confidence
+    below CONFIDENCE_WEAK, or less than PLACED_WEAK of the time placed in a pass's region."""
+    sure = _confidence(rows)
+    regions = rows.filter(pl.col("inferred_region").is_not_null())["time_share"].sum()
+    blocks = bool(rows["inferred_block"].is_not_null().any())
+    weak = sure is not None and (not blocks or sure < CONFIDENCE_WEAK or regions < PLACED_WEAK)
+    return {"confidence": sure, "weak": weak, "blocks_found": blocks}
 
 
 def _confidence(rows: pl.DataFrame) -> float | None:

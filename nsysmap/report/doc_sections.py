@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from nsysmap.core.inert import markdown_code, markdown_text
+from nsysmap.infer.summary import CONFIDENCE_WEAK
 from nsysmap.report.blocks import part_label
 from nsysmap.report.format import (
     OUTSIDE_PHASES,
@@ -220,9 +221,13 @@ def inferred_section(answer: dict[str, Any]) -> list[str]:
         said = f"{who}: {pct(device['placed_share'])} of {'CPU' if cpu else 'GPU'} time in "
         said += "inferred blocks."
         if device.get("weak"):
+            sure = device["confidence"]
+            what = "no clear repeating structure"
+            if not device.get("blocks_found", True) and sure >= CONFIDENCE_WEAK:
+                what = "the passes repeat, with no repeating blocks in them"
             said += (
-                f" **Weak** (confidence {device['confidence']:.1f}): no clear repeating "
-                "structure; treat the rows below as a guess, not as the profile's phases."
+                f" **Weak** (confidence {sure:.1f}): {what}; treat the rows below as a guess, "
+                "not as the profile's phases."
             )
         lines += [said, ""]
         cells = [
