@@ -30,7 +30,7 @@ import pytest
 from devtools.synth import SynthExport
 from nsysmap.flow.verbs import analyse, load_profile
 from nsysmap.waits.tables import waits_tables
-from nsysmap.waits.text import communication_streams, waits_line
+from nsysmap.waits.text import stream_work, waits_line
 from tests.cli_runner import nsysmap_cli
 from tests.corpus import REAL, REAL2, corpus_path, needs_corpus
 
@@ -283,24 +283,27 @@ def test_the_terminal_line_leaves_out_a_sliver_of_a_rarer_kind(out):
     assert f"unknown {100 * 2 / (43 + 8.5):.1f}%" in waits_line(some)  # 1 ms in each step
 
 
-def test_a_stream_of_communication_alone_is_not_the_busiest(out):
+def test_the_busiest_stream_is_the_one_with_most_work_other_than_communication(out):
     """dlrm: the NCCL stream was busier than the compute stream, and the line named it
     while the findings' busiest stream (nsysmap.findings.inputs) was the compute one.
-    Stream 7 is the busiest here; with it marked as communication alone, stream 8."""
+    Stream 7 is the busiest here; where stream 8 has more work other than communication,
+    stream 8 (a NCCL stream that also ran a copy has only the copy's)."""
     table = pl.read_parquet(out / "stream_idle.parquet")
-    comm = pl.DataFrame({"device_id": [0], "stream_id": [7]})
-    assert "device 0 stream 8 busy" in waits_line(table, comm=comm)
+    work = pl.DataFrame({"device_id": [0, 0], "stream_id": [7, 8], "work_ns": [1, 5]})
+    assert "device 0 stream 8 busy" in waits_line(table, work=work)
     assert "device 0 stream 7 busy" in waits_line(table)
-    every = pl.DataFrame({"device_id": [0, 0], "stream_id": [7, 8]})  # nothing but NCCL
-    assert "device 0 stream 7 busy" in waits_line(table, comm=every)
+    comm_only = work.with_columns(work_ns=pl.lit(0, pl.Int64))  # nothing but NCCL: by time
+    assert "device 0 stream 7 busy" in waits_line(table, work=comm_only)
 
 
-def test_the_streams_of_communication_alone():
+def test_each_streams_work_other_than_communication():
     ops = pl.LazyFrame(
         {
-            "device_id": [0, 0, 0, 1],
-            "stream_id": [7, 20, 20, 20],
-            "category": ["gemm", "communication", "communication", "gemm"],
+            "device_id": [0, 0, 0, 0, 1],
+            "stream_id": [7, 20, 20, 20, 20],
+            "category": ["gemm", "communication", "memcpy", "communication", None],
+            "dur_ns": [10, 30, 1, 30, 4],
         }
     )
-    assert communication_streams(ops).rows() == [(0, 20)]
+    got = stream_work(ops).sort("device_id", "stream_id").rows()
+    assert got == [(0, 7, 10), (0, 20, 1), (1, 20, 4)]

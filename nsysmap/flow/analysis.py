@@ -22,7 +22,7 @@ from nsysmap.structure.words import structure_lines
 from nsysmap.summaries.fix_first_text import findings_lines
 from nsysmap.summaries.summarise import Summaries
 from nsysmap.summaries.summary_text import render_summary
-from nsysmap.waits.text import communication_streams
+from nsysmap.waits.text import stream_work
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,8 @@ class Analysis:
         by_module = self.summaries.by_module
         total = int(self.summaries.coverage["time_ns"].sum())
         cpu = meta.get("unit_of_work") == "cpu_op"  # times are CPU operator self time
-        comm = communication_streams(self.store.scan())  # the waits' busiest is not NCCL's
-        text = render_summary(self.summaries, meta, comm=comm)
+        work = stream_work(self.store.scan())  # the waits' busiest stream is not NCCL's
+        text = render_summary(self.summaries, meta, work=work)
         text += structure_text(self.structure, total, cpu)
         text += inferred_text(self.inferred, by_module, passes=self.structure is None, cpu=cpu)
         found = findings_lines(self.findings)

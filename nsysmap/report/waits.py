@@ -26,7 +26,7 @@ import polars as pl
 
 from nsysmap.core.wait_schemas import LAUNCH_OVERHEAD_NS, WAIT_INTERIOR, WAIT_KINDS
 from nsysmap.waits.tables import SCHEMAS, is_sync_copy, long_gaps, window_waits
-from nsysmap.waits.text import busiest, communication_streams
+from nsysmap.waits.text import busiest, stream_work
 
 ID = "waits"
 QUESTION = (
@@ -137,10 +137,10 @@ def waits_answer(
 
 def _busiest(per_stream: pl.DataFrame, ops: pl.DataFrame | None) -> pl.DataFrame:
     """Per device, its busiest stream as the findings name it (nsysmap.waits.text.busiest)."""
-    comm = None
+    work = None
     if ops is not None and "category" in ops.columns:
-        comm = communication_streams(ops.lazy())
-    return busiest(per_stream, comm)
+        work = stream_work(ops.lazy())
+    return busiest(per_stream, work)
 
 
 def _per_stream(streams: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:

@@ -59,10 +59,11 @@ def render_summary(
     meta: dict[str, str],
     *,
     top: int = TOP,
-    comm: pl.DataFrame | None = None,
+    work: pl.DataFrame | None = None,
 ) -> str:
-    """A readable breakdown: coverage, phases, modules, kernels, categories. `comm`: the
-    streams of communication alone, which the waits' line does not call busiest."""
+    """A readable breakdown: coverage, phases, modules, kernels, categories. `work`: each
+    stream's time of work other than communication, by which the waits' line picks the
+    busiest stream (nsysmap.waits.text.stream_work)."""
     cpu = meta.get("unit_of_work") == "cpu_op"
     unit = time_unit(cpu)
     op_word = operation_word(cpu)
@@ -85,7 +86,7 @@ def render_summary(
         _section("Categories", summaries.by_category, ["category"], top),
         graph_line(meta, int(summaries.coverage["time_ns"].sum())),
         overlap_line(summaries.overlap),
-        waits_line(summaries.waits["stream_idle"], summaries.waits["idle"], comm),
+        waits_line(summaries.waits["stream_idle"], summaries.waits["idle"], work),
     ]
     return "\n\n".join(p for p in parts if p) + "\n"
 

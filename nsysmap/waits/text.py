@@ -29,40 +29,39 @@ WALL = {
 }
 
 
-def communication_streams(ops: pl.LazyFrame) -> pl.DataFrame:
-    """(device_id, stream_id) of the streams that run communication alone (NCCL's)."""
-    comm = pl.col("category").cast(pl.String) == "communication"
-    per = ops.group_by("device_id", "stream_id").agg(only=comm.all())
-    return per.filter("only").select("device_id", "stream_id").collect()
+def stream_work(ops: pl.LazyFrame) -> pl.DataFrame:
+    """(device_id, stream_id, work_ns): each stream's time of operations other than
+    communication (an operation without a category counts), what `busiest` ranks by."""
+    comm = (pl.col("category").cast(pl.String) == "communication").fill_null(False)
+    per = ops.group_by("device_id", "stream_id").agg(work_ns=pl.col("dur_ns").filter(~comm).sum())
+    return per.collect()
 
 
-def busiest(streams: pl.DataFrame, comm: pl.DataFrame | None = None) -> pl.DataFrame:
-    """Per device, the first of `streams` (busiest first) that runs work other than
-    communication (`comm`: `communication_streams`), where one does: the stream the
-    findings call its busiest (nsysmap.findings.inputs), not the collectives' own."""
-    if comm is not None and not comm.is_empty() and not streams.is_empty():
-        alone = comm.with_columns(_comm=pl.lit(True)).cast(
-            {"device_id": streams["device_id"].dtype, "stream_id": streams["stream_id"].dtype}
-        )
-        marked = streams.join(
-            alone, on=["device_id", "stream_id"], how="left", maintain_order="left"
-        )
-        marked = marked.with_columns(pl.col("_comm").fill_null(False))
-        streams = marked.sort("_comm", maintain_order=True).drop("_comm")
+def busiest(streams: pl.DataFrame, work: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Per device, the stream of `streams` (busiest first) with the most time of work other
+    than communication (`work`: `stream_work`; ties, and devices of communication alone,
+    as `streams` orders them): the stream the findings call its busiest
+    (nsysmap.findings.inputs), not the collectives' own."""
+    if work is not None and not work.is_empty() and not streams.is_empty():
+        keys = ["device_id", "stream_id"]
+        work = work.select(*keys, _work="work_ns").cast({k: streams[k].dtype for k in keys})
+        marked = streams.join(work, on=keys, how="left", maintain_order="left")
+        marked = marked.with_columns(pl.col("_work").fill_null(0))
+        streams = marked.sort("_work", descending=True, maintain_order=True).drop("_work")
     return streams.unique("device_id", keep="first", maintain_order=True).sort("device_id")
 
 
 def waits_line(
-    stream_idle: pl.DataFrame, idle: pl.DataFrame | None = None, comm: pl.DataFrame | None = None
+    stream_idle: pl.DataFrame, idle: pl.DataFrame | None = None, work: pl.DataFrame | None = None
 ) -> str:
     """One line: each device's busiest stream over the steps (the whole capture without
-    steps; not a stream of communication alone, `busiest`), its busy share of the wall
+    steps; by its work other than communication, `busiest`), its busy share of the wall
     time and its idle time by kind, every kind with time: the shares add up to 100 %.
     Empty when there are no GPU operations.
 
     `idle` (the gaps): the launch-bound time in gaps longer than a launch is told
     apart, "launch-bound 90.7% (5,907.269 ms of it in gaps over 0.25 ms: host work)".
-    `comm`: the streams of communication alone (`communication_streams`)."""
+    `work`: each stream's time of work other than communication (`stream_work`)."""
     if stream_idle.is_empty():
         return ""
     stepped = stream_idle.filter(pl.col("step").is_not_null())
@@ -75,7 +74,7 @@ def waits_line(
     )
     ordered = streams.sort(["busy_ns", "stream_id"], descending=[True, False])
     parts = []
-    for r in busiest(ordered, comm).iter_rows(named=True):
+    for r in busiest(ordered, work).iter_rows(named=True):
         wall = r["wall_ns"] or 1
         shown = {k: v for k, v in SHOWN_IF_ANY.items() if r[f"idle_{k}_ns"] >= SLIVER * wall}
         named = {**SHOWN, **shown}
