@@ -209,3 +209,8 @@ def test_the_top_kernels_title_says_when_it_lists_copies():
     f.kernel(1, 6, "[CUDA memset]", dur=1, kind="memset")
     text = _text(f)
     assert "\nTop kernels, copies and memsets  " in text and "\nTop kernels  " not in text
+
+
+def test_a_long_kernel_name_with_a_dot_is_cut_at_its_end(monkeypatch):
+    monkeypatch.setattr(render, "MAX_LABEL", 20)
+    assert render._label("void kernel<float, 2.5f>(int)") == "void kernel<float, …"

@@ -52,8 +52,9 @@ def step_period(codes: np.ndarray, gaps_ns: np.ndarray) -> tuple[int, int, float
 
 
 def longest_first(gaps_ns: np.ndarray, k: int) -> np.ndarray:
-    """The positions of the `k` longest gaps, longest first, equal ones in position order:
-    the first `k` of a stable sort of every gap, longest first, without sorting them all
+    """The positions of the `k` longest gaps (integers, or floats without NaN), longest
+    first, equal ones in position order: the first `k` of a stable sort of every gap,
+    longest first, without sorting them all
     (a partition finds the k-th longest; only the gaps at least as long are sorted)::
 
         gaps_ns   [5, 9, 1, 9, 7, 9]      k = 3  ->  [1, 3, 5]

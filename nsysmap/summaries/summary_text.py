@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import polars as pl
@@ -21,6 +22,8 @@ from nsysmap.waits.text import waits_line
 
 TOP = 10
 MAX_LABEL = 72
+# A module path: names (numbers as `*` too) joined by dots, no spaces or brackets.
+MODULE_PATH = re.compile(r"[\w*]+(\.[\w*]+)+")
 # Short names that say nothing (CUTLASS's `Kernel<...>`, cuBLAS's `gemvx::kernel<...>`, its
 # `std::enable_if<...>::type gemvx::kernel<...>` shortened to `enable_if`): such
 # kernels are named by their qualified name and first template argument instead.
@@ -334,16 +337,17 @@ def _row_label(values: list[object], missing: str = _NONE) -> str:
 
 
 def _label(value: object) -> str:
-    """A row's name within MAX_LABEL characters: a dotted module path cut from the left at
-    a dot, so that its innermost names stay (`…FeedForward_9.Linear_27`: two rows of one
+    """A row's name within MAX_LABEL characters: a module path (MODULE_PATH) cut from the
+    left at a dot, so that its innermost names stay (`…FeedForward_9.Linear_27`: two rows of one
     parent would otherwise read the same), anything else cut at its end."""
     if value is None:
         return _NONE
     text = "(root)" if value == "" else str(value)
     if len(text) <= MAX_LABEL:
         return terminal_text(text)
+    path = MODULE_PATH.fullmatch(text) is not None  # not a kernel's name with a dot in it
     cuts = [i + 1 for i, c in enumerate(text) if c == "." and len(text) - i <= MAX_LABEL]
-    if cuts:
+    if path and cuts:
         return terminal_text("…" + text[cuts[0] :])
     return terminal_text(text[: MAX_LABEL - 1] + "…")
 
