@@ -143,12 +143,16 @@ def _own_labels(name: str) -> dict:
 
 
 _SEQ = re.compile(r"(?:^|, )(?:stashed )?seq = (\d+)")
+_NODE_NAME = re.compile(r"\w+Backward\d*\b")
 
 
 def _seq_node(name: str | None) -> tuple[int, bool] | None:
     """(sequence number, stashed) of a PyTorch operator range name, else None."""
     match = _SEQ.search(name or "")
-    return (int(match.group(1)), "stashed seq = " in name) if match else None
+    if not match:
+        return None
+    node = _NODE_NAME.match(name) is not None  # `AddmmBackward0, seq = 7`: node 7's own range
+    return int(match.group(1)), "stashed seq = " in name or node
 
 
 def _forward_modules(

@@ -315,3 +315,22 @@ def test_work_on_a_thread_without_phase_ranges_takes_the_range_that_started_last
     credited = ops.filter(pl.col("phase").is_not_null())
     assert (credited["attribution"] == "other_thread").all()
     assert credited["other_thread_range_id"].to_list() == [0, 1, 1, 3, 2]
+
+
+def test_a_backward_nodes_own_range_takes_the_module_of_its_forward_seq():
+    """Recent PyTorch's emit_nvtx names the node `AddmmBackward0, seq = 7` (the number of
+    the forward op that made it) and writes no `stashed seq`: the node's kernels take the
+    module of forward op 7, not of a node read as a forward op with that number."""
+    f = Frames()
+    f.range(MAIN, "nsysmap:fwd:Linear:mlp.fc", 0, 10)
+    f.range(MAIN, "aten::addmm, seq = 7, op_id = 3, sizes = [[8, 16], [16, 32]]", 1, 9)
+    f.range(AUTOGRAD, "autograd::engine::evaluate_function: AddmmBackward0, op_id = 39", 20, 30)
+    f.range(AUTOGRAD, "AddmmBackward0, seq = 7, op_id = 40, sizes = [[8, 32]]", 21, 29)
+    f.range(AUTOGRAD, "aten::mm, op_id = 41", 22, 28)
+    bwd = f.kernel(AUTOGRAD, 23, "sm90_xmma_gemm")
+    row = _row(attribute(f.profile()), bwd)
+    assert (row["module"], row["module_class"], row["direction"]) == (
+        "mlp.fc",
+        "Linear",
+        "backward",
+    )

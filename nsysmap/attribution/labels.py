@@ -223,9 +223,13 @@ def _name_label_exprs(name: pl.Expr, rules: NameRules) -> list[pl.Expr]:
 
 
 def _stashed(name: pl.Expr) -> pl.Expr:
-    """True for a backward op's `stashed seq`, False for a forward `seq`, else null."""
+    """True for a backward op's `stashed seq` and for an autograd node's own range with its
+    number (`AddmmBackward0, seq = 7`: the node made by forward op 7, as recent PyTorch's
+    emit_nvtx names it, with no `stashed seq` inside); False for a forward `seq`; else
+    null."""
+    node = name.str.contains("Backward", literal=True) & name.str.contains(_NODE_NAME)
     return (
-        pl.when(name.str.contains("stashed seq = ", literal=True))
+        pl.when(name.str.contains("stashed seq = ", literal=True) | node)
         .then(pl.lit(True))
         .when(name.str.contains(SEQ))
         .then(pl.lit(False))

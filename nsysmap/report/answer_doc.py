@@ -351,7 +351,8 @@ def _weak(rows: pl.DataFrame) -> dict[str, Any]:
     regions = rows.filter(pl.col("inferred_region").is_not_null())["time_share"].sum()
     blocks = bool(rows["inferred_block"].is_not_null().any())
     weak = sure is not None and (not blocks or sure < CONFIDENCE_WEAK or regions < PLACED_WEAK)
-    return {"confidence": sure, "weak": weak, "blocks_found": blocks}
+    shown = None if sure is None else round(sure, 2)  # as report.md prints it
+    return {"confidence": shown, "weak": weak, "blocks_found": blocks}
 
 
 def _confidence(rows: pl.DataFrame) -> float | None:

@@ -226,7 +226,7 @@ def inferred_section(answer: dict[str, Any]) -> list[str]:
             if not device.get("blocks_found", True) and sure >= CONFIDENCE_WEAK:
                 what = "the passes repeat, with no repeating blocks in them"
             said += (
-                f" **Weak** (confidence {sure:.1f}): {what}; treat the rows below as a guess, "
+                f" **Weak** (confidence {sure:.2f}): {what}; treat the rows below as a guess, "
                 "not as the profile's phases."
             )
         lines += [said, ""]
