@@ -45,7 +45,7 @@ pytestmark = pytest.mark.slow
 
 MARKUP_TOKENS = {"html_block", "html_inline", "link_open", "image"}
 # What report.md's own text makes: its headings and emphasis (no name is in them).
-OWN_EMPHASIS = {"Inside", "own", "GPU span", "The structure model"}
+OWN_EMPHASIS = {"Inside", "own", "GPU span", "The structure model", "Weak"}
 FIGURE = re.compile(r'<script type="application/json" id="fig-[^"]*">(.*?)</script>', re.S)
 # Keys of a Plotly trace whose text plotly.js draws (labels, legend, hover).
 DRAWN = ("name", "x", "y", "labels", "text", "hovertext", "customdata")
