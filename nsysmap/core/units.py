@@ -15,6 +15,12 @@ TIME_UNITS = {False: "GPU time", True: "CPU operator self time"}
 OPERATION_WORDS = {False: "kernels", True: "operators"}
 
 
+def cpu_trace(meta: Mapping[str, Any]) -> bool:
+    """Whether a profile's operations are CPU operators timed by their self time (a trace
+    without GPU work: its reader's `unit_of_work` "cpu_op")."""
+    return meta.get("unit_of_work") == "cpu_op"
+
+
 def time_unit(cpu: bool) -> str:
     """ "GPU time", or "CPU operator self time" where `cpu` (a trace without GPU work)."""
     return TIME_UNITS[cpu]
@@ -29,7 +35,7 @@ def unrecorded_gpu_work(meta: Mapping[str, Any]) -> str | None:
     """Why a trace without GPU work timed only its CPU operators, where it launched GPU
     work that it does not hold (`cuda_launch_calls` with `unit_of_work` "cpu_op"):
     one sentence, without its full stop; None otherwise."""
-    if meta.get("unit_of_work") != "cpu_op":
+    if not cpu_trace(meta):
         return None
     try:
         launches = int(meta.get("cuda_launch_calls") or 0)

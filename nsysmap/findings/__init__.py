@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import polars as pl
 
+from nsysmap.core.units import cpu_trace
 from nsysmap.findings.find import findings_table
 from nsysmap.findings.inputs import Inputs, job_inputs
 from nsysmap.flow.analysis import Analysis, with_tables
@@ -31,7 +32,7 @@ def process_findings(
 ) -> pl.DataFrame:
     """findings.parquet of one profile: its OPS rows, waits tables, devices, meta and
     structure (None: not found)."""
-    cpu = meta.get("unit_of_work") == "cpu_op"
+    cpu = cpu_trace(meta)
     x = Inputs(ops, waits["launch_cost"], waits["idle"], devices, cpu, structure=structure)
     return findings_table([x])
 

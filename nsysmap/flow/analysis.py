@@ -15,6 +15,7 @@ from typing import Any
 import polars as pl
 
 from nsysmap.core.profile import NestedProfile
+from nsysmap.core.units import cpu_trace
 from nsysmap.infer.summary import LAYER_INDEX, Inferred
 from nsysmap.output.ops_sinks import OpsStore
 from nsysmap.output.writer import table_entries
@@ -48,7 +49,7 @@ class Analysis:
         meta = dict(zip(self.profile.meta["key"], self.profile.meta["value"], strict=True))
         by_module = self.summaries.by_module
         total = int(self.summaries.coverage["time_ns"].sum())
-        cpu = meta.get("unit_of_work") == "cpu_op"  # times are CPU operator self time
+        cpu = cpu_trace(meta)  # times are CPU operator self time
         work = stream_work(self.store.scan())  # the waits' busiest stream is not NCCL's
         text = render_summary(self.summaries, meta, work=work)
         text += structure_text(self.structure, total, cpu)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
+from nsysmap.core.units import cpu_trace
 from nsysmap.findings import Inputs, findings_table, job_inputs
 from nsysmap.many.rank_ids import RankOf
 from nsysmap.many.task import Outcome
@@ -39,6 +40,6 @@ def _rank_inputs(r: RankOf, outcome: Outcome, tables: dict[str, pl.DataFrame]) -
         {"device_id": list(names), "name": list(names.values())},
         schema={"device_id": pl.Int64, "name": pl.String},
     )
-    cpu = outcome.meta.get("unit_of_work") == "cpu_op"
+    cpu = cpu_trace(outcome.meta)
     ops = pl.scan_parquet(r.unit.part)
     return Inputs(ops, mine["launch_cost"], mine["idle"], devices, cpu, rank=r.rank)

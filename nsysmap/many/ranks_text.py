@@ -17,7 +17,7 @@ import polars as pl
 
 from nsysmap.core.inert import markdown_cell, markdown_code, markdown_text, terminal_text
 from nsysmap.core.scalars import to_float
-from nsysmap.core.units import unrecorded_gpu_work
+from nsysmap.core.units import cpu_trace, unrecorded_gpu_work
 from nsysmap.many.measured import left_out
 
 MS = 1e6
@@ -246,7 +246,7 @@ def _metas(manifest: dict[str, Any]) -> list[dict[str, Any]]:
 def cpu_only(manifest: dict[str, Any]) -> bool:
     """Whether every report attributed is a trace without GPU work (CPU operators)."""
     metas = _metas(manifest)
-    return bool(metas) and all(m.get("unit_of_work") == "cpu_op" for m in metas)
+    return bool(metas) and all(cpu_trace(m) for m in metas)
 
 
 def unrecorded_note(manifest: dict[str, Any]) -> str | None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap.core.units import unrecorded_gpu_work
+from nsysmap.core.units import cpu_trace, unrecorded_gpu_work
 from nsysmap.flops.aten_flops import with_shape_flops
 from nsysmap.flops.peaks import normalise_dtype, peak_tflops
 from nsysmap.report import flops_time as rf
@@ -113,7 +113,7 @@ class Findings:
     def cpu_only(self) -> bool:
         """Whether the run's times are CPU operator self time, not GPU time: a trace
         without GPU work, as its reader recorded (the terminal summary's unit)."""
-        return _reader_meta(self.run).get("unit_of_work") == "cpu_op"
+        return cpu_trace(_reader_meta(self.run))
 
 
 def choose_source(

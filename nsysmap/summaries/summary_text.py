@@ -11,7 +11,7 @@ from nsysmap.attribution.labels import OPERATOR_RANGE
 from nsysmap.attribution.paths import PATH_SEPARATOR
 from nsysmap.core.inert import terminal_text
 from nsysmap.core.range_names import PREFIX as NSYSMAP
-from nsysmap.core.units import operation_word, time_unit, unrecorded_gpu_work
+from nsysmap.core.units import cpu_trace, operation_word, time_unit, unrecorded_gpu_work
 from nsysmap.summaries.by_range import FOLDED
 from nsysmap.summaries.comm_overlap import overlap_line
 from nsysmap.summaries.graph_note import graph_line
@@ -67,7 +67,7 @@ def render_summary(
     """A readable breakdown: coverage, phases, modules, kernels, categories. `work`: each
     stream's time of work other than communication, by which the waits' line picks the
     busiest stream (nsysmap.waits.text.stream_work)."""
-    cpu = meta.get("unit_of_work") == "cpu_op"
+    cpu = cpu_trace(meta)
     unit = time_unit(cpu)
     op_word = operation_word(cpu)
     parts = [
