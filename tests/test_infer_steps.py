@@ -481,3 +481,33 @@ def test_fsdp_blocks_that_wait_on_a_host_copy_are_blocks_not_passes():
         same = (pl.col("layer") - offset) == pl.col("inferred_block")
         assert _share(on, same, pl.col("layer").is_not_null()) >= 0.9
         assert on["inferred_block"].drop_nulls().n_unique() in (16, 17)
+
+
+def _alternating(layers: int, passes: int) -> np.ndarray:
+    """`passes` forward passes back to back: a stem, `layers` layers of two kinds in
+    turn (the first kind has one kernel more, as a sliding-window attention layer
+    beside a full one), a head."""
+    full = list(range(10, 27))  # 17 kernels
+    sliding = [30, *full]  # the same and one more
+    one = [1, 2] + [k for i in range(layers) for k in (sliding if i % 2 == 0 else full)] + [3, 4, 5]
+    return np.array(one * passes)
+
+
+def test_layers_of_two_kinds_in_turn_are_one_pass_not_passes_of_two_layers():
+    """Mechanism: exact repeats of a layer stop at every layer of the other kind (one
+    kernel more), cutting the blocks into pairs; a stack that tolerates the inserted
+    kernel joins them, so one pass holds them all, as a decode step does."""
+    codes = _alternating(24, 1)
+    steps, period = passes(codes, np.full(codes.size, 1_000))
+    assert period is None
+    assert steps.max() == 0
+
+
+def test_passes_of_alternating_layers_back_to_back_are_still_passes():
+    """Mechanism: the stem and head between two passes break the tolerant stack too, so
+    passes of such a model, back to back, stay passes."""
+    codes = _alternating(6, 3)
+    steps, _ = passes(codes, np.full(codes.size, 1_000))
+    assert steps.max() == 2
+    cuts = np.flatnonzero(np.diff(steps)) + 1
+    assert set(codes[cuts].tolist()) <= {1, 2, 3, 4, 5}  # between a head and a stem

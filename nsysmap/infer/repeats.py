@@ -14,13 +14,17 @@ Two ways, the first that finds something wins:
    those of at least half the most repeats, each mark a pass; consecutive
    passes split at the longest launch gap between their stacks. (Exact: an
    inserted kernel would join two passes' stacks as readily as it bridges
-   noise.) When one copy of the motif is itself a pass, each copy is one:
-   it is mostly one stack of blocks (two forward passes back to back), or
-   it holds an optimizer kernel (no block of a model launches one, so the
-   motif is a whole training step repeated, as a CNN's steps are; a
-   backward kernel is no such sign: backward blocks launch them), or it is
-   the only stack and nothing but copies follows it (a model's blocks are
-   followed by its head: a warm-up and a measured pass of a CNN).
+   noise. Exact stacks that one tolerant stack spans are joined all the
+   same: layers of two kinds in turn, one kernel apart, are one stack of
+   blocks, not passes of two layers each; the head and stem between two
+   passes break a tolerant stack too.) When one copy of the motif is itself
+   a pass, each copy is one: it is mostly one stack of blocks (two forward
+   passes back to back), or it holds an optimizer kernel (no block of a
+   model launches one, so the motif is a whole training step repeated, as
+   a CNN's steps are; a backward kernel is no such sign: backward blocks
+   launch them), or it is the only stack and nothing but copies follows it
+   (a model's blocks are followed by its head: a warm-up and a measured
+   pass of a CNN).
 
 Otherwise the sequence is one pass.
 """
@@ -38,6 +42,7 @@ from nsysmap.infer.motif import (
     Region,
     best_stacks,
     lag_score,
+    stacks,
 )
 from nsysmap.infer.period import step_period
 
@@ -174,10 +179,9 @@ def _by_stacks(codes: np.ndarray, gaps_ns: np.ndarray, seen: Evidence) -> np.nda
         between = [_cut(gaps_ns, a.end, b.start) for a, b in itertools.pairwise(found)]
         cuts = np.sort(np.array(inner + between, np.int64))
         return np.searchsorted(cuts, np.arange(codes.size), side="right").astype(np.int64)
-    if len(found) < 2:
+    start, end = _unbroken(codes, found, lag)
+    if start.size < 2:
         return np.zeros(codes.size, np.int64)
-    start = np.array([r.start for r in found])
-    end = np.array([r.end for r in found])
     repeats = (end - start) / lag
     keep = repeats >= PASS_STACK_SHARE * repeats.max()
     start, end = start[keep], end[keep]
@@ -193,6 +197,36 @@ def _by_stacks(codes: np.ndarray, gaps_ns: np.ndarray, seen: Evidence) -> np.nda
     if lag_score(codes, length) < MIN_PERIOD_SCORE or (end - start).sum() < 0.5 * codes.size:
         return np.zeros(codes.size, np.int64)
     return np.searchsorted(cuts, np.arange(codes.size), side="right").astype(np.int64)
+
+
+def _unbroken(codes: np.ndarray, found: list[Region], lag: int) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the exact stacks, those that one stack of the same motif joins
+    when a kernel inserted or dropped is tolerated taken as one: a model whose layers
+    alternate between two kinds (one kernel more in every other layer) has one
+    stack of blocks, which an exact match cuts into pairs of layers. Passes are
+    told apart by more than that: a head and a stem between their stacks.
+
+        exact:     |A B|x|A B|x|A B|      three stacks of two blocks (x: the kernel more)
+        tolerant:  |A B x A B x A B|      one stack: one pass, not three
+    """
+    start = np.array([r.start for r in found], np.int64)
+    end = np.array([r.end for r in found], np.int64)
+    order = np.argsort(start, kind="stable")
+    start, end = start[order], end[order]
+    tolerant = stacks(codes, lag, np.ones(codes.size, bool), tolerant=True)
+    if start.size < 2 or not tolerant:
+        return start, end
+    lo = np.array([r.start for r in tolerant], np.int64)
+    hi = np.array([r.end for r in tolerant], np.int64)
+    # The tolerant stack around each exact one's middle (-1: none); neighbours in the
+    # same one are joined.
+    middle = (start + end) // 2
+    at = np.searchsorted(lo, middle, side="right") - 1
+    inside = (at >= 0) & (middle < hi[np.clip(at, 0, None)])
+    group = np.where(inside, at, -1 - np.arange(start.size))
+    first = np.concatenate(([True], group[1:] != group[:-1]))
+    last = np.concatenate((first[1:], [True]))
+    return start[first], end[last]
 
 
 def _fills(top: Region, found: list[Region], seen: Evidence) -> bool:
