@@ -33,6 +33,7 @@ from nsysmap.core.launch_keys import LAUNCH_API
 from nsysmap.core.profile import Profile
 from nsysmap.core.range_names import PREFIX as NSYSMAP
 from nsysmap.intervals.nesting import nest_intervals
+from nsysmap.read.torch.mangled import MANGLED, short_mangled
 from nsysmap.read.torch.torch_arrow import arrow_families
 from nsysmap.read.torch.torch_events import (
     Skipped,
@@ -210,9 +211,17 @@ def _host_pid(api: pl.DataFrame, cpu: pl.DataFrame) -> int | None:
 
 
 def _short_names(names: pl.Series) -> pl.DataFrame:
-    """name -> short_name for each distinct name (a trace repeats a few hundred names)."""
+    """name -> short_name for each distinct name (a trace repeats a few hundred names);
+    a mangled C++ symbol's from its own names (nsysmap.read.torch.mangled)."""
     distinct = names.unique().to_frame("name")
-    return distinct.with_columns(short_kernel_name(pl.col("name")).alias("short_name"))
+    short = distinct.with_columns(short_kernel_name(pl.col("name")).alias("short_name"))
+    mangled = short["name"].str.contains(MANGLED).fill_null(False)
+    if not mangled.any():
+        return short
+    rows = mangled.arg_true()
+    read = [short_mangled(name) for name in short["name"].gather(rows)]
+    shorter = pl.Series(read, dtype=pl.String).fill_null(short["short_name"].gather(rows))
+    return short.with_columns(short["short_name"].scatter(rows, shorter))
 
 
 def short_kernel_name(name: pl.Expr) -> pl.Expr:
