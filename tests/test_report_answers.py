@@ -209,7 +209,7 @@ def test_course_forward_export_counts_its_one_forward_pass(tmp_path):
     assert (top["forward_passes"], top["forward_passes_source"]) == (1, "the range")
     forward = top["scopes"]["forward"]
     assert forward["calls_per_forward_pass"] == forward["forward_calls"] == forward["calls"]
-    assert answers["schema"] == "nsysmap.answers" and answers["schema_version"] == "2.3"
+    assert answers["schema"] == "nsysmap.answers" and answers["schema_version"] == "2.4"
 
 
 @pytest.mark.slow

@@ -195,3 +195,54 @@ def test_passes_of_several_devices_say_so():
     assert line.startswith("measured: 2 forward passes on 2 devices, 2.000 ms of GPU time")
     one = region_line({**counts, "devices": 1}, 2_000_000, cpu=False)
     assert one.startswith("measured: 2 forward passes, 2.000 ms")
+
+
+def test_a_region_with_work_outside_its_passes_says_how_much_the_passes_hold():
+    """vLLM decode (torch.profiler): "1 forward pass inside `execute_…`, 10.718 ms" beside
+    the pass's own 10.675 ms elsewhere in the report: the region holds the input copies
+    before the pass. The line says both."""
+    counts = {
+        "region": "measured",
+        "name": None,
+        "ops": 434,
+        "time_ns": 10_717_708,
+        "evidence": ["kernel_sequence"],
+        "confidence": 1.0,
+        "forward_passes": 1,
+        "backward_passes": 0,
+        "optimizer_passes": 0,
+        "steps": 0,
+        "held_ns": 10_674_517,
+    }
+    line = region_line(counts, 10_717_708, cpu=False)
+    assert "10.718 ms of GPU time (100.0 % of all; 10.675 ms in the pass);" in line
+    steps = {**counts, "steps": 3, "forward_passes": 3}
+    assert "(100.0 % of all; 10.675 ms in the steps);" in region_line(steps, 10_717_708, cpu=False)
+    # The same time as printed: nothing more said.
+    same = region_line({**counts, "held_ns": 10_717_900}, 10_717_708, cpu=False)
+    assert "(100.0 % of all);" in same
+    # A set-up region holds no pass: nothing more said.
+    setup = region_line({**counts, "region": "setup", "forward_passes": 0}, 10_717_708, cpu=False)
+    assert "in the pass" not in setup
+
+
+def test_region_counts_hold_the_steps_time_else_the_passes():
+    rows = [
+        _row("region", 0, None, 40, None),
+        _row("pass", 0, "forward", 10, None),
+        _row("pass", 1, "backward", 15, None),
+    ]
+    table = pl.DataFrame(rows).with_columns(
+        [pl.lit(None).cast(t).alias(c) for c, t in STRUCTURE.items() if c not in rows[0]]
+    )
+    table = table.select(STRUCTURE.names()).cast(STRUCTURE)
+    assert region_counts(table, "measured")["held_ns"] == 250  # the passes: 10 * (10 + 15)
+    stepped = pl.concat(
+        [
+            table,
+            table.filter(pl.col("kind") == "region").with_columns(
+                kind=pl.lit("step"), ops=pl.lit(30, pl.Int64), time_ns=pl.lit(300, pl.Int64)
+            ),
+        ]
+    )
+    assert region_counts(stepped, "measured")["held_ns"] == 300  # the step's

@@ -56,6 +56,12 @@ def _escape(char: str) -> str:
     return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
+def clipped(text: str, width: int) -> str:
+    """`text` cut to `width` characters, its last an ellipsis where it was cut (a name
+    shown in a line or a cell; answers.json keeps it whole)."""
+    return f"{text[: width - 1]}…" if len(text) > width else text
+
+
 def visible(text: object) -> str:
     """`text` with every control, format and separator character written as an escape."""
     value = str(text)

@@ -3,7 +3,7 @@
 `answers_document(findings, compare)` returns a JSON-able dict, versioned by
 ANSWERS_SCHEMA_VERSION and documented in docs/report.md::
 
-    {"schema": "nsysmap.answers", "schema_version": "2.3",
+    {"schema": "nsysmap.answers", "schema_version": "2.4",
      "run": {...}, "compare": {...} | None,
      "structure": {"regions", "measured", "lines", "notes"},
      "scopes": {"forward": {"label", "source", "region", "passes", "steps", "name",
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from nsysmap.report.answers import Findings
 
 ANSWERS_SCHEMA = "nsysmap.answers"
-ANSWERS_SCHEMA_VERSION = "2.3"
+ANSWERS_SCHEMA_VERSION = "2.4"
 LAYER_ROWS = 20  # layers listed, by time
 RANGE_ROWS = 15  # ranges by time inside them
 OWN_ROWS = 10  # range paths by own time

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from nsysmap.core.inert import markdown_code, markdown_text
+from nsysmap.core.inert import clipped, markdown_code, markdown_text
 from nsysmap.infer.summary import CONFIDENCE_WEAK
 from nsysmap.report.blocks import part_label
 from nsysmap.report.format import (
     OUTSIDE_PHASES,
-    clipped,
     flop,
     kernel,
     ms,

@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap.core.inert import markdown_cell, markdown_code
+from nsysmap.core.inert import clipped, markdown_cell, markdown_code
 
 # How every table of the report names work outside every phase.
 OUTSIDE_PHASES = "(outside every phase)"
@@ -66,11 +66,6 @@ def ratio(x: float | None) -> str:
 def kernel(text: Any, width: int = 70) -> str:
     """A kernel name as code, cut to `width` characters (nsysmap.core.inert.markdown_code)."""
     return markdown_code(clipped(str(text or "?"), width))
-
-
-def clipped(text: str, width: int) -> str:
-    """`text` cut to `width` characters, its last an ellipsis where it was cut."""
-    return f"{text[: width - 1]}…" if len(text) > width else text
 
 
 def kernel_names(frame: pl.DataFrame) -> list[str]:

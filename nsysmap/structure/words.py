@@ -22,7 +22,7 @@ from typing import Any
 
 import polars as pl
 
-from nsysmap.core.inert import visible
+from nsysmap.core.inert import clipped, visible
 from nsysmap.core.scalars import to_float
 from nsysmap.core.units import time_unit
 from nsysmap.structure.table import DIRECTIONS, REGIONS
@@ -44,11 +44,16 @@ _REGION_WORDS = {"setup": "set-up", "warmup": "warm-up", "measured": "measured",
 COUNTED_PASS = (pl.col("kind") == "pass") & (pl.col("ops") > 0)
 
 
+# A name quoted in a sentence is cut to this many characters (a range named by a whole
+# dictionary of call-site fields runs to hundreds); answers.json's `name` keeps it whole.
+NAME_WIDTH = 100
+
+
 def code(name: str) -> str:
     """A range name as code: in backticks, its own backticks as quotes, its control and
     format characters as escapes (nsysmap.core.inert.visible), so that the sentence is
-    inert in every renderer that shows it."""
-    return "`" + visible(name).replace("`", "'") + "`"
+    inert in every renderer that shows it; cut to NAME_WIDTH characters."""
+    return "`" + visible(clipped(name, NAME_WIDTH)).replace("`", "'") + "`"
 
 
 def plural(n: int, noun: str) -> str:
@@ -88,6 +93,11 @@ def region_counts(table: pl.DataFrame, region: str) -> dict[str, Any]:
         **{f"{d}_passes": int((passes["direction"] == d).sum()) for d in DIRECTIONS},
         "steps": steps.height,
         "steps_with_backward": with_backward.height,
+        # The steps' time, else the passes': less than the region's where it holds work
+        # outside them (input copies before the first pass); null without either.
+        "held_ns": int((steps if steps.height else passes)["time_ns"].sum())
+        if steps.height or passes.height
+        else None,
         "devices": whole["device_id"].n_unique(),
     }
 
@@ -138,7 +148,9 @@ def region_line(counts: dict[str, Any], total_ns: int, *, cpu: bool) -> str:
     devices = counts.get("devices") or 1
     if held and devices > 1:  # passes and steps are counted over the devices together
         what += f" on {devices} devices"
-    share = f" ({100 * counts['time_ns'] / total_ns:.1f} % of all)" if total_ns else ""
+    share = f"{100 * counts['time_ns'] / total_ns:.1f} % of all" if total_ns else ""
+    inside = _held(counts) if held and region in ("warmup", "measured") else ""
+    share = f" ({'; '.join(s for s in (share, inside) if s)})" if share or inside else ""
     time = f"{counts['time_ns'] / 1e6:,.3f} ms of {time_unit(cpu)}"
     line = f"{_REGION_WORDS[region]}: {what}{where}, {time}{share}"
     words = EVIDENCE_WORDS | ({"kernel_sequence": "the operator sequence"} if cpu else {})
@@ -148,6 +160,20 @@ def region_line(counts: dict[str, Any], total_ns: int, *, cpu: bool) -> str:
     if region == "measured" and counts["confidence"] is not None:
         line += f"; confidence {counts['confidence']:.2f}"
     return line
+
+
+def _held(counts: dict[str, Any]) -> str:
+    """ "10.675 ms in the pass" where the steps (else the passes) hold less of the
+    region's time than all of it, as printed; else ""."""
+    held_ns = counts.get("held_ns")
+    if held_ns is None or f"{held_ns / 1e6:,.3f}" == f"{counts['time_ns'] / 1e6:,.3f}":
+        return ""
+    if counts["steps"]:
+        unit = "step" if counts["steps"] == 1 else "steps"
+    else:
+        n = sum(counts[f"{d}_passes"] for d in DIRECTIONS)
+        unit = "pass" if n == 1 else "passes"
+    return f"{held_ns / 1e6:,.3f} ms in the {unit}"
 
 
 def structure_lines(table: pl.DataFrame, total_ns: int | None = None, *, cpu: bool) -> list[str]:
