@@ -511,3 +511,18 @@ def test_passes_of_alternating_layers_back_to_back_are_still_passes():
     assert steps.max() == 2
     cuts = np.flatnonzero(np.diff(steps)) + 1
     assert set(codes[cuts].tolist()) <= {1, 2, 3, 4, 5}  # between a head and a stem
+
+
+@pytest.mark.parametrize(
+    ("stem", "head", "blocks"),
+    [([1], [], 12), ([1], [2], 12), ([1], [2], 32), ([], [10, 2], 8)],
+    ids=["stem", "stem-head", "stem-head-32", "head-like-a-block-8"],
+)
+def test_passes_back_to_back_with_a_short_stem_and_head_stay_passes(stem, head, blocks):
+    """Mechanism: passes of many blocks run back to back with only a kernel or two
+    between them (a tolerant stack spans them all): only stacks a few motif lengths
+    apart are joined, so each pass stays one."""
+    block = list(range(10, 30))
+    codes = np.array((stem + block * blocks + head) * 3)
+    steps, _ = passes(codes, np.full(codes.size, 1_000))
+    assert steps.max() == 2

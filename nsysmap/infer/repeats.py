@@ -14,17 +14,16 @@ Two ways, the first that finds something wins:
    those of at least half the most repeats, each mark a pass; consecutive
    passes split at the longest launch gap between their stacks. (Exact: an
    inserted kernel would join two passes' stacks as readily as it bridges
-   noise. Exact stacks that one tolerant stack spans are joined all the
-   same: layers of two kinds in turn, one kernel apart, are one stack of
-   blocks, not passes of two layers each; the head and stem between two
-   passes break a tolerant stack too.) When one copy of the motif is itself
-   a pass, each copy is one: it is mostly one stack of blocks (two forward
-   passes back to back), or it holds an optimizer kernel (no block of a
-   model launches one, so the motif is a whole training step repeated, as
-   a CNN's steps are; a backward kernel is no such sign: backward blocks
-   launch them), or it is the only stack and nothing but copies follows it
-   (a model's blocks are followed by its head: a warm-up and a measured
-   pass of a CNN).
+   noise. Exact stacks at most a few motif lengths apart that one tolerant
+   stack spans are joined all the same: layers of two kinds in turn, one
+   kernel apart, are one stack of blocks, not passes of two layers each.)
+   When one copy of the motif is itself a pass, each copy is one: it is
+   mostly one stack of blocks (two forward passes back to back), or it
+   holds an optimizer kernel (no block of a model launches one, so the
+   motif is a whole training step repeated, as a CNN's steps are; a
+   backward kernel is no such sign: backward blocks launch them), or it is
+   the only stack and nothing but copies follows it (a model's blocks are
+   followed by its head: a warm-up and a measured pass of a CNN).
 
 Otherwise the sequence is one pass.
 """
@@ -199,12 +198,19 @@ def _by_stacks(codes: np.ndarray, gaps_ns: np.ndarray, seen: Evidence) -> np.nda
     return np.searchsorted(cuts, np.arange(codes.size), side="right").astype(np.int64)
 
 
+# Exact stacks are joined only when their starts lie at most this many motif lengths
+# apart: a period of two or three layers (of two kinds) and a kernel or two more.
+# Passes run back to back hold more blocks, or a stem and head that break the
+# tolerant stack.
+JOINED_SPACING = 3.5
+
+
 def _unbroken(codes: np.ndarray, found: list[Region], lag: int) -> tuple[np.ndarray, np.ndarray]:
-    """(starts, ends) of the exact stacks, those that one stack of the same motif joins
-    when a kernel inserted or dropped is tolerated taken as one: a model whose layers
-    alternate between two kinds (one kernel more in every other layer) has one
-    stack of blocks, which an exact match cuts into pairs of layers. Passes are
-    told apart by more than that: a head and a stem between their stacks.
+    """(starts, ends) of the exact stacks, those that one tolerant stack of the same motif
+    spans (an inserted or dropped kernel tolerated) taken as one where they start at
+    most JOINED_SPACING motif lengths apart: a model whose layers alternate between
+    two kinds (one kernel more in every other layer) has one stack of blocks, which
+    an exact match cuts into pairs of layers.
 
         exact:     |A B|x|A B|x|A B|      three stacks of two blocks (x: the kernel more)
         tolerant:  |A B x A B x A B|      one stack: one pass, not three
@@ -213,8 +219,10 @@ def _unbroken(codes: np.ndarray, found: list[Region], lag: int) -> tuple[np.ndar
     end = np.array([r.end for r in found], np.int64)
     order = np.argsort(start, kind="stable")
     start, end = start[order], end[order]
+    if start.size < 2 or np.median(np.diff(start)) > JOINED_SPACING * lag:
+        return start, end
     tolerant = stacks(codes, lag, np.ones(codes.size, bool), tolerant=True)
-    if start.size < 2 or not tolerant:
+    if not tolerant:
         return start, end
     lo = np.array([r.start for r in tolerant], np.int64)
     hi = np.array([r.end for r in tolerant], np.int64)
