@@ -218,9 +218,11 @@ def test_a_region_with_work_outside_its_passes_says_how_much_the_passes_hold():
     assert "10.718 ms of GPU time (100.0 % of all; 10.675 ms in the pass);" in line
     steps = {**counts, "steps": 3, "forward_passes": 3}
     assert "(100.0 % of all; 10.675 ms in the steps);" in region_line(steps, 10_717_708, cpu=False)
-    # The same time as printed: nothing more said.
-    same = region_line({**counts, "held_ns": 10_717_900}, 10_717_708, cpu=False)
-    assert "(100.0 % of all);" in same
+    # The same time as printed, more (a step running past the region's end), or none:
+    # nothing more said.
+    for held in (10_717_900, 10_800_000, 0):
+        line = region_line({**counts, "held_ns": held}, 10_717_708, cpu=False)
+        assert "(100.0 % of all);" in line
     # A set-up region holds no pass: nothing more said.
     setup = region_line({**counts, "region": "setup", "forward_passes": 0}, 10_717_708, cpu=False)
     assert "in the pass" not in setup
@@ -246,3 +248,7 @@ def test_region_counts_hold_the_steps_time_else_the_passes():
         ]
     )
     assert region_counts(stepped, "measured")["held_ns"] == 300  # the step's
+    # A second process with passes and no step: its passes count beside the steps.
+    other = table.filter(pl.col("kind") == "pass").with_columns(pid=pl.lit(2, pl.Int64))
+    mixed = pl.concat([stepped, other])
+    assert region_counts(mixed, "measured")["held_ns"] == 300 + 250

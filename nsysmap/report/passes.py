@@ -45,7 +45,7 @@ def rule_notes(manifest: dict[str, Any], structure: pl.DataFrame) -> list[str]:
     regions = structure.filter(pl.col("kind") == "region")
     measured = regions.filter(pl.col("region") == "measured")
     if measure and not measured["evidence"].str.contains("rule").any():
-        rules = ", ".join(code(rule) for rule in measure)
+        rules = ", ".join(code(rule, width=None) for rule in measure)
         notes.append(
             f"The --measure rule {rules} names no range holding a pass: the measured region "
             "was found without it."

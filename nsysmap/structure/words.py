@@ -23,7 +23,7 @@ from typing import Any
 import polars as pl
 
 from nsysmap.core.inert import clipped, visible
-from nsysmap.core.scalars import to_float
+from nsysmap.core.scalars import to_float, to_int
 from nsysmap.core.units import time_unit
 from nsysmap.structure.table import DIRECTIONS, REGIONS
 
@@ -49,11 +49,12 @@ COUNTED_PASS = (pl.col("kind") == "pass") & (pl.col("ops") > 0)
 NAME_WIDTH = 100
 
 
-def code(name: str) -> str:
+def code(name: str, width: int | None = NAME_WIDTH) -> str:
     """A range name as code: in backticks, its own backticks as quotes, its control and
     format characters as escapes (nsysmap.core.inert.visible), so that the sentence is
-    inert in every renderer that shows it; cut to NAME_WIDTH characters."""
-    return "`" + visible(clipped(name, NAME_WIDTH)).replace("`", "'") + "`"
+    inert in every renderer that shows it; cut to `width` characters (None: whole)."""
+    cut = name if width is None else clipped(name, width)
+    return "`" + visible(cut).replace("`", "'") + "`"
 
 
 def plural(n: int, noun: str) -> str:
@@ -93,13 +94,21 @@ def region_counts(table: pl.DataFrame, region: str) -> dict[str, Any]:
         **{f"{d}_passes": int((passes["direction"] == d).sum()) for d in DIRECTIONS},
         "steps": steps.height,
         "steps_with_backward": with_backward.height,
-        # The steps' time, else the passes': less than the region's where it holds work
-        # outside them (input copies before the first pass); null without either.
-        "held_ns": int((steps if steps.height else passes)["time_ns"].sum())
-        if steps.height or passes.height
-        else None,
+        "held_ns": held_ns(steps, passes),
         "devices": whole["device_id"].n_unique(),
     }
+
+
+def held_ns(steps: pl.DataFrame, passes: pl.DataFrame) -> int | None:
+    """The time a region's steps hold, or its passes' where a device and process has no
+    step: less than the region's where it holds work outside them (the input copies
+    before a decode step's pass); None without either."""
+    if not (steps.height or passes.height):
+        return None
+    keys = ["device_id", "pid"]
+    stepped = steps.select(keys).unique()
+    unstepped = passes.join(stepped, on=keys, how="anti", nulls_equal=True)
+    return to_int(steps["time_ns"].sum()) + to_int(unstepped["time_ns"].sum())
 
 
 def structure_summary(table: pl.DataFrame, total_ns: int, *, cpu: bool) -> dict[str, Any]:
@@ -164,16 +173,16 @@ def region_line(counts: dict[str, Any], total_ns: int, *, cpu: bool) -> str:
 
 def _held(counts: dict[str, Any]) -> str:
     """ "10.675 ms in the pass" where the steps (else the passes) hold less of the
-    region's time than all of it, as printed; else ""."""
-    held_ns = counts.get("held_ns")
-    if held_ns is None or f"{held_ns / 1e6:,.3f}" == f"{counts['time_ns'] / 1e6:,.3f}":
-        return ""
+    region's time than all of it, as printed (in whole microseconds); else ""."""
+    held = counts.get("held_ns")
+    if held is None or not 0 < round(held / 1e3) < round(counts["time_ns"] / 1e3):
+        return ""  # all of the region's time as printed (a step may run past its end)
     if counts["steps"]:
         unit = "step" if counts["steps"] == 1 else "steps"
     else:
         n = sum(counts[f"{d}_passes"] for d in DIRECTIONS)
         unit = "pass" if n == 1 else "passes"
-    return f"{held_ns / 1e6:,.3f} ms in the {unit}"
+    return f"{held / 1e6:,.3f} ms in the {unit}"
 
 
 def structure_lines(table: pl.DataFrame, total_ns: int | None = None, *, cpu: bool) -> list[str]:
