@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nsysmap.core.schemas import API_CALLS, RANGES
+from nsysmap.core.wait_schemas import LATENCY_MAX_NS
 from nsysmap.waits.tables import waits_tables
 
 SYNC = "cudaDeviceSynchronize_v3020"
@@ -75,7 +76,7 @@ def _kind(o: Op, g0: int, ops: list[Op], syncs: list[tuple[int, int, int, int]])
         return "launch"
     if other:
         return "other_stream"
-    return "unknown" if o.launch is None else "latency"
+    return "unknown" if o.launch is None or g1 - g0 > LATENCY_MAX_NS else "latency"
 
 
 op = st.tuples(

@@ -54,18 +54,18 @@ def test_each_steps_window_gives_the_written_stream_idle(out):
 
 @pytest.mark.slow
 def test_a_part_is_its_own_window_and_its_gaps_keep_the_captures_kinds(out):
-    """Step 0 without K0: the device's window starts at K1 (5.5 ms); stream 8 waits from
+    """Step 0 without K0: the device's window starts at K1 (5.2 ms); stream 8 waits from
     there for S0 (before its first); stream 7's gaps keep their kinds."""
     ops, idle, _ = _written(out)
     part = ops.filter((pl.col("step") == 0) & (pl.col("name") != "K0"))
     rows = {r["stream_id"]: r for r in window_waits(part, idle)[0].to_dicts()}
     main, side = rows[7], rows[8]
-    assert (_ms(main, "wall_start_ns"), _ms(main, "wall_end_ns")) == (5.5, 45)
-    assert _ms(main, "busy_ns") == 2.5 + 2 + 2 + 2 + 2  # K1 .. K5
+    assert (_ms(main, "wall_start_ns"), _ms(main, "wall_end_ns")) == (5.2, 45)
+    assert _ms(main, "busy_ns") == 2.8 + 2 + 2 + 2 + 2  # K1 .. K5
     kinds = {k: _ms(main, f"idle_{k}_ns") for k in ("launch", "sync", "other_stream")}
     assert kinds == {"launch": 3, "sync": 3, "other_stream": 11}
     assert _ms(main, "idle_after_last_ns") == 12 and _ms(main, "idle_latency_ns") == 0
-    assert _ms(side, "idle_before_first_ns") == 20 - 5.5
+    assert _ms(side, "idle_before_first_ns") == 20 - 5.2
     for row in rows.values():
         assert row["busy_ns"] + row["idle_ns"] == row["wall_ns"]
 

@@ -14,6 +14,10 @@ WaitKind = pl.Enum(WAIT_KINDS)
 # A `launch` gap up to this long is launch overhead; a longer one is other host work between
 # launches (the findings' `max_launch_gap_ns`; the report's waits tell the two apart).
 LAUNCH_OVERHEAD_NS = 250_000
+# A gap whose operation was launched in time, with nothing else running on the device,
+# is the GPU's own latency up to this long (a few microseconds each, tens on older
+# GPUs); a longer one has no cause the profile shows: `unknown` (docs/waits.md).
+LATENCY_MAX_NS = 250_000
 
 
 def idle_by_kind(kinds: tuple[str, ...]) -> dict[str, ColumnType]:

@@ -16,8 +16,11 @@ kind (nsysmap.core.wait_schemas.WAIT_KINDS, docs/waits.md):
 * `other_stream`: launched in time, and work ran on another stream of the
   device during the gap (a cross-stream wait, communication);
 * `latency`: launched in time and nothing else ran: the GPU's own latency
-  between operations (a few microseconds);
-* `unknown`: the next kernel has no launch call and nothing else explains it.
+  between operations (a few microseconds), up to LATENCY_MAX_NS;
+* `unknown`: nothing the profile holds explains it: the next kernel has no
+  launch call, or it was launched in time, nothing else ran, and the gap is
+  longer than the GPU's latency (an event or a host function the stream
+  waited for, a graph's own dependencies).
 
 busy + idle = wall for every row of `stream_idle`, to the nanosecond.
 """
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from nsysmap.core.wait_schemas import WaitKind
+from nsysmap.core.wait_schemas import LATENCY_MAX_NS, WaitKind
 from nsysmap.intervals.packed_sort import packed_order
 from nsysmap.waits.sync_rules import SYNC_API, SYNC_RANGE, matches
 
@@ -164,7 +167,7 @@ def kinded(gaps: pl.DataFrame, busy: pl.DataFrame, waits: pl.DataFrame) -> pl.Da
         .then(pl.lit("launch"))
         .when(pl.col("_other"))
         .then(pl.lit("other_stream"))
-        .when(unlaunched)
+        .when(unlaunched | (pl.col("end_ns") - pl.col("start_ns") > LATENCY_MAX_NS))
         .then(pl.lit("unknown"))
         .otherwise(pl.lit("latency"))
     )
