@@ -25,6 +25,7 @@ from typing import Any
 import polars as pl
 
 from nsysmap.core.wait_schemas import LAUNCH_OVERHEAD_NS, WAIT_INTERIOR, WAIT_KINDS
+from nsysmap.waits.gaps import windows_overlap
 from nsysmap.waits.tables import SCHEMAS, is_sync_copy, long_gaps, window_waits
 from nsysmap.waits.text import busiest, stream_work
 
@@ -108,7 +109,7 @@ def waits_answer(
         if not found.is_empty():
             outside = _devices_left_out(streams, found)
             streams, gaps, scope = found, found_gaps, "measured region"
-    per_stream = _per_stream(streams, gaps)
+    per_stream = _with_overlap(_per_stream(streams, gaps), streams if in_steps else None)
     phases = _cost_rows(cost, ["phase"]).sort("idle_before_ns", "busy_ns", descending=True)
     modules = _cost_rows(cost, ["module", "phase"]).filter(
         pl.col("module").is_not_null(), pl.col("idle_before_ns") > 0
@@ -166,6 +167,16 @@ def _per_stream(streams: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
         (pl.col(c) / wall).alias(c.removesuffix("_ns") + "_share") for c in shared
     )
     return per_stream
+
+
+def _with_overlap(per_stream: pl.DataFrame, stepped: pl.DataFrame | None) -> pl.DataFrame:
+    """`per_stream` with `steps_overlap_ns`: how much its device's step windows overlap
+    (nsysmap.waits.gaps.windows_overlap; 0 without steps)."""
+    if stepped is None:
+        return per_stream.with_columns(steps_overlap_ns=pl.lit(0, pl.Int64))
+    overlap = windows_overlap(stepped).rename({"overlap_ns": "steps_overlap_ns"})
+    joined = per_stream.join(overlap, on="device_id", how="left", maintain_order="left")
+    return joined.with_columns(pl.col("steps_overlap_ns").fill_null(0))
 
 
 def _devices_left_out(capture: pl.DataFrame, part: pl.DataFrame) -> list[int]:

@@ -13,6 +13,7 @@ from nsysmap.core.inert import markdown_code
 from nsysmap.core.wait_schemas import LAUNCH_OVERHEAD_NS, WAIT_KINDS
 from nsysmap.report.format import ms, pct, plural, sentence, table
 from nsysmap.report.waits import KIND_NAMES, LEAD_KINDS, REST, REST_KINDS
+from nsysmap.waits.text import OVERLAP_SAID
 
 
 def waits_section(answer: dict[str, Any]) -> list[str]:
@@ -151,8 +152,8 @@ def _stream_text(row: dict[str, Any], gap_ns: int) -> str:
     """ "91.3 % of its wall time (299.849 ms); idle ..., of which ...": one stream's waits
     (`gap_ns`: the longest launch gap that is launch overhead, see `_long_text`)."""
     text = (
-        f"{pct(row['busy_share'])} of its wall time ({ms(row['wall_ns'])}); idle"
-        f" {ms(row['idle_ns'])}, of which launch-bound {ms(row['idle_launch_ns'])}"
+        f"{pct(row['busy_share'])} of its wall time ({ms(row['wall_ns'])}{_overlap_text(row)});"
+        f" idle {ms(row['idle_ns'])}, of which launch-bound {ms(row['idle_launch_ns'])}"
         f" ({pct(row['idle_launch_share'])} of wall time{_long_text(row, gap_ns)}) and waiting"
         f" on synchronisations {ms(row['idle_sync_ns'])}"
     )
@@ -170,6 +171,18 @@ def _stream_text(row: dict[str, Any], gap_ns: int) -> str:
         parts = [f"{ms(row[f'idle_{k}_ns'])} {LEAD_KINDS[k]}" for k in rest[:REST_KINDS]]
         text += "; besides, " + " and ".join(parts)
     return text
+
+
+def _overlap_text(row: dict[str, Any]) -> str:
+    """ ", the summed length of its steps' windows, which overlap by 636.978 ms: ...", where
+    steps run in a pipeline (nsysmap.waits.text.overlap_clause); else empty."""
+    overlap = row.get("steps_overlap_ns") or 0
+    if not overlap or overlap < OVERLAP_SAID * row["wall_ns"]:
+        return ""
+    return (
+        f", the summed length of its steps' windows, which overlap by {ms(overlap)}: a"
+        " step's work runs on after the next step's begins, and that time counts in each"
+    )
 
 
 def _stream_table(answer: dict[str, Any]) -> list[str]:

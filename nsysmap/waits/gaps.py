@@ -91,6 +91,26 @@ def windows(gpu: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def windows_overlap(stream_idle: pl.DataFrame) -> pl.DataFrame:
+    """(device_id, overlap_ns): per device, how much its steps' windows overlap, the time
+    in two windows or more (their summed length less their union). Steps run in a
+    pipeline overlap: a step's operations run on after the next step's first begins,
+    and the waits count that time in each window::
+
+        step 550   |---------------------|
+        step 551                 |--------------------|     overlap: |------|
+    """
+    rows = stream_idle.filter(pl.col("step").is_not_null())
+    spans = rows.select(*WINDOW, start="wall_start_ns", end="wall_end_ns").unique()
+    spans = spans.sort("device_id", "start", "end")
+    reach = pl.col("end").cum_max().shift(1).over("device_id")
+    piece = (pl.col("end") - pl.max_horizontal("start", reach)).clip(lower_bound=0)
+    covered = pl.when(reach.is_null()).then(pl.col("end") - pl.col("start")).otherwise(piece)
+    return spans.group_by("device_id").agg(
+        overlap_ns=((pl.col("end") - pl.col("start")) - covered).sum().cast(pl.Int64)
+    )
+
+
 def interior_gaps(reached: pl.DataFrame) -> pl.DataFrame:
     """The gaps between one operation's reach and the next operation's start, not yet kinded."""
     return reached.filter(pl.col("start_ns") > pl.col("prev_reach")).select(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from nsysmap.core.wait_schemas import LAUNCH_OVERHEAD_NS
+from nsysmap.waits.gaps import windows_overlap
 from nsysmap.waits.tables import long_gaps
 
 # How the line names the kinds of wait it lists, always (the four causes).
@@ -73,6 +74,7 @@ def waits_line(
         pl.col("wall_ns", "busy_ns", *kinds).sum()
     )
     ordered = streams.sort(["busy_ns", "stream_id"], descending=[True, False])
+    overlap = dict(windows_overlap(stepped).iter_rows()) if stepped.height else {}
     parts = []
     for r in busiest(ordered, work).iter_rows(named=True):
         wall = r["wall_ns"] or 1
@@ -86,9 +88,26 @@ def waits_line(
         parts.append(
             f"device {r['device_id']} stream {r['stream_id']} busy"
             f" {100 * r['busy_ns'] / wall:.1f}% of {r['wall_ns'] / 1e6:,.3f} ms; idle: {kinds_text}"
+            + overlap_clause(overlap.get(r["device_id"], 0), wall)
         )
     base = WALL[bool(stepped.height)]
     return f"Where the GPU waits ({where}, busiest stream; {base}): " + "; ".join(parts) + "."
+
+
+# The steps' windows' overlap is said when it holds this share of their summed length.
+OVERLAP_SAID = 0.01
+
+
+def overlap_clause(overlap_ns: int, wall_ns: int) -> str:
+    """ "; the steps' windows overlap by 637.012 ms (...)": where steps run in a pipeline,
+    their windows' summed length (what the shares are of) counts some time twice;
+    empty below OVERLAP_SAID of it."""
+    if not wall_ns or overlap_ns < OVERLAP_SAID * wall_ns:
+        return ""
+    return (
+        f"; the steps' windows overlap by {overlap_ns / 1e6:,.3f} ms (a step's work runs on"
+        " after the next step's begins), counted in each"
+    )
 
 
 def _long_launches(idle: pl.DataFrame | None, *, stepped: bool) -> dict[tuple[int, int], int]:
