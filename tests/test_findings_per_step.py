@@ -256,3 +256,16 @@ def test_diff_divides_by_the_steps_the_report_and_findings_count(outputs):
     assert "B takes the same time per step as A" in result.output
     ops = pl.read_parquet(outputs["structure"] / "ops.parquet")
     assert a_ms == pytest.approx(ops["dur_ns"].sum() / 4 / 1e6, abs=1e-3)
+
+
+def test_a_saving_unknown_lists_what_it_needs_as_needs():
+    """rtx5070 (cs336a2): "saving unknown (the fp32 and TF32/bf16 peaks of ...: not in
+    nsysmap's table; step ranges (...): without them ...)" read as the reasons the saving is
+    unknown; the step ranges are what its figures need, not why. Said as needs, as
+    report.md's "Needs:" line says them."""
+    needs = "the peaks of `GPU X`: not in nsysmap's table; step ranges (NVTX `step N`)"
+    row = {"priority": 1, "title": "fp32 GEMMs", "place": "GPU 0", "fix": "use TF32"}
+    row |= {"saving_ns_per_step": None, "needs": needs, "per_step": False}
+    table = pl.DataFrame([row])
+    line = findings_lines(table).splitlines()[1]
+    assert line.endswith(f"(GPU 0): saving unknown; needs: {needs}")

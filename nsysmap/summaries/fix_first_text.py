@@ -32,7 +32,7 @@ def findings_lines(table: pl.DataFrame | None, top: int = TOP) -> str:
 def _saving(row: dict[str, Any]) -> str:
     saving = row["saving_ns_per_step"]
     if saving is None:
-        return f"saving unknown ({terminal_text(row['needs'])})"
+        return f"saving unknown; needs: {terminal_text(row['needs'])}"
     bound = "up to " if row["upper_bound"] else "about "
     share = f"{pct(row['saving_share'])} of {share_words(row.get('per_step'))}"
     return f"{bound}{ms(saving)} ({share}), confidence {row['confidence']}"
