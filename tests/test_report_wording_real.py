@@ -412,3 +412,20 @@ def test_the_waits_tables_say_what_the_rest_of_the_idle_time_before_was():
     assert "the rest of the idle time before them was GPU latency, of unknown cause, or" in (
         section
     )
+
+
+def test_the_terminal_says_how_many_kernels_a_short_name_stands_for():
+    """pipit_cloverleaf: the terminal's top kernel `par_ranged2d_kernel` (87.9 %) stood for 36
+    template instances, while report.md's top kernel was one of them
+    (`par_ranged2d_kernel<PdV_kernel>`, 6.4 %); the row says how many kernels it holds."""
+    f = Frames()
+    names = ["void par_ranged2d_kernel<PdV_kernel>(int)", "void par_ranged2d_kernel<advec>(int)"]
+    for at, name in enumerate([*names, names[0]], start=1):
+        f.kernel(1, 2 * at, name, dur=1)
+        f.ops[-1]["short_name"] = "par_ranged2d_kernel"
+    f.kernel(1, 9, "void reduce_kernel<float>(int)", dur=1)
+    f.ops[-1]["short_name"] = "reduce_kernel"
+    report = f.profile()
+    text = render_summary(summarise(attribute(report), report.ranges), {"backend": "nsys"})
+    assert "  par_ranged2d_kernel (other, 2 kernels)" in text
+    assert "  reduce_kernel (reduction)" in text  # one kernel: nothing more said

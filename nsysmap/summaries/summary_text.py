@@ -308,14 +308,21 @@ def _kernels_title(by_kernel: pl.DataFrame, op_word: str) -> str:
 
 def _kernel_names(by_kernel: pl.DataFrame) -> pl.DataFrame:
     """by_kernel with generic short names (`Kernel`) replaced by what tells the kernels
-    apart: `cutlass::Kernel<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>`."""
+    apart: `cutlass::Kernel<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>`; a category
+    with the number of kernels a short name stands for, where it is more than one."""
     head = pl.col("name").str.extract(_QUALIFIED, 1)
     closed = pl.col("name").str.extract(_QUALIFIED, 2) == ">"
     label = head + pl.when(closed).then(pl.lit(">")).otherwise(pl.lit("…>"))
     generic = pl.col("short_name").str.contains(GENERIC_SHORT) & head.is_not_null()
-    return by_kernel.with_columns(
+    named = by_kernel.with_columns(
         short_name=pl.when(generic).then(label).otherwise(pl.col("short_name"))
     )
+    # A short name over several kernels (template instances: `par_ranged2d_kernel<PdV_kernel>`,
+    # `<advec_cell_kernel>`, ...) says how many, beside its category: report.md names
+    # them apart, and its top kernel is one of them.
+    kernels = pl.col("name").n_unique().over("short_name", "category")
+    many = pl.format("{}, {} kernels", pl.col("category"), kernels)
+    return named.with_columns(category=pl.when(kernels > 1).then(many).otherwise("category"))
 
 
 def _grid(title: str, headers: list[str], rows: list[list[str]]) -> str:
