@@ -1,0 +1,88 @@
+"""Names cut to a table's width stay told apart (nsysmap.core.inert.distinct_cuts).
+
+Real profiles name rows alike for their first 70 or 100 characters: a module
+path's range (`nn.Module: TimesformerForVideoClassification_0.TimesformerModel_0.T…`
+for the encoder and each of its twelve layers), pyprof's dict per range. Cut at
+their end, such rows printed identically in the terminal's Top ranges and in
+report.md's tables of range paths. Rows that would read alike show where their
+names differ; every other row keeps its label as it was.
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nsysmap.core.inert import clipped, distinct_cuts
+
+COMMON = "nn.Module: TimesformerForVideoClassification_0.TimesformerModel_0.TimesformerEncoder_0"
+
+
+def _cut(texts: list[str], width: int) -> list[str]:
+    return distinct_cuts(texts, [clipped(t, width) for t in texts], width)
+
+
+def test_names_alike_once_cut_show_where_they_differ():
+    texts = [f"{COMMON}.TimesformerLayer_{i} (TimesformerLayer)" for i in (2, 0, 11)]
+    assert len({clipped(t, 72) for t in texts}) == 1  # cut at their end: alike
+    labels = _cut(texts, 72)
+    assert labels == [
+        "nn.Module: …TimesformerEncoder_0.TimesformerLayer_2 (TimesformerLayer)",
+        "nn.Module: …TimesformerEncoder_0.TimesformerLayer_0 (TimesformerLayer)",
+        "nn.Module: …TimesformerEncoder_0.TimesformerLayer_11 (TimesformerLayer)",
+    ]
+    assert all(len(label) <= 72 for label in labels)
+
+
+def test_a_name_that_begins_another_shows_its_end_and_the_other_what_follows():
+    encoder = f"{COMMON} (TimesformerEncoder) > rest of it"
+    deeper = f"{encoder} > nn.Module: {COMMON}.TimesformerLayer_0 (TimesformerLayer)"
+    short, long = _cut([encoder, deeper], 60)
+    assert short.endswith("(TimesformerEncoder) > rest of it") and "…" in short
+    assert "rest of it > nn.Module" in long and long.endswith("…")
+
+
+def test_the_window_is_cut_at_its_end_when_the_names_go_on():
+    texts = ["x" * 80 + f"{i} and a long tail that follows the difference by far" for i in "ab"]
+    labels = _cut(texts, 40)
+    assert labels == [
+        "xxxxxxxxxx…xxxxxxxxxxa and a long tail …",
+        "xxxxxxxxxx…xxxxxxxxxxb and a long tail …",
+    ]
+
+
+def test_names_of_megabytes_are_compared_a_block_at_a_time():
+    texts = ["k<" + "float, " * 300_000 + f"{i}>" for i in "ab"]
+    assert _cut(texts, 30) == ["k<…float, float, float, a>", "k<…float, float, float, b>"]
+
+
+def test_labels_that_do_not_collide_are_kept_as_they_are():
+    texts = ["short", "x" * 100, "y" * 100, "x" * 100]  # the same name twice: one label
+    labels = ["short", "cut x…", "cut y…", "cut x…"]
+    assert distinct_cuts(texts, labels, 72) == labels
+    assert distinct_cuts([], [], 72) == []
+
+
+def test_names_alike_even_where_they_differ_are_numbered_from_the_shortest():
+    """pyprof on mmagic: each path one level deeper than the one before, by the same two
+    names in turn; their tails are alike, so is every window of them."""
+    unit = "{'mod': 'torch', 'op': '__getattr__'} > {'traceMarker': ['/workspace/arch.py:148']}"
+    paths = [" > ".join([unit] * n) for n in (3, 1, 2)]
+    labels = _cut(paths, 50)
+    assert [label[-4:] for label in labels[1:]] == [" [1]", " [2]"]  # the tails
+    assert " > {'mod'" in labels[0] and labels[0].endswith("…")  # past the others' end
+    assert len(set(labels)) == 3 and all(len(label) <= 50 for label in labels)
+
+
+@given(
+    st.lists(st.text("ab. >", min_size=0, max_size=120), min_size=1, max_size=12),
+    st.integers(min_value=8, max_value=100),
+)
+def test_different_names_never_share_a_label_and_every_label_fits(texts, width):
+    prefixed = ["common prefix of many names " * 3 + t for t in texts]
+    labels = _cut(prefixed, width)
+    assert all(len(label) <= width for label in labels)
+    for (a, x), (b, y) in combinations(zip(prefixed, labels, strict=True), 2):
+        assert (a == b) == (x == y), (a, b, x)
