@@ -10,14 +10,26 @@ names differ; every other row keeps its label as it was.
 
 from __future__ import annotations
 
+import re
 from itertools import combinations
 
+import polars as pl
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from nsysmap.attribution.attribute import attribute
 from nsysmap.core.inert import clipped, distinct_cuts
+from nsysmap.flow.verbs import analyse_file
+from nsysmap.summaries import summary_text as render
+from nsysmap.summaries.summarise import summarise
+from nsysmap.summaries.summary_text import MAX_LABEL, TOP, render_summary
+from nsysmap.summaries.top_ranges import top_ranges
+from tests.corpus import corpus_path
+from tests.frames import Frames
 
 COMMON = "nn.Module: TimesformerForVideoClassification_0.TimesformerModel_0.TimesformerEncoder_0"
+_ROW = re.compile(r"^  (.*?) +[\d,]+ +[\d,.]+ +[\d,.]+ +(?:<?[\d.]+%)$")
 
 
 def _cut(texts: list[str], width: int) -> list[str]:
@@ -86,3 +98,51 @@ def test_different_names_never_share_a_label_and_every_label_fits(texts, width):
     assert all(len(label) <= width for label in labels)
     for (a, x), (b, y) in combinations(zip(prefixed, labels, strict=True), 2):
         assert (a == b) == (x == y), (a, b, x)
+
+
+def test_the_terminals_top_ranges_tell_long_paths_apart():
+    f = Frames()
+    f.range(1, "forward", 0, 100)
+    f.range(1, COMMON + " (TimesformerEncoder)", 0, 100)
+    for i in range(3):
+        f.range(1, f"{COMMON}.TimesformerLayer_{i} (TimesformerLayer)", 10 + 30 * i, 35 + 30 * i)
+        f.kernel(1, 12 + 30 * i, dur=5 + i)
+    report = f.profile()
+    text = render_summary(summarise(attribute(report), report.ranges), {"backend": "nsys"})
+    rows = _top_ranges(text)
+    assert len(rows) == 5 and len(set(rows)) == 5
+    assert "forward > …TimesformerEncoder_0.TimesformerLayer_2 (TimesformerLayer)" in rows
+    assert all(len(label) <= MAX_LABEL for label in rows)
+
+
+def test_the_terminals_other_tables_tell_long_names_apart():
+    names = ["void kernel<" + "float, " * 12 + f"{i}>(int)" for i in "ab"] + ["gemm"]
+    table = pl.DataFrame({"name": names, "ops": [1, 2, 3], "time_ns": [3, 2, 1]})
+    lines = render._section("Top kernels", table, ["name"], 10).splitlines()[1:]
+    labels = [line.rsplit(maxsplit=3)[0].strip() for line in lines]
+    assert labels[2] == "gemm" and len(set(labels)) == 3
+    assert labels[0].endswith("float, a>(int)") and labels[1].endswith("float, b>(int)")
+
+
+def _top_ranges(text: str) -> list[str]:
+    """The labels of the terminal summary's Top ranges rows."""
+    lines = text.split("Top ranges")[1].split("\n\n")[0].splitlines()[1:]
+    found = [_ROW.match(line) for line in lines]
+    return [m.group(1) for m in found if m]
+
+
+@pytest.mark.corpus
+def test_timesformers_top_ranges_differ_where_their_paths_do(tmp_path):
+    """tracelens TimeSformer inference: the encoder's and its layers' module ranges read
+    `… > nn.Module: TimesformerForVideoClassification_0.TimesformerModel_0.T…` alike."""
+    path = corpus_path("tracelens_timesformer_infer_modules_h100.json.gz")
+    analysis = analyse_file(path, tmp_path)
+    labels = _top_ranges(render_summary(analysis.summaries, {"backend": "torch"}))
+    chosen = top_ranges(analysis.summaries.by_range, TOP)
+    assert chosen is not None
+    paths = chosen.rows["range_path"].to_list()
+    assert len(labels) == len(paths) == TOP
+    for (a, x), (b, y) in combinations(zip(paths, labels, strict=True), 2):
+        assert a == b or x != y, (a, b, x)
+    assert all(len(label) <= MAX_LABEL for label in labels)
+    assert "ProfilerStep#* > …TimesformerLayer_11 (TimesformerLayer)" in labels
