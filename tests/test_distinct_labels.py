@@ -21,6 +21,9 @@ from hypothesis import strategies as st
 from nsysmap.attribution.attribute import attribute
 from nsysmap.core.inert import clipped, distinct_cuts
 from nsysmap.flow.verbs import analyse_file
+from nsysmap.report.build import build_report
+from nsysmap.report.doc_sections import ranges_section
+from nsysmap.report.report_files import read_run
 from nsysmap.summaries import summary_text as render
 from nsysmap.summaries.summarise import summarise
 from nsysmap.summaries.summary_text import MAX_LABEL, TOP, render_summary
@@ -146,3 +149,42 @@ def test_timesformers_top_ranges_differ_where_their_paths_do(tmp_path):
         assert a == b or x != y, (a, b, x)
     assert all(len(label) <= MAX_LABEL for label in labels)
     assert "ProfilerStep#* > …TimesformerLayer_11 (TimesformerLayer)" in labels
+
+
+def test_report_tables_of_range_paths_tell_long_paths_apart():
+    paths = ["training_step > forward > " + COMMON + f".Layer_{i} (Layer)" for i in (0, 1)]
+    paths.append("training_step")
+    row = {"calls": 1, "time_ns": 0, "inclusive_ns": 1, "inclusive_share": 0.5, "span_ns": 1}
+    own = {"calls": 1, "ops": 1, "time_ns": 1, "time_share": 0.5}
+    answer = {
+        "unknown": None,
+        "user_ranges_only": True,
+        "inside": [{"range_path": p, **row} for p in paths],
+        "own": [{"range_path": p, **own} for p in paths],
+    }
+    lines = ranges_section(answer)
+    cells = [line.split(" | ")[0].removeprefix("| ") for line in lines if line.startswith("| `")]
+    assert cells[2] == "`training_step`" and len(cells) == 6
+    assert cells[:3] == cells[3:] and len(set(cells[:3])) == 3
+    assert cells[0] == (
+        "`training_step > forward …TimesformerModel_0.TimesformerEncoder_0.Layer_0 (Layer)`"
+    )
+    assert all(len(cell) <= 102 for cell in cells)  # 100 characters and the backticks
+
+
+@pytest.mark.corpus
+def test_gpt2s_report_tables_differ_where_their_paths_do(tmp_path):
+    """aiperf GPT-2 on B200: ten rows of report.md's by-range table read `training_step >
+    forward > nn.Module: GPT2LMHeadModel_0 (GPT2LMHeadModel) > nn.Module: GPT2LMHeadMod…`."""
+    analyse_file(corpus_path("aiperf_hf_gpt2_train_step_with_modules_stack_b200.json"), tmp_path)
+    result = build_report(read_run(tmp_path))
+    answer = result.answers["answers"]["ranges"]
+    section = result.markdown.split("## Where the time goes: by range\n")[1].split("\n## ")[0]
+    cells = [line.split(" | ")[0] for line in section.splitlines() if line.startswith("| `")]
+    paths = [r["range_path"] for r in answer["inside"] + answer["own"]]
+    assert len(cells) == len(paths)
+    inside = len(answer["inside"])
+    for table in (slice(0, inside), slice(inside, None)):
+        pairs = zip(paths[table], cells[table], strict=True)
+        for (a, x), (b, y) in combinations(pairs, 2):
+            assert a == b or x != y, (a, b, x)
