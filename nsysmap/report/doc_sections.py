@@ -17,6 +17,7 @@ from nsysmap.report.format import (
     flop,
     kernel,
     ms,
+    names,
     num,
     pct,
     sentence,
@@ -135,29 +136,29 @@ def ranges_section(answer: dict[str, Any]) -> list[str]:
     which = "The profile's own ranges" if answer["user_ranges_only"] else "Ranges"
     inside = [
         [
-            kernel(r["range_path"], 100),
+            name,
             f"{r['calls']:,}",
             ms(r["time_ns"]),
             ms(r["inclusive_ns"]),
             pct(r["inclusive_share"]),
             ms(r["span_ns"]),
         ]
-        for r in answer["inside"]
+        for name, r in zip(_paths(answer["inside"]), answer["inside"], strict=True)
     ]
     own = [
-        [
-            kernel(r["range_path"], 100),
-            f"{r['calls']:,}",
-            f"{r['ops']:,}",
-            ms(r["time_ns"]),
-            pct(r["time_share"]),
-        ]
-        for r in answer["own"]
+        [name, f"{r['calls']:,}", f"{r['ops']:,}", ms(r["time_ns"]), pct(r["time_share"])]
+        for name, r in zip(_paths(answer["own"]), answer["own"], strict=True)
     ]
     lines += ["", f"{which} with the most time inside them:", ""]
     lines += table(["range", "calls", "own", "inside", "share inside", "GPU span"], inside)
     lines += ["Range paths with the most own time:", ""]
     return lines + table(["range", "calls", "ops", "own", "share"], own)
+
+
+def _paths(rows: list[dict[str, Any]]) -> list[str]:
+    """The range paths of a table's rows, within 100 characters, told apart where they
+    would read alike once cut (format.names)."""
+    return names([r["range_path"] for r in rows], 100)
 
 
 def blocks_section(answer: dict[str, Any]) -> list[str]:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import polars as pl
 
-from nsysmap.core.inert import clipped, markdown_cell, markdown_code
+from nsysmap.core.inert import clipped, distinct_cuts, markdown_cell, markdown_code
 
 # How every table of the report names work outside every phase.
 OUTSIDE_PHASES = "(outside every phase)"
@@ -66,6 +66,14 @@ def ratio(x: float | None) -> str:
 def kernel(text: Any, width: int = 70) -> str:
     """A kernel name as code, cut to `width` characters (nsysmap.core.inert.markdown_code)."""
     return markdown_code(clipped(str(text or "?"), width))
+
+
+def names(texts: Sequence[Any], width: int) -> list[str]:
+    """The names of a table's rows as code, each cut to `width` characters; names that
+    would read alike once cut show where they differ (nsysmap.core.inert.distinct_cuts)."""
+    full = [str(text or "?") for text in texts]
+    labels = distinct_cuts(full, [clipped(text, width) for text in full], width)
+    return [markdown_code(label) for label in labels]
 
 
 def kernel_names(frame: pl.DataFrame) -> list[str]:

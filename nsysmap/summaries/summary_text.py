@@ -9,7 +9,7 @@ import polars as pl
 
 from nsysmap.attribution.labels import OPERATOR_RANGE
 from nsysmap.attribution.paths import PATH_SEPARATOR
-from nsysmap.core.inert import terminal_text
+from nsysmap.core.inert import distinct_cuts, terminal_text
 from nsysmap.core.range_names import PREFIX as NSYSMAP
 from nsysmap.core.units import cpu_trace, operation_word, time_unit, unrecorded_gpu_work
 from nsysmap.summaries.by_range import FOLDED
@@ -236,15 +236,17 @@ def _ranges(table: pl.DataFrame, top: int) -> str:
     if chosen is None:
         return ""
     total = chosen.total_ns
+    paths = chosen.rows["range_path"].to_list()
+    labels = distinct_cuts(paths, [_path_label(p) for p in paths], MAX_LABEL)
     rows = [
         [
-            terminal_text(_path_label(r["range_path"])),
+            terminal_text(label),
             f"{r['calls']:,}",
             _ms(r["time_ns"]),
             _ms(r["inclusive_ns"]),
             _pct(r["inclusive_ns"], total) if total else "0.0%",
         ]
-        for r in chosen.rows.iter_rows(named=True)
+        for label, r in zip(labels, chosen.rows.iter_rows(named=True), strict=True)
     ]
     headers = ["calls", "own ms", "inside ms", "share"]
     text = _grid("Top ranges (inside: with the ranges below)", headers, rows)
@@ -285,14 +287,17 @@ def _section(
         .with_columns((pl.col("time_ns") / pl.col("time_ns").sum()).alias("share"))
         .sort(["time_ns", *keys], descending=[True, *[False] * len(keys)], nulls_last=True)
     )
+    shown = merged.head(top)
+    names = [_text(value, missing) for value in shown[keys[0]].to_list()]
+    heads = distinct_cuts(names, [_label(name) for name in names], MAX_LABEL)
     rows = [
         [
-            _row_label([r[k] for k in keys], missing),
+            _row_label(head, [r[k] for k in keys[1:]]),
             f"{r['ops']:,}",
             _ms(r["time_ns"]),
             f"{100 * r['share']:.1f}%",
         ]
-        for r in merged.head(top).iter_rows(named=True)
+        for head, r in zip(heads, shown.iter_rows(named=True), strict=True)
     ]
     more = merged.height - top
     text = _grid(title, ["ops", "ms", "share"], rows)
@@ -336,27 +341,32 @@ def _grid(title: str, headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(cells)
 
 
-def _row_label(values: list[object], missing: str = _NONE) -> str:
-    """`first (second)`, e.g. `transformer.h.0.attn (GPT2Attention)`."""
-    head = missing if values[0] is None else _label(values[0])
-    rest = [_label(v) for v in values[1:] if v is not None]
-    return f"{head} ({', '.join(rest)})" if rest else head
+def _row_label(head: str, rest: list[object]) -> str:
+    """`first (second)`, e.g. `transformer.h.0.attn (GPT2Attention)`: `head`, the first
+    key's label (its name as cut, or the row of `missing`), then the other keys'."""
+    shown = [terminal_text(_label(_text(v))) for v in rest if v is not None]
+    first = terminal_text(head)
+    return f"{first} ({', '.join(shown)})" if shown else first
 
 
-def _label(value: object) -> str:
+def _text(value: object, missing: str = _NONE) -> str:
+    """A key's value as its row names it: `missing` for none, `(root)` for the root module."""
+    if value is None:
+        return missing
+    return "(root)" if value == "" else str(value)
+
+
+def _label(text: str) -> str:
     """A row's name within MAX_LABEL characters: a module path (MODULE_PATH) cut from the
     left at a dot, so that its innermost names stay (`…FeedForward_9.Linear_27`: two rows of one
     parent would otherwise read the same), anything else cut at its end."""
-    if value is None:
-        return _NONE
-    text = "(root)" if value == "" else str(value)
     if len(text) <= MAX_LABEL:
-        return terminal_text(text)
+        return text
     path = MODULE_PATH.fullmatch(text) is not None  # not a kernel's name with a dot in it
     cuts = [i + 1 for i, c in enumerate(text) if c == "." and len(text) - i <= MAX_LABEL]
     if path and cuts:
-        return terminal_text("…" + text[cuts[0] :])
-    return terminal_text(text[: MAX_LABEL - 1] + "…")
+        return "…" + text[cuts[0] :]
+    return text[: MAX_LABEL - 1] + "…"
 
 
 def _ms(ns: int) -> str:
