@@ -169,7 +169,11 @@ def test_repeats_without_network_kernels_are_not_called_forward():
     assert not found.network
     assert "forward" not in set(inferred.labels["inferred_phase"])
     line = inferred.lines(cpu=False)[0]
-    assert "repeats of 4 kernels" in line and "forward" not in line and "block" not in line
+    # The motif holds copies: it counts operations, not kernels.
+    assert "repeats of 4 operations" in line and "forward" not in line and "block" not in line
+    assert found.copies == (True,)
+    # gtls_cupy: "100 repeats of 7 kernels per pass" where no pass was found
+    assert "per pass" not in line
 
 
 @pytest.mark.corpus

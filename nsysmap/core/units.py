@@ -26,9 +26,10 @@ def time_unit(cpu: bool) -> str:
     return TIME_UNITS[cpu]
 
 
-def operation_word(cpu: bool) -> str:
-    """ "kernels", or "operators" where `cpu` (a trace without GPU work)."""
-    return OPERATION_WORDS[cpu]
+def operation_word(cpu: bool, copies: bool = False) -> str:
+    """ "kernels", or "operators" where `cpu` (a trace without GPU work); "operations"
+    where what is counted holds copies or memsets too (`copies`: a repeated motif)."""
+    return "operations" if copies and not cpu else OPERATION_WORDS[cpu]
 
 
 def unrecorded_gpu_work(meta: Mapping[str, Any]) -> str | None:

@@ -52,6 +52,7 @@ class Found:
     backward: bool = False  # a mirrored motif with backward evidence was found
     confidence: float = 0.0  # share of the sequence's kernels explained by repetition
     network: bool = True  # a neural network's kernels (else repeats are no forward pass)
+    copies: tuple[bool, ...] = ()  # per region: its motif holds a copy or a memset
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class _Pass:
     explained: np.ndarray  # the kernel recurs one motif length away
     regions: tuple[Region, ...]
     backward: bool
+    copies: tuple[bool, ...] = ()  # per region: its motif holds a copy or a memset
 
 
 def infer(ops: pl.DataFrame) -> tuple[pl.DataFrame, list[Found]]:
@@ -120,7 +122,8 @@ def _label_sequence(seq: pl.DataFrame) -> tuple[pl.DataFrame, Found]:
         region[lo:hi], explained[lo:hi] = done.region, done.explained
         backward |= done.backward
     repeated_work(phase, codes, unlaunched, seq["stream_id"].to_numpy())
-    modal = labelled[max(counts, key=counts.__getitem__)].regions
+    modal_pass = labelled[max(counts, key=counts.__getitem__)]
+    modal = modal_pass.regions
     confidence = _confidence(codes, steps, block, explained)
     if not network:  # repeats, but of no forward pass
         phase[phase == _FWD] = _OTHER
@@ -134,7 +137,9 @@ def _label_sequence(seq: pl.DataFrame) -> tuple[pl.DataFrame, Found]:
     )
     sure = float(confidence.mean()) if n else 0.0
     device = seq["device_id"][0]
-    what = Found(device, int(steps[-1]) + 1, period, modal, backward, sure, network)
+    what = Found(
+        device, int(steps[-1]) + 1, period, modal, backward, sure, network, modal_pass.copies
+    )
     return frame, what
 
 
@@ -206,7 +211,9 @@ def _label_pass(
     pos = np.arange(n)
     phase[(special == _DATA) & (pos < first)] = _DATA
     phase[special == _OPT] = _OPT
-    return _Pass(phase, block, part, region, explained, found.regions, found.backward)
+    data = special[on_main] == _DATA
+    copies = tuple(bool(data[r.start : r.start + r.length].any()) for r in found.regions)
+    return _Pass(phase, block, part, region, explained, found.regions, found.backward, copies)
 
 
 def _label_main(

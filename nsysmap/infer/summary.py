@@ -276,7 +276,7 @@ def _line(
         kind = f", {kind}" if found.network else ""
         said = f"{passes}{kind}" if count else kind.removeprefix(", ") or "repeats"
         line = (
-            f"{head}): {said}; {_blocks(found, cpu)} per pass;"
+            f"{head}): {said}; {_blocks(found, cpu)}{' per pass' if found.network else ''};"
             f" {in_blocks:.0%} of {time_unit(cpu)} in {'blocks' if found.network else 'repeats'},"
             f" {placed - in_blocks:.0%} before,"
             f" between or after them; confidence {found.confidence:.2f}"
@@ -291,11 +291,16 @@ def _line(
 def _blocks(found: Found, cpu: bool) -> str:
     if not found.regions:
         return "no repeating blocks"
-    ops = operation_word(cpu)
+    # A motif with a copy or a memset in it counts operations, not kernels.
+    copies = found.copies or (False,) * len(found.regions)
+    ops = [operation_word(cpu, copy) for copy in copies]
     if not found.network:  # no layers: repeats of a motif
-        return " and ".join(f"{r.repeats} repeats of {r.length} {ops}" for r in found.regions)
+        return " and ".join(
+            f"{r.repeats} repeats of {r.length} {word}"
+            for r, word in zip(found.regions, ops, strict=True)
+        )
     names = ("forward", "mirrored backward") if found.backward else ("repeating",)
     return " and ".join(
-        f"{r.repeats} {name} blocks of {r.length} {ops}"
-        for r, name in zip(found.regions, names, strict=False)
+        f"{r.repeats} {name} blocks of {r.length} {word}"
+        for r, name, word in zip(found.regions, names, ops, strict=False)
     )
