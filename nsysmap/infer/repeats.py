@@ -215,10 +215,8 @@ def _unbroken(codes: np.ndarray, found: list[Region], lag: int) -> tuple[np.ndar
         exact:     |A B|x|A B|x|A B|      three stacks of two blocks (x: the kernel more)
         tolerant:  |A B x A B x A B|      one stack: one pass, not three
     """
-    start = np.array([r.start for r in found], np.int64)
+    start = np.array([r.start for r in found], np.int64)  # in sequence order, as `stacks`
     end = np.array([r.end for r in found], np.int64)
-    order = np.argsort(start, kind="stable")
-    start, end = start[order], end[order]
     if start.size < 2 or np.median(np.diff(start)) > JOINED_SPACING * lag:
         return start, end
     tolerant = stacks(codes, lag, np.ones(codes.size, bool), tolerant=True)

@@ -13,7 +13,7 @@ from nsysmap.core.inert import markdown_code
 from nsysmap.core.wait_schemas import LAUNCH_OVERHEAD_NS, WAIT_KINDS
 from nsysmap.report.format import ms, pct, plural, sentence, table
 from nsysmap.report.waits import KIND_NAMES, LEAD_KINDS, REST, REST_KINDS
-from nsysmap.waits.text import OVERLAP_SAID
+from nsysmap.waits.text import overlap_said
 
 
 def waits_section(answer: dict[str, Any]) -> list[str]:
@@ -177,7 +177,7 @@ def _overlap_text(row: dict[str, Any]) -> str:
     """ ", the summed length of its steps' windows, which overlap by 636.978 ms: ...", where
     steps run in a pipeline (nsysmap.waits.text.overlap_clause); else empty."""
     overlap = row.get("steps_overlap_ns") or 0
-    if not overlap or overlap < OVERLAP_SAID * row["wall_ns"]:
+    if not overlap_said(overlap, row["wall_ns"]):
         return ""
     return (
         f", the summed length of its steps' windows, which overlap by {ms(overlap)}: a"

@@ -98,11 +98,17 @@ def waits_line(
 OVERLAP_SAID = 0.01
 
 
+def overlap_said(overlap_ns: int, wall_ns: int) -> bool:
+    """Whether the steps' windows overlap by OVERLAP_SAID of their summed length or more
+    (the terminal line and the report say so then)."""
+    return wall_ns > 0 and overlap_ns >= OVERLAP_SAID * wall_ns
+
+
 def overlap_clause(overlap_ns: int, wall_ns: int) -> str:
     """ "; the steps' windows overlap by 637.012 ms (...)": where steps run in a pipeline,
     their windows' summed length (what the shares are of) counts some time twice;
-    empty below OVERLAP_SAID of it."""
-    if not wall_ns or overlap_ns < OVERLAP_SAID * wall_ns:
+    empty unless `overlap_said`."""
+    if not overlap_said(overlap_ns, wall_ns):
         return ""
     return (
         f"; the steps' windows overlap by {overlap_ns / 1e6:,.3f} ms (a step's work runs on"
