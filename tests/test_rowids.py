@@ -20,7 +20,8 @@ import pytest
 
 from devtools.synth import write_export
 from devtools.synth.tile import gpt_tables
-from nsysmap.read.nsys.nsys_sqlite import BYTES_PER_ROW, expected_bytes
+from nsysmap.read.nsys import nsys_sql
+from nsysmap.read.nsys.nsys_sqlite import BYTES_PER_ROW, MIN_ROW_BYTES, expected_bytes
 from nsysmap.sources.choose import WHOLE, choice
 from tests.capped import run_capped
 from tests.cli_runner import nsysmap_cli
@@ -56,6 +57,42 @@ def test_the_memory_estimate_counts_rows_not_rowids(pair):
     assert expected_bytes(sparse) == expected_bytes(dense)
     assert expected_bytes(sparse, 1e9) == expected_bytes(dense)  # counted: the bound is 10^12
     assert expected_bytes(dense, 1e9) == expected_bytes(dense)  # dense: the bound is the count
+
+
+def test_over_the_budget_only_bounds_the_file_could_not_hold_are_counted(pair, monkeypatch):
+    """A bound of at most the file's bytes over MIN_ROW_BYTES rows stands (no scan);
+    one past it (rowid 2^40 in a small file) is counted."""
+    dense, sparse = pair
+    counted: list[str] = []
+    count = nsys_sql.row_count
+
+    def counting(export, table):
+        counted.append(table)
+        return count(export, table)
+
+    monkeypatch.setattr(nsys_sql, "row_count", counting)
+    rows = expected_bytes(dense) // BYTES_PER_ROW  # no budget: every table counted
+    assert len(counted) == 6  # GPU work (4 tables), runtime calls, NVTX
+    counted.clear()
+    assert expected_bytes(dense, 1.0) == rows * BYTES_PER_ROW  # over it, dense: no count
+    assert counted == []
+    assert expected_bytes(sparse, 1.0) == rows * BYTES_PER_ROW
+    assert sorted(counted) == sorted((KERNELS, "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME"))
+    assert sparse.stat().st_size // MIN_ROW_BYTES < (2**40)
+
+
+def test_a_sparse_bound_the_file_could_hold_stands(tmp_path):
+    """Rowids spread within what the file could hold: an over-estimate (a read in more
+    windows than needed, the same outputs), never a scan."""
+    dense = synthetic_export(tmp_path / "dense.sqlite")
+    spread = tmp_path / "spread.sqlite"
+    shutil.copyfile(dense, spread)
+    with sqlite3.connect(spread) as db:
+        high = db.execute(f'SELECT max(rowid) FROM "{KERNELS}"').fetchone()[0]
+        db.execute(f'UPDATE "{KERNELS}" SET rowid = ? WHERE rowid = ?', (high + 1000, high))
+    db.close()
+    assert expected_bytes(spread, 1.0) == expected_bytes(dense, 1.0) + 1000 * BYTES_PER_ROW
+    assert expected_bytes(spread) == expected_bytes(dense)  # no budget: counted
 
 
 def test_a_small_export_with_sparse_rowids_is_read_whole(pair):

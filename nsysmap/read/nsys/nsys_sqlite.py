@@ -54,6 +54,9 @@ CORE_TABLES = tuple(s.table for s in (*GPU_SPECS, specs.RUNTIME, specs.NVTX))
 # CUDA API and NVTX tables: 15.4 GB for 49.5 million rows (10^7 kernels,
 # 2.9·10^7 ranges, 10^7 API calls) in the benchmark (docs/performance.md).
 BYTES_PER_ROW = 310
+# The fewest bytes of its file a row of an SQLite table takes: a 2-byte cell
+# pointer and a cell of at least a payload size, a rowid and a record header.
+MIN_ROW_BYTES = 4
 TABLES = (
     specs.NVTX,
     *GPU_SPECS,
@@ -158,17 +161,31 @@ def expected_bytes(source: Export | str | os.PathLike[str], budget: float | None
     """About the peak memory of reading the export whole: BYTES_PER_ROW per row.
 
     The rows are bounded first by the tables' smallest and largest rowids (no
-    scan); where that bound passes `budget` (or no budget is given), they are
-    counted, since rowids need be neither dense nor positive: a table of two
-    rows, at rowid -5 and 2^40, would otherwise look like 10^12 rows and be
-    cut into thousands of windows.
+    scan); where that bound is within `budget`, it is the answer. Rowids need
+    be neither dense nor positive: a table of two rows, at rowid -5 and 2^40,
+    would look like 10^12 rows and be cut into thousands of windows. So over
+    the budget, a table's bound that its file could not hold (more rows than
+    the file's bytes over MIN_ROW_BYTES) is replaced by its count; a bound the
+    file could hold stands (every nsys export's rowids are dense: the bound is
+    the count, and counting the rows of a large export took seconds). Without
+    a budget, every table is counted.
     """
     export = opened(source)
     tables = [spec.table for spec in (*GPU_WORK_SPECS, specs.RUNTIME, specs.NVTX)]
-    bound = BYTES_PER_ROW * sum(sql.row_bound(export, table) for table in tables)
-    if budget is not None and bound <= budget:
-        return bound
-    return BYTES_PER_ROW * sum(sql.row_count(export, table) for table in tables)
+    bounds = {table: sql.row_bound(export, table) for table in tables}
+    if budget is not None and BYTES_PER_ROW * sum(bounds.values()) <= budget:
+        return BYTES_PER_ROW * sum(bounds.values())
+    most = -1 if budget is None else _file_bytes(export) // MIN_ROW_BYTES
+    rows = (n if n <= most else sql.row_count(export, table) for table, n in bounds.items())
+    return BYTES_PER_ROW * sum(rows)
+
+
+def _file_bytes(export: Export) -> int:
+    """The export file's size in bytes (0 where it cannot be read: every bound is counted)."""
+    try:
+        return export.file.stat().st_size
+    except OSError:
+        return 0
 
 
 def _keep_launched(raw: frames.Raw) -> None:
