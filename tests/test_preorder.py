@@ -172,3 +172,32 @@ def test_attribution_is_the_same_without_the_preorder(gpt_profile, monkeypatch):
     slow = attribute(gpt_profile)
     assert fast["range_id"].is_not_null().sum() > 0.9 * fast.height
     assert_frame_equal(fast, slow, check_exact=True)
+
+
+def _searched_stops(pre: Preorder) -> np.ndarray:
+    """`Preorder.stops` by its definition: a binary search of every interval's end."""
+    thread = pre.thread[pre.order].astype(np.int64)
+    ends = thread * (1 << pre.t_bits) + (pre.end[pre.order] - pre.t0)
+    return np.maximum(np.searchsorted(pre.keys, ends, side="left"), np.arange(pre.n))
+
+
+@settings(max_examples=200, deadline=None)
+@given(threads_of_ranges(n_threads=3))
+def test_stops_are_the_binary_searches(rows):
+    """Searched only where the next interval starts before the end: the same stops."""
+    nested = _nested(rows)
+    pre = _both(nested)[0] if not nested.is_empty() else None
+    if pre is not None:
+        assert np.array_equal(pre.stops(), _searched_stops(pre))
+
+
+def test_stops_of_zero_length_and_shared_starts():
+    """Zero-length intervals hold nothing (stop is their pos), also where several start
+    at one time; an interval ending where the next starts does not hold it."""
+    rows = [(1, 1, 0, 10), (2, 1, 5, 5), (3, 1, 5, 5), (4, 1, 5, 8), (5, 1, 10, 12), (6, 2, 3, 3)]
+    pre, _ = _both(_nested(rows))
+    assert pre is not None
+    stops = pre.stops()
+    assert np.array_equal(stops, _searched_stops(pre))
+    by_id = {int(pre.order[p]) + 1: int(stops[p]) - p for p in range(pre.n)}  # ranges inside + 1
+    assert by_id == {1: 4, 2: 0, 3: 0, 4: 3, 5: 1, 6: 0}  # 4 (5..8) sorts before 2, 3

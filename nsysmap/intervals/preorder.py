@@ -172,8 +172,15 @@ class Preorder:
         pos + 1 .. stop - 1; stop is pos for a zero-length interval)."""
         thread = self.thread[self.order].astype(np.int64)
         ends = thread * (1 << self.t_bits) + (self.end[self.order] - self.t0)
-        stop = np.searchsorted(self.keys, ends, side="left")
-        return np.maximum(stop, np.arange(self.n))
+        pos = np.arange(self.n)
+        # Most intervals hold none: the next one starts at or after their end (or on
+        # another thread), and stop is pos + 1. Only the others are searched for.
+        stop = pos + 1
+        holding = np.flatnonzero(self.keys[1:] < ends[:-1])
+        stop[holding] = np.searchsorted(self.keys, ends[holding], side="left")
+        empty = ends <= self.keys  # zero-length (or ending before it starts): holds none
+        stop[empty] = pos[empty]
+        return stop
 
     def climb(self, rows: np.ndarray, accept: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
         """From each of `rows`, the first of it and its ancestors that `accept` (a test
