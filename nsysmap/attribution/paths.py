@@ -17,6 +17,9 @@ from nsysmap.core.scalars import to_int
 PATH_HEAD = 8
 PATH_TAIL = 56
 PATH_SEPARATOR = " > "
+# A level's ancestors are shared when fewer than the positions over SHARED: their own
+# chains are then built once each (`_name_chain`).
+SHARED = 4
 
 
 def range_paths(
@@ -61,26 +64,35 @@ def _paths_of(at: pl.Series, parent: pl.Series, names: pl.Series, depth: pl.Seri
 def _name_chain(at: pl.Series, parent: pl.Series, names: pl.Series, steps: int) -> pl.Series:
     """Names of `at` and up to `steps` - 1 ancestors, outermost first, joined.
 
-    Top down: each distinct parent's chain (one step shorter) is built once and
-    extended by the name below it, so a name is copied once per distinct
-    range above the hits, not once per hit and level.
+    Bottom up, each level's names are gathered per position of `at` (a
+    gather of string views, no copy of the texts) while the ancestors there
+    are nearly as many as the positions (an operator range's own calls); at
+    the first level where they are fewer than a quarter of them (the module
+    ranges that many operators share), each distinct ancestor's chain is built
+    once, top down, the same way. One join then copies each path's text once,
+    instead of once per level it passes through.
     """
     if steps <= 0:
         return pl.repeat(None, at.len(), dtype=pl.String, eager=True)
-    own = names.gather(at).fill_null("")
-    up = parent.gather(at)
-    if steps == 1 or up.null_count() == up.len():
-        return own
-    distinct = up.drop_nulls().unique().sort()
-    above = _name_chain(distinct, parent, names, steps - 1)
-    where = _index_in(distinct, up)
-    return pl.select(
-        pl.concat_str(
-            [pl.when(up.is_not_null()).then(above.gather(where)), own],
-            separator=PATH_SEPARATOR,
-            ignore_nulls=True,
-        )
-    ).to_series()
+    levels = [names.gather(at).fill_null("")]
+    up = at
+    for taken in range(1, steps):
+        up = parent.gather(up)
+        if up.null_count() == up.len():
+            break
+        distinct = up.drop_nulls().unique().sort()
+        if distinct.len() * SHARED < up.len():
+            above = _name_chain(distinct, parent, names, steps - taken)
+            levels.append(_where_set(up, above.gather(_index_in(distinct, up))))
+            break
+        levels.append(_where_set(up, names.gather(up).fill_null("")))
+    joined = pl.concat_str(levels[::-1], separator=PATH_SEPARATOR, ignore_nulls=True)
+    return pl.select(joined).to_series()
+
+
+def _where_set(at: pl.Series, texts: pl.Series) -> pl.Series:
+    """`texts` where `at` is set (no ancestor there: null, left out of the join)."""
+    return pl.select(pl.when(at.is_not_null()).then(texts)).to_series()
 
 
 def _index_in(distinct: pl.Series, values: pl.Series) -> pl.Series:
