@@ -19,6 +19,7 @@ from nsysmap.flow.run_stages import Settings
 from nsysmap.flow.verbs import analyse, analyse_file, load_profile
 from nsysmap.output.ops_sinks import HoldOps
 from nsysmap.read.nsys import window_cuts
+from nsysmap.read.nsys.nsys_frames import PUSH_POP
 from nsysmap.read.nsys.nsys_sqlite import open_export, read_sqlite
 from nsysmap.read.nsys.row_window import RowWindow
 from nsysmap.sources import choose
@@ -262,3 +263,47 @@ def test_the_comparison_sees_one_changed_value(one_process, tmp_path, monkeypatc
     changed = changed.with_columns(pl.col("calls") + (pl.int_range(pl.len()) == 3))
     changed.write_parquet(tmp_path / "b" / "by_range.parquet")
     assert differences(tmp_path / "a", tmp_path / "b") == ["by_range.parquet"]
+
+
+def _nvtx_batch(names: list[str], first_row: int) -> pl.DataFrame:
+    """NVTX rows as the planning's scan gives them: push/pop ranges named inline."""
+    n = len(names)
+    return pl.DataFrame(
+        {
+            "start": [10 * i for i in range(n)],
+            "end": [10 * i + 5 for i in range(n)],
+            "eventType": [PUSH_POP] * n,
+            "textId": [None] * n,
+            "rowid": list(range(first_row, first_row + n)),
+            "text": names,
+        },
+        schema_overrides={"textId": pl.Int64},
+    )
+
+
+def test_a_range_naming_an_autograd_node_is_looked_for_until_a_batch_has_one():
+    strings = pl.DataFrame(schema={"id": pl.Int64, "value": pl.String})
+    raised: set[int] = set()
+
+    def nodes(names: list[str], first_row: int) -> int:
+        reduced = window_cuts._reduced(_nvtx_batch(names, first_row), strings, CUT_RULES, raised)
+        return reduced.filter(pl.col("kind") == window_cuts._NODE).height
+
+    assert nodes(["aten::mm, seq = 1", "forward"], 0) == 0 and not raised
+    assert nodes(["autograd::engine::evaluate_function: MmBackward0"], 10) == 1
+    assert raised == {window_cuts._NODE}
+    assert nodes(["MmBackward0, stashed seq = 1"], 20) == 0  # raised: not looked for again
+
+
+def test_the_plan_says_where_ranges_name_autograd_nodes(one_process, tmp_path):
+    """Found whichever batch holds them; not found where none does."""
+    found = window_cuts.segments(open_export(one_process), 4100, CUT_RULES)
+    assert isinstance(found, window_cuts.Segments) and found.nodes
+    plain = tmp_path / "no_nodes.sqlite"
+    plain.write_bytes(one_process.read_bytes())
+    with sqlite3.connect(plain) as db:
+        db.execute("UPDATE NVTX_EVENTS SET text = 'range' WHERE text LIKE '%Backward%'")
+        db.execute("UPDATE NVTX_EVENTS SET text = 'range' WHERE text LIKE '%stashed seq%'")
+    db.close()
+    bare = window_cuts.segments(open_export(plain), 4100, CUT_RULES)
+    assert isinstance(bare, window_cuts.Segments) and not bare.nodes

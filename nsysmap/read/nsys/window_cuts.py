@@ -208,7 +208,8 @@ def _range_spans(
     apart from them (None: not to bound), the rowids of its domain creations,
     whether a range names an autograd node and whether `open` is exact; or a
     refusal."""
-    reduced = scan(export, _PLAN_NVTX, lambda batch: _reduced(batch, strings, rules), pid)
+    raised: set[int] = set()  # flags a batch has raised already: not tested for again
+    reduced = scan(export, _PLAN_NVTX, lambda b: _reduced(b, strings, rules, raised), pid)
     if reduced is None:
         return None, (None, None), (), False, True  # no NVTX
     kinds = set(reduced["kind"].unique())
@@ -260,11 +261,16 @@ def open_across(times: pl.Series, spans: pl.DataFrame) -> pl.Series:
     return (before - ended).alias("open")
 
 
-def _reduced(batch: pl.DataFrame, strings: pl.DataFrame, rules: CutRules) -> pl.DataFrame:
+def _reduced(
+    batch: pl.DataFrame, strings: pl.DataFrame, rules: CutRules, raised: set[int]
+) -> pl.DataFrame:
     """A batch of NVTX rows as _REDUCED rows: the spans no cut may cross (ranges left
     open, `.item()` ranges), its sequence numbers' spans, candidate cuts, ranges
     reaching past its last start, its start times and rowids, one row when it holds
-    an FSDP hook, a range without a start or a domain creation."""
+    an FSDP hook, a range without a start, a domain creation or a range naming an
+    autograd node. That last is looked for only until a batch has raised it
+    (`raised`, shared by the batches of one scan; the test is a regular expression
+    over every range's name, a fifth of the reduction's time)."""
     extent = batch.select(
         kind=pl.lit(_BATCH),
         lo=pl.col("start").min(),
@@ -292,8 +298,9 @@ def _reduced(batch: pl.DataFrame, strings: pl.DataFrame, rules: CutRules) -> pl.
         flags.append(_FSDP)
     if rows["lo"].null_count():
         flags.append(_NO_START)
-    if rows["name"].str.contains(rules.autograd_node).any():
+    if _NODE not in raised and rows["name"].str.contains(rules.autograd_node).any():
         flags.append(_NODE)
+        raised.add(_NODE)
     domains = batch.filter(pl.col("eventType") == DOMAIN_CREATE).select(
         kind=pl.lit(_DOMAIN), row_lo="rowid"
     )
