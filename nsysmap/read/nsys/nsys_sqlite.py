@@ -173,8 +173,9 @@ def expected_bytes(source: Export | str | os.PathLike[str], budget: float | None
     export = opened(source)
     tables = [spec.table for spec in (*GPU_WORK_SPECS, specs.RUNTIME, specs.NVTX)]
     bounds = {table: sql.row_bound(export, table) for table in tables}
-    if budget is not None and BYTES_PER_ROW * sum(bounds.values()) <= budget:
-        return BYTES_PER_ROW * sum(bounds.values())
+    bound = BYTES_PER_ROW * sum(bounds.values())
+    if budget is not None and bound <= budget:
+        return bound
     most = -1 if budget is None else _file_bytes(export) // MIN_ROW_BYTES
     rows = (n if n <= most else sql.row_count(export, table) for table, n in bounds.items())
     return BYTES_PER_ROW * sum(rows)
