@@ -25,7 +25,8 @@ def test_a_weak_inference_is_said_beside_its_table():
     weak = {"device_id": 0, "placed_share": 0.0, "confidence": 0.0, "weak": True, "rows": [row]}
     sure = {"device_id": 1, "placed_share": 0.9, "confidence": 1.0, "weak": False, "rows": [row]}
     text = "\n".join(inferred_section({"shown": True, "devices": [weak, sure]}))
-    assert "Device 0: 0.0 % of GPU time in inferred blocks. **Weak** (confidence 0.00)" in text
+    said = "Device 0: 0.0 % of GPU time in inferred blocks. **Weak**: no clear repeating"
+    assert f"{said} structure (confidence 0.00); treat the rows below as a guess" in text
     assert "Device 1: 90.0 % of GPU time in inferred blocks.\n" in text
 
 
@@ -89,4 +90,5 @@ def test_passes_that_repeat_without_blocks_are_said_as_such():
     device = {"device_id": 0, "placed_share": 0.0, "rows": [row]}
     device |= {"confidence": 0.9, "weak": True, "blocks_found": False}
     text = "\n".join(inferred_section({"shown": True, "devices": [device]}))
-    assert "**Weak** (confidence 0.90): the passes repeat, with no repeating blocks" in text
+    # the confidence is the kernel sequence's: beside the repeat, not beside "Weak"
+    assert "**Weak**: the passes repeat (confidence 0.90), with no repeating blocks" in text

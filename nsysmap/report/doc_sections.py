@@ -222,12 +222,13 @@ def inferred_section(answer: dict[str, Any]) -> list[str]:
         said += "inferred blocks."
         if device.get("weak"):
             sure = device["confidence"]
-            what = "no clear repeating structure"
+            # The confidence is the kernel sequence's: said beside what it measures.
+            confidence = f"(confidence {sure:.2f})"
+            what = f"no clear repeating structure {confidence}"
             if not device.get("blocks_found", True) and sure >= CONFIDENCE_WEAK:
-                what = "the passes repeat, with no repeating blocks in them"
+                what = f"the passes repeat {confidence}, with no repeating blocks in them"
             said += (
-                f" **Weak** (confidence {sure:.2f}): {what}; treat the rows below as a guess, "
-                "not as the profile's phases."
+                f" **Weak**: {what}; treat the rows below as a guess, not as the profile's phases."
             )
         lines += [said, ""]
         cells = [
