@@ -1,7 +1,8 @@
 """Where `nsysmap attribute` spends its time and memory: per stage, then per function.
 
     python -m bench.profile EXPORT OUTDIR [--no-infer] [--memory-gb GB]
-                            [--functions N] [--clock wall|cpu] [--json FILE]
+                            [--functions N] [--asked N] [--clock wall|cpu]
+                            [--json FILE]
 
 Runs `analyse_file` (what `nsysmap attribute` runs) once and prints:
 
@@ -18,6 +19,14 @@ Runs `analyse_file` (what `nsysmap attribute` runs) once and prints:
   CPU seconds of the whole process (every thread: Polars' pool, the readers,
   the background hash) instead of wall seconds: steadier on a shared machine.
 
+* with `--asked N`, the N functions of nsysmap that asked for the most
+  native time (Polars' engine, NumPy, Arrow, the SQLite driver, waits for
+  other threads), each native call given to the nearest nsysmap function on
+  its stack (bench.native_time): which of nsysmap's queries and array passes
+  the time went to, not only which stage. Measured in a second run of the
+  flow (its hook and cProfile cannot watch one run together); the stage
+  table is the first run's.
+
 Measuring adds a sampling thread and cProfile's cost per Python call (small:
 the work is in Polars and Arrow); `--functions 0` leaves cProfile off.
 """
@@ -26,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import json
 import os
 import pstats
@@ -41,6 +51,7 @@ from nsysmap.core.allocator import hand_back
 hand_back()  # as the console script does, before Polars loads (nsysmap.core.allocator)
 
 import nsysmap  # noqa: E402
+from bench.native_time import NativeTime  # noqa: E402
 from nsysmap.core.timings import Stages  # noqa: E402
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -123,14 +134,22 @@ class RecordingStages(Stages):
             yield
 
 
+@functools.cache
+def _module(file: str) -> str | None:
+    """The nsysmap module `file` holds, or None for a file outside the package."""
+    path = str(Path(file).resolve()) if file.endswith(".py") else file
+    if not path.startswith(PACKAGE):
+        return None
+    return "nsysmap." + path[len(PACKAGE) :].removesuffix(".py").replace(os.sep, ".")
+
+
 def functions(profile: cProfile.Profile, top: int) -> list[dict]:
     """The `top` nsysmap functions by cumulative time."""
     stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
     rows = []
     for (file, line, name), (_, calls, own, cumulative, _) in stats.items():
-        path = str(Path(file).resolve()) if file.endswith(".py") else file
-        if path.startswith(PACKAGE):
-            module = "nsysmap." + path[len(PACKAGE) :].removesuffix(".py").replace(os.sep, ".")
+        module = _module(file)
+        if module is not None:
             rows.append(
                 {"function": f"{module}.{name}", "line": line, "calls": calls}
                 | {"own_s": own, "cumulative_s": cumulative}
@@ -141,6 +160,19 @@ def functions(profile: cProfile.Profile, top: int) -> list[dict]:
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
+def native_time(
+    export: Path, out_dir: Path, infer: bool, memory_gb: float | None, clock: str
+) -> NativeTime:
+    """One more run of the flow on `export`, its native time by the nsysmap function
+    that asked for it (bench.native_time)."""
+    from bench.nsysmap_run import attributed
+
+    hook = NativeTime(PACKAGE, CLOCKS[clock])
+    with hook.running():
+        attributed(export, out_dir, infer=infer, memory_gb=memory_gb, stages=Stages(progress=False))
+    return hook
+
+
 def profiled(
     export: Path,
     out_dir: Path,
@@ -149,8 +181,10 @@ def profiled(
     memory_gb: float | None,
     top: int,
     clock: str = "wall",
+    asks: int = 0,
 ) -> dict:
-    """One run of the flow on `export`, measured per stage and per function."""
+    """One run of the flow on `export`, measured per stage and per function; the `asks`
+    nsysmap functions that asked for the most native time."""
     from bench.nsysmap_run import attributed
 
     sampler = Sampler()
@@ -173,6 +207,7 @@ def profiled(
         "stages": analysis.timings,
         "windows": {k: asdict(v) for k, v in stages.windows.items()},
         "functions": functions(profile, top) if profile else [],
+        "asked": native_time(export, out_dir, infer, memory_gb, clock).top(asks) if asks else [],
         "clock": clock,
     }
 
@@ -202,6 +237,15 @@ def text(result: dict) -> str:
         for f in result["functions"]:
             name = f"{f['function']}:{f['line']}"
             lines.append(f"{name:<60} {f['calls']:>7} {f['own_s']:>8.2f} {f['cumulative_s']:>8.2f}")
+    if result.get("asked"):
+        clock = result.get("clock", "wall")
+        lines += [
+            "",
+            f"{'function (by native ' + clock + ' time asked for)':<60} {'s':>8} {'share':>7}",
+        ]
+        for f in result["asked"]:
+            name = f"{f['function']}:{f['line']}"
+            lines.append(f"{name:<60} {f['native_s']:>8.2f} {f['share']:>7.1%}")
     return "\n".join(lines)
 
 
@@ -212,6 +256,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-infer", action="store_true")
     parser.add_argument("--memory-gb", type=float, help="as `nsysmap attribute --memory-gb`")
     parser.add_argument("--functions", type=int, default=25, help="top N functions; 0: off")
+    parser.add_argument(
+        "--asked",
+        type=int,
+        default=0,
+        help="top N functions by native time asked for (a second run)",
+    )
     parser.add_argument(
         "--clock", choices=sorted(CLOCKS), default="wall", help="what the function table counts"
     )
@@ -224,6 +274,7 @@ def main(argv: list[str] | None = None) -> None:
         memory_gb=args.memory_gb,
         top=args.functions,
         clock=args.clock,
+        asks=args.asked,
     )
     print(text(result))
     if args.json:

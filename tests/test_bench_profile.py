@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow  # runs the whole flow
 def result(tmp_path_factory):
     root = tmp_path_factory.mktemp("profile")
     export = write_export(root / "small.sqlite", bulk_tables(600))
-    return profile.profiled(export, root / "out", infer=True, memory_gb=None, top=40)
+    return profile.profiled(export, root / "out", infer=True, memory_gb=None, top=40, asks=15)
 
 
 def test_every_stage_the_flow_times_is_a_row(result, capsys):
@@ -38,3 +38,16 @@ def test_the_functions_are_nsysmaps_by_cumulative_time(result):
     assert all(n.startswith("nsysmap.") for n in names)
     cumulative = [f["cumulative_s"] for f in result["functions"]]
     assert cumulative == sorted(cumulative, reverse=True)
+
+
+def test_the_native_time_is_asked_for_by_nsysmaps_own_functions(result):
+    rows = result["asked"]
+    assert 0 < len(rows) <= 15
+    assert all(r["function"].startswith("nsysmap.") for r in rows)
+    seconds = [r["native_s"] for r in rows]
+    assert seconds == sorted(seconds, reverse=True)
+    assert 0 < sum(r["share"] for r in rows) <= 1
+    # the flow's driver asks for none itself: its stages' queries are their functions'
+    assert not any(r["function"] == "nsysmap.flow.verbs.analyse_file" for r in rows)
+    lines = profile.text(result).splitlines()
+    assert any(line.startswith("function (by native wall time asked for)") for line in lines)
