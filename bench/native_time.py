@@ -57,6 +57,7 @@ class NativeTime:
         self.package = str(Path(package).resolve()) + os.sep
         self.clock = clock
         self.owed: dict[tuple[str, int], float] = {}
+        self.seconds = 0.0  # how long the hook ran (`running`)
         self._names: dict[CodeType, str | None] = {}
         # What runs now, innermost last: a native call, or a Python frame (None)
         # entered from within one.
@@ -83,17 +84,23 @@ class NativeTime:
 
     @contextmanager
     def running(self) -> Iterator[NativeTime]:
-        """The hook set on this thread while the body runs."""
+        """The hook set on this thread while the body runs (`seconds`: how long)."""
+        start = self.clock()
         sys.setprofile(self)
         try:
             yield self
         finally:
             sys.setprofile(None)
+            self.seconds += self.clock() - start
+
+    def native_s(self) -> float:
+        """Every native call's seconds, those outside nsysmap included."""
+        return sum(self.owed.values())
 
     def top(self, n: int) -> list[dict[str, Any]]:
         """The `n` functions with the most native time: function, line, native_s, and
         share (of every native call timed, those outside nsysmap included)."""
-        total = sum(self.owed.values())
+        total = self.native_s()
         ranked = sorted(self.owed.items(), key=lambda item: -item[1])
         return [
             {"function": name, "line": line, "native_s": seconds}

@@ -160,6 +160,11 @@ def functions(profile: cProfile.Profile, top: int) -> list[dict]:
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
+def _asked(hook: NativeTime, top: int) -> dict:
+    """The result's `asked` rows, and the native and whole seconds of the run measured."""
+    return {"asked": hook.top(top), "native_s": hook.native_s(), "asked_run_s": hook.seconds}
+
+
 def native_time(
     export: Path, out_dir: Path, infer: bool, memory_gb: float | None, clock: str
 ) -> NativeTime:
@@ -207,7 +212,7 @@ def profiled(
         "stages": analysis.timings,
         "windows": {k: asdict(v) for k, v in stages.windows.items()},
         "functions": functions(profile, top) if profile else [],
-        "asked": native_time(export, out_dir, infer, memory_gb, clock).top(asks) if asks else [],
+        **(_asked(native_time(export, out_dir, infer, memory_gb, clock), asks) if asks else {}),
         "clock": clock,
     }
 
@@ -246,6 +251,11 @@ def text(result: dict) -> str:
         for f in result["asked"]:
             name = f"{f['function']}:{f['line']}"
             lines.append(f"{name:<60} {f['native_s']:>8.2f} {f['share']:>7.1%}")
+        native, whole = result["native_s"], result["asked_run_s"]
+        lines.append(
+            f"(native calls: {native:.2f} s of that run's {whole:.2f} s on the main thread;"
+            " share: of the native time)"
+        )
     return "\n".join(lines)
 
 

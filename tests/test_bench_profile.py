@@ -49,5 +49,7 @@ def test_the_native_time_is_asked_for_by_nsysmaps_own_functions(result):
     assert 0 < sum(r["share"] for r in rows) <= 1
     # the flow's driver asks for none itself: its stages' queries are their functions'
     assert not any(r["function"] == "nsysmap.flow.verbs.analyse_file" for r in rows)
+    assert sum(r["native_s"] for r in rows) <= result["native_s"] <= result["asked_run_s"]
     lines = profile.text(result).splitlines()
     assert any(line.startswith("function (by native wall time asked for)") for line in lines)
+    assert any(line.startswith("(native calls: ") for line in lines)

@@ -83,3 +83,10 @@ def test_shares_are_of_every_native_call_timed():
     (row,) = hook.top(5)
     assert row["share"] == pytest.approx(row["native_s"] / sum(hook.owed.values()))
     assert 0 < row["share"] <= 1
+
+
+def test_the_hook_counts_how_long_it_ran_and_all_native_time():
+    hook = NativeTime(str(HERE / "no_such_package"))
+    with hook.running():
+        _sleeps(0.02)
+    assert hook.seconds >= hook.native_s() >= 0.02
