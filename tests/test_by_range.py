@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
+import numpy as np
 import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -386,6 +387,33 @@ def test_window_extrema_and_sums_match_brute_force(values, windows):
     for i, (a, b) in enumerate(windows):
         assert low[i] == min(first[a:b]) and high[i] == max(last[a:b])
         assert sums[i] == sum(first[a:b])
+
+
+def test_window_extrema_over_wide_windows_agree_with_a_running_minimum():
+    """Windows up to 5,000 leaves wide (13 levels of the sparse table), every width at
+    and beside a power of two, against a plain minimum and maximum of each slice."""
+    rng = np.random.default_rng(7)
+    n = 6000
+    first = pl.Series(rng.integers(-(10**12), 10**12, n), dtype=pl.Int64)
+    last = pl.Series(rng.integers(-(10**12), 10**12, n), dtype=pl.Int64)
+    widths = sorted({w for p in range(13) for w in (2**p - 1, 2**p, 2**p + 1) if 0 < w <= 5000})
+    starts = [int(rng.integers(0, n - w + 1)) for w in widths]
+    lo = pl.Series(starts, dtype=pl.UInt32)
+    hi = pl.Series([a + w for a, w in zip(starts, widths, strict=True)], dtype=pl.UInt32)
+    low, high = range_tree.window_extrema(first, last, lo, hi)
+    for i, (a, w) in enumerate(zip(starts, widths, strict=True)):
+        assert low[i] == first[a : a + w].min() and high[i] == last[a : a + w].max(), w
+
+
+def test_window_extrema_pass_over_null_values():
+    """A leaf without a time (null) counts for neither end of a window holding it."""
+    first = pl.Series([5, None, 3, None, 9], dtype=pl.Int64)
+    last = pl.Series([None, 8, 4, None, 1], dtype=pl.Int64)
+    lo = pl.Series([0, 1, 0, 3], dtype=pl.UInt32)
+    hi = pl.Series([2, 3, 5, 5], dtype=pl.UInt32)
+    low, high = range_tree.window_extrema(first, last, lo, hi)
+    assert low.to_list() == [5, 3, 3, 9]
+    assert high.to_list() == [8, 8, 8, 1]
 
 
 def test_path_key_codes_agree_with_path_keys():

@@ -263,8 +263,37 @@ def window_extrema(
     A sparse table built one level at a time: at level j, low[i] is the
     minimum of first[i : i + 2^j]; a window of width w (2^j <= w < 2^(j+1)) is
     covered by the two blocks starting at lo and at hi - 2^j. A window of
-    width 1 (most: ranges with one leaf) is its leaf's own values.
+    width 1 (most: ranges with one leaf) is its leaf's own values. In NumPy,
+    each level a pass over arrays that shrink by its block's width (no nulls
+    to carry: half the time of Polars' shifted columns at 10^6 leaves);
+    values with nulls take `_window_extrema_nulls`.
     """
+    if first.null_count() or last.null_count():
+        return _window_extrema_nulls(first, last, lo, hi)
+    starts, stops = lo.cast(pl.Int64).to_numpy(), hi.cast(pl.Int64).to_numpy()
+    low, high = first.cast(pl.Int64).to_numpy(), last.cast(pl.Int64).to_numpy()
+    width = stops - starts
+    low_out, high_out = low[starts], high[starts]
+    # Each window's level: the largest j with 2^j <= width (0 for width 1); exact, as
+    # frexp is for integers below 2^53.
+    level = np.frexp(width.astype(np.float64))[1].astype(np.int64) - 1
+    for j in range(1, int(level.max()) + 1 if width.size else 0):
+        step = 1 << (j - 1)
+        low = np.minimum(low[:-step], low[step:])  # now blocks of 2^j
+        high = np.maximum(high[:-step], high[step:])
+        rows = np.flatnonzero(level == j)
+        if rows.size:
+            a, b = starts[rows], stops[rows] - (1 << j)
+            low_out[rows] = np.minimum(low[a], low[b])
+            high_out[rows] = np.maximum(high[a], high[b])
+    return pl.Series(low_out, dtype=pl.Int64), pl.Series(high_out, dtype=pl.Int64)
+
+
+def _window_extrema_nulls(
+    first: pl.Series, last: pl.Series, lo: pl.Series, hi: pl.Series
+) -> tuple[pl.Series, pl.Series]:
+    """`window_extrema` where the values hold nulls (a null is passed over, as
+    Polars' minimum and maximum do), in Polars."""
     n = lo.len()
     low_out, high_out = first.gather(lo).cast(pl.Int64), last.gather(lo).cast(pl.Int64)
     width = (hi.cast(pl.Int64) - lo.cast(pl.Int64)).alias("w")
