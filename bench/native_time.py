@@ -26,6 +26,7 @@ wait for them is, as the time of the function that waits.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -120,11 +121,17 @@ class NativeTime:
     def _name(self, code: CodeType) -> str | None:
         """`module.function` for code of the package, else None (looked up once a code)."""
         if code not in self._names:
-            path = code.co_filename
-            path = str(Path(path).resolve()) if path.endswith(".py") else path
-            name = None
-            if path.startswith(self.package):
-                module = path[len(self.package) :].removesuffix(".py").replace(os.sep, ".")
-                name = f"{Path(self.package).name}.{module}.{code.co_name}"
-            self._names[code] = name
+            module = package_module(code.co_filename, self.package)
+            self._names[code] = None if module is None else f"{module}.{code.co_name}"
         return self._names[code]
+
+
+@functools.cache
+def package_module(file: str, package: str) -> str | None:
+    """The dotted module of `package` (a folder, its path ending in a separator) that
+    `file` holds, named from the package's folder; None for a file outside it."""
+    path = str(Path(file).resolve()) if file.endswith(".py") else file
+    if not path.startswith(package):
+        return None
+    inside = path[len(package) :].removesuffix(".py").replace(os.sep, ".")
+    return f"{Path(package).name}.{inside}"

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import functools
 import json
 import os
 import pstats
@@ -51,7 +50,7 @@ from nsysmap.core.allocator import hand_back
 hand_back()  # as the console script does, before Polars loads (nsysmap.core.allocator)
 
 import nsysmap  # noqa: E402
-from bench.native_time import NativeTime  # noqa: E402
+from bench.native_time import NativeTime, package_module  # noqa: E402
 from nsysmap.core.timings import Stages  # noqa: E402
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -134,21 +133,12 @@ class RecordingStages(Stages):
             yield
 
 
-@functools.cache
-def _module(file: str) -> str | None:
-    """The nsysmap module `file` holds, or None for a file outside the package."""
-    path = str(Path(file).resolve()) if file.endswith(".py") else file
-    if not path.startswith(PACKAGE):
-        return None
-    return "nsysmap." + path[len(PACKAGE) :].removesuffix(".py").replace(os.sep, ".")
-
-
 def functions(profile: cProfile.Profile, top: int) -> list[dict]:
     """The `top` nsysmap functions by cumulative time."""
     stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
     rows = []
     for (file, line, name), (_, calls, own, cumulative, _) in stats.items():
-        module = _module(file)
+        module = package_module(file, PACKAGE)
         if module is not None:
             rows.append(
                 {"function": f"{module}.{name}", "line": line, "calls": calls}
@@ -160,22 +150,18 @@ def functions(profile: cProfile.Profile, top: int) -> list[dict]:
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
-def _asked(hook: NativeTime, top: int) -> dict:
-    """The result's `asked` rows, and the native and whole seconds of the run measured."""
-    return {"asked": hook.top(top), "native_s": hook.native_s(), "asked_run_s": hook.seconds}
-
-
 def native_time(
-    export: Path, out_dir: Path, infer: bool, memory_gb: float | None, clock: str
-) -> NativeTime:
-    """One more run of the flow on `export`, its native time by the nsysmap function
-    that asked for it (bench.native_time)."""
+    export: Path, out_dir: Path, infer: bool, memory_gb: float | None, clock: str, top: int
+) -> dict:
+    """One more run of the flow on `export` (bench.native_time): the `top` nsysmap
+    functions by the native time they asked for (`asked`), and the native and whole
+    seconds of that run."""
     from bench.nsysmap_run import attributed
 
     hook = NativeTime(PACKAGE, CLOCKS[clock])
     with hook.running():
         attributed(export, out_dir, infer=infer, memory_gb=memory_gb, stages=Stages(progress=False))
-    return hook
+    return {"asked": hook.top(top), "native_s": hook.native_s(), "asked_run_s": hook.seconds}
 
 
 def profiled(
@@ -212,7 +198,7 @@ def profiled(
         "stages": analysis.timings,
         "windows": {k: asdict(v) for k, v in stages.windows.items()},
         "functions": functions(profile, top) if profile else [],
-        **(_asked(native_time(export, out_dir, infer, memory_gb, clock), asks) if asks else {}),
+        **(native_time(export, out_dir, infer, memory_gb, clock, asks) if asks else {}),
         "clock": clock,
     }
 
