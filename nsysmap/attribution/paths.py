@@ -39,13 +39,13 @@ def range_paths(
     distinct = hits.drop_nulls().unique().sort()
     if distinct.is_empty():
         return pl.repeat(None, hits.len(), dtype=pl.String, eager=True)
-    paths = _paths_of(distinct, parent, names, depth)
-    where = _index_in(distinct, hits)
-    return pl.select(pl.when(hits.is_not_null()).then(paths.gather(where))).to_series()
+    # Names as the paths write them (null: ""), in one chunk: every level gathers from it.
+    paths = _paths_of(distinct, parent, names.fill_null("").rechunk(), depth)
+    return paths.gather(_index_in(distinct, hits))
 
 
 def _paths_of(at: pl.Series, parent: pl.Series, names: pl.Series, depth: pl.Series) -> pl.Series:
-    """The path of each position in `at` (no nulls)."""
+    """The path of each position in `at` (no nulls); `names` without nulls."""
     levels = depth.gather(at).fill_null(1)
     deepest = to_int(levels.max() or 0)
     full = _name_chain(at, parent, names, min(deepest, PATH_HEAD + PATH_TAIL))
@@ -64,17 +64,19 @@ def _paths_of(at: pl.Series, parent: pl.Series, names: pl.Series, depth: pl.Seri
 def _name_chain(at: pl.Series, parent: pl.Series, names: pl.Series, steps: int) -> pl.Series:
     """Names of `at` and up to `steps` - 1 ancestors, outermost first, joined.
 
-    Bottom up, each level's names are gathered per position of `at` (a
-    gather of string views, no copy of the texts) while the ancestors there
-    are nearly as many as the positions (an operator range's own calls); at
-    the first level where they are fewer than a quarter of them (the module
-    ranges that many operators share), each distinct ancestor's chain is built
-    once, top down, the same way. One join then copies each path's text once,
-    instead of once per level it passes through.
+    `names` holds no null. Bottom up, each level's names are gathered per
+    position of `at` (a gather of string views, no copy of the texts; where a
+    position has no ancestor that high, the gather's null leaves the level
+    out of its join) while the ancestors there are nearly as many as the
+    positions (an operator range's own calls); at the first level where they
+    are fewer than a quarter of them (the module ranges that many operators
+    share), each distinct ancestor's chain is built once, top down, the same
+    way. One join then copies each path's text once, instead of once per
+    level it passes through.
     """
     if steps <= 0:
         return pl.repeat(None, at.len(), dtype=pl.String, eager=True)
-    levels = [names.gather(at).fill_null("")]
+    levels = [names.gather(at)]
     up = at
     for taken in range(1, steps):
         up = parent.gather(up)
@@ -83,23 +85,22 @@ def _name_chain(at: pl.Series, parent: pl.Series, names: pl.Series, steps: int) 
         distinct = up.drop_nulls().unique().sort()
         if distinct.len() * SHARED < up.len():
             above = _name_chain(distinct, parent, names, steps - taken)
-            levels.append(_where_set(up, above.gather(_index_in(distinct, up))))
+            levels.append(above.gather(_index_in(distinct, up)))
             break
-        levels.append(_where_set(up, names.gather(up).fill_null("")))
+        levels.append(names.gather(up))
     joined = pl.concat_str(levels[::-1], separator=PATH_SEPARATOR, ignore_nulls=True)
     return pl.select(joined).to_series()
 
 
-def _where_set(at: pl.Series, texts: pl.Series) -> pl.Series:
-    """`texts` where `at` is set (no ancestor there: null, left out of the join)."""
-    return pl.select(pl.when(at.is_not_null()).then(texts)).to_series()
-
-
 def _index_in(distinct: pl.Series, values: pl.Series) -> pl.Series:
-    """Where each of `values` (null: 0) is in `distinct` (sorted, no nulls): numpy's
-    binary search, half the CPU time of Series.search_sorted (0.05 s at 10^6 values)."""
+    """Where each of `values` is in `distinct` (sorted, no nulls); null where the value
+    is: numpy's binary search, half the CPU time of Series.search_sorted (0.05 s at
+    10^6 values)."""
     found = np.searchsorted(distinct.to_numpy(), values.fill_null(0).to_numpy())
-    return pl.Series(found, dtype=pl.get_index_type())
+    where = pl.Series(found, dtype=pl.get_index_type())
+    if not values.has_nulls():
+        return where
+    return pl.select(pl.when(values.is_not_null()).then(where)).to_series()
 
 
 def _ancestors_at(at: pl.Series, steps: pl.Series, parent: pl.Series) -> pl.Series:
