@@ -457,7 +457,8 @@ def test_recsys_steps_come_out_as_passes_that_end_with_their_optimizer():
     (found,) = inferred.found
     assert found.steps == 5 and found.backward and found.regions == ()
     (line,) = inferred.lines(cpu=False)
-    assert "weak): 5 passes that repeat, with no repeating blocks in them" in line
+    said = "weak): the sequence of operations repeats 5 times, with no repeating blocks in it"
+    assert said in line
     joined = ops.join(inferred.labels, on=["op_id", "device_id"])
     true_phase = pl.col("phase").replace_strict(TRUE_PHASE, default=None)
     assert _share(joined, true_phase == pl.col("inferred_phase"), true_phase.is_not_null()) >= 0.85

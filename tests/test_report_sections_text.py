@@ -91,4 +91,6 @@ def test_passes_that_repeat_without_blocks_are_said_as_such():
     device |= {"confidence": 0.9, "weak": True, "blocks_found": False}
     text = "\n".join(inferred_section({"shown": True, "devices": [device]}))
     # the confidence is the kernel sequence's: beside the repeat, not beside "Weak"
-    assert "**Weak**: the passes repeat (confidence 0.90), with no repeating blocks" in text
+    weak = "**Weak**: the sequence of operations repeats (confidence 0.90), with no repeating"
+    assert weak + " blocks in it" in text
+    assert "pass" not in text.split("**Weak**")[1].split(";")[0]  # the structure's word

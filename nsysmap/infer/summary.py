@@ -260,8 +260,11 @@ def _line(
     head = f"device {'unknown' if found.device_id is None else found.device_id} (inferred"
     passes = f"{found.steps} pass{'es' if found.steps != 1 else ''}"
     if weak and not found.regions and found.steps > 1 and found.confidence >= CONFIDENCE_WEAK:
-        line = (  # the passes repeat; only their blocks are not found
-            f"{head}, weak): {passes} that repeat, with no repeating blocks in them"
+        # The sequence repeats; only blocks inside it are not found. Not "passes": the
+        # structure's line names forward and backward passes, which this need not be.
+        line = (
+            f"{head}, weak): the sequence of {operation_word(cpu, True)} repeats"
+            f" {found.steps} times, with no repeating blocks in it"
             f" (confidence {found.confidence:.1f}); treat as a guess"
         )
     elif weak:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from nsysmap.core.inert import clipped, markdown_code, markdown_text
+from nsysmap.core.units import operation_word
 from nsysmap.infer.summary import CONFIDENCE_WEAK
 from nsysmap.report.blocks import part_label
 from nsysmap.report.format import (
@@ -226,7 +227,9 @@ def inferred_section(answer: dict[str, Any]) -> list[str]:
             confidence = f"(confidence {sure:.2f})"
             what = f"no clear repeating structure {confidence}"
             if not device.get("blocks_found", True) and sure >= CONFIDENCE_WEAK:
-                what = f"the passes repeat {confidence}, with no repeating blocks in them"
+                word = operation_word(cpu, True)
+                what = f"the sequence of {word} repeats {confidence}, with no repeating blocks"
+                what += " in it"
             said += (
                 f" **Weak**: {what}; treat the rows below as a guess, not as the profile's phases."
             )
