@@ -65,7 +65,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.corpus]
 # (answers.json 2.4), gaps longer than the GPU's latency as unknown, the overlap of
 # pipelined steps' windows, cut names that read alike told apart, and the number of
 # kernels a short name stands for; then a weak inference's confidence said beside the
-# repeat it measures).
+# repeat it measures; then that repeat named a sequence of operations, not passes).
 BASELINE = "1de21b817a96fc9994733802344fa02dfb306bd2"
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = (ROOT / ".." / "shared" / "corpus").resolve()
