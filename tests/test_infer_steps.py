@@ -16,8 +16,10 @@ import polars as pl
 import pytest
 
 from nsysmap.flow.verbs import analyse, load_profile
+from nsysmap.infer.label import Found
+from nsysmap.infer.motif import Region
 from nsysmap.infer.repeats import Evidence, passes
-from nsysmap.infer.summary import LAYER_INDEX, infer_ops
+from nsysmap.infer.summary import GUESS, LAYER_INDEX, _weak_line, infer_ops
 from tests.corpus import corpus_path
 from tests.test_infer import TRUE_PHASE, _hidden, _share
 from tests.test_infer_noise import _ops
@@ -330,6 +332,31 @@ def test_alexnet_warmup_and_measured_pass_are_two_passes():
     joined = ops.join(inferred.labels, on=["op_id", "device_id"]).with_columns(which=which)
     pairs = joined.filter(pl.col("which").is_not_null()).group_by("which", "inferred_step").len()
     assert pairs.height == 2 and set(pairs["inferred_step"]) == {0, 1}
+    # weak here (few kernels repeat), and said without "passes" beside the structure's
+    # "1 forward pass" measured and "1 forward pass" of warm-up
+    (line,) = inferred.lines(cpu=False)
+    assert "weak): no clear repeating structure (at best the sequence of operations" in line
+    assert "pass" not in line
+
+
+@pytest.mark.parametrize(
+    ("steps", "regions", "said"),
+    [
+        (
+            2,
+            (Region(0, 4, 2),),
+            "(at best the sequence of operations repeats 2 times, with"
+            " 2 repeating blocks of 4 kernels in it, confidence 0.5)",
+        ),
+        (1, (Region(0, 4, 2),), "(at best 2 repeating blocks of 4 kernels, confidence 0.5)"),
+        (3, (), "(at best the sequence of operations repeats 3 times, confidence 0.5)"),
+        (1, (), "(confidence 0.5)"),
+    ],
+)
+def test_a_weak_line_says_what_repeats_at_best_and_never_passes(steps, regions, said):
+    found = Found(device_id=0, steps=steps, period=None, regions=regions, confidence=0.5)
+    line = _weak_line(found, "device 0 (inferred", cpu=False)
+    assert line == f"device 0 (inferred, weak): no clear repeating structure {said}; " + GUESS
 
 
 def _mlp_step(before_capture: int) -> pl.DataFrame:

@@ -31,6 +31,7 @@ LAYER_INDEX = r"(?:(?:^|\.)(?:h|layers?|blocks?)\.|(?:Layer|Block)_)(\d+)(?:\.|$
 # the inference is weak and gives no exact-looking numbers.
 CONFIDENCE_WEAK = 0.8
 PLACED_WEAK = 0.5
+GUESS = "treat as a guess"
 
 
 @dataclass(frozen=True)
@@ -259,21 +260,8 @@ def _line(
     weak = not found.regions or found.confidence < CONFIDENCE_WEAK or placed < PLACED_WEAK
     head = f"device {'unknown' if found.device_id is None else found.device_id} (inferred"
     passes = f"{found.steps} pass{'es' if found.steps != 1 else ''}"
-    if weak and not found.regions and found.steps > 1 and found.confidence >= CONFIDENCE_WEAK:
-        # The sequence repeats; only blocks inside it are not found. Not "passes": the
-        # structure's line names forward and backward passes, which this need not be.
-        line = (
-            f"{head}, weak): the sequence of {operation_word(cpu, True)} repeats"
-            f" {found.steps} times, with no repeating blocks in it"
-            f" (confidence {found.confidence:.1f}); treat as a guess"
-        )
-    elif weak:
-        line = (
-            f"{head}, weak): no clear repeating structure ({passes} and"
-            f" {_blocks(found, cpu)} at best, confidence {found.confidence:.1f}); treat as a guess"
-        )
-        if found.backward and not found.regions:  # no mirrored motif: the threads said it
-            line += "; backward: what autograd's thread launched"
+    if weak:
+        line = _weak_line(found, head, cpu)
     else:
         kind = "forward and backward" if found.backward else "forward only"
         kind = f", {kind}" if found.network else ""
@@ -289,6 +277,24 @@ def _line(
         f"{r['what']} {r['agreeing_ns'] / r['measured_ns']:.0%}" for r in rows.iter_rows(named=True)
     ]
     return line + (f"; agrees with the profile's ranges: {', '.join(shares)}" if shares else "")
+
+
+def _weak_line(found: Found, head: str, cpu: bool) -> str:
+    """The line of a weak inference. Never "passes": the structure's line counts the
+    forward and backward passes, which the sequence's repeats need not be."""
+    confidence = f"confidence {found.confidence:.1f}"
+    repeats = f"the sequence of {operation_word(cpu, True)} repeats {found.steps} times"
+    if not found.regions and found.steps > 1 and found.confidence >= CONFIDENCE_WEAK:
+        # The sequence repeats; only blocks inside it are not found.
+        return f"{head}, weak): {repeats}, with no repeating blocks in it ({confidence}); {GUESS}"
+    best = _blocks(found, cpu)
+    if found.steps > 1:
+        best = f"{repeats}, with {best} in it" if found.regions else repeats
+    best = f"at best {best}, " if found.regions or found.steps > 1 else ""
+    line = f"{head}, weak): no clear repeating structure ({best}{confidence}); {GUESS}"
+    if found.backward and not found.regions:  # no mirrored motif: the threads said it
+        line += "; backward: what autograd's thread launched"
+    return line
 
 
 def _blocks(found: Found, cpu: bool) -> str:
