@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from polars.testing import assert_frame_equal
 
+from nsysmap.output import text_parquet
 from nsysmap.output.text_parquet import write_coded
 
 SCHEMA = pl.Schema({"op_id": pl.Int64, "name": pl.String, "range_name": pl.String})
@@ -133,3 +134,33 @@ def test_a_profile_read_apart_writes_its_chunks_one_after_the_other(tmp_path):
     assert isinstance(apart, StreamOps) and not apart.beside
     assert isinstance(whole, StreamOps) and whole.beside
     assert isinstance(sink_for(STREAM_OPS, staged), HoldOps)
+
+
+@pytest.mark.skipif(
+    not text_parquet.VIEWS_WRITABLE, reason="this PyArrow writes no string views to Parquet"
+)
+def test_texts_written_as_views_make_the_same_file_byte_for_byte(tmp_path, monkeypatch):
+    """Plain texts handed to the writer as string views (no copy), coded ones as
+    dictionaries of strings: the same bytes as every text copied into Arrow strings,
+    with nulls, long and non-ASCII texts, and an Enum beside them."""
+    kind = pl.Enum(["kernel", "memcpy"])
+    schema = pl.Schema({**SCHEMA, "kind": kind, "range_path": pl.String})
+    blocks = [
+        b.with_columns(
+            kind=pl.Series(["kernel", "memcpy"] * (b.height // 2), dtype=kind),
+            range_path=pl.concat_str(pl.lit("nsysmap:step:1 > Attention µ > "), "range_name"),
+            name=pl.when(pl.col("op_id") % 7 == 0).then(None).otherwise("name"),
+        ).with_columns(
+            range_name=pl.when(pl.col("op_id") % 5 == 0).then(None).otherwise("range_name")
+        )
+        for b in _blocks(3, 400)
+    ]
+    files = {}
+    for views in (False, True):
+        monkeypatch.setattr(text_parquet, "VIEWS_WRITABLE", views)
+        files[views] = tmp_path / f"views-{views}.parquet"
+        text_parquet.write_coded(blocks, schema, files[views])
+    assert files[True].read_bytes() == files[False].read_bytes()
+    back = pl.read_parquet(files[True])
+    assert back.schema == schema
+    assert_frame_equal(back, pl.concat(blocks))
