@@ -40,8 +40,9 @@ _ARROW_SCHEMA = b"ARROW:schema"
 # operations and in by_range and idle): written as they are, since coding them
 # costs more than it saves (1.8 CPU s more per 10^6 operations).
 NEARLY_UNIQUE = ("range_name", "range_path")
-# PyArrow writes Arrow's string views to Parquet from version 21 on: before, the plain
-# texts are copied into Arrow strings first.
+# PyArrow writes Arrow's string views to Parquet from version 21 on: there, the plain
+# texts are handed over as views into Polars' own buffers (no copy: 0.1 s per 10^6 rows
+# of the operations' range paths); before, every text is copied into Arrow strings.
 VIEWS_WRITABLE = int(pa.__version__.split(".")[0]) >= 21
 
 
@@ -63,7 +64,7 @@ def write_coded(
     texts = [n for n, dtype in schema.items() if dtype == pl.String and n not in set(plain)]
     empty = pl.DataFrame(schema=schema)
     stored = empty.to_arrow().schema  # what a reader sees: texts as strings
-    written = _arrow(empty.with_columns(coded(texts))).schema
+    written = _writable(_arrow(empty.with_columns(coded(texts))).schema)
     rows = 0
     # Integers delta-coded (times and ids mostly rise row to row): a fifth less time
     # and a third smaller than plain values through zstd (docs/performance.md).
@@ -79,9 +80,7 @@ def write_coded(
     ):
         pending: Future[None] | None = None
         for block in blocks:
-            table = pa.Table.from_batches(
-                _arrow(block.with_columns(coded(texts))).to_batches(), written
-            )
+            table = _arrow(block.with_columns(coded(texts))).cast(written)
             rows += block.height
             del block  # nothing of it is held while the next block is made but `table`
             if pending is not None:
@@ -98,21 +97,21 @@ def write_coded(
 
 
 def _arrow(frame: pl.DataFrame) -> pa.Table:
-    """`frame` as the writer takes it. Where PyArrow writes string views
-    (VIEWS_WRITABLE), the plain texts stay views into Polars' own buffers (no
-    copy: 0.1 s per 10^6 rows of the operations' range paths) and the coded
-    ones become dictionaries of Arrow strings (the writer takes no dictionary
-    of views); else every text is copied into Arrow strings. The file is the
-    same byte for byte."""
-    if not VIEWS_WRITABLE:
-        return frame.to_arrow()
-    table = frame.to_arrow(compat_level=pl.CompatLevel.newest())
-    for at, field in enumerate(table.schema):
+    """`frame` in Arrow, its texts as views where PyArrow writes them (VIEWS_WRITABLE)."""
+    return frame.to_arrow(compat_level=pl.CompatLevel.newest() if VIEWS_WRITABLE else None)
+
+
+def _writable(schema: pa.Schema) -> pa.Schema:
+    """`schema` with each dictionary of string views a dictionary of Arrow strings (the
+    writer takes no dictionary of views; the codes stay as they are). The file is the
+    same byte for byte as with every text in Arrow strings."""
+    fields = []
+    for field in schema:
         kind = field.type
         if pa.types.is_dictionary(kind) and pa.types.is_string_view(kind.value_type):
-            strings = pa.dictionary(kind.index_type, pa.large_string(), kind.ordered)
-            table = table.set_column(at, field.with_type(strings), table.column(at).cast(strings))
-    return table
+            field = field.with_type(pa.dictionary(kind.index_type, pa.large_string(), kind.ordered))
+        fields.append(field)
+    return pa.schema(fields, schema.metadata)
 
 
 def _serialised(schema: pa.Schema) -> bytes:
